@@ -1,0 +1,216 @@
+//! Exact accounting: where every staged item is (SPEC S-W14, S-A6).
+
+use std::fmt;
+
+/// Why items were lost: accepted, then given up (SPEC "lost").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LostReason {
+    /// Staged after the shutdown fence (S-W9).
+    Shutdown,
+    /// Still unwritten at the shutdown deadline (S-W9, S-B6).
+    Deadline,
+    /// Pending when [`abandon`](crate::core::Engine::abandon) was called (S-A7).
+    Abandoned,
+    /// A write task ended without giving its items back (S-W13).
+    JoinFailed,
+    /// The sink rejected the slice terminally (S-A5).
+    Terminal,
+    /// `max_attempts` or `max_retry_duration` ran out (S-B2).
+    RetriesExhausted,
+    /// The sink consumed items without writing them (S-W12).
+    Discarded,
+}
+
+impl LostReason {
+    /// Every reason, in a fixed order (the index of [`Counters::lost`]).
+    pub const ALL: [LostReason; 7] = [
+        LostReason::Shutdown,
+        LostReason::Deadline,
+        LostReason::Abandoned,
+        LostReason::JoinFailed,
+        LostReason::Terminal,
+        LostReason::RetriesExhausted,
+        LostReason::Discarded,
+    ];
+
+    /// The `reason` label of `outbox_events_lost_total`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            LostReason::Shutdown => "shutdown",
+            LostReason::Deadline => "deadline",
+            LostReason::Abandoned => "abandoned",
+            LostReason::JoinFailed => "join_failed",
+            LostReason::Terminal => "terminal",
+            LostReason::RetriesExhausted => "retries_exhausted",
+            LostReason::Discarded => "discarded",
+        }
+    }
+
+    const fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Why items were dropped: refused or discarded by a configured policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DropReason {
+    /// `capacity` or `capacity_bytes` was reached (S-A1, S-B5).
+    BufferFull,
+    /// The tenant's `tenant_capacity` was reached (S-B7).
+    TenantFull,
+    /// An attempt failed under [`ErrorPolicy::Drop`](crate::core::ErrorPolicy::Drop) (S-A5).
+    SinkError,
+}
+
+impl DropReason {
+    /// Every reason, in a fixed order (the index of [`Counters::dropped`]).
+    pub const ALL: [DropReason; 3] = [
+        DropReason::BufferFull,
+        DropReason::TenantFull,
+        DropReason::SinkError,
+    ];
+
+    /// The `reason` label of `outbox_items_dropped_total`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            DropReason::BufferFull => "buffer_full",
+            DropReason::TenantFull => "tenant_full",
+            DropReason::SinkError => "sink_error",
+        }
+    }
+
+    const fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Display for DropReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The engine's counters: a snapshot from [`Engine::counters`](crate::core::Engine::counters).
+///
+/// S-W14: `staged == written + pending + lost_total() + dropped_total()` at
+/// every instant; every field but `pending` only grows.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Counters {
+    /// Items offered to `stage`, accepted or not.
+    pub staged: u64,
+    /// Items accepted and not yet written, lost or dropped.
+    pub pending: u64,
+    /// Items written by a successful write.
+    pub written: u64,
+    /// Successful writes (batches).
+    pub writes: u64,
+    /// Attempts started (first tries and retries).
+    pub attempts: u64,
+    /// Attempts that failed: sink error, panic, timeout, terminal rejection (S-W11).
+    pub failed_attempts: u64,
+    /// Items lost, indexed like [`LostReason::ALL`].
+    pub lost: [u64; 7],
+    /// Items dropped, indexed like [`DropReason::ALL`].
+    pub dropped: [u64; 3],
+}
+
+impl Counters {
+    /// Items lost for `reason`.
+    pub fn lost_for(&self, reason: LostReason) -> u64 {
+        self.lost[reason.index()]
+    }
+    /// Items dropped for `reason`.
+    pub fn dropped_for(&self, reason: DropReason) -> u64 {
+        self.dropped[reason.index()]
+    }
+    /// Items lost for any reason.
+    pub fn lost_total(&self) -> u64 {
+        self.lost.iter().sum()
+    }
+    /// Items dropped for any reason.
+    pub fn dropped_total(&self) -> u64 {
+        self.dropped.iter().sum()
+    }
+    /// Whether S-W14 holds: every staged item is in exactly one state.
+    pub fn balanced(&self) -> bool {
+        self.staged == self.written + self.pending + self.lost_total() + self.dropped_total()
+    }
+
+    /// Counts `n` lost items; returns whether this occurrence should be
+    /// logged (S-A6: the first, then every 1,000th per reason).
+    pub(crate) fn add_lost(&mut self, reason: LostReason, n: u64) -> bool {
+        let slot = &mut self.lost[reason.index()];
+        let before = *slot;
+        *slot += n;
+        log_due(before, *slot)
+    }
+
+    /// Counts `n` dropped items; returns whether to log (S-A6).
+    pub(crate) fn add_dropped(&mut self, reason: DropReason, n: u64) -> bool {
+        let slot = &mut self.dropped[reason.index()];
+        let before = *slot;
+        *slot += n;
+        log_due(before, *slot)
+    }
+}
+
+/// How often a drop or loss is logged per reason (S-A6).
+pub const LOG_EVERY: u64 = 1_000;
+
+/// Whether the count going from `before` to `after` crosses the 1st item or
+/// a multiple of [`LOG_EVERY`] items (S-A6).
+fn log_due(before: u64, after: u64) -> bool {
+    after > before && (before == 0 || before / LOG_EVERY != after / LOG_EVERY)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logging_is_rate_limited_per_reason() {
+        // S-A6: the first, then every 1,000th.
+        let mut c = Counters::default();
+        let logged: Vec<u64> = (1..=3_000)
+            .filter(|_| c.add_dropped(DropReason::BufferFull, 1))
+            .collect();
+        assert_eq!(logged.len(), 4, "1st, 1000th, 2000th, 3000th");
+        assert_eq!(c.dropped_for(DropReason::BufferFull), 3_000);
+        // Another reason has its own count.
+        assert!(c.add_lost(LostReason::Terminal, 5));
+        assert!(!c.add_lost(LostReason::Terminal, 5));
+        assert!(c.add_lost(LostReason::Terminal, 990));
+        assert_eq!(c.lost_total(), 1_000);
+        assert!(!c.add_lost(LostReason::Terminal, 0), "nothing counted, nothing logged");
+    }
+
+    #[test]
+    fn labels_are_the_spec_names() {
+        let lost: Vec<_> = LostReason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(
+            lost,
+            [
+                "shutdown",
+                "deadline",
+                "abandoned",
+                "join_failed",
+                "terminal",
+                "retries_exhausted",
+                "discarded"
+            ]
+        );
+        for (i, r) in LostReason::ALL.iter().enumerate() {
+            assert_eq!(r.index(), i);
+        }
+        for (i, r) in DropReason::ALL.iter().enumerate() {
+            assert_eq!(r.index(), i);
+        }
+        assert_eq!(DropReason::BufferFull.to_string(), "buffer_full");
+    }
+}

@@ -1,0 +1,122 @@
+//! One tenant's state: its waiting backlog, the slice kept for a retry, and
+//! where it stands in the schedule.
+
+use std::collections::VecDeque;
+
+use super::time::Time;
+use super::write::WriteId;
+
+/// The key of a timer entry: its instant, then a sequence number so that
+/// timers due at the same instant fire in the order they were armed.
+pub(crate) type TimerKey = (Time, u64);
+
+/// Where a tenant stands. Exactly one place holds a tenant at a time: the
+/// ready FIFO, the linger timers, the backoff timers, an in-flight write, or
+/// none (idle).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Nothing to write, or nothing allowed to start.
+    Idle,
+    /// In the ready FIFO (S-B1).
+    Ready,
+    /// Waiting for company until the timer (S-A3).
+    Lingering(TimerKey),
+    /// A write of this tenant is in flight (S-W3: at most one).
+    InFlight(WriteId),
+    /// A failed slice waits for its backoff (S-W7).
+    BackingOff(TimerKey),
+}
+
+/// A failed slice kept for its next attempt (S-W5): the same items, in the
+/// same order, never merged with later arrivals.
+#[derive(Debug)]
+pub(crate) struct Retry<I> {
+    pub(crate) id: WriteId,
+    pub(crate) items: Vec<I>,
+    pub(crate) seqs: Vec<u64>,
+    pub(crate) bytes: u64,
+    /// Attempts made so far (all failed).
+    pub(crate) attempts: u32,
+    /// When the first attempt started (S-B2 `max_retry_duration`).
+    pub(crate) first_started: Time,
+}
+
+#[derive(Debug)]
+pub(crate) struct Tenant<I> {
+    /// Items waiting for a write, in staging order.
+    pub(crate) items: VecDeque<I>,
+    /// Their global staging sequence numbers (flush bounds, S-A4).
+    pub(crate) seqs: VecDeque<u64>,
+    /// Their weight in bytes (0 without a weigher).
+    pub(crate) bytes: u64,
+    /// When the linger clock of the waiting backlog started: the staging
+    /// time of its oldest item, or, for items left behind when a full batch
+    /// was cut, the time of the cut (S-A3).
+    pub(crate) waiting_since: Time,
+    /// Items of this tenant not yet settled: waiting, kept for a retry, or
+    /// in flight (S-B7).
+    pub(crate) pending: usize,
+    pub(crate) phase: Phase,
+    pub(crate) retry: Option<Retry<I>>,
+}
+
+impl<I> Tenant<I> {
+    pub(crate) fn new(now: Time) -> Self {
+        Tenant {
+            items: VecDeque::new(),
+            seqs: VecDeque::new(),
+            bytes: 0,
+            waiting_since: now,
+            pending: 0,
+            phase: Phase::Idle,
+            retry: None,
+        }
+    }
+
+    /// Nothing held and nothing scheduled: the tenant can be forgotten.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.pending == 0 && self.phase == Phase::Idle
+    }
+}
+
+impl<I> Tenant<I> {
+    /// Cuts the next batch from the waiting backlog (S-W4, S-B5): the whole
+    /// backlog, or at most `max_items` items and `max_bytes` bytes; an item
+    /// heavier than `max_bytes` goes alone. Items left behind restart the
+    /// linger clock at `now` (S-A3). Returns (items, seqs, bytes).
+    pub(crate) fn cut_batch(
+        &mut self,
+        max_items: Option<usize>,
+        max_bytes: Option<u64>,
+        weigh: impl Fn(&I) -> u64,
+        now: Time,
+    ) -> (Vec<I>, Vec<u64>, u64) {
+        let mut n = max_items.map_or(self.items.len(), |m| m.min(self.items.len()));
+        let mut bytes = 0u64;
+        match max_bytes {
+            Some(limit) => {
+                let mut taken = 0;
+                for item in self.items.iter().take(n) {
+                    let w = weigh(item);
+                    if taken > 0 && bytes.saturating_add(w) > limit {
+                        break;
+                    }
+                    bytes = bytes.saturating_add(w);
+                    taken += 1;
+                }
+                n = taken;
+            }
+            None if self.bytes > 0 => {
+                bytes = self.items.iter().take(n).map(&weigh).sum();
+            }
+            None => {}
+        }
+        let items: Vec<I> = self.items.drain(..n).collect();
+        let seqs: Vec<u64> = self.seqs.drain(..n).collect();
+        self.bytes -= bytes;
+        if !self.items.is_empty() {
+            self.waiting_since = now;
+        }
+        (items, seqs, bytes)
+    }
+}

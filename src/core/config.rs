@@ -1,0 +1,411 @@
+//! Configuration, built and validated in one place.
+
+use std::fmt;
+use std::time::Duration;
+
+/// What to do with a batch whose attempt failed (SPEC S-A5).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ErrorPolicy {
+    /// Retry the identical slice after a backoff, forever unless
+    /// `max_attempts` / `max_retry_duration` say otherwise (S-W5, S-W7, S-B2).
+    #[default]
+    Retry,
+    /// Count the batch dropped under [`DropReason::SinkError`](crate::core::DropReason::SinkError)
+    /// and move on; never retried.
+    Drop,
+}
+
+/// A configuration value that makes no sense. Each variant names the field.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The field was set to zero where zero means nothing useful
+    /// (a zero `capacity` would drop every item, a zero `max_batch` would
+    /// never write, a zero `initial_backoff` would retry in a hot loop).
+    Zero {
+        /// The field's name, as the builder spells it.
+        field: &'static str,
+    },
+    /// `max_backoff` is below `initial_backoff`.
+    BackoffInverted {
+        /// The configured `initial_backoff`.
+        initial: Duration,
+        /// The configured `max_backoff`.
+        max: Duration,
+    },
+    /// `jitter` is not a fraction in `0.0..=1.0`.
+    JitterOutOfRange {
+        /// The value given.
+        jitter: f64,
+    },
+    /// A byte limit (`max_batch_bytes` or `capacity_bytes`) is set but the
+    /// engine was built without a weigher to measure items.
+    WeigherRequired {
+        /// The byte limit that needs the weigher.
+        field: &'static str,
+    },
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::Zero { field } => write!(f, "outbox config: `{field}` must not be zero"),
+            ConfigError::BackoffInverted { initial, max } => write!(
+                f,
+                "outbox config: `max_backoff` ({max:?}) is below `initial_backoff` ({initial:?})"
+            ),
+            ConfigError::JitterOutOfRange { jitter } => write!(
+                f,
+                "outbox config: `jitter` must be a fraction in 0.0..=1.0, got {jitter}"
+            ),
+            ConfigError::WeigherRequired { field } => write!(
+                f,
+                "outbox config: `{field}` is set, so the engine needs an item weigher"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// The engine's configuration. Build it with [`Config::builder`]; every
+/// value in a `Config` has been validated, so the engine never has to.
+///
+/// Defaults equal the reference outbox: unbounded, each write takes the
+/// tenant's whole backlog, no linger, backoff 50 ms doubling to 5 s, retry
+/// forever, no write timeout, concurrency 8.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    pub(crate) concurrency: usize,
+    pub(crate) capacity: Option<usize>,
+    pub(crate) capacity_bytes: Option<u64>,
+    pub(crate) tenant_capacity: Option<usize>,
+    pub(crate) max_batch: Option<usize>,
+    pub(crate) max_batch_bytes: Option<u64>,
+    pub(crate) linger: Duration,
+    pub(crate) initial_backoff: Duration,
+    pub(crate) max_backoff: Duration,
+    /// Jitter as parts per million of the backoff (0..=1_000_000).
+    pub(crate) jitter_ppm: u32,
+    pub(crate) max_attempts: Option<u32>,
+    pub(crate) max_retry_duration: Option<Duration>,
+    pub(crate) error_policy: ErrorPolicy,
+    pub(crate) write_timeout: Option<Duration>,
+    pub(crate) seed: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            concurrency: 8,
+            capacity: None,
+            capacity_bytes: None,
+            tenant_capacity: None,
+            max_batch: None,
+            max_batch_bytes: None,
+            linger: Duration::ZERO,
+            initial_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(5),
+            jitter_ppm: 0,
+            max_attempts: None,
+            max_retry_duration: None,
+            error_policy: ErrorPolicy::Retry,
+            write_timeout: None,
+            seed: 0,
+        }
+    }
+}
+
+impl Config {
+    /// A builder starting from the defaults.
+    pub fn builder() -> ConfigBuilder {
+        ConfigBuilder {
+            config: Config::default(),
+            jitter: 0.0,
+        }
+    }
+
+    /// Writes in flight at once, across all tenants (S-W3); at least 1.
+    pub fn concurrency(&self) -> usize {
+        self.concurrency
+    }
+    /// Items pending at most before new ones are dropped (S-A1); `None` is unbounded (S-W2).
+    pub fn capacity(&self) -> Option<usize> {
+        self.capacity
+    }
+    /// Bytes pending at most, as the weigher measures them (S-B5).
+    pub fn capacity_bytes(&self) -> Option<u64> {
+        self.capacity_bytes
+    }
+    /// Items pending at most per tenant (S-B7).
+    pub fn tenant_capacity(&self) -> Option<usize> {
+        self.tenant_capacity
+    }
+    /// Items per write at most (S-W4); `None` takes the whole backlog.
+    pub fn max_batch(&self) -> Option<usize> {
+        self.max_batch
+    }
+    /// Bytes per write at most (S-B5); a larger item is written alone.
+    pub fn max_batch_bytes(&self) -> Option<u64> {
+        self.max_batch_bytes
+    }
+    /// How long a partial batch waits for company (S-A3).
+    pub fn linger(&self) -> Duration {
+        self.linger
+    }
+    /// The wait before the first retry (S-W7).
+    pub fn initial_backoff(&self) -> Duration {
+        self.initial_backoff
+    }
+    /// The cap on the doubling backoff (S-W7).
+    pub fn max_backoff(&self) -> Duration {
+        self.max_backoff
+    }
+    /// Jitter as a fraction of the backoff that may be taken off it (S-B2).
+    pub fn jitter(&self) -> f64 {
+        f64::from(self.jitter_ppm) / 1_000_000.0
+    }
+    /// Attempts of one write at most before its slice is lost (S-B2).
+    pub fn max_attempts(&self) -> Option<u32> {
+        self.max_attempts
+    }
+    /// How long one write may keep failing, from its first attempt, before
+    /// its slice is lost (S-B2).
+    pub fn max_retry_duration(&self) -> Option<Duration> {
+        self.max_retry_duration
+    }
+    /// What a failed attempt leads to (S-A5).
+    pub fn error_policy(&self) -> ErrorPolicy {
+        self.error_policy
+    }
+    /// How long one attempt may run before it is cancelled as failed (S-B3).
+    pub fn write_timeout(&self) -> Option<Duration> {
+        self.write_timeout
+    }
+    /// The seed of the jitter generator (S-B2, S-B4).
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+}
+
+/// Builds a [`Config`]; [`ConfigBuilder::build`] validates it.
+#[derive(Clone, Debug)]
+pub struct ConfigBuilder {
+    config: Config,
+    jitter: f64,
+}
+
+impl ConfigBuilder {
+    /// Writes in flight at once across all tenants (S-W3). `0` is
+    /// normalised to `1`, as the SPEC says. Default 8.
+    pub fn concurrency(mut self, writes: usize) -> Self {
+        self.config.concurrency = writes.max(1);
+        self
+    }
+    /// Bounded mode: at most `items` pending; a further item is dropped under
+    /// `buffer_full` (S-A1). Zero is rejected by `build`.
+    pub fn capacity(mut self, items: usize) -> Self {
+        self.config.capacity = Some(items);
+        self
+    }
+    /// At most `bytes` pending, as the weigher measures items (S-B5); an item
+    /// that would exceed it is dropped under `buffer_full`. Zero is rejected.
+    pub fn capacity_bytes(mut self, bytes: u64) -> Self {
+        self.config.capacity_bytes = Some(bytes);
+        self
+    }
+    /// At most `items` pending per tenant; a further item of that tenant is
+    /// dropped under `tenant_full` (S-B7). Zero is rejected.
+    pub fn tenant_capacity(mut self, items: usize) -> Self {
+        self.config.tenant_capacity = Some(items);
+        self
+    }
+    /// At most `items` per write (S-W4). Zero is rejected.
+    pub fn max_batch(mut self, items: usize) -> Self {
+        self.config.max_batch = Some(items);
+        self
+    }
+    /// At most `bytes` per write (S-B5); an item larger than this is written
+    /// alone. Zero is rejected.
+    pub fn max_batch_bytes(mut self, bytes: u64) -> Self {
+        self.config.max_batch_bytes = Some(bytes);
+        self
+    }
+    /// Linger (S-A3): a partial batch waits this long after its oldest item.
+    /// Zero (the default) sends at once.
+    pub fn linger(mut self, linger: Duration) -> Self {
+        self.config.linger = linger;
+        self
+    }
+    /// First retry wait (S-W7), default 50 ms. Zero is rejected.
+    pub fn initial_backoff(mut self, backoff: Duration) -> Self {
+        self.config.initial_backoff = backoff;
+        self
+    }
+    /// Backoff cap (S-W7), default 5 s. Below `initial_backoff` is rejected.
+    pub fn max_backoff(mut self, backoff: Duration) -> Self {
+        self.config.max_backoff = backoff;
+        self
+    }
+    /// Jitter (S-B2): each backoff is shortened by a uniformly drawn share of
+    /// up to `fraction` of it, so a wait never exceeds `max_backoff`.
+    /// `0.0..=1.0`; anything else (NaN included) is rejected. Default 0.
+    pub fn jitter(mut self, fraction: f64) -> Self {
+        self.jitter = fraction;
+        self
+    }
+    /// Give a write up after this many failed attempts; its slice is lost
+    /// under `retries_exhausted` (S-B2). Zero is rejected.
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.config.max_attempts = Some(attempts);
+        self
+    }
+    /// Give a write up when an attempt fails this long after its first
+    /// attempt started; its slice is lost under `retries_exhausted` (S-B2).
+    /// Zero is rejected.
+    pub fn max_retry_duration(mut self, duration: Duration) -> Self {
+        self.config.max_retry_duration = Some(duration);
+        self
+    }
+    /// What a failed attempt leads to (S-A5). Default [`ErrorPolicy::Retry`].
+    pub fn error_policy(mut self, policy: ErrorPolicy) -> Self {
+        self.config.error_policy = policy;
+        self
+    }
+    /// Cancel an attempt that runs longer than this and treat it as failed
+    /// (S-B3). Zero is rejected.
+    pub fn write_timeout(mut self, timeout: Duration) -> Self {
+        self.config.write_timeout = Some(timeout);
+        self
+    }
+    /// Seed of the jitter generator (S-B2): the same seed draws the same
+    /// jitter on every machine and release. Default 0.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.config.seed = seed;
+        self
+    }
+
+    /// Validates and returns the configuration.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the first field that makes no sense.
+    pub fn build(self) -> Result<Config, ConfigError> {
+        let c = self.config;
+        let zero = |field| Err(ConfigError::Zero { field });
+        if c.capacity == Some(0) {
+            return zero("capacity");
+        }
+        if c.capacity_bytes == Some(0) {
+            return zero("capacity_bytes");
+        }
+        if c.tenant_capacity == Some(0) {
+            return zero("tenant_capacity");
+        }
+        if c.max_batch == Some(0) {
+            return zero("max_batch");
+        }
+        if c.max_batch_bytes == Some(0) {
+            return zero("max_batch_bytes");
+        }
+        if c.initial_backoff.is_zero() {
+            return zero("initial_backoff");
+        }
+        if c.max_attempts == Some(0) {
+            return zero("max_attempts");
+        }
+        if c.max_retry_duration == Some(Duration::ZERO) {
+            return zero("max_retry_duration");
+        }
+        if c.write_timeout == Some(Duration::ZERO) {
+            return zero("write_timeout");
+        }
+        if c.max_backoff < c.initial_backoff {
+            return Err(ConfigError::BackoffInverted {
+                initial: c.initial_backoff,
+                max: c.max_backoff,
+            });
+        }
+        if !(0.0..=1.0).contains(&self.jitter) {
+            return Err(ConfigError::JitterOutOfRange {
+                jitter: self.jitter,
+            });
+        }
+        // Exact for every fraction a user would write; the product is in
+        // 0..=1e6, so the cast cannot truncate.
+        let jitter_ppm = (self.jitter * 1_000_000.0).round() as u32;
+        Ok(Config { jitter_ppm, ..c })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_equal_the_reference_outbox() {
+        let c = Config::builder().build().unwrap();
+        assert_eq!(c, Config::default());
+        assert_eq!(c.capacity(), None);
+        assert_eq!(c.max_batch(), None);
+        assert_eq!(c.linger(), Duration::ZERO);
+        assert_eq!(c.initial_backoff(), Duration::from_millis(50));
+        assert_eq!(c.max_backoff(), Duration::from_secs(5));
+        assert_eq!(c.max_attempts(), None);
+        assert_eq!(c.write_timeout(), None);
+        assert_eq!(c.error_policy(), ErrorPolicy::Retry);
+    }
+
+    #[test]
+    fn zero_values_are_rejected_naming_the_field() {
+        let cases: Vec<(ConfigBuilder, &str)> = vec![
+            (Config::builder().capacity(0), "capacity"),
+            (Config::builder().capacity_bytes(0), "capacity_bytes"),
+            (Config::builder().tenant_capacity(0), "tenant_capacity"),
+            (Config::builder().max_batch(0), "max_batch"),
+            (Config::builder().max_batch_bytes(0), "max_batch_bytes"),
+            (
+                Config::builder().initial_backoff(Duration::ZERO),
+                "initial_backoff",
+            ),
+            (Config::builder().max_attempts(0), "max_attempts"),
+            (
+                Config::builder().max_retry_duration(Duration::ZERO),
+                "max_retry_duration",
+            ),
+            (Config::builder().write_timeout(Duration::ZERO), "write_timeout"),
+        ];
+        for (builder, field) in cases {
+            let err = builder.build().unwrap_err();
+            assert_eq!(err, ConfigError::Zero { field });
+            assert!(err.to_string().contains(field));
+        }
+    }
+
+    #[test]
+    fn concurrency_zero_is_normalised_to_one() {
+        // S-W3: "concurrency 0 is treated as 1".
+        let c = Config::builder().concurrency(0).build().unwrap();
+        assert_eq!(c.concurrency(), 1);
+    }
+
+    #[test]
+    fn inverted_backoff_is_rejected() {
+        let err = Config::builder()
+            .initial_backoff(Duration::from_secs(2))
+            .max_backoff(Duration::from_secs(1))
+            .build()
+            .unwrap_err();
+        assert!(matches!(err, ConfigError::BackoffInverted { .. }));
+        assert!(err.to_string().contains("max_backoff"));
+    }
+
+    #[test]
+    fn jitter_outside_a_fraction_is_rejected() {
+        for bad in [-0.1, 1.5, f64::NAN, f64::INFINITY] {
+            let err = Config::builder().jitter(bad).build().unwrap_err();
+            assert!(matches!(err, ConfigError::JitterOutOfRange { .. }));
+        }
+        let c = Config::builder().jitter(0.25).build().unwrap();
+        assert_eq!(c.jitter(), 0.25);
+    }
+}

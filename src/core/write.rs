@@ -1,0 +1,227 @@
+//! What crosses the boundary between the engine and its driver: writes
+//! handed out, their outcomes, and the events the driver exports.
+
+use std::fmt;
+use std::time::Duration;
+
+use super::accounting::{DropReason, LostReason};
+use super::time::Time;
+
+/// Identifies one write (one batch of one tenant) for its whole life,
+/// across every attempt. Ids grow by one per write, from 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct WriteId(pub u64);
+
+impl fmt::Display for WriteId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "w{}", self.0)
+    }
+}
+
+/// One attempt of one write, handed out by
+/// [`Engine::poll_write`](super::Engine::poll_write).
+///
+/// The items are moved out of the engine (S-C2) and must come back with the
+/// outcome through [`Engine::finish`](super::Engine::finish), untouched and
+/// in order: a retry re-sends this very vector (S-W5, I2). If the task that
+/// ran it cannot give them back, call
+/// [`Engine::finish_lost`](super::Engine::finish_lost) instead (S-W13).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Write<K, I> {
+    /// The write's id, the same on every attempt.
+    pub id: WriteId,
+    /// The tenant every item belongs to.
+    pub tenant: K,
+    /// The slice to write, in staging order; never empty.
+    pub items: Vec<I>,
+    /// 1 for the first attempt, then 2, 3, … on retries.
+    pub attempt: u32,
+    /// When the driver must cancel this attempt and report
+    /// [`Outcome::TimedOut`] (S-B3); `None` without a `write_timeout`.
+    pub deadline: Option<Time>,
+}
+
+/// How an attempt ended, as the driver reports it to
+/// [`Engine::finish`](super::Engine::finish).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// The sink committed the slice, but `discarded` of its items were
+    /// consumed without being written and are counted lost under
+    /// `discarded` (S-W12). `discarded` is clamped to the slice's length.
+    Written {
+        /// Items the sink consumed without writing (usually 0).
+        discarded: usize,
+    },
+    /// The sink returned a retryable error (S-W5).
+    Failed,
+    /// The sink panicked creating, polling or rendering the error of the
+    /// write (S-W5).
+    Panicked,
+    /// The attempt outlived [`Write::deadline`] and was cancelled (S-B3).
+    TimedOut,
+    /// The sink rejected the slice terminally: lost under `terminal`, never
+    /// retried (S-A5).
+    Rejected,
+    /// The driver cancelled the attempt because the engine asked it to
+    /// ([`Event::CancelInFlight`]). Reported for a write the engine did not
+    /// give up, it counts as a failed attempt.
+    Cancelled,
+}
+
+impl Outcome {
+    /// A write committed in full.
+    pub const WRITTEN: Outcome = Outcome::Written { discarded: 0 };
+}
+
+/// The kind of a failed attempt, as events and logs name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Failure {
+    /// The sink's retryable error.
+    Error,
+    /// A panic in the sink.
+    Panic,
+    /// The write timeout (S-B3).
+    Timeout,
+    /// A terminal rejection (S-A5).
+    Rejected,
+    /// Cancelled by the driver.
+    Cancelled,
+}
+
+impl Failure {
+    /// The name used in logs: `error`, `panic`, `timeout`, `rejected`, `cancelled`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Failure::Error => "error",
+            Failure::Panic => "panic",
+            Failure::Timeout => "timeout",
+            Failure::Rejected => "rejected",
+            Failure::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// What became of a failed attempt's slice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Next {
+    /// Retried after this wait (S-W7), identical slice (S-W5).
+    RetryIn(Duration),
+    /// Dropped under `sink_error` (S-A5, [`ErrorPolicy::Drop`](super::ErrorPolicy::Drop)).
+    Dropped,
+    /// Lost under `terminal` or `retries_exhausted` (S-A5, S-B2).
+    Lost,
+}
+
+/// Identifies a flush, settle or shutdown call until its report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct WaitId(pub u64);
+
+/// What became of the items a flush, settle or shutdown waited for: the
+/// items pending when it was called (S-A4, S-W10, S-B6).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Report {
+    /// Of those items, how many were written.
+    pub written: u64,
+    /// How many were dropped.
+    pub dropped: u64,
+    /// How many were lost.
+    pub lost: u64,
+    /// How many are still pending (non-zero only when the deadline passed,
+    /// and always zero for a shutdown).
+    pub pending: u64,
+    /// Whether the deadline passed before every item was settled.
+    pub deadline_passed: bool,
+}
+
+/// The answer to a shutdown (S-W9, S-B6).
+#[derive(Debug, PartialEq, Eq)]
+pub struct ShutdownReport<K, I> {
+    /// The accounting of the items pending at the fence. Only the first
+    /// shutdown caller is given it; a concurrent or later caller gets zeros,
+    /// so a loss is reported exactly once (S-W9).
+    pub report: Report,
+    /// Whether this caller is the one that started the shutdown.
+    pub first: bool,
+    /// The dead-letter hand-off (S-B6): every item given up at the deadline,
+    /// as runs of one tenant's items in staging order, ordered by staging.
+    /// A tenant may have two runs (its in-flight slice, then its backlog).
+    /// These items are counted lost under `deadline`.
+    pub unwritten: Vec<(K, Vec<I>)>,
+}
+
+/// What the driver must export or act on, drained with
+/// [`Engine::poll_event`](super::Engine::poll_event).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Event<K, I> {
+    /// Items refused or discarded by policy (S-A1, S-B7, S-A5).
+    Dropped {
+        /// Whose items.
+        tenant: K,
+        /// How many.
+        items: u64,
+        /// Why.
+        reason: DropReason,
+        /// Whether to log this one (S-A6: the first, then every 1,000th).
+        log: bool,
+    },
+    /// Items given up (S-W9, S-A7, S-W13, S-A5, S-B2, S-W12).
+    Lost {
+        /// Whose items.
+        tenant: K,
+        /// How many.
+        items: u64,
+        /// Why.
+        reason: LostReason,
+        /// Whether to log this one (S-A6).
+        log: bool,
+    },
+    /// A write committed.
+    Written {
+        /// Which write.
+        id: WriteId,
+        /// Whose.
+        tenant: K,
+        /// Items in the slice (written plus discarded).
+        items: usize,
+        /// Which attempt succeeded.
+        attempt: u32,
+        /// From this attempt's start to its outcome.
+        latency: Duration,
+    },
+    /// An attempt failed.
+    AttemptFailed {
+        /// Which write.
+        id: WriteId,
+        /// Whose.
+        tenant: K,
+        /// Items in the slice.
+        items: usize,
+        /// Which attempt failed.
+        attempt: u32,
+        /// How it failed.
+        failure: Failure,
+        /// What happens to the slice now.
+        next: Next,
+        /// From this attempt's start to its outcome.
+        latency: Duration,
+    },
+    /// The driver must cancel every write in flight and finish each (with
+    /// [`Outcome::Cancelled`] or whatever it got first). The engine has
+    /// already counted their items lost (S-W9 deadline, S-A7).
+    CancelInFlight,
+    /// A flush or settle is answered.
+    WaitDone {
+        /// Which call.
+        id: WaitId,
+        /// Its answer.
+        report: Report,
+    },
+    /// A shutdown is answered; after this, nothing is pending and no write
+    /// starts (I8).
+    ShutdownDone {
+        /// Which call.
+        id: WaitId,
+        /// Its answer.
+        report: ShutdownReport<K, I>,
+    },
+}
