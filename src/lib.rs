@@ -10,6 +10,8 @@
 pub mod core;
 pub mod sink;
 mod tenant;
+#[cfg(feature = "arbitrary")]
+pub mod testkit;
 
 pub use sink::{BoxError, ErrorKind, Sink, WriteError, Written};
 pub use tenant::TenantId;

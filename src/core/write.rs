@@ -26,7 +26,7 @@ impl fmt::Display for WriteId {
 /// in order: a retry re-sends this very vector (S-W5, I2). If the task that
 /// ran it cannot give them back, call
 /// [`Engine::finish_lost`](super::Engine::finish_lost) instead (S-W13).
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq, Hash)]
 pub struct Write<K, I> {
     /// The write's id, the same on every attempt.
     pub id: WriteId,
@@ -134,7 +134,7 @@ pub struct Report {
 }
 
 /// The answer to a shutdown (S-W9, S-B6).
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq, Hash)]
 pub struct ShutdownReport<K, I> {
     /// The accounting of the items pending at the fence. Only the first
     /// shutdown caller is given it; a concurrent or later caller gets zeros,
@@ -151,7 +151,7 @@ pub struct ShutdownReport<K, I> {
 
 /// What the driver must export or act on, drained with
 /// [`Engine::poll_event`](super::Engine::poll_event).
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq, Hash)]
 pub enum Event<K, I> {
     /// Items refused or discarded by policy (S-A1, S-B7, S-A5).
     Dropped {

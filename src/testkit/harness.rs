@@ -1,0 +1,954 @@
+//! Drives an [`Engine`] with [`Op`]s and checks the invariants after every
+//! op (SPEC I2-I5, I7-I9 and the order half of I1): the one checker the
+//! fuzz target, the model test and the simulation's fast world share.
+//!
+//! The harness keeps its own account of every item (pending, written,
+//! dropped, lost) from what it did and what the engine said, and compares
+//! it with the engine's counters, the writes it hands out and the reports
+//! it gives. Any mismatch is a [`Violation`] naming the invariant.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::time::Duration;
+
+use super::op::{weight_of, Op, OpOutcome};
+use crate::core::{
+    Config, Counters, DropReason, Engine, ErrorPolicy, Event, LostReason, Next, Outcome, Report,
+    Staged, Time, WaitId, Write, WriteId,
+};
+
+/// A broken invariant, with the rule it breaks and what was seen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// The invariant or rule id, e.g. `"I2"` or `"S-A4"`.
+    pub rule: &'static str,
+    /// What was seen.
+    pub detail: String,
+    /// The op index at which it was seen.
+    pub step: usize,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} broken at step {}: {}",
+            self.rule, self.step, self.detail
+        )
+    }
+}
+
+impl std::error::Error for Violation {}
+
+/// What became of an item, in the harness's own account.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fate {
+    Pending,
+    Written,
+    Dropped,
+    Lost,
+}
+
+/// A write the harness has seen, across its attempts.
+#[derive(Debug)]
+struct Slice {
+    tenant: u8,
+    items: Vec<u64>,
+    attempts: u32,
+    /// Set when an attempt failed with a retry: no retry before this (I7).
+    retry_not_before: Option<Time>,
+    /// The first attempt's start (S-B2 `max_retry_duration`).
+    first_started: Time,
+}
+
+/// A flush, settle or shutdown waiting for its answer.
+#[derive(Debug)]
+struct WaitCheck {
+    items: Vec<u64>,
+    deadline: Time,
+}
+
+/// Figures a run accumulates, for campaign summaries.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Ops applied.
+    pub steps: u64,
+    /// Attempts started.
+    pub attempts: u64,
+    /// Failed attempts reported by the harness, by outcome.
+    pub faults: BTreeMap<&'static str, u64>,
+    /// Flushes and settles answered.
+    pub waits_answered: u64,
+    /// Shutdowns answered.
+    pub shutdowns: u64,
+}
+
+/// The engine under test plus the harness's own account.
+pub struct Harness {
+    engine: Engine<u8, u64>,
+    config: Config,
+    weighs: bool,
+    tenants: u8,
+    now: Time,
+    next_item: u64,
+    step: usize,
+    in_flight: Vec<Write<u8, u64>>,
+    given_up: BTreeSet<WriteId>,
+    /// Accepted items not yet in any write, per tenant, in staging order.
+    waiting: BTreeMap<u8, VecDeque<u64>>,
+    fate: BTreeMap<u64, Fate>,
+    tenant_of: BTreeMap<u64, u8>,
+    pending_bytes: u64,
+    slices: BTreeMap<WriteId, Slice>,
+    discard: BTreeMap<WriteId, usize>,
+    waits: BTreeMap<WaitId, WaitCheck>,
+    shutdown_deadline: Option<Time>,
+    shutdown_first: Option<WaitId>,
+    shutdown_done: bool,
+    abandoned: bool,
+    lost_seen: [u64; 7],
+    dropped_seen: [u64; 3],
+    last: Counters,
+    hasher: Fnv,
+    trace: Option<Vec<String>>,
+    /// Written items per tenant, in the order they were written.
+    written: BTreeMap<u8, Vec<u64>>,
+    /// Figures for summaries.
+    pub stats: Stats,
+}
+
+impl Harness {
+    /// A harness over a fresh engine with `config`, `tenants` tenants
+    /// (at least 1), items weighed by [`weight_of`] when `weighs`.
+    pub fn new(config: Config, tenants: u8, weighs: bool) -> Self {
+        let engine = if weighs {
+            Engine::with_weigher(config.clone(), |i: &u64| weight_of(*i))
+        } else {
+            Engine::new(config.clone())
+        }
+        .expect("a weigher is given whenever a byte limit is set");
+        Harness {
+            engine,
+            config,
+            weighs,
+            tenants: tenants.max(1),
+            now: Time::ZERO,
+            next_item: 0,
+            step: 0,
+            in_flight: Vec::new(),
+            given_up: BTreeSet::new(),
+            waiting: BTreeMap::new(),
+            fate: BTreeMap::new(),
+            tenant_of: BTreeMap::new(),
+            pending_bytes: 0,
+            slices: BTreeMap::new(),
+            discard: BTreeMap::new(),
+            waits: BTreeMap::new(),
+            shutdown_deadline: None,
+            shutdown_first: None,
+            shutdown_done: false,
+            abandoned: false,
+            lost_seen: [0; 7],
+            dropped_seen: [0; 3],
+            last: Counters::default(),
+            hasher: Fnv::default(),
+            trace: None,
+            written: BTreeMap::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    /// Keep a one-line-per-op-and-event trace (for replays).
+    pub fn with_trace(mut self) -> Self {
+        self.trace = Some(Vec::new());
+        self
+    }
+
+    /// The trace so far (empty unless [`with_trace`](Self::with_trace)).
+    pub fn trace(&self) -> &[String] {
+        self.trace.as_deref().unwrap_or(&[])
+    }
+
+    /// A hash of every op and every output so far: the same seed must give
+    /// the same hash (determinism self-check, S-C1).
+    pub fn trace_hash(&self) -> u64 {
+        self.hasher.0
+    }
+
+    /// The engine under test.
+    pub fn engine(&self) -> &Engine<u8, u64> {
+        &self.engine
+    }
+
+    /// The harness's clock.
+    pub fn now(&self) -> Time {
+        self.now
+    }
+
+    /// Writes handed out and not finished.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Items written per tenant, in write order.
+    pub fn written(&self) -> &BTreeMap<u8, Vec<u64>> {
+        &self.written
+    }
+
+    /// Whether a shutdown has been answered or the engine abandoned.
+    pub fn is_finished(&self) -> bool {
+        self.shutdown_done || self.abandoned
+    }
+
+    /// Applies every op in turn, stopping at the first violation.
+    ///
+    /// # Errors
+    /// The first [`Violation`].
+    pub fn run(&mut self, ops: &[Op]) -> Result<(), Violation> {
+        ops.iter().try_for_each(|op| self.apply(*op))
+    }
+
+    /// Applies one op and checks every invariant.
+    ///
+    /// # Errors
+    /// The first [`Violation`] seen.
+    pub fn apply(&mut self, op: Op) -> Result<(), Violation> {
+        self.step += 1;
+        self.stats.steps += 1;
+        op.hash(&mut self.hasher);
+        if let Some(t) = self.trace.as_mut() {
+            t.push(format!("{} op {op:?}", self.now));
+        }
+        match op {
+            Op::Stage { tenant, count } => {
+                let tenant = tenant % self.tenants;
+                for _ in 0..=count % 8 {
+                    self.stage(tenant)?;
+                }
+            }
+            Op::Poll => self.poll()?,
+            Op::Finish { pick, outcome } => self.finish(pick, outcome)?,
+            Op::FinishLost { pick } => self.finish_lost(pick)?,
+            Op::Advance { ms } => {
+                self.now = self.now + Duration::from_millis(u64::from(ms));
+                self.engine.handle_timeout(self.now);
+                self.drain()?;
+            }
+            Op::AdvanceToTimeout => {
+                if let Some(at) = self.engine.poll_timeout() {
+                    self.now = self.now.max(at);
+                    self.engine.handle_timeout(self.now);
+                    self.drain()?;
+                }
+            }
+            Op::Flush { deadline_ms } => {
+                let deadline = self.now + Duration::from_millis(u64::from(deadline_ms));
+                let items = self.pending_items();
+                let id = self.engine.flush(self.now, deadline);
+                self.waits.insert(id, WaitCheck { items, deadline });
+                self.drain()?;
+            }
+            Op::Settle { deadline_ms } => {
+                let deadline = self.now + Duration::from_millis(u64::from(deadline_ms));
+                let items = self.pending_items();
+                let id = self.engine.settle(self.now, deadline);
+                self.waits.insert(id, WaitCheck { items, deadline });
+                self.drain()?;
+            }
+            Op::Shutdown { deadline_ms } => {
+                let deadline = self.now + Duration::from_millis(u64::from(deadline_ms));
+                let items = self.pending_items();
+                let first = !self.engine.is_shutting_down();
+                let id = self.engine.shutdown(self.now, deadline);
+                if first {
+                    self.shutdown_first = Some(id);
+                    self.shutdown_deadline = Some(deadline);
+                    self.waits.insert(id, WaitCheck { items, deadline });
+                } else if let Some(d) = self.shutdown_deadline.as_mut() {
+                    if !self.shutdown_done {
+                        *d = (*d).min(deadline);
+                    }
+                }
+                self.drain()?;
+            }
+            Op::Abandon => {
+                let held = self.engine.abandon(self.now);
+                self.abandoned = true;
+                self.drain()?;
+                for (tenant, items) in held {
+                    for i in items {
+                        self.expect(
+                            self.fate.get(&i) == Some(&Fate::Lost) && self.tenant_of[&i] == tenant,
+                            "S-A7",
+                            || format!("abandon handed back item {i} not counted lost"),
+                        )?;
+                    }
+                }
+            }
+        }
+        self.check()
+    }
+
+    /// Drives the engine with a healthy sink until nothing is pending, for
+    /// at most `max_steps` ops: the liveness half of the checker (I6).
+    ///
+    /// # Errors
+    /// A [`Violation`] of I6 if items are still pending after `max_steps`,
+    /// or any safety violation on the way.
+    pub fn drain_healthy(&mut self, max_steps: usize) -> Result<(), Violation> {
+        for _ in 0..max_steps {
+            if self.engine.pending() == 0 && self.in_flight.is_empty() {
+                return Ok(());
+            }
+            if !self.in_flight.is_empty() {
+                self.apply(Op::Finish {
+                    pick: 0,
+                    outcome: OpOutcome::Written,
+                })?;
+            } else {
+                self.apply(Op::Poll)?;
+                if self.in_flight.is_empty() {
+                    self.apply(Op::AdvanceToTimeout)?;
+                }
+            }
+        }
+        Err(self.violation(
+            "I6",
+            format!(
+                "{} items still pending after {max_steps} healthy steps",
+                self.engine.pending()
+            ),
+        ))
+    }
+
+    // ----- ops ----------------------------------------------------------
+
+    fn stage(&mut self, tenant: u8) -> Result<(), Violation> {
+        let id = self.next_item;
+        self.next_item += 1;
+        let pending_before = self.engine.pending();
+        let tenant_pending = self.tenant_pending(tenant);
+        let staged = self.engine.stage(self.now, tenant, id);
+        self.tenant_of.insert(id, tenant);
+        let w = if self.weighs { weight_of(id) } else { 0 };
+        match staged {
+            Staged::Accepted => {
+                self.expect(!self.engine.is_shutting_down(), "S-W9", || {
+                    format!("item {id} accepted after the fence")
+                })?;
+                self.fate.insert(id, Fate::Pending);
+                self.waiting.entry(tenant).or_default().push_back(id);
+                self.pending_bytes += w;
+            }
+            Staged::Dropped(reason) => {
+                let cause = match reason {
+                    DropReason::BufferFull => {
+                        self.config
+                            .capacity()
+                            .is_some_and(|c| pending_before >= c as u64)
+                            || self
+                                .config
+                                .capacity_bytes()
+                                .is_some_and(|c| self.pending_bytes + w > c)
+                    }
+                    DropReason::TenantFull => self
+                        .config
+                        .tenant_capacity()
+                        .is_some_and(|c| tenant_pending >= c),
+                    DropReason::SinkError => false,
+                };
+                self.expect(cause, "I5", || {
+                    format!("item {id} dropped under {reason} without its cause")
+                })?;
+                self.fate.insert(id, Fate::Dropped);
+            }
+            Staged::Refused => {
+                self.expect(self.engine.is_shutting_down(), "I5", || {
+                    format!("item {id} refused while open")
+                })?;
+                self.fate.insert(id, Fate::Lost);
+            }
+        }
+        self.drain()
+    }
+
+    fn poll(&mut self) -> Result<(), Violation> {
+        while let Some(w) = self.engine.poll_write(self.now) {
+            self.stats.attempts += 1;
+            w.hash(&mut self.hasher);
+            if let Some(t) = self.trace.as_mut() {
+                t.push(format!(
+                    "{} write {} tenant {} attempt {} items {:?}",
+                    self.now, w.id, w.tenant, w.attempt, w.items
+                ));
+            }
+            self.check_write(&w)?;
+            self.in_flight.push(w);
+        }
+        self.drain()
+    }
+
+    fn check_write(&mut self, w: &Write<u8, u64>) -> Result<(), Violation> {
+        self.expect(!self.is_finished(), "I8", || {
+            format!("write {} started after shutdown or abandon", w.id)
+        })?;
+        self.expect(
+            self.in_flight.len() < self.config.concurrency(),
+            "I4",
+            || {
+                format!(
+                    "write {} exceeds concurrency {}",
+                    w.id,
+                    self.config.concurrency()
+                )
+            },
+        )?;
+        self.expect(
+            !self.in_flight.iter().any(|o| o.tenant == w.tenant),
+            "I4",
+            || format!("tenant {} has two writes in flight", w.tenant),
+        )?;
+        self.expect(
+            w.deadline == self.config.write_timeout().map(|t| self.now + t),
+            "S-B3",
+            || format!("write {} deadline {:?}", w.id, w.deadline),
+        )?;
+        self.expect(!w.items.is_empty(), "S-W4", || {
+            format!("write {} is empty", w.id)
+        })?;
+        if w.attempt == 1 {
+            self.expect(!self.slices.contains_key(&w.id), "I2", || {
+                format!("write id {} reused", w.id)
+            })?;
+            let queue = self.waiting.entry(w.tenant).or_default();
+            let n = w.items.len();
+            let prefix: Vec<u64> = queue.iter().take(n).copied().collect();
+            let whole = queue.len();
+            queue.drain(..n.min(whole));
+            self.expect(prefix == w.items, "S-W3", || {
+                format!(
+                    "write {} of tenant {} carries {:?}, staging order says {:?}",
+                    w.id, w.tenant, w.items, prefix
+                )
+            })?;
+            if let Some(m) = self.config.max_batch() {
+                self.expect(n <= m, "S-W4", || {
+                    format!("write {} has {n} > max_batch {m}", w.id)
+                })?;
+            }
+            if let Some(m) = self.config.max_batch_bytes() {
+                let bytes: u64 = w.items.iter().map(|i| weight_of(*i)).sum();
+                self.expect(n == 1 || bytes <= m, "S-B5", || {
+                    format!("write {} has {bytes} bytes > {m}", w.id)
+                })?;
+            }
+            if self.config.max_batch().is_none() && self.config.max_batch_bytes().is_none() {
+                self.expect(n == whole, "S-W4", || {
+                    format!("write {} took {n} of a backlog of {whole}", w.id)
+                })?;
+            }
+            self.slices.insert(
+                w.id,
+                Slice {
+                    tenant: w.tenant,
+                    items: w.items.clone(),
+                    attempts: 1,
+                    retry_not_before: None,
+                    first_started: self.now,
+                },
+            );
+        } else {
+            let now = self.now;
+            let Some(s) = self.slices.get_mut(&w.id) else {
+                return Err(self.violation("I2", format!("retry of unknown write {}", w.id)));
+            };
+            let same = s.items == w.items && s.tenant == w.tenant;
+            let attempt_ok = w.attempt == s.attempts + 1;
+            let not_before = s.retry_not_before.take();
+            s.attempts = w.attempt;
+            self.expect(same, "I2", || {
+                format!("write {} retried with another slice", w.id)
+            })?;
+            self.expect(attempt_ok, "I2", || {
+                format!("write {} attempt numbering", w.id)
+            })?;
+            self.expect(not_before.is_some_and(|t| now >= t), "I7", || {
+                format!("write {} retried at {now} before {not_before:?}", w.id)
+            })?;
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, pick: u8, outcome: OpOutcome) -> Result<(), Violation> {
+        if self.in_flight.is_empty() {
+            return Ok(());
+        }
+        let w = self
+            .in_flight
+            .remove(usize::from(pick) % self.in_flight.len());
+        let id = w.id;
+        let outcome = match outcome {
+            OpOutcome::Written => Outcome::WRITTEN,
+            OpOutcome::Discard(n) => {
+                self.discard.insert(id, usize::from(n));
+                Outcome::Written {
+                    discarded: usize::from(n),
+                }
+            }
+            OpOutcome::Failed => Outcome::Failed,
+            OpOutcome::Panicked => Outcome::Panicked,
+            OpOutcome::TimedOut => Outcome::TimedOut,
+            OpOutcome::Rejected => Outcome::Rejected,
+            OpOutcome::Cancelled => Outcome::Cancelled,
+        };
+        if !matches!(outcome, Outcome::Written { .. }) {
+            *self.stats.faults.entry(fault_name(outcome)).or_default() += 1;
+        }
+        if self.given_up.remove(&id) {
+            self.slices.remove(&id);
+        }
+        if let Err(e) = self.engine.finish(self.now, w, outcome) {
+            return Err(self.violation("S-C2", format!("finish refused: {e}")));
+        }
+        self.drain()
+    }
+
+    fn finish_lost(&mut self, pick: u8) -> Result<(), Violation> {
+        if self.in_flight.is_empty() {
+            return Ok(());
+        }
+        let w = self
+            .in_flight
+            .remove(usize::from(pick) % self.in_flight.len());
+        *self.stats.faults.entry("join_failed").or_default() += 1;
+        let given_up = self.given_up.remove(&w.id);
+        let slice = self.slices.remove(&w.id);
+        if !self.engine.finish_lost(self.now, w.id) {
+            return Err(self.violation("S-W13", format!("write {} not in flight", w.id)));
+        }
+        if !given_up {
+            if let Some(s) = slice {
+                self.set_fates(&s.items, Fate::Lost);
+            }
+        }
+        self.drain()
+    }
+
+    // ----- events -------------------------------------------------------
+
+    fn drain(&mut self) -> Result<(), Violation> {
+        while let Some(ev) = self.engine.poll_event() {
+            ev.hash(&mut self.hasher);
+            if let Some(t) = self.trace.as_mut() {
+                t.push(format!("{}   {}", self.now, short_event(&ev)));
+            }
+            match ev {
+                Event::Written { id, items, .. } => {
+                    let Some(s) = self.slices.remove(&id) else {
+                        return Err(self.violation("I2", format!("unknown write {id} written")));
+                    };
+                    if s.items.len() != items {
+                        return Err(self.violation("S-C2", format!("write {id} size changed")));
+                    }
+                    let d = self.discard.remove(&id).unwrap_or(0).min(items);
+                    self.set_fates(&s.items[..items - d], Fate::Written);
+                    self.set_fates(&s.items[items - d..], Fate::Lost);
+                    self.written
+                        .entry(s.tenant)
+                        .or_default()
+                        .extend_from_slice(&s.items[..items - d]);
+                }
+                Event::AttemptFailed {
+                    id, next, failure, ..
+                } => {
+                    self.discard.remove(&id);
+                    match next {
+                        Next::RetryIn(wait) => {
+                            self.expect(
+                                self.config.error_policy() == ErrorPolicy::Retry,
+                                "S-A5",
+                                || format!("write {id} retried under the drop policy"),
+                            )?;
+                            self.expect(wait <= self.config.max_backoff(), "S-W7", || {
+                                format!("backoff {wait:?} above the cap")
+                            })?;
+                            let now = self.now;
+                            if let Some(s) = self.slices.get_mut(&id) {
+                                s.retry_not_before = Some(now + wait);
+                            }
+                        }
+                        Next::Dropped => {
+                            self.expect(
+                                self.config.error_policy() == ErrorPolicy::Drop,
+                                "I5",
+                                || format!("write {id} dropped under the retry policy"),
+                            )?;
+                            if let Some(s) = self.slices.remove(&id) {
+                                self.set_fates(&s.items, Fate::Dropped);
+                            }
+                        }
+                        Next::Lost => {
+                            let s = self.slices.remove(&id);
+                            let cause = failure == crate::core::Failure::Rejected
+                                || s.as_ref().is_some_and(|s| {
+                                    self.config.max_attempts().is_some_and(|m| s.attempts >= m)
+                                        || self
+                                            .config
+                                            .max_retry_duration()
+                                            .is_some_and(|d| self.now - s.first_started >= d)
+                                });
+                            self.expect(cause, "I5", || {
+                                format!("write {id} lost without a terminal rejection or limit")
+                            })?;
+                            if let Some(s) = s {
+                                self.set_fates(&s.items, Fate::Lost);
+                            }
+                        }
+                    }
+                }
+                Event::Lost { items, reason, .. } => {
+                    self.lost_seen[LostReason::ALL
+                        .iter()
+                        .position(|r| *r == reason)
+                        .unwrap_or(0)] += items;
+                    match reason {
+                        LostReason::Shutdown => {
+                            self.expect(self.engine.is_shutting_down(), "I5", || {
+                                "lost under shutdown while open".to_string()
+                            })?
+                        }
+                        LostReason::Deadline => {
+                            self.expect(
+                                self.shutdown_deadline.is_some_and(|d| self.now >= d),
+                                "I5",
+                                || format!("lost under deadline at {} before it", self.now),
+                            )?;
+                            self.mass_loss()?;
+                        }
+                        LostReason::Abandoned => {
+                            self.expect(self.abandoned, "I5", || {
+                                "lost under abandoned without abandon".to_string()
+                            })?;
+                            self.mass_loss()?;
+                        }
+                        _ => {}
+                    }
+                }
+                Event::Dropped { items, reason, .. } => {
+                    self.dropped_seen[DropReason::ALL
+                        .iter()
+                        .position(|r| *r == reason)
+                        .unwrap_or(0)] += items;
+                }
+                Event::CancelInFlight => {
+                    for w in &self.in_flight {
+                        self.given_up.insert(w.id);
+                    }
+                }
+                Event::WaitDone { id, report } => self.check_answer(id, report, None)?,
+                Event::ShutdownDone { id, report } => {
+                    self.check_answer(id, report.report, Some((report.first, report.unwritten)))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A deadline or abandon gave up everything pending, in one engine call.
+    fn mass_loss(&mut self) -> Result<(), Violation> {
+        {
+            // A deadline or abandon gives up everything pending at once.
+            self.expect(self.engine.pending() == 0, "S-W9", || {
+                format!("{} still pending after the deadline", self.engine.pending())
+            })?;
+            let pending: Vec<u64> = self.pending_items();
+            self.set_fates(&pending, Fate::Lost);
+            for q in self.waiting.values_mut() {
+                q.clear();
+            }
+            // Retry slices and in-flight slices are settled too.
+            let ids: Vec<WriteId> = self.slices.keys().copied().collect();
+            for id in ids {
+                if !self.in_flight.iter().any(|w| w.id == id) {
+                    self.slices.remove(&id);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn check_answer(
+        &mut self,
+        id: WaitId,
+        report: Report,
+        shutdown: Option<(bool, Vec<(u8, Vec<u64>)>)>,
+    ) -> Result<(), Violation> {
+        if let Some((first, unwritten)) = &shutdown {
+            self.stats.shutdowns += 1;
+            self.shutdown_done = true;
+            if !first {
+                self.expect(
+                    report.lost == 0 && report.written == 0 && unwritten.is_empty(),
+                    "S-W9",
+                    || "a joining shutdown caller reported a loss".to_string(),
+                )?;
+                return Ok(());
+            }
+            for (tenant, items) in unwritten {
+                for i in items {
+                    self.expect(
+                        self.fate.get(i) == Some(&Fate::Lost) && self.tenant_of[i] == *tenant,
+                        "S-B6",
+                        || format!("dead letter {i} of tenant {tenant} not counted lost"),
+                    )?;
+                }
+                let mut sorted = items.clone();
+                sorted.sort_unstable();
+                self.expect(&sorted == items, "S-B6", || {
+                    format!("dead letters of tenant {tenant} out of order: {items:?}")
+                })?;
+            }
+        } else {
+            self.stats.waits_answered += 1;
+        }
+        let Some(w) = self.waits.remove(&id) else {
+            return Err(self.violation("S-A4", format!("answer to unknown wait {id:?}")));
+        };
+        let mut expected = Report {
+            deadline_passed: report.deadline_passed,
+            ..Report::default()
+        };
+        for i in &w.items {
+            match self.fate[i] {
+                Fate::Pending => expected.pending += 1,
+                Fate::Written => expected.written += 1,
+                Fate::Dropped => expected.dropped += 1,
+                Fate::Lost => expected.lost += 1,
+            }
+        }
+        self.expect(report == expected, "S-A4", || {
+            format!("wait {id:?} reported {report:?}, its items say {expected:?}")
+        })?;
+        self.expect(
+            report.deadline_passed || report.pending == 0,
+            "S-A4",
+            || format!("wait {id:?} answered early with items pending"),
+        )?;
+        self.expect(
+            !report.deadline_passed
+                || self.now
+                    >= w.deadline.min(
+                        self.shutdown_deadline
+                            .filter(|_| shutdown.is_some())
+                            .unwrap_or(Time::MAX),
+                    ),
+            "S-W15",
+            || format!("wait {id:?} says its deadline passed at {}", self.now),
+        )?;
+        Ok(())
+    }
+
+    // ----- checks -------------------------------------------------------
+
+    fn check(&mut self) -> Result<(), Violation> {
+        let c = self.engine.counters().clone();
+        let mut model = [0u64; 4];
+        for f in self.fate.values() {
+            model[*f as usize] += 1;
+        }
+        self.expect(c.balanced(), "I3", || format!("counters unbalanced: {c:?}"))?;
+        self.expect(c.staged == self.fate.len() as u64, "I3", || {
+            format!(
+                "staged {} but the harness staged {}",
+                c.staged,
+                self.fate.len()
+            )
+        })?;
+        self.expect(
+            [c.pending, c.written, c.dropped_total(), c.lost_total()] == model,
+            "I3",
+            || format!("counters {c:?} but the harness counts (pending, written, dropped, lost) {model:?}"),
+        )?;
+        self.expect(
+            c.lost == self.lost_seen && c.dropped == self.dropped_seen,
+            "I3",
+            || {
+                format!(
+                    "events say lost {:?} dropped {:?}, counters say {:?} {:?}",
+                    self.lost_seen, self.dropped_seen, c.lost, c.dropped
+                )
+            },
+        )?;
+        let last = &self.last;
+        let monotonic = c.staged >= last.staged
+            && c.written >= last.written
+            && c.writes >= last.writes
+            && c.attempts >= last.attempts
+            && c.failed_attempts >= last.failed_attempts
+            && c.lost.iter().zip(last.lost).all(|(a, b)| *a >= b)
+            && c.dropped.iter().zip(last.dropped).all(|(a, b)| *a >= b);
+        self.expect(monotonic, "S-W14", || "a counter decreased".to_string())?;
+        if self.weighs {
+            // Bytes of pending items, recomputed from the account.
+            let bytes: u64 = self
+                .fate
+                .iter()
+                .filter(|(_, f)| **f == Fate::Pending)
+                .map(|(i, _)| weight_of(*i))
+                .sum();
+            self.pending_bytes = bytes;
+            self.expect(self.engine.pending_bytes() == bytes, "I3", || {
+                format!("pending bytes {} vs {bytes}", self.engine.pending_bytes())
+            })?;
+            if let Some(cap) = self.config.capacity_bytes() {
+                self.expect(bytes <= cap, "S-B5", || {
+                    format!("{bytes} bytes pending > {cap}")
+                })?;
+            }
+        }
+        if let Some(cap) = self.config.capacity() {
+            self.expect(c.pending <= cap as u64, "S-A1", || {
+                format!("{} pending > capacity {cap}", c.pending)
+            })?;
+        }
+        if self.is_finished() {
+            self.expect(c.pending == 0, "I8", || {
+                format!("{} pending after shutdown", c.pending)
+            })?;
+            let starts = self.engine.poll_write(self.now).is_some();
+            self.expect(!starts, "I8", || {
+                "a write starts after shutdown".to_string()
+            })?;
+        }
+        self.last = c;
+        Ok(())
+    }
+
+    // ----- helpers ------------------------------------------------------
+
+    fn pending_items(&self) -> Vec<u64> {
+        self.fate
+            .iter()
+            .filter(|(_, f)| **f == Fate::Pending)
+            .map(|(i, _)| *i)
+            .collect()
+    }
+
+    fn tenant_pending(&self, tenant: u8) -> usize {
+        self.fate
+            .range(..)
+            .filter(|(i, f)| **f == Fate::Pending && self.tenant_of[*i] == tenant)
+            .count()
+    }
+
+    fn set_fates(&mut self, items: &[u64], fate: Fate) {
+        for i in items {
+            if let Some(f) = self.fate.get_mut(i) {
+                if *f == Fate::Pending {
+                    *f = fate;
+                }
+            }
+        }
+    }
+
+    fn violation(&self, rule: &'static str, detail: String) -> Violation {
+        Violation {
+            rule,
+            detail,
+            step: self.step,
+        }
+    }
+
+    fn expect(
+        &self,
+        ok: bool,
+        rule: &'static str,
+        detail: impl FnOnce() -> String,
+    ) -> Result<(), Violation> {
+        if ok {
+            Ok(())
+        } else {
+            Err(self.violation(rule, detail()))
+        }
+    }
+}
+
+fn fault_name(o: Outcome) -> &'static str {
+    match o {
+        Outcome::Written { .. } => "written",
+        Outcome::Failed => "error",
+        Outcome::Panicked => "panic",
+        Outcome::TimedOut => "timeout",
+        Outcome::Rejected => "rejected",
+        Outcome::Cancelled => "cancelled",
+    }
+}
+
+/// One line for an event in a trace.
+fn short_event(ev: &Event<u8, u64>) -> String {
+    match ev {
+        Event::Written {
+            id,
+            tenant,
+            items,
+            attempt,
+            ..
+        } => format!("written {id} tenant {tenant} items {items} attempt {attempt}"),
+        Event::AttemptFailed {
+            id,
+            tenant,
+            attempt,
+            failure,
+            next,
+            ..
+        } => format!(
+            "failed {id} tenant {tenant} attempt {attempt} {} -> {next:?}",
+            failure.as_str()
+        ),
+        Event::Lost {
+            tenant,
+            items,
+            reason,
+            ..
+        } => format!("lost {items} tenant {tenant} reason {reason}"),
+        Event::Dropped {
+            tenant,
+            items,
+            reason,
+            ..
+        } => format!("dropped {items} tenant {tenant} reason {reason}"),
+        Event::CancelInFlight => "cancel in-flight writes".to_string(),
+        Event::WaitDone { id, report } => format!("wait {} done {report:?}", id.0),
+        Event::ShutdownDone { id, report } => format!(
+            "shutdown {} done first={} {:?} unwritten runs {}",
+            id.0,
+            report.first,
+            report.report,
+            report.unwritten.len()
+        ),
+    }
+}
+
+/// FNV-1a, 64-bit: a fixed, portable hash for trace hashes.
+#[derive(Clone, Copy, Debug)]
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+}

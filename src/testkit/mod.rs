@@ -1,0 +1,9 @@
+//! Test kit (feature `arbitrary`): the [`Op`] type and the invariant-checking
+//! [`Harness`] shared by the model test, the fuzz target and the
+//! simulation's fast world, so a failure found by one replays in the others.
+
+mod harness;
+mod op;
+
+pub use harness::{Harness, Stats, Violation};
+pub use op::{weight_of, ConfigDraw, Op, OpOutcome};
