@@ -47,9 +47,8 @@ impl<K: fmt::Debug, I: fmt::Debug> std::error::Error for UnknownWrite<K, I> {}
 #[derive(Debug)]
 struct InFlight<K> {
     tenant: K,
-    seqs: Vec<u64>,
-    /// Staging seq of the slice's first item (orders dead letters).
-    first_seq: u64,
+    /// Items in the slice.
+    len: usize,
     bytes: u64,
     attempt: u32,
     started: Time,
@@ -79,8 +78,9 @@ struct Shutdown<K, I> {
     /// Set once the first wait settled: the report to send when the last
     /// given-up write has come back.
     settled: Option<Report>,
-    /// Dead letters: (first staging seq, tenant, items).
-    unwritten: Vec<(u64, K, Vec<I>)>,
+    /// Dead letters: (tenant, rank, items); rank orders one tenant's runs
+    /// (0 in flight, 1 retry, 2 backlog), which is their staging order.
+    unwritten: Vec<(K, u8, Vec<I>)>,
     /// The first caller has been answered.
     reported: bool,
 }
@@ -113,7 +113,7 @@ enum Timer<K> {
 /// seen.
 ///
 /// Cost: O(log T) per input and per write for T tenants (S-C4), plus
-/// O(F log n) per settled write while F flushes wait.
+/// O(W) per touched tenant while W flushes, settles or shutdowns wait.
 pub struct Engine<K, I> {
     config: Config,
     weigher: Option<Weigher<I>>,
@@ -132,10 +132,6 @@ pub struct Engine<K, I> {
     timer_seq: u64,
     in_flight: BTreeMap<WriteId, InFlight<K>>,
     next_write: u64,
-    /// Staging sequence of the next accepted item.
-    next_seq: u64,
-    /// Items staged before this sequence skip linger (a flush asked).
-    flush_floor: u64,
     waits: Waits,
     shutdown: Option<Shutdown<K, I>>,
     events: VecDeque<Event<K, I>>,
@@ -209,8 +205,6 @@ impl<K: Ord + Clone, I> Engine<K, I> {
             timer_seq: 0,
             in_flight: BTreeMap::new(),
             next_write: 1,
-            next_seq: 0,
-            flush_floor: 0,
             waits: Waits::default(),
             shutdown: None,
             events: VecDeque::new(),
@@ -312,20 +306,20 @@ impl<K: Ord + Clone, I> Engine<K, I> {
             return Staged::Dropped(reason);
         }
 
-        let seq = self.next_seq;
-        self.next_seq += 1;
         self.counters.pending += 1;
         self.pending_bytes += weight;
         let now = self.now;
+        let waits = &self.waits;
         let t = self
             .tenants
             .entry(tenant.clone())
-            .or_insert_with(|| Tenant::new(now));
+            .or_insert_with(|| Tenant::new(now, waits.fresh()));
+        // The new item comes after every open wait (S-A4).
+        waits.touch(&mut t.seen, t.pending as u64);
         if t.items.is_empty() {
             t.waiting_since = now;
         }
         t.items.push_back(item);
-        t.seqs.push_back(seq);
         t.bytes += weight;
         t.pending += 1;
         let phase = t.phase;
@@ -352,22 +346,22 @@ impl<K: Ord + Clone, I> Engine<K, I> {
         let now = self.now;
         let id;
         let t = self.tenants.get_mut(&tenant).expect("ready tenant exists");
-        let (items, seqs, bytes, attempt, first_started) = match t.retry.take() {
+        let (items, bytes, attempt, first_started) = match t.retry.take() {
             Some(r) => {
                 id = r.id;
-                (r.items, r.seqs, r.bytes, r.attempts + 1, r.first_started)
+                (r.items, r.bytes, r.attempts + 1, r.first_started)
             }
             None => {
                 id = WriteId(self.next_write);
                 self.next_write += 1;
                 let weigher = self.weigher.as_deref();
-                let (items, seqs, bytes) = t.cut_batch(
+                let (items, bytes) = t.cut_batch(
                     self.config.max_batch,
                     self.config.max_batch_bytes,
                     |i| weigher.map_or(0, |w| w(i)),
                     now,
                 );
-                (items, seqs, bytes, 1, now)
+                (items, bytes, 1, now)
             }
         };
         debug_assert!(!items.is_empty());
@@ -377,8 +371,7 @@ impl<K: Ord + Clone, I> Engine<K, I> {
             id,
             InFlight {
                 tenant: tenant.clone(),
-                first_seq: seqs[0],
-                seqs,
+                len: items.len(),
                 bytes,
                 attempt,
                 started: now,
@@ -412,7 +405,7 @@ impl<K: Ord + Clone, I> Engine<K, I> {
             return Err(Box::new(UnknownWrite(write)));
         };
         if rec.given_up {
-            self.dead_letter(rec.first_seq, rec.tenant, write.items);
+            self.dead_letter(rec.tenant, 0, write.items);
             self.forget_if_empty(&write.tenant);
             self.maybe_finish_shutdown();
             return Ok(());
@@ -436,7 +429,7 @@ impl<K: Ord + Clone, I> Engine<K, I> {
                 if discarded > 0 {
                     self.count_lost(&rec.tenant, LostReason::Discarded, discarded as u64);
                 }
-                self.settle_slice(&rec.tenant, &rec.seqs, rec.bytes, |i| {
+                self.settle_slice(&rec.tenant, n, rec.bytes, |i| {
                     if i < n - discarded {
                         Settled::Written
                     } else {
@@ -488,21 +481,20 @@ impl<K: Ord + Clone, I> Engine<K, I> {
                 self.timers.insert(key, Timer::Backoff(rec.tenant.clone()));
                 let t = self.tenants.get_mut(&rec.tenant).expect("tenant in flight");
                 t.phase = Phase::BackingOff(key);
-                t.retry = Some(Retry {
+                t.retry = Some(Box::new(Retry {
                     id: write.id,
                     items: write.items,
-                    seqs: rec.seqs,
                     bytes: rec.bytes,
                     attempts: rec.attempt,
                     first_started: rec.first_started,
-                });
+                }));
             }
             Next::Dropped => {
-                self.settle_slice(&rec.tenant, &rec.seqs, rec.bytes, |_| Settled::Dropped);
+                self.settle_slice(&rec.tenant, n, rec.bytes, |_| Settled::Dropped);
                 self.schedule_after_write(rec.tenant);
             }
             Next::Lost => {
-                self.settle_slice(&rec.tenant, &rec.seqs, rec.bytes, |_| Settled::Lost);
+                self.settle_slice(&rec.tenant, n, rec.bytes, |_| Settled::Lost);
                 self.schedule_after_write(rec.tenant);
             }
         }
@@ -523,8 +515,8 @@ impl<K: Ord + Clone, I> Engine<K, I> {
             return true;
         }
         self.counters.failed_attempts += 1;
-        self.count_lost(&rec.tenant, LostReason::JoinFailed, rec.seqs.len() as u64);
-        self.settle_slice(&rec.tenant, &rec.seqs, rec.bytes, |_| Settled::Lost);
+        self.count_lost(&rec.tenant, LostReason::JoinFailed, rec.len as u64);
+        self.settle_slice(&rec.tenant, rec.len, rec.bytes, |_| Settled::Lost);
         self.schedule_after_write(rec.tenant);
         true
     }
@@ -616,7 +608,7 @@ impl<K: Ord + Clone, I> Engine<K, I> {
         }
         let held = self.give_up_all(LostReason::Abandoned);
         self.close();
-        held.into_iter().map(|(_, k, v)| (k, v)).collect()
+        held.into_iter().map(|(k, _, v)| (k, v)).collect()
     }
 
     // ----- outputs ------------------------------------------------------
@@ -700,18 +692,20 @@ impl<K: Ord + Clone, I> Engine<K, I> {
     /// Places an idle tenant that may have waiting items: ready, lingering,
     /// or forgotten when empty.
     fn schedule(&mut self, tenant: K) {
-        let t = &self.tenants[&tenant];
+        let t = self.tenants.get_mut(&tenant).expect("tenant exists");
         debug_assert_eq!(t.phase, Phase::Idle);
-        let Some(&front) = t.seqs.front() else {
+        if t.items.is_empty() {
             if t.is_empty() {
                 self.tenants.remove(&tenant);
             }
             return;
-        };
+        }
+        self.waits.touch(&mut t.seen, t.pending as u64);
         let linger_until = t.waiting_since + self.config.linger;
+        let t = &self.tenants[&tenant];
         let send_now = self.config.linger.is_zero()
             || self.life != Life::Open
-            || front < self.flush_floor
+            || self.waits.hurried(&t.seen)
             || linger_until <= self.now
             || self.batch_full(&tenant);
         if send_now {
@@ -747,7 +741,6 @@ impl<K: Ord + Clone, I> Engine<K, I> {
     /// A flush or shutdown sends lingering batches at once (S-A3, S-A4), in
     /// the order their lingers would have ended.
     fn release_lingering(&mut self) {
-        self.flush_floor = self.next_seq;
         for (_, tenant) in mem::take(&mut self.lingering) {
             self.make_ready(tenant);
         }
@@ -777,20 +770,19 @@ impl<K: Ord + Clone, I> Engine<K, I> {
 
     /// Items of a slice left the pending state (their counters are already
     /// moved): release pending counts and tell the waits.
-    fn settle_slice(
-        &mut self,
-        tenant: &K,
-        seqs: &[u64],
-        bytes: u64,
-        how: impl Fn(usize) -> Settled,
-    ) {
-        let n = seqs.len();
+    /// The tenant's `n` oldest pending items (weighing `bytes`) left the
+    /// pending state, their counters already moved: release the pending
+    /// counts and tell the waits.
+    fn settle_slice(&mut self, tenant: &K, n: usize, bytes: u64, how: impl Fn(usize) -> Settled) {
         self.counters.pending -= n as u64;
         self.pending_bytes -= bytes;
-        if let Some(t) = self.tenants.get_mut(tenant) {
-            t.pending -= n;
-        }
-        for id in self.waits.settle(seqs, how) {
+        let t = self
+            .tenants
+            .get_mut(tenant)
+            .expect("a settling tenant exists");
+        self.waits.touch(&mut t.seen, t.pending as u64);
+        t.pending -= n;
+        for id in self.waits.settle(&mut t.seen, n, how) {
             self.answer_wait(id);
         }
     }
@@ -803,9 +795,7 @@ impl<K: Ord + Clone, I> Engine<K, I> {
 
     fn open_wait(&mut self, id: WaitId, kind: WaitKind, deadline: Time) {
         let key = self.timer_key(deadline);
-        let done = self
-            .waits
-            .open(id, kind, self.next_seq, self.counters.pending, key);
+        let done = self.waits.open(id, kind, self.counters.pending, key);
         if done {
             self.answer_wait(id);
         } else {
@@ -852,12 +842,13 @@ impl<K: Ord + Clone, I> Engine<K, I> {
     /// retry slices and backlogs are taken out. The items taken out go to a
     /// shutdown still to be answered (its dead letters), or are returned as
     /// (first seq, tenant, items) when there is none.
-    fn give_up_all(&mut self, reason: LostReason) -> Vec<(u64, K, Vec<I>)> {
+    fn give_up_all(&mut self, reason: LostReason) -> Vec<(K, u8, Vec<I>)> {
         let mut held = Vec::new();
-        let mut settle: Vec<(K, Vec<u64>, u64)> = Vec::new();
+        // Per tenant, oldest first: in flight, then retry, then backlog.
+        let mut settle: Vec<(K, usize, u64)> = Vec::new();
         for rec in self.in_flight.values_mut().filter(|r| !r.given_up) {
             rec.given_up = true;
-            settle.push((rec.tenant.clone(), mem::take(&mut rec.seqs), rec.bytes));
+            settle.push((rec.tenant.clone(), rec.len, rec.bytes));
         }
         if !settle.is_empty() {
             self.events.push_back(Event::CancelInFlight);
@@ -876,13 +867,12 @@ impl<K: Ord + Clone, I> Engine<K, I> {
                 t.phase = Phase::Idle;
             }
             if let Some(r) = t.retry.take() {
-                held.push((r.seqs[0], tenant.clone(), r.items));
-                settle.push((tenant.clone(), r.seqs, r.bytes));
+                settle.push((tenant.clone(), r.items.len(), r.bytes));
+                held.push((tenant.clone(), 1, r.items));
             }
             if !t.items.is_empty() {
-                let seqs: Vec<u64> = t.seqs.drain(..).collect();
-                held.push((seqs[0], tenant.clone(), t.items.drain(..).collect()));
-                settle.push((tenant.clone(), seqs, mem::take(&mut t.bytes)));
+                settle.push((tenant.clone(), t.items.len(), mem::take(&mut t.bytes)));
+                held.push((tenant.clone(), 2, t.items.drain(..).collect()));
             }
         }
         self.ready.clear();
@@ -890,9 +880,9 @@ impl<K: Ord + Clone, I> Engine<K, I> {
         if let Some(sd) = self.shutdown.as_mut().filter(|sd| !sd.reported) {
             sd.unwritten.append(&mut held);
         }
-        for (tenant, seqs, bytes) in settle {
-            self.count_lost(&tenant, reason, seqs.len() as u64);
-            self.settle_slice(&tenant, &seqs, bytes, |_| Settled::Lost);
+        for (tenant, n, bytes) in settle {
+            self.count_lost(&tenant, reason, n as u64);
+            self.settle_slice(&tenant, n, bytes, |_| Settled::Lost);
         }
         self.tenants.retain(|_, t| !t.is_empty());
         held
@@ -900,9 +890,9 @@ impl<K: Ord + Clone, I> Engine<K, I> {
 
     /// Files items that came back from a given-up write: dead letters of a
     /// shutdown still to be answered, else discarded (already counted lost).
-    fn dead_letter(&mut self, first_seq: u64, tenant: K, items: Vec<I>) {
+    fn dead_letter(&mut self, tenant: K, rank: u8, items: Vec<I>) {
         if let Some(sd) = self.shutdown.as_mut().filter(|sd| !sd.reported) {
-            sd.unwritten.push((first_seq, tenant, items));
+            sd.unwritten.push((tenant, rank, items));
         }
     }
 
@@ -921,7 +911,7 @@ impl<K: Ord + Clone, I> Engine<K, I> {
         sd.settled = None;
         sd.reported = true;
         let mut unwritten = mem::take(&mut sd.unwritten);
-        unwritten.sort_by_key(|(seq, _, _)| *seq);
+        unwritten.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
         let first = sd.first;
         let joined = mem::take(&mut sd.joined);
         self.events.push_back(Event::ShutdownDone {
@@ -929,7 +919,7 @@ impl<K: Ord + Clone, I> Engine<K, I> {
             report: ShutdownReport {
                 report,
                 first: true,
-                unwritten: unwritten.into_iter().map(|(_, k, v)| (k, v)).collect(),
+                unwritten: unwritten.into_iter().map(|(k, _, v)| (k, v)).collect(),
             },
         });
         for id in joined {
