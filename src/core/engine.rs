@@ -1,14 +1,16 @@
 //! The engine: every batching, retry, drop, loss, flush and shutdown
 //! decision, as a sans-IO state machine (SPEC S-C1).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
+use std::hash::{BuildHasherDefault, DefaultHasher, Hash};
 use std::mem;
 
 use super::accounting::{Counters, DropReason, LostReason};
-use super::backlog::{Phase, Retry, Tenant, TimerKey};
+use super::backlog::{Phase, Retry, Tenant};
 use super::backoff::Backoff;
 use super::config::{Config, ConfigError, ErrorPolicy};
+use super::schedule::{Due, Schedule};
 use super::time::Time;
 use super::wait::{Settled, WaitKind, Waits};
 use super::write::{Event, Failure, Next, Outcome, Report, ShutdownReport, WaitId, Write, WriteId};
@@ -85,12 +87,9 @@ struct Shutdown<K, I> {
     reported: bool,
 }
 
-/// A timer that is not a tenant's linger.
-#[derive(Clone, Debug)]
-enum Timer<K> {
-    Backoff(K),
-    Deadline(WaitId),
-}
+/// The tenant map's hasher: SipHash with fixed keys. Lookups only; nothing
+/// ever iterates the map to decide anything (S-C1), so its order is moot.
+type Tenants<K, I> = HashMap<K, Tenant<I>, BuildHasherDefault<DefaultHasher>>;
 
 /// The outbox engine: a deterministic, sans-IO state machine (S-C1).
 ///
@@ -122,14 +121,8 @@ pub struct Engine<K, I> {
     life: Life,
     counters: Counters,
     pending_bytes: u64,
-    tenants: BTreeMap<K, Tenant<I>>,
-    /// Tenants ready to write, in the order they became ready (S-B1).
-    ready: VecDeque<K>,
-    /// Lingering tenants by deadline (S-A3), apart so a flush can release
-    /// them without looking at backoffs.
-    lingering: BTreeMap<TimerKey, K>,
-    timers: BTreeMap<TimerKey, Timer<K>>,
-    timer_seq: u64,
+    tenants: Tenants<K, I>,
+    sched: Schedule<K>,
     in_flight: BTreeMap<WriteId, InFlight<K>>,
     next_write: u64,
     waits: Waits,
@@ -144,13 +137,12 @@ impl<K: fmt::Debug, I> fmt::Debug for Engine<K, I> {
             .field("life", &self.life)
             .field("counters", &self.counters)
             .field("tenants", &self.tenants.len())
-            .field("ready", &self.ready.len())
             .field("in_flight", &self.in_flight.len())
             .finish_non_exhaustive()
     }
 }
 
-impl<K: Ord + Clone, I> Engine<K, I> {
+impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// An engine whose items are not weighed.
     ///
     /// # Errors
@@ -198,11 +190,8 @@ impl<K: Ord + Clone, I> Engine<K, I> {
             life: Life::Open,
             counters: Counters::default(),
             pending_bytes: 0,
-            tenants: BTreeMap::new(),
-            ready: VecDeque::new(),
-            lingering: BTreeMap::new(),
-            timers: BTreeMap::new(),
-            timer_seq: 0,
+            tenants: Tenants::default(),
+            sched: Schedule::default(),
             in_flight: BTreeMap::new(),
             next_write: 1,
             waits: Waits::default(),
@@ -309,9 +298,16 @@ impl<K: Ord + Clone, I> Engine<K, I> {
         self.counters.pending += 1;
         self.pending_bytes += weight;
         let now = self.now;
-        let waits = &self.waits;
-        let t = self
-            .tenants
+        // One lookup: the fields are borrowed apart.
+        let Engine {
+            tenants,
+            waits,
+            sched,
+            config,
+            life,
+            ..
+        } = self;
+        let t = tenants
             .entry(tenant.clone())
             .or_insert_with(|| Tenant::new(now, waits.fresh()));
         // The new item comes after every open wait (S-A4).
@@ -322,12 +318,14 @@ impl<K: Ord + Clone, I> Engine<K, I> {
         t.items.push_back(item);
         t.bytes += weight;
         t.pending += 1;
-        let phase = t.phase;
-        match phase {
-            Phase::Idle => self.schedule(tenant),
-            Phase::Lingering(key) if self.batch_full(&tenant) => {
-                self.lingering.remove(&key);
-                self.make_ready(tenant);
+        match t.phase {
+            Phase::Idle => {
+                let hurry = *life != Life::Open || waits.hurried(&t.seen);
+                place(tenant, t, config, now, hurry, sched);
+            }
+            Phase::Lingering(_) if batch_full(t, config) => {
+                sched.unschedule(&mut t.phase);
+                sched.ready(tenant, &mut t.phase);
             }
             _ => {}
         }
@@ -342,7 +340,7 @@ impl<K: Ord + Clone, I> Engine<K, I> {
         if self.life == Life::Closed || self.in_flight.len() >= self.config.concurrency {
             return None;
         }
-        let tenant = self.ready.pop_front()?;
+        let tenant = self.sched.pop_ready()?;
         let now = self.now;
         let id;
         let t = self.tenants.get_mut(&tenant).expect("ready tenant exists");
@@ -477,10 +475,8 @@ impl<K: Ord + Clone, I> Engine<K, I> {
         });
         match next {
             Next::RetryIn(wait) => {
-                let key = self.timer_key(now + wait);
-                self.timers.insert(key, Timer::Backoff(rec.tenant.clone()));
                 let t = self.tenants.get_mut(&rec.tenant).expect("tenant in flight");
-                t.phase = Phase::BackingOff(key);
+                self.sched.backoff(rec.tenant, &mut t.phase, now + wait);
                 t.retry = Some(Box::new(Retry {
                     id: write.id,
                     items: write.items,
@@ -570,9 +566,8 @@ impl<K: Ord + Clone, I> Engine<K, I> {
                 let first = sd.first;
                 if let Some(old) = self.waits.deadline_key(first) {
                     if deadline < old.0 {
-                        self.timers.remove(&old);
-                        let key = self.timer_key(deadline);
-                        self.timers.insert(key, Timer::Deadline(first));
+                        self.sched.cancel_deadline(old);
+                        let key = self.sched.deadline(first, deadline);
                         self.waits.set_deadline_key(first, key);
                         self.advance(self.now);
                     }
@@ -621,12 +616,7 @@ impl<K: Ord + Clone, I> Engine<K, I> {
     /// When the next timer falls due (linger, backoff, deadline), if any.
     /// The driver calls [`handle_timeout`](Self::handle_timeout) then.
     pub fn poll_timeout(&self) -> Option<Time> {
-        let a = self.lingering.keys().next().map(|k| k.0);
-        let b = self.timers.keys().next().map(|k| k.0);
-        match (a, b) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.sched.next_timeout()
     }
 
     // ----- time ---------------------------------------------------------
@@ -635,45 +625,20 @@ impl<K: Ord + Clone, I> Engine<K, I> {
     /// (instant, arming order) (S-W17).
     fn advance(&mut self, now: Time) {
         self.now = self.now.max(now);
-        loop {
-            let linger = self.lingering.keys().next().copied();
-            let timer = self.timers.keys().next().copied();
-            let due = |k: Option<TimerKey>| k.filter(|k| k.0 <= self.now);
-            match (due(linger), due(timer)) {
-                (Some(l), Some(t)) if l < t => self.fire_linger(l),
-                (Some(l), None) => self.fire_linger(l),
-                (_, Some(t)) => {
-                    let timer = self.timers.remove(&t).expect("key just seen");
-                    self.fire(timer);
-                }
-                (None, None) => return,
-            }
-        }
-    }
-
-    fn fire_linger(&mut self, key: TimerKey) {
-        let tenant = self.lingering.remove(&key).expect("key just seen");
-        self.make_ready(tenant);
-    }
-
-    fn fire(&mut self, timer: Timer<K>) {
-        match timer {
-            Timer::Backoff(tenant) => self.make_ready(tenant),
-            Timer::Deadline(id) => {
-                if self.shutdown.as_ref().is_some_and(|sd| sd.first == id) {
-                    self.waits.mark_deadline_passed(id);
-                    self.give_up_all(LostReason::Deadline);
-                    self.close();
-                } else if let Some(report) = self.waits.expire(id) {
-                    self.events.push_back(Event::WaitDone { id, report });
+        while let Some(due) = self.sched.pop_due(self.now) {
+            match due {
+                Due::Tenant(tenant) => self.make_ready(tenant),
+                Due::Deadline(id) => {
+                    if self.shutdown.as_ref().is_some_and(|sd| sd.first == id) {
+                        self.waits.mark_deadline_passed(id);
+                        self.give_up_all(LostReason::Deadline);
+                        self.close();
+                    } else if let Some(report) = self.waits.expire(id) {
+                        self.events.push_back(Event::WaitDone { id, report });
+                    }
                 }
             }
         }
-    }
-
-    fn timer_key(&mut self, at: Time) -> TimerKey {
-        self.timer_seq += 1;
-        (at, self.timer_seq)
     }
 
     // ----- scheduling ---------------------------------------------------
@@ -682,66 +647,38 @@ impl<K: Ord + Clone, I> Engine<K, I> {
         self.weigher.as_ref().map_or(0, |w| w(item))
     }
 
-    /// Whether the tenant's waiting backlog fills a batch (S-A3).
-    fn batch_full(&self, tenant: &K) -> bool {
-        let t = &self.tenants[tenant];
-        self.config.max_batch.is_some_and(|m| t.items.len() >= m)
-            || self.config.max_batch_bytes.is_some_and(|m| t.bytes >= m)
+    /// A tenant whose linger or backoff ended.
+    fn make_ready(&mut self, tenant: K) {
+        let t = self
+            .tenants
+            .get_mut(&tenant)
+            .expect("a timed tenant exists");
+        self.sched.ready(tenant, &mut t.phase);
     }
 
-    /// Places an idle tenant that may have waiting items: ready, lingering,
-    /// or forgotten when empty.
-    fn schedule(&mut self, tenant: K) {
-        let t = self.tenants.get_mut(&tenant).expect("tenant exists");
-        debug_assert_eq!(t.phase, Phase::Idle);
-        if t.items.is_empty() {
+    /// After a write settled (not retried), the tenant's next step.
+    fn schedule_after_write(&mut self, tenant: K) {
+        let Some(t) = self.tenants.get_mut(&tenant) else {
+            return;
+        };
+        t.phase = Phase::Idle;
+        if t.items.is_empty() || self.life == Life::Closed {
+            // Nothing waits, or given up already and nothing may start (I8).
             if t.is_empty() {
                 self.tenants.remove(&tenant);
             }
             return;
         }
         self.waits.touch(&mut t.seen, t.pending as u64);
-        let linger_until = t.waiting_since + self.config.linger;
-        let t = &self.tenants[&tenant];
-        let send_now = self.config.linger.is_zero()
-            || self.life != Life::Open
-            || self.waits.hurried(&t.seen)
-            || linger_until <= self.now
-            || self.batch_full(&tenant);
-        if send_now {
-            self.make_ready(tenant);
-        } else {
-            let key = self.timer_key(linger_until);
-            self.tenants.get_mut(&tenant).expect("tenant exists").phase = Phase::Lingering(key);
-            self.lingering.insert(key, tenant);
-        }
-    }
-
-    fn make_ready(&mut self, tenant: K) {
-        let t = self.tenants.get_mut(&tenant).expect("tenant exists");
-        t.phase = Phase::Ready;
-        self.ready.push_back(tenant);
-    }
-
-    /// After a write settled (not retried), the tenant's next step.
-    fn schedule_after_write(&mut self, tenant: K) {
-        if let Some(t) = self.tenants.get_mut(&tenant) {
-            t.phase = Phase::Idle;
-            if self.life == Life::Closed {
-                // Given up already; nothing may start (I8).
-                if t.is_empty() {
-                    self.tenants.remove(&tenant);
-                }
-                return;
-            }
-            self.schedule(tenant);
-        }
+        let hurry = self.life != Life::Open || self.waits.hurried(&t.seen);
+        place(tenant, t, &self.config, self.now, hurry, &mut self.sched);
     }
 
     /// A flush or shutdown sends lingering batches at once (S-A3, S-A4), in
     /// the order their lingers would have ended.
     fn release_lingering(&mut self) {
-        for (_, tenant) in mem::take(&mut self.lingering) {
+        let lingering: Vec<K> = self.sched.take_lingering().collect();
+        for tenant in lingering {
             self.make_ready(tenant);
         }
     }
@@ -794,12 +731,11 @@ impl<K: Ord + Clone, I> Engine<K, I> {
     }
 
     fn open_wait(&mut self, id: WaitId, kind: WaitKind, deadline: Time) {
-        let key = self.timer_key(deadline);
+        let key = self.sched.deadline(id, deadline);
         let done = self.waits.open(id, kind, self.counters.pending, key);
         if done {
             self.answer_wait(id);
         } else {
-            self.timers.insert(key, Timer::Deadline(id));
             // A deadline already past fires now.
             self.advance(self.now);
         }
@@ -810,7 +746,7 @@ impl<K: Ord + Clone, I> Engine<K, I> {
         let Some((report, key)) = self.waits.take(id) else {
             return;
         };
-        self.timers.remove(&key);
+        self.sched.cancel_deadline(key);
         if self.shutdown.as_ref().is_some_and(|sd| sd.first == id) {
             self.close();
             self.shutdown.as_mut().expect("checked").settled = Some(report);
@@ -834,7 +770,7 @@ impl<K: Ord + Clone, I> Engine<K, I> {
     /// Closes the engine: no write starts from now on (I8).
     fn close(&mut self) {
         self.life = Life::Closed;
-        self.ready.clear();
+        self.sched.clear_ready();
     }
 
     /// Gives up every pending item for `reason` (S-W9 deadline, S-A7):
@@ -853,17 +789,13 @@ impl<K: Ord + Clone, I> Engine<K, I> {
         if !settle.is_empty() {
             self.events.push_back(Event::CancelInFlight);
         }
-        for (tenant, t) in self.tenants.iter_mut() {
-            match t.phase {
-                Phase::Lingering(key) => {
-                    self.lingering.remove(&key);
-                }
-                Phase::BackingOff(key) => {
-                    self.timers.remove(&key);
-                }
-                _ => {}
-            }
-            if !matches!(t.phase, Phase::InFlight(_)) {
+        // Tenant by tenant in key order, so the run is reproducible (S-C1).
+        let mut keys: Vec<K> = self.tenants.keys().cloned().collect();
+        keys.sort_unstable();
+        for tenant in keys {
+            let t = self.tenants.get_mut(&tenant).expect("key just listed");
+            self.sched.unschedule(&mut t.phase);
+            if t.phase == Phase::Ready {
                 t.phase = Phase::Idle;
             }
             if let Some(r) = t.retry.take() {
@@ -875,7 +807,7 @@ impl<K: Ord + Clone, I> Engine<K, I> {
                 held.push((tenant.clone(), 2, t.items.drain(..).collect()));
             }
         }
-        self.ready.clear();
+        self.sched.clear_ready();
         // Dead letters are filed before settling, which may answer the shutdown.
         if let Some(sd) = self.shutdown.as_mut().filter(|sd| !sd.reported) {
             sd.unwritten.append(&mut held);
@@ -935,5 +867,32 @@ impl<K: Ord + Clone, I> Engine<K, I> {
                 },
             });
         }
+    }
+}
+
+/// Whether the tenant's waiting backlog fills a batch (S-A3).
+fn batch_full<I>(t: &Tenant<I>, config: &Config) -> bool {
+    config.max_batch.is_some_and(|m| t.items.len() >= m)
+        || config.max_batch_bytes.is_some_and(|m| t.bytes >= m)
+}
+
+/// Places an idle tenant with waiting items (S-A3): ready at once when
+/// there is no linger, the batch is full, its linger has run out, or a
+/// flush or shutdown is waiting for its items (`hurry`); else lingering
+/// until `linger` after its oldest waiting item.
+fn place<K, I>(
+    tenant: K,
+    t: &mut Tenant<I>,
+    config: &Config,
+    now: Time,
+    hurry: bool,
+    sched: &mut Schedule<K>,
+) {
+    debug_assert!(t.phase == Phase::Idle && !t.items.is_empty());
+    let until = t.waiting_since + config.linger;
+    if hurry || config.linger.is_zero() || until <= now || batch_full(t, config) {
+        sched.ready(tenant, &mut t.phase);
+    } else {
+        sched.linger(tenant, &mut t.phase, until);
     }
 }
