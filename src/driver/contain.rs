@@ -103,7 +103,10 @@ mod tests {
         assert!(futures_poll_once(c.as_mut()).is_pending());
         drop(c); // must not unwind
         assert_eq!(call(|| 1), Ok(1));
-        assert_eq!(call(|| -> u8 { std::panic::panic_any(PanicOnDrop) }), Err(Panicked));
+        assert_eq!(
+            call(|| -> u8 { std::panic::panic_any(PanicOnDrop) }),
+            Err(Panicked)
+        );
     }
 
     fn futures_poll_once<F: Future>(f: Pin<&mut F>) -> Poll<F::Output> {

@@ -13,10 +13,10 @@ use super::contain;
 use super::shared::{Shared, Waiter};
 use super::writer::Writer;
 use crate::core::{
-    Config, ConfigError, Counters, Engine, Report, ShutdownReport, Staged, Time, WaitId,
+    Config, ConfigError, Counters, Engine, Report, ShutdownReport, Staged, Time, WaitId, Weigher,
 };
 use crate::sink::Sink;
-use crate::telemetry::Telemetry;
+use crate::telemetry;
 use crate::TenantId;
 
 /// The default deadline of the shutdown that starts when every handle is
@@ -71,7 +71,7 @@ impl From<ConfigError> for BuildError {
 pub struct OutboxBuilder<S: Sink> {
     sink: S,
     config: Config,
-    weigher: Option<Box<dyn Fn(&S::Item) -> u64 + Send + Sync>>,
+    weigher: Option<Weigher<S::Item>>,
     drop_deadline: Duration,
     runtime: Option<Handle>,
 }
@@ -147,9 +147,9 @@ impl<S: Sink> OutboxBuilder<S> {
             None => Engine::new(self.config)?,
         };
         let sink = Arc::new(self.sink);
-        let telemetry = Telemetry::new(sink.name());
-        let shared = Arc::new(Shared::new(engine, sink, runtime));
-        let writer = Writer::new(Arc::clone(&shared), telemetry, self.drop_deadline);
+        let (export, log) = telemetry::register(sink.name());
+        let shared = Arc::new(Shared::new(engine, export, sink, runtime));
+        let writer = Writer::new(Arc::clone(&shared), log, self.drop_deadline);
         drop(shared.runtime().spawn(writer.run()));
         Ok(Outbox {
             handle: Arc::new(HandleRef { shared }),
@@ -235,7 +235,7 @@ impl<S: Sink> Outbox<S> {
     pub fn stage(&self, tenant: TenantId, item: S::Item) -> Staged {
         let shared = self.shared();
         let now = shared.now();
-        let staged = shared.lock().engine.stage(now, tenant, item);
+        let staged = shared.input(|st| st.engine.stage(now, tenant, item));
         shared.wake();
         staged
     }
@@ -274,7 +274,9 @@ impl<S: Sink> Outbox<S> {
     /// future does. A runtime that is gone answers at once with the
     /// deadline passed.
     pub fn flush(&self, timeout: Duration) -> Answer<Report> {
-        self.wait(Waiter::Report, |engine, now| engine.flush(now, now + timeout))
+        self.wait(Waiter::Report, |engine, now| {
+            engine.flush(now, now + timeout)
+        })
     }
 
     /// Waits until everything staged before this call is settled, or
@@ -284,7 +286,9 @@ impl<S: Sink> Outbox<S> {
     ///
     /// Takes effect at the call; see [`Answer`] for cancellation.
     pub fn settle(&self, timeout: Duration) -> Answer<Report> {
-        self.wait(Waiter::Report, |engine, now| engine.settle(now, now + timeout))
+        self.wait(Waiter::Report, |engine, now| {
+            engine.settle(now, now + timeout)
+        })
     }
 
     /// Shuts the outbox down (S-W9, S-B6). The fence goes up during this
@@ -318,7 +322,7 @@ impl<S: Sink> Outbox<S> {
     pub fn abandon(&self) -> Vec<(TenantId, Vec<S::Item>)> {
         let shared = self.shared();
         let now = shared.now();
-        let held = shared.lock().engine.abandon(now);
+        let held = shared.input(|st| st.engine.abandon(now));
         shared.wake();
         held
     }
@@ -331,8 +335,7 @@ impl<S: Sink> Outbox<S> {
         let shared = self.shared();
         let (tx, rx) = oneshot::channel();
         let now = shared.now();
-        {
-            let mut st = shared.lock();
+        shared.input(|st| {
             let id = start(&mut st.engine, now);
             if st.writer_gone {
                 while st.engine.poll_event().is_some() {}
@@ -340,7 +343,7 @@ impl<S: Sink> Outbox<S> {
             } else {
                 st.waiters.insert(id, waiter(tx));
             }
-        }
+        });
         shared.wake();
         Answer::new(rx)
     }

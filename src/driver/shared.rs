@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use crate::core::{Engine, Report, ShutdownReport, Time, WaitId};
 use crate::sink::Sink;
+use crate::telemetry::Export;
 use crate::TenantId;
 
 /// A caller waiting for its answer.
@@ -31,6 +32,15 @@ pub(crate) struct State<I> {
     /// The writer task is gone (its runtime shut down): nobody will answer
     /// a new wait, so it is answered at once.
     pub(crate) writer_gone: bool,
+    /// The counters and the pending gauge, exported after every input.
+    export: Export,
+}
+
+impl<I> State<I> {
+    /// Exports the engine's counters (I3: after every step).
+    pub(crate) fn export(&mut self) {
+        self.export.export(self.engine.counters());
+    }
 }
 
 pub(crate) struct Shared<S: Sink> {
@@ -45,7 +55,12 @@ pub(crate) struct Shared<S: Sink> {
 }
 
 impl<S: Sink> Shared<S> {
-    pub(crate) fn new(engine: Engine<TenantId, S::Item>, sink: Arc<S>, runtime: Handle) -> Self {
+    pub(crate) fn new(
+        engine: Engine<TenantId, S::Item>,
+        export: Export,
+        sink: Arc<S>,
+        runtime: Handle,
+    ) -> Self {
         let origin = {
             let _in = runtime.enter();
             Instant::now()
@@ -56,12 +71,21 @@ impl<S: Sink> Shared<S> {
                 waiters: BTreeMap::new(),
                 handles_gone: false,
                 writer_gone: false,
+                export,
             }),
             wake: Notify::new(),
             sink,
             runtime,
             origin,
         }
+    }
+
+    /// Runs one engine input under the lock and exports the counters.
+    pub(crate) fn input<R>(&self, f: impl FnOnce(&mut State<S::Item>) -> R) -> R {
+        let mut st = self.lock();
+        let out = f(&mut st);
+        st.export();
+        out
     }
 
     /// Locks the state. The engine is never left half-changed by a panic

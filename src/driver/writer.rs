@@ -15,7 +15,7 @@ use super::shared::{Shared, Waiter};
 use super::task::{self as write_task, Finished};
 use crate::core::{Event, Report, ShutdownReport, Time, WaitId, Write, WriteId};
 use crate::sink::Sink;
-use crate::telemetry::Telemetry;
+use crate::telemetry::Log;
 use crate::TenantId;
 
 /// What one round of draining the engine found.
@@ -33,7 +33,7 @@ pub(crate) struct Writer<S: Sink> {
     running: BTreeMap<task::Id, WriteId>,
     /// Cancels the writes in flight when the engine says so.
     cancel: CancellationToken,
-    telemetry: Telemetry,
+    log: Log,
     /// The deadline of the shutdown that follows the last handle's drop.
     drop_deadline: Duration,
     /// Sink error texts of attempts joined but not yet logged.
@@ -59,13 +59,13 @@ impl<S: Sink> Drop for Gone<'_, S> {
 }
 
 impl<S: Sink> Writer<S> {
-    pub(crate) fn new(shared: Arc<Shared<S>>, telemetry: Telemetry, drop_deadline: Duration) -> Self {
+    pub(crate) fn new(shared: Arc<Shared<S>>, log: Log, drop_deadline: Duration) -> Self {
         Writer {
             shared,
             tasks: JoinSet::new(),
             running: BTreeMap::new(),
             cancel: CancellationToken::new(),
-            telemetry,
+            log,
             drop_deadline,
             errors: BTreeMap::new(),
         }
@@ -82,7 +82,7 @@ impl<S: Sink> Writer<S> {
         loop {
             let (timeout, done) = self.pump();
             if done {
-                tracing::debug!(outbox = self.telemetry.name(), "writer exits");
+                tracing::debug!(outbox = self.log.name(), "writer exits");
                 return;
             }
             if timeout != armed {
@@ -120,13 +120,14 @@ impl<S: Sink> Writer<S> {
                 if let Some(error) = finished.error {
                     self.errors.insert(finished.write.id, error);
                 }
-                let mut st = self.shared.lock();
-                if let Err(unknown) = st.engine.finish(now, finished.write, finished.outcome) {
-                    drop(st);
+                let finished = self
+                    .shared
+                    .input(|st| st.engine.finish(now, finished.write, finished.outcome));
+                if let Err(unknown) = finished {
                     // A driver bug: the engine hands the items back; they
                     // cannot be accounted anywhere else.
                     tracing::error!(
-                        outbox = self.telemetry.name(),
+                        outbox = self.log.name(),
                         write = %unknown.0.id,
                         "a finished write was not in flight"
                     );
@@ -137,12 +138,12 @@ impl<S: Sink> Writer<S> {
                     return;
                 };
                 tracing::error!(
-                    outbox = self.telemetry.name(),
+                    outbox = self.log.name(),
                     write = %id,
                     panicked = error.is_panic(),
                     "a write task ended without giving its items back; they are counted lost"
                 );
-                self.shared.lock().engine.finish_lost(now, id);
+                self.shared.input(|st| st.engine.finish_lost(now, id));
             }
         }
     }
@@ -157,14 +158,12 @@ impl<S: Sink> Writer<S> {
             events: Vec::new(),
             waiters: BTreeMap::new(),
         };
-        let (counters, timeout, closed, handles_gone) = {
-            let mut st = self.shared.lock();
-            let st = &mut *st;
+        let (timeout, closed, handles_gone) = self.shared.input(|st| {
             if st.handles_gone && !st.engine.is_shutting_down() {
                 // S-W16: the last handle is gone without a shutdown.
                 let _ = st.engine.shutdown(now, now + self.drop_deadline);
                 tracing::info!(
-                    outbox = self.telemetry.name(),
+                    outbox = self.log.name(),
                     deadline_ms = self.drop_deadline.as_millis() as u64,
                     "every handle dropped; draining before the writer exits"
                 );
@@ -182,12 +181,11 @@ impl<S: Sink> Writer<S> {
                 drained.events.push(event);
             }
             (
-                st.engine.counters().clone(),
                 st.engine.poll_timeout(),
                 st.engine.is_closed(),
                 st.handles_gone,
             )
-        };
+        });
         for write in drained.writes {
             self.spawn(write);
         }
@@ -195,7 +193,6 @@ impl<S: Sink> Writer<S> {
             self.act(event, &mut drained.waiters);
         }
         self.errors.clear();
-        self.telemetry.export(&counters);
         let done = handles_gone && closed && self.tasks.is_empty();
         (timeout, done)
     }
@@ -213,12 +210,16 @@ impl<S: Sink> Writer<S> {
         self.running.insert(task, id);
     }
 
-    fn act(&mut self, event: Event<TenantId, S::Item>, waiters: &mut BTreeMap<WaitId, Waiter<S::Item>>) {
+    fn act(
+        &mut self,
+        event: Event<TenantId, S::Item>,
+        waiters: &mut BTreeMap<WaitId, Waiter<S::Item>>,
+    ) {
         let error = match &event {
             Event::AttemptFailed { id, .. } => self.errors.get(id).map(String::as_str),
             _ => None,
         };
-        self.telemetry.event(&event, error);
+        self.log.event(&event, error);
         match event {
             Event::CancelInFlight => {
                 mem::replace(&mut self.cancel, CancellationToken::new()).cancel();
@@ -264,10 +265,15 @@ mod tests {
         let engine = Engine::new(Config::default()).unwrap();
         let shared = Arc::new(Shared::new(
             engine,
+            crate::telemetry::register("never").0,
             Arc::new(Never),
             tokio::runtime::Handle::current(),
         ));
-        let mut writer = Writer::new(Arc::clone(&shared), Telemetry::new("never"), Duration::ZERO);
+        let mut writer = Writer::new(
+            Arc::clone(&shared),
+            crate::telemetry::register("never").1,
+            Duration::ZERO,
+        );
         let t = TenantId::from_u128(1);
         let now = shared.now();
         assert_eq!(shared.lock().engine.stage(now, t, 7), Staged::Accepted);
