@@ -238,6 +238,7 @@ fn dropping_every_handle_with_a_hung_sink_gives_up_at_the_drop_deadline() {
         // Time passes only by the writer's own timer.
         let mut interval = tokio::time::interval(Duration::from_millis(100));
         while weak.strong_count() > 0 {
+            assert!(start.elapsed() < Duration::from_secs(60), "the writer never exited");
             interval.tick().await;
         }
         start.elapsed()
@@ -380,4 +381,119 @@ fn waits_after_the_runtime_is_gone_answer_at_once() {
     assert_eq!((r.pending, r.deadline_passed), (1, true));
     assert_eq!(o.stage(t(1), 2), Staged::Accepted);
     let _ = Arc::new(o);
+}
+
+/// Captures tracing events as (level, message, fields) on this thread.
+mod capture {
+    use std::fmt::Debug;
+    use std::sync::{Arc, Mutex};
+
+    use tracing::field::{Field, Visit};
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Level, Metadata, Subscriber};
+
+    #[derive(Clone, Debug, Default)]
+    pub struct Logged {
+        pub level: Option<Level>,
+        pub message: String,
+        pub fields: Vec<(String, String)>,
+    }
+
+    impl Logged {
+        pub fn field(&self, name: &str) -> Option<&str> {
+            self.fields
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str())
+        }
+    }
+
+    impl Visit for Logged {
+        fn record_str(&mut self, field: &Field, value: &str) {
+            self.fields.push((field.name().to_owned(), value.to_owned()));
+        }
+        fn record_debug(&mut self, field: &Field, value: &dyn Debug) {
+            let v = format!("{value:?}");
+            if field.name() == "message" {
+                self.message = v;
+            } else {
+                self.fields.push((field.name().to_owned(), v));
+            }
+        }
+    }
+
+    #[derive(Clone, Default)]
+    pub struct Capture(pub Arc<Mutex<Vec<Logged>>>);
+
+    impl Subscriber for Capture {
+        fn enabled(&self, _: &Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &Attributes<'_>) -> Id {
+            Id::from_u64(1)
+        }
+        fn record(&self, _: &Id, _: &Record<'_>) {}
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, event: &Event<'_>) {
+            let mut logged = Logged {
+                level: Some(*event.metadata().level()),
+                ..Logged::default()
+            };
+            event.record(&mut logged);
+            self.0.lock().unwrap().push(logged);
+        }
+        fn enter(&self, _: &Id) {}
+        fn exit(&self, _: &Id) {}
+    }
+}
+
+/// S-A6: drops and losses are logged for the first, then every 1,000th
+/// per reason, while the counters stay exact; failed attempts are logged
+/// with tenant, items, attempt, backoff and reason (S-W11).
+#[test]
+fn drops_are_logged_rate_limited_and_failures_with_their_context() {
+    let capture = capture::Capture::default();
+    let rt = Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let counters = tracing::subscriber::with_default(capture.clone(), || {
+        rt.block_on(async {
+            let sink = TestSink::new("logs");
+            sink.set(t(1), Act::Hang);
+            sink.script(t(2), [Act::Fail]);
+            let config = Config::builder().capacity(2).build().unwrap();
+            let o = Outbox::new(sink.clone(), config).unwrap();
+            let _ = o.stage(t(2), 0);
+            assert_eq!(o.settle(Duration::from_secs(1)).await.pending, 0);
+            assert_eq!(sink.attempts_of(t(2)).len(), 2);
+            for i in 1..=2_502 {
+                let _ = o.stage(t(1), i);
+            }
+            let _ = o.settle(Duration::ZERO).await;
+            o.counters()
+        })
+    });
+    let logs = capture.0.lock().unwrap().clone();
+    let dropped: Vec<_> = logs
+        .iter()
+        .filter(|l| l.message.contains("items dropped"))
+        .collect();
+    // 2,500 drops: logged at the 1st, 1,000th and 2,000th.
+    assert_eq!(counters.dropped_total(), 2_500);
+    assert_eq!(dropped.len(), 3, "{dropped:?}");
+    assert!(dropped.iter().all(|l| l.field("reason") == Some("buffer_full")));
+    let failed: Vec<_> = logs
+        .iter()
+        .filter(|l| l.message.contains("write attempt failed"))
+        .collect();
+    assert_eq!(failed.len(), 1);
+    let f = failed[0];
+    assert_eq!(f.level, Some(tracing::Level::WARN));
+    assert_eq!(f.field("tenant"), Some(t(2).to_string().as_str()));
+    assert_eq!(f.field("items"), Some("1"));
+    assert_eq!(f.field("attempt"), Some("1"));
+    assert_eq!(f.field("backoff_ms"), Some("50.0"));
+    assert!(f.field("error").is_some_and(|e| e.contains("failing")), "{f:?}");
 }

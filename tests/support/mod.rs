@@ -170,11 +170,18 @@ impl TestSink {
     }
 
     /// Waits (on sink activity, not on time) until `cond` holds.
+    /// Fails (rather than hangs) if nothing satisfies it within an hour
+    /// of virtual time.
     pub async fn until(&self, mut cond: impl FnMut(&TestSink) -> bool) {
         let mut rx = self.0.changed.subscribe();
-        while !cond(self) {
-            rx.changed().await.expect("sender lives in self");
-        }
+        let wait = async {
+            while !cond(self) {
+                rx.changed().await.expect("sender lives in self");
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(3600), wait)
+            .await
+            .expect("the sink never reached the awaited state");
     }
 
     /// Waits until `tenant` has seen `n` attempts.
