@@ -238,7 +238,10 @@ fn dropping_every_handle_with_a_hung_sink_gives_up_at_the_drop_deadline() {
         // Time passes only by the writer's own timer.
         let mut interval = tokio::time::interval(Duration::from_millis(100));
         while weak.strong_count() > 0 {
-            assert!(start.elapsed() < Duration::from_secs(60), "the writer never exited");
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "the writer never exited"
+            );
             interval.tick().await;
         }
         start.elapsed()
@@ -410,7 +413,8 @@ mod capture {
 
     impl Visit for Logged {
         fn record_str(&mut self, field: &Field, value: &str) {
-            self.fields.push((field.name().to_owned(), value.to_owned()));
+            self.fields
+                .push((field.name().to_owned(), value.to_owned()));
         }
         fn record_debug(&mut self, field: &Field, value: &dyn Debug) {
             let v = format!("{value:?}");
@@ -483,7 +487,9 @@ fn drops_are_logged_rate_limited_and_failures_with_their_context() {
     // 2,500 drops: logged at the 1st, 1,000th and 2,000th.
     assert_eq!(counters.dropped_total(), 2_500);
     assert_eq!(dropped.len(), 3, "{dropped:?}");
-    assert!(dropped.iter().all(|l| l.field("reason") == Some("buffer_full")));
+    assert!(dropped
+        .iter()
+        .all(|l| l.field("reason") == Some("buffer_full")));
     let failed: Vec<_> = logs
         .iter()
         .filter(|l| l.message.contains("write attempt failed"))
@@ -495,5 +501,8 @@ fn drops_are_logged_rate_limited_and_failures_with_their_context() {
     assert_eq!(f.field("items"), Some("1"));
     assert_eq!(f.field("attempt"), Some("1"));
     assert_eq!(f.field("backoff_ms"), Some("50.0"));
-    assert!(f.field("error").is_some_and(|e| e.contains("failing")), "{f:?}");
+    assert!(
+        f.field("error").is_some_and(|e| e.contains("failing")),
+        "{f:?}"
+    );
 }
