@@ -506,3 +506,26 @@ fn drops_are_logged_rate_limited_and_failures_with_their_context() {
         "{f:?}"
     );
 }
+
+/// A runtime dropped before the writer ever ran leaves nobody waiting.
+#[test]
+fn a_writer_dropped_unpolled_still_answers_waits() {
+    let rt = current_thread();
+    let o =
+        rt.block_on(async { Outbox::new(TestSink::new("unpolled"), Config::default()).unwrap() });
+    let _ = o.stage(t(1), 1);
+    let waiting = o.shutdown(Duration::from_secs(3600));
+    drop(rt);
+    let r = current_thread().block_on(waiting);
+    assert!(!r.first && r.report.deadline_passed);
+    assert_eq!(r.report.pending, 1);
+}
+
+#[test]
+fn the_handle_and_answers_are_send_sync_and_clone() {
+    fn send_sync_clone<T: Send + Sync + Clone + 'static>() {}
+    fn send<T: Send + 'static>() {}
+    send_sync_clone::<Outbox<TestSink>>();
+    send::<outbox::Answer<Report>>();
+    send::<outbox::Answer<outbox::ShutdownReport<outbox::TenantId, u32>>>();
+}

@@ -42,9 +42,9 @@ pub(crate) struct Writer<S: Sink> {
 
 /// Marks the writer gone when its task ends or is dropped with its
 /// runtime, answering every caller still waiting so none waits forever.
-struct Gone<'a, S: Sink>(&'a Shared<S>);
+struct Gone<S: Sink>(Arc<Shared<S>>);
 
-impl<S: Sink> Drop for Gone<'_, S> {
+impl<S: Sink> Drop for Gone<S> {
     fn drop(&mut self) {
         let mut st = self.0.lock();
         st.writer_gone = true;
@@ -73,9 +73,20 @@ impl<S: Sink> Writer<S> {
 
     /// Runs until every handle is gone and the engine is closed with no
     /// write left in flight (S-W16).
-    pub(crate) async fn run(mut self) {
+    ///
+    /// The guard that answers waiting callers is taken before the future
+    /// is first polled, so a runtime that drops the task unpolled leaves
+    /// nobody waiting either.
+    pub(crate) fn run(self) -> impl std::future::Future<Output = ()> + Send {
+        let gone = Gone(Arc::clone(&self.shared));
+        async move {
+            let _gone = gone;
+            self.work().await;
+        }
+    }
+
+    async fn work(mut self) {
         let shared = Arc::clone(&self.shared);
-        let _gone = Gone(&shared);
         let sleep = tokio::time::sleep(Duration::ZERO);
         tokio::pin!(sleep);
         let mut armed: Option<Time> = None;
