@@ -4,7 +4,6 @@
 
 mod support;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use outbox::{
@@ -362,10 +361,11 @@ fn build_errors_are_typed() {
     assert_eq!(rt.block_on(o.flush(Duration::from_secs(5))).written, 1);
 }
 
-/// When the runtime is gone, waits are answered at once instead of
-/// hanging: the report says the deadline passed and what is pending.
+/// When the runtime is gone, the writer's drop gives up what is pending
+/// (counted lost under `abandoned`, S-W14) and answers every waiting
+/// caller; later waits answer at once.
 #[test]
-fn waits_after_the_runtime_is_gone_answer_at_once() {
+fn a_runtime_dropped_under_the_writer_accounts_for_everything() {
     let rt = current_thread();
     let sink = TestSink::new("gone");
     sink.set_all(Act::Hang);
@@ -375,15 +375,24 @@ fn waits_after_the_runtime_is_gone_answer_at_once() {
         sink.until_attempts(t(1), 1).await;
         o
     });
+    let _ = o.stage(t(1), 2);
     let waiting = o.flush(Duration::from_secs(3600));
     drop(rt);
+    let c = o.counters();
+    assert_eq!(c.lost_for(LostReason::Abandoned), 2);
+    assert_eq!(c.pending, 0);
     let other = current_thread();
-    let r = other.block_on(waiting);
-    assert_eq!((r.pending, r.deadline_passed), (1, true));
+    assert_eq!(
+        other.block_on(waiting),
+        Report {
+            lost: 2,
+            ..Report::default()
+        }
+    );
     let r = other.block_on(o.settle(Duration::from_secs(3600)));
-    assert_eq!((r.pending, r.deadline_passed), (1, true));
-    assert_eq!(o.stage(t(1), 2), Staged::Accepted);
-    let _ = Arc::new(o);
+    assert_eq!((r.pending, r.deadline_passed), (0, true));
+    assert_eq!(o.stage(t(1), 3), Staged::Refused);
+    assert!(o.counters().balanced());
 }
 
 /// Captures tracing events as (level, message, fields) on this thread.
@@ -507,7 +516,8 @@ fn drops_are_logged_rate_limited_and_failures_with_their_context() {
     );
 }
 
-/// A runtime dropped before the writer ever ran leaves nobody waiting.
+/// A runtime dropped before the writer ever ran leaves nobody waiting,
+/// and a shutdown under way still gets its dead letters.
 #[test]
 fn a_writer_dropped_unpolled_still_answers_waits() {
     let rt = current_thread();
@@ -517,8 +527,16 @@ fn a_writer_dropped_unpolled_still_answers_waits() {
     let waiting = o.shutdown(Duration::from_secs(3600));
     drop(rt);
     let r = current_thread().block_on(waiting);
-    assert!(!r.first && r.report.deadline_passed);
-    assert_eq!(r.report.pending, 1);
+    assert!(r.first);
+    assert_eq!(
+        r.report,
+        Report {
+            lost: 1,
+            ..Report::default()
+        }
+    );
+    assert_eq!(r.unwritten, [(t(1), vec![1])]);
+    assert_eq!(o.counters().lost_for(LostReason::Abandoned), 1);
 }
 
 #[test]

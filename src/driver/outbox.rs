@@ -165,7 +165,9 @@ impl<S: Sink> OutboxBuilder<S> {
 /// shuts down by itself with the builder's
 /// [`drop_deadline`](OutboxBuilder::drop_deadline) (default 30 s), then
 /// exits (S-W16). Dropping the runtime drops the writer: items still
-/// pending then are neither written nor counted; shut down first.
+/// pending then cannot be written any more and are counted lost under
+/// `abandoned` (S-A7, S-W14), waiting callers are answered, and later
+/// stages are refused; shut down first to give them a chance.
 ///
 /// Every method but the constructors may be called from any thread, in
 /// the runtime or not; none blocks beyond a short lock, none panics.

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::answer::Unanswered;
 use super::shared::{Shared, Waiter};
 use super::task::{self as write_task, Finished};
-use crate::core::{Event, Report, ShutdownReport, Time, WaitId, Write, WriteId};
+use crate::core::{Event, LostReason, Report, ShutdownReport, Time, WaitId, Write, WriteId};
 use crate::sink::Sink;
 use crate::telemetry::Log;
 use crate::TenantId;
@@ -40,20 +40,57 @@ pub(crate) struct Writer<S: Sink> {
     errors: BTreeMap<WriteId, String>,
 }
 
-/// Marks the writer gone when its task ends or is dropped with its
-/// runtime, answering every caller still waiting so none waits forever.
-struct Gone<S: Sink>(Arc<Shared<S>>);
-
-impl<S: Sink> Drop for Gone<S> {
+/// The writer task ended, or was dropped with its runtime (possibly
+/// before it ever ran): nobody will write any more. Whatever is still
+/// pending is given up as if abandoned (S-A7), so every item stays counted
+/// (S-W14); the writes in flight are dropped with the task set; every
+/// caller still waiting is answered, from the engine's own reports where
+/// it has them.
+impl<S: Sink> Drop for Writer<S> {
     fn drop(&mut self) {
-        let mut st = self.0.lock();
-        st.writer_gone = true;
-        let pending = st.engine.pending();
-        for (_, waiter) in mem::take(&mut st.waiters) {
-            match waiter {
-                Waiter::Report(tx) => drop(tx.send(Report::unanswered(pending))),
-                Waiter::Shutdown(tx) => drop(tx.send(ShutdownReport::unanswered(pending))),
+        let now = self.shared.now();
+        let mut answers = Vec::new();
+        let lost = self.shared.input(|st| {
+            st.writer_gone = true;
+            let before = st.engine.counters().lost_for(LostReason::Abandoned);
+            drop(st.engine.abandon(now));
+            for id in self.running.values() {
+                // Given up by the abandon: this only lets a waiting shutdown
+                // answer with its dead letters.
+                st.engine.finish_lost(now, *id);
             }
+            while let Some(event) = st.engine.poll_event() {
+                match event {
+                    Event::WaitDone { id, report } => {
+                        if let Some(Waiter::Report(tx)) = st.waiters.remove(&id) {
+                            answers.push(tx.send(report).is_ok());
+                        }
+                    }
+                    Event::ShutdownDone { id, report } => {
+                        if let Some(Waiter::Shutdown(tx)) = st.waiters.remove(&id) {
+                            answers.push(tx.send(report).is_ok());
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            let pending = st.engine.pending();
+            for (_, waiter) in mem::take(&mut st.waiters) {
+                match waiter {
+                    Waiter::Report(tx) => drop(tx.send(Report::unanswered(pending))),
+                    Waiter::Shutdown(tx) => drop(tx.send(ShutdownReport::unanswered(pending))),
+                }
+            }
+            st.engine.counters().lost_for(LostReason::Abandoned) - before
+        });
+        if lost > 0 {
+            tracing::error!(
+                outbox = self.log.name(),
+                items = lost,
+                reason = LostReason::Abandoned.as_str(),
+                "the writer task was dropped (its runtime shut down) with items pending; \
+                 they are counted lost"
+            );
         }
     }
 }
@@ -73,19 +110,9 @@ impl<S: Sink> Writer<S> {
 
     /// Runs until every handle is gone and the engine is closed with no
     /// write left in flight (S-W16).
-    ///
-    /// The guard that answers waiting callers is taken before the future
-    /// is first polled, so a runtime that drops the task unpolled leaves
-    /// nobody waiting either.
-    pub(crate) fn run(self) -> impl std::future::Future<Output = ()> + Send {
-        let gone = Gone(Arc::clone(&self.shared));
-        async move {
-            let _gone = gone;
-            self.work().await;
-        }
-    }
-
-    async fn work(mut self) {
+    /// Dropped unpolled or mid-way (its runtime shut down), the writer
+    /// still accounts for everything (see its `Drop`).
+    pub(crate) async fn run(mut self) {
         let shared = Arc::clone(&self.shared);
         let sleep = tokio::time::sleep(Duration::ZERO);
         tokio::pin!(sleep);
@@ -254,7 +281,7 @@ impl<S: Sink> Writer<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::{Config, Engine, LostReason, Staged};
+    use crate::core::{Config, Engine, Staged};
     use crate::sink::{WriteError, Written};
 
     struct Never;
