@@ -110,6 +110,7 @@ impl<S: Sink> Writer<S> {
 
     /// Runs until every handle is gone and the engine is closed with no
     /// write left in flight (S-W16).
+    ///
     /// Dropped unpolled or mid-way (its runtime shut down), the writer
     /// still accounts for everything (see its `Drop`).
     pub(crate) async fn run(mut self) {
