@@ -4,11 +4,14 @@
 //!
 //! - [`core`]: the sans-IO engine, where every decision is made.
 //! - [`Sink`]: where items go.
+//! - [`sinks`]: reference sinks, PostgreSQL (feature `postgres`) and NATS
+//!   JetStream (feature `nats`).
 
 #![warn(missing_docs)]
 
 pub mod core;
 pub mod sink;
+pub mod sinks;
 mod tenant;
 
 pub use sink::{BoxError, ErrorKind, Sink, WriteError, Written};
