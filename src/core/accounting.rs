@@ -187,7 +187,10 @@ mod tests {
         assert!(!c.add_lost(LostReason::Terminal, 5));
         assert!(c.add_lost(LostReason::Terminal, 990));
         assert_eq!(c.lost_total(), 1_000);
-        assert!(!c.add_lost(LostReason::Terminal, 0), "nothing counted, nothing logged");
+        assert!(
+            !c.add_lost(LostReason::Terminal, 0),
+            "nothing counted, nothing logged"
+        );
     }
 
     #[test]

@@ -372,7 +372,10 @@ mod tests {
                 Config::builder().max_retry_duration(Duration::ZERO),
                 "max_retry_duration",
             ),
-            (Config::builder().write_timeout(Duration::ZERO), "write_timeout"),
+            (
+                Config::builder().write_timeout(Duration::ZERO),
+                "write_timeout",
+            ),
         ];
         for (builder, field) in cases {
             let err = builder.build().unwrap_err();

@@ -11,9 +11,7 @@ use super::backoff::Backoff;
 use super::config::{Config, ConfigError, ErrorPolicy};
 use super::time::Time;
 use super::wait::{Settled, WaitKind, Waits};
-use super::write::{
-    Event, Failure, Next, Outcome, Report, ShutdownReport, WaitId, Write, WriteId,
-};
+use super::write::{Event, Failure, Next, Outcome, Report, ShutdownReport, WaitId, Write, WriteId};
 
 /// Measures an item in bytes for `max_batch_bytes` and `capacity_bytes`
 /// (S-B5). It must be pure: the same item always weighs the same.
@@ -294,9 +292,11 @@ impl<K: Ord + Clone, I> Engine<K, I> {
                 .is_some_and(|cap| self.pending_bytes.saturating_add(weight) > cap);
         let reason = if full {
             Some(DropReason::BufferFull)
-        } else if self.config.tenant_capacity.is_some_and(|cap| {
-            self.tenants.get(&tenant).is_some_and(|t| t.pending >= cap)
-        }) {
+        } else if self
+            .config
+            .tenant_capacity
+            .is_some_and(|cap| self.tenants.get(&tenant).is_some_and(|t| t.pending >= cap))
+        {
             Some(DropReason::TenantFull)
         } else {
             None

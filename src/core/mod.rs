@@ -34,6 +34,4 @@ pub use accounting::{Counters, DropReason, LostReason, LOG_EVERY};
 pub use config::{Config, ConfigBuilder, ConfigError, ErrorPolicy};
 pub use engine::{Engine, Staged, UnknownWrite, Weigher};
 pub use time::Time;
-pub use write::{
-    Event, Failure, Next, Outcome, Report, ShutdownReport, WaitId, Write, WriteId,
-};
+pub use write::{Event, Failure, Next, Outcome, Report, ShutdownReport, WaitId, Write, WriteId};

@@ -71,7 +71,12 @@ impl Sub<Time> for Time {
 impl fmt::Display for Time {
     /// Milliseconds with three decimals, e.g. `1250.000ms`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{:03}ms", self.0 / 1_000_000, (self.0 / 1_000) % 1_000)
+        write!(
+            f,
+            "{}.{:03}ms",
+            self.0 / 1_000_000,
+            (self.0 / 1_000) % 1_000
+        )
     }
 }
 

@@ -383,7 +383,9 @@ mod tests {
         for ok in ["usage", "a.b.c", "tenant-events", "x_1"] {
             assert!(is_subject_prefix(ok), "{ok}");
         }
-        for bad in ["", ".", "a.", ".a", "a..b", "a b", "a.*", "a.>", "a\tb", "a\nb"] {
+        for bad in [
+            "", ".", "a.", ".a", "a..b", "a b", "a.*", "a.>", "a\tb", "a\nb",
+        ] {
             assert!(!is_subject_prefix(bad), "{bad:?}");
         }
     }

@@ -317,9 +317,35 @@ pub fn pool_error_kind(error: &PoolError) -> ErrorKind {
 }
 
 fn pg_error(e: tokio_postgres::Error) -> WriteError {
-    match error_kind(&e) {
+    let kind = error_kind(&e);
+    let e = PostgresError(e);
+    match kind {
         ErrorKind::Terminal => WriteError::terminal(e),
         ErrorKind::Retryable => WriteError::retryable(e),
+    }
+}
+
+/// The cause of a [`WriteError`] from the server or the client: the
+/// [`tokio_postgres::Error`], displayed with the server's message and
+/// SQLSTATE when there is one (`tokio-postgres` alone says "db error").
+#[derive(Debug)]
+pub struct PostgresError(pub tokio_postgres::Error);
+
+impl fmt::Display for PostgresError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.as_db_error() {
+            Some(db) => write!(f, "{db} (SQLSTATE {})", db.code().code()),
+            None => match self.0.source() {
+                Some(source) => write!(f, "{}: {source}", self.0),
+                None => fmt::Display::fmt(&self.0, f),
+            },
+        }
+    }
+}
+
+impl StdError for PostgresError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        Some(&self.0)
     }
 }
 
@@ -403,9 +429,7 @@ impl QualifiedName {
 fn is_identifier(s: &str) -> bool {
     let mut chars = s.chars();
     let first_ok = matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_');
-    first_ok
-        && s.len() <= 63
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$')
+    first_ok && s.len() <= 63 && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$')
 }
 
 /// Quotes an identifier already checked by [`is_identifier`] (so it holds
@@ -431,7 +455,11 @@ mod tests {
             "53100", "55P03", "57P01", "57P03", "57014", "58030", "25006", "XX000", "42P01",
             "42501", "0A000",
         ] {
-            assert_eq!(sqlstate_kind(retryable), ErrorKind::Retryable, "{retryable}");
+            assert_eq!(
+                sqlstate_kind(retryable),
+                ErrorKind::Retryable,
+                "{retryable}"
+            );
         }
         for terminal in [
             "22001", "22P02", "22003", "23505", "23503", "23514", "23502", "40002", "54000",
