@@ -45,7 +45,7 @@ impl Backoff {
         // A 32-bit uniform draw; integer maths so no float rounding can
         // differ between machines.
         let draw = u128::from(self.rng.next_u32());
-        let cut = base.as_nanos() * u128::from(self.jitter_ppm) / 1_000_000 * draw >> 32;
+        let cut = (base.as_nanos() * u128::from(self.jitter_ppm) / 1_000_000 * draw) >> 32;
         base - Duration::from_nanos(u64::try_from(cut).unwrap_or(u64::MAX))
     }
 }
