@@ -15,6 +15,21 @@
 //! - The stream must capture `{prefix}.*`: [`NatsSink::create_stream`]
 //!   creates one (file storage, the duplicate window you give).
 //!
+//! # Example
+//! ```no_run
+//! use std::time::Duration;
+//! use outbox::sinks::{nats::NatsSink, Envelope};
+//! use outbox::{Sink, TenantId};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! let client = async_nats::connect("nats://127.0.0.1:4222").await?;
+//! let sink = NatsSink::<Envelope>::new(client, "usage")?.ack_timeout(Duration::from_secs(2));
+//! sink.create_stream("USAGE", Duration::from_secs(10 * 60)).await?;
+//! sink.write(TenantId::new_v7(), &[Envelope::new(b"{\"units\":3}".to_vec())]).await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # A write
 //! [`Sink::write`] publishes the slice in order on one connection, up to
 //! [`max_in_flight`](NatsSink::max_in_flight) publishes ahead of their
@@ -63,6 +78,9 @@ use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::stream::{Config as StreamConfig, StorageType};
 use async_nats::jetstream::{self, Context, ErrorCode};
 use async_nats::Client;
+
+/// The client crate this sink is built on, re-exported so the versions match.
+pub use async_nats;
 use bytes::Bytes;
 use uuid::Uuid;
 

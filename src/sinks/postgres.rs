@@ -32,6 +32,32 @@
 //! `payload`); an existing table with extra columns that have defaults
 //! works as well.
 //!
+//! # Example
+//! ```no_run
+//! use std::time::Duration;
+//! use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+//! use outbox::sinks::{postgres::PostgresSink, Envelope};
+//! use outbox::{Sink, TenantId};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! let config: tokio_postgres::Config = "postgres://postgres@127.0.0.1/test".parse()?;
+//! let manager = Manager::from_config(
+//!     config,
+//!     tokio_postgres::NoTls,
+//!     ManagerConfig { recycling_method: RecyclingMethod::Fast },
+//! );
+//! let pool = Pool::builder(manager)
+//!     .runtime(Runtime::Tokio1)
+//!     .wait_timeout(Some(Duration::from_secs(5)))
+//!     .create_timeout(Some(Duration::from_secs(5)))
+//!     .build()?;
+//! let sink = PostgresSink::<Envelope>::new(pool, "usage_records")?;
+//! sink.create_table().await?;
+//! sink.write(TenantId::new_v7(), &[Envelope::new(b"{\"units\":3}".to_vec())]).await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # A write
 //! [`Sink::write`] takes a pooled connection, opens a transaction, inserts
 //! the slice in statements of at most [`max_rows_per_statement`] rows and
@@ -70,6 +96,11 @@ use std::fmt;
 use std::marker::PhantomData;
 
 use deadpool_postgres::{Pool, PoolError};
+
+/// The pool crate this sink is built on, re-exported so the versions match.
+pub use deadpool_postgres;
+/// The client crate this sink is built on, re-exported so the versions match.
+pub use tokio_postgres;
 use uuid::Uuid;
 
 use crate::sink::{ErrorKind, Sink, WriteError, Written};
