@@ -10,6 +10,8 @@
 //! - [`core`]: the sans-IO engine, where every decision is made; configure
 //!   it with [`Config`].
 //! - [`telemetry`]: the metrics and logs an outbox exports.
+//! - [`sinks`]: reference sinks, PostgreSQL (feature `postgres`) and NATS
+//!   JetStream (feature `nats`).
 //!
 //! # Embedding
 //!
@@ -85,6 +87,7 @@
 pub mod core;
 mod driver;
 pub mod sink;
+pub mod sinks;
 pub mod telemetry;
 mod tenant;
 #[cfg(feature = "arbitrary")]
