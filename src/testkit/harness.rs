@@ -42,12 +42,33 @@ impl fmt::Display for Violation {
 impl std::error::Error for Violation {}
 
 /// What became of an item, in the harness's own account.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Fate {
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Fate {
+    /// Accepted, not yet written, dropped or lost.
     Pending,
+    /// Written by the sink.
     Written,
+    /// Dropped by a policy (refused at stage time or a failed batch under
+    /// the drop policy).
     Dropped,
+    /// Lost (refused after the fence, or given up).
     Lost,
+}
+
+/// Items dropped or lost, as an event reported them (kept with a trace, for
+/// timelines).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Loss {
+    /// When.
+    pub at: Time,
+    /// Whose items.
+    pub tenant: u8,
+    /// How many.
+    pub items: u64,
+    /// The reason label (`buffer_full`, `deadline`, ...).
+    pub reason: &'static str,
+    /// Dropped by a policy (else lost).
+    pub dropped: bool,
 }
 
 /// A write the harness has seen, across its attempts.
@@ -114,6 +135,10 @@ pub struct Harness {
     trace: Option<Vec<String>>,
     /// Written items per tenant, in the order they were written.
     written: BTreeMap<u8, Vec<u64>>,
+    /// Drops and losses seen, with a trace.
+    losses: Vec<Loss>,
+    /// `CancelInFlight` events seen.
+    cancel_requests: u64,
     /// Figures for summaries.
     pub stats: Stats,
 }
@@ -155,6 +180,8 @@ impl Harness {
             hasher: Fnv::default(),
             trace: None,
             written: BTreeMap::new(),
+            cancel_requests: 0,
+            losses: Vec::new(),
             stats: Stats::default(),
         }
     }
@@ -168,6 +195,26 @@ impl Harness {
     /// The trace so far (empty unless [`with_trace`](Self::with_trace)).
     pub fn trace(&self) -> &[String] {
         self.trace.as_deref().unwrap_or(&[])
+    }
+
+    /// Appends a line to the trace (a world's own notes: faults it plans,
+    /// spells of failure). Not hashed; ignored without a trace.
+    pub fn note(&mut self, line: impl FnOnce() -> String) {
+        if let Some(t) = self.trace.as_mut() {
+            t.push(line());
+        }
+    }
+
+    /// Every drop and loss event so far (empty unless
+    /// [`with_trace`](Self::with_trace)).
+    pub fn losses(&self) -> &[Loss] {
+        &self.losses
+    }
+
+    /// How many times the engine asked the driver to cancel the writes in
+    /// flight ([`Event::CancelInFlight`]) so far.
+    pub fn cancel_requests(&self) -> u64 {
+        self.cancel_requests
     }
 
     /// A hash of every op and every output so far: the same seed must give
@@ -189,6 +236,43 @@ impl Harness {
     /// Writes handed out and not finished.
     pub fn in_flight(&self) -> usize {
         self.in_flight.len()
+    }
+
+    /// The writes in flight, in the order they were handed out (the order
+    /// `Op::Finish { pick }` indexes).
+    pub fn in_flight_writes(&self) -> &[Write<u8, u64>] {
+        &self.in_flight
+    }
+
+    /// Whether the engine gave up write `id` (a shutdown deadline or
+    /// abandon asked the driver to cancel it).
+    pub fn is_given_up(&self, id: WriteId) -> bool {
+        self.given_up.contains(&id)
+    }
+
+    /// What became of item `item` so far (`None`: never staged).
+    pub fn fate(&self, item: u64) -> Option<Fate> {
+        self.fate.get(&item).copied()
+    }
+
+    /// The tenant item `item` was staged to.
+    pub fn tenant_of(&self, item: u64) -> Option<u8> {
+        self.tenant_of.get(&item).copied()
+    }
+
+    /// Items staged so far (they are numbered `0..items_staged()`).
+    pub fn items_staged(&self) -> u64 {
+        self.next_item
+    }
+
+    /// The number of tenants (ops' tenant indexes are taken modulo it).
+    pub fn tenants(&self) -> u8 {
+        self.tenants
+    }
+
+    /// Whether `abandon` was applied.
+    pub fn is_abandoned(&self) -> bool {
+        self.abandoned
     }
 
     /// Items written per tenant, in write order.
@@ -297,11 +381,26 @@ impl Harness {
     /// A [`Violation`] of I6 if items are still pending after `max_steps`,
     /// or any safety violation on the way.
     pub fn drain_healthy(&mut self, max_steps: usize) -> Result<(), Violation> {
+        self.drain_healthy_with(max_steps, |_| {})
+    }
+
+    /// [`drain_healthy`](Self::drain_healthy), calling `on_write` with each
+    /// write just before it is finished as written (a world keeping its own
+    /// datastore records the commit there).
+    ///
+    /// # Errors
+    /// As [`drain_healthy`](Self::drain_healthy).
+    pub fn drain_healthy_with(
+        &mut self,
+        max_steps: usize,
+        mut on_write: impl FnMut(&Write<u8, u64>),
+    ) -> Result<(), Violation> {
         for _ in 0..max_steps {
             if self.engine.pending() == 0 && self.in_flight.is_empty() {
                 return Ok(());
             }
-            if !self.in_flight.is_empty() {
+            if let Some(w) = self.in_flight.first() {
+                on_write(w);
                 self.apply(Op::Finish {
                     pick: 0,
                     outcome: OpOutcome::Written,
@@ -542,6 +641,33 @@ impl Harness {
             ev.hash(&mut self.hasher);
             if let Some(t) = self.trace.as_mut() {
                 t.push(format!("{}   {}", self.now, short_event(&ev)));
+                match &ev {
+                    Event::Lost {
+                        tenant,
+                        items,
+                        reason,
+                        ..
+                    } => self.losses.push(Loss {
+                        at: self.now,
+                        tenant: *tenant,
+                        items: *items,
+                        reason: reason.as_str(),
+                        dropped: false,
+                    }),
+                    Event::Dropped {
+                        tenant,
+                        items,
+                        reason,
+                        ..
+                    } => self.losses.push(Loss {
+                        at: self.now,
+                        tenant: *tenant,
+                        items: *items,
+                        reason: reason.as_str(),
+                        dropped: true,
+                    }),
+                    _ => {}
+                }
             }
             match ev {
                 Event::Written { id, items, .. } => {
@@ -642,6 +768,7 @@ impl Harness {
                         .unwrap_or(0)] += items;
                 }
                 Event::CancelInFlight => {
+                    self.cancel_requests += 1;
                     for w in &self.in_flight {
                         self.given_up.insert(w.id);
                     }
