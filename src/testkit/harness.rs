@@ -83,11 +83,70 @@ struct Slice {
     first_started: Time,
 }
 
-/// A flush, settle or shutdown waiting for its answer.
+/// A flush, settle or shutdown waiting for its answer. It covers the items
+/// pending at the call: those staged before it (`item < bound`) that were
+/// still pending then. Its answer is computed incrementally (O(log n)),
+/// never by walking the items.
 #[derive(Debug)]
 struct WaitCheck {
-    items: Vec<u64>,
+    /// Items numbered below this were staged before the call.
+    bound: u64,
+    /// Items pending at the call.
+    pending: u64,
+    /// Items staged before the call and already written, dropped or lost
+    /// at the call, by fate (index `Fate as usize - 1`).
+    settled_before: [u64; 3],
     deadline: Time,
+}
+
+/// Counts of settled items by fate (written, dropped, lost) over item
+/// numbers, as a Fenwick tree that grows by one slot per staged item:
+/// O(log n) to settle an item, to stage one and to ask how many items
+/// below a bound have each fate.
+#[derive(Debug, Default)]
+struct FateTree {
+    /// 1-based; slot `n` sums items `(n - lowbit(n), n]`.
+    tree: Vec<[u64; 3]>,
+}
+
+impl FateTree {
+    fn len(&self) -> usize {
+        self.tree.len().saturating_sub(1)
+    }
+
+    /// Appends an unsettled item.
+    fn push(&mut self) {
+        if self.tree.is_empty() {
+            self.tree.push([0; 3]);
+        }
+        let n = self.tree.len();
+        let low = n & n.wrapping_neg();
+        let a = self.prefix(n - 1);
+        let b = self.prefix(n - low);
+        self.tree.push([a[0] - b[0], a[1] - b[1], a[2] - b[2]]);
+    }
+
+    /// Item `item` (0-based) settled with fate index `f` (0..3).
+    fn add(&mut self, item: u64, f: usize) {
+        let mut i = item as usize + 1;
+        while i < self.tree.len() {
+            self.tree[i][f] += 1;
+            i += i & i.wrapping_neg();
+        }
+    }
+
+    /// Settled counts among items `0..n`.
+    fn prefix(&self, n: usize) -> [u64; 3] {
+        let mut out = [0; 3];
+        let mut i = n.min(self.len());
+        while i > 0 {
+            for (o, v) in out.iter_mut().zip(self.tree[i]) {
+                *o += v;
+            }
+            i &= i - 1;
+        }
+        out
+    }
 }
 
 /// Figures a run accumulates, for campaign summaries.
@@ -118,12 +177,23 @@ pub struct Harness {
     given_up: BTreeSet<WriteId>,
     /// Accepted items not yet in any write, per tenant, in staging order.
     waiting: BTreeMap<u8, VecDeque<u64>>,
-    fate: BTreeMap<u64, Fate>,
-    tenant_of: BTreeMap<u64, u8>,
+    /// The fate of every item staged, indexed by item number.
+    fate: Vec<Fate>,
+    /// The tenant of every item staged.
+    tenant_of: Vec<u8>,
+    /// Items by fate: (pending, written, dropped, lost), kept as fates change.
+    model: [u64; 4],
+    /// Settled items by fate over item numbers (wait answers).
+    settled: FateTree,
+    /// Pending items per tenant.
+    tenant_pending: Vec<usize>,
+    /// Bytes of the pending items.
     pending_bytes: u64,
     slices: BTreeMap<WriteId, Slice>,
     discard: BTreeMap<WriteId, usize>,
     waits: BTreeMap<WaitId, WaitCheck>,
+    /// Open flushes and settles by deadline: none may outlive it (S-W15).
+    wait_deadlines: BTreeSet<(Time, WaitId)>,
     shutdown_deadline: Option<Time>,
     shutdown_first: Option<WaitId>,
     shutdown_done: bool,
@@ -164,12 +234,16 @@ impl Harness {
             in_flight: Vec::new(),
             given_up: BTreeSet::new(),
             waiting: BTreeMap::new(),
-            fate: BTreeMap::new(),
-            tenant_of: BTreeMap::new(),
+            fate: Vec::new(),
+            tenant_of: Vec::new(),
+            model: [0; 4],
+            settled: FateTree::default(),
+            tenant_pending: vec![0; 256],
             pending_bytes: 0,
             slices: BTreeMap::new(),
             discard: BTreeMap::new(),
             waits: BTreeMap::new(),
+            wait_deadlines: BTreeSet::new(),
             shutdown_deadline: None,
             shutdown_first: None,
             shutdown_done: false,
@@ -252,12 +326,12 @@ impl Harness {
 
     /// What became of item `item` so far (`None`: never staged).
     pub fn fate(&self, item: u64) -> Option<Fate> {
-        self.fate.get(&item).copied()
+        self.fate.get(item as usize).copied()
     }
 
     /// The tenant item `item` was staged to.
     pub fn tenant_of(&self, item: u64) -> Option<u8> {
-        self.tenant_of.get(&item).copied()
+        self.tenant_of.get(item as usize).copied()
     }
 
     /// Items staged so far (they are numbered `0..items_staged()`).
@@ -328,27 +402,29 @@ impl Harness {
             }
             Op::Flush { deadline_ms } => {
                 let deadline = self.now + Duration::from_millis(u64::from(deadline_ms));
-                let items = self.pending_items();
+                let check = self.wait_check(deadline);
                 let id = self.engine.flush(self.now, deadline);
-                self.waits.insert(id, WaitCheck { items, deadline });
+                self.waits.insert(id, check);
+                self.wait_deadlines.insert((deadline, id));
                 self.drain()?;
             }
             Op::Settle { deadline_ms } => {
                 let deadline = self.now + Duration::from_millis(u64::from(deadline_ms));
-                let items = self.pending_items();
+                let check = self.wait_check(deadline);
                 let id = self.engine.settle(self.now, deadline);
-                self.waits.insert(id, WaitCheck { items, deadline });
+                self.waits.insert(id, check);
+                self.wait_deadlines.insert((deadline, id));
                 self.drain()?;
             }
             Op::Shutdown { deadline_ms } => {
                 let deadline = self.now + Duration::from_millis(u64::from(deadline_ms));
-                let items = self.pending_items();
+                let check = self.wait_check(deadline);
                 let first = !self.engine.is_shutting_down();
                 let id = self.engine.shutdown(self.now, deadline);
                 if first {
                     self.shutdown_first = Some(id);
                     self.shutdown_deadline = Some(deadline);
-                    self.waits.insert(id, WaitCheck { items, deadline });
+                    self.waits.insert(id, check);
                 } else if let Some(d) = self.shutdown_deadline.as_mut() {
                     if !self.shutdown_done {
                         *d = (*d).min(deadline);
@@ -363,7 +439,7 @@ impl Harness {
                 for (tenant, items) in held {
                     for i in items {
                         self.expect(
-                            self.fate.get(&i) == Some(&Fate::Lost) && self.tenant_of[&i] == tenant,
+                            self.fate(i) == Some(Fate::Lost) && self.tenant_of(i) == Some(tenant),
                             "S-A7",
                             || format!("abandon handed back item {i} not counted lost"),
                         )?;
@@ -427,16 +503,25 @@ impl Harness {
         let id = self.next_item;
         self.next_item += 1;
         let pending_before = self.engine.pending();
-        let tenant_pending = self.tenant_pending(tenant);
+        let tenant_pending = self.tenant_pending[usize::from(tenant)];
         let staged = self.engine.stage(self.now, tenant, id);
-        self.tenant_of.insert(id, tenant);
+        self.tenant_of.push(tenant);
+        self.settled.push();
         let w = if self.weighs { weight_of(id) } else { 0 };
         match staged {
             Staged::Accepted => {
                 self.expect(!self.engine.is_shutting_down(), "S-W9", || {
                     format!("item {id} accepted after the fence")
                 })?;
-                self.fate.insert(id, Fate::Pending);
+                self.expect(
+                    self.config
+                        .tenant_capacity()
+                        .is_none_or(|c| tenant_pending < c),
+                    "S-B7",
+                    || format!("item {id} accepted with tenant {tenant} at its quota"),
+                )?;
+                self.new_fate(Fate::Pending);
+                self.tenant_pending[usize::from(tenant)] += 1;
                 self.waiting.entry(tenant).or_default().push_back(id);
                 self.pending_bytes += w;
             }
@@ -460,13 +545,15 @@ impl Harness {
                 self.expect(cause, "I5", || {
                     format!("item {id} dropped under {reason} without its cause")
                 })?;
-                self.fate.insert(id, Fate::Dropped);
+                self.new_fate(Fate::Dropped);
+                self.settled.add(id, Fate::Dropped as usize - 1);
             }
             Staged::Refused => {
                 self.expect(self.engine.is_shutting_down(), "I5", || {
                     format!("item {id} refused while open")
                 })?;
-                self.fate.insert(id, Fate::Lost);
+                self.new_fate(Fate::Lost);
+                self.settled.add(id, Fate::Lost as usize - 1);
             }
         }
         self.drain()
@@ -525,6 +612,7 @@ impl Harness {
             let prefix: Vec<u64> = queue.iter().take(n).copied().collect();
             let whole = queue.len();
             queue.drain(..n.min(whole));
+            let next = queue.front().copied();
             self.expect(prefix == w.items, "S-W3", || {
                 format!(
                     "write {} of tenant {} carries {:?}, staging order says {:?}",
@@ -536,14 +624,24 @@ impl Harness {
                     format!("write {} has {n} > max_batch {m}", w.id)
                 })?;
             }
+            // A batch is as large as the limits allow (S-W4, S-B5): the whole
+            // backlog, or up to `max_batch` items, or until the next item
+            // would pass `max_batch_bytes`.
+            let item_room = self.config.max_batch().is_none_or(|m| n < m);
             if let Some(m) = self.config.max_batch_bytes() {
                 let bytes: u64 = w.items.iter().map(|i| weight_of(*i)).sum();
                 self.expect(n == 1 || bytes <= m, "S-B5", || {
                     format!("write {} has {bytes} bytes > {m}", w.id)
                 })?;
-            }
-            if self.config.max_batch().is_none() && self.config.max_batch_bytes().is_none() {
-                self.expect(n == whole, "S-W4", || {
+                let next_fits = next.is_some_and(|i| bytes + weight_of(i) <= m);
+                self.expect(!(item_room && next_fits), "S-W4", || {
+                    format!(
+                        "write {} took {n} items ({bytes} bytes) though the next fits {m} bytes",
+                        w.id
+                    )
+                })?;
+            } else {
+                self.expect(!item_room || n == whole, "S-W4", || {
                     format!("write {} took {n} of a backlog of {whole}", w.id)
                 })?;
             }
@@ -699,7 +797,33 @@ impl Harness {
                             self.expect(wait <= self.config.max_backoff(), "S-W7", || {
                                 format!("backoff {wait:?} above the cap")
                             })?;
+                            self.expect(failure != crate::core::Failure::Rejected, "S-A5", || {
+                                format!("write {id} retried after a terminal rejection")
+                            })?;
                             let now = self.now;
+                            if let Some(s) = self.slices.get(&id) {
+                                let attempts = s.attempts;
+                                let first = s.first_started;
+                                self.expect(
+                                    self.config.max_attempts().is_none_or(|m| attempts < m),
+                                    "S-B2",
+                                    || format!("write {id} retried after {attempts} attempts"),
+                                )?;
+                                self.expect(
+                                    self.config
+                                        .max_retry_duration()
+                                        .is_none_or(|d| now - first < d),
+                                    "S-B2",
+                                    || format!("write {id} retried past max_retry_duration"),
+                                )?;
+                                let (lo, hi) = self.backoff_range(attempts);
+                                self.expect(lo <= wait && wait <= hi, "S-W7", || {
+                                    format!(
+                                        "write {id} waits {wait:?} after {attempts} failures, \
+                                         expected {lo:?}..={hi:?}"
+                                    )
+                                })?;
+                            }
                             if let Some(s) = self.slices.get_mut(&id) {
                                 s.retry_not_before = Some(now + wait);
                             }
@@ -826,7 +950,7 @@ impl Harness {
             for (tenant, items) in unwritten {
                 for i in items {
                     self.expect(
-                        self.fate.get(i) == Some(&Fate::Lost) && self.tenant_of[i] == *tenant,
+                        self.fate(*i) == Some(Fate::Lost) && self.tenant_of(*i) == Some(*tenant),
                         "S-B6",
                         || format!("dead letter {i} of tenant {tenant} not counted lost"),
                     )?;
@@ -843,18 +967,18 @@ impl Harness {
         let Some(w) = self.waits.remove(&id) else {
             return Err(self.violation("S-A4", format!("answer to unknown wait {id:?}")));
         };
-        let mut expected = Report {
+        self.wait_deadlines.remove(&(w.deadline, id));
+        // Of the items pending at the call (staged before it, not settled
+        // then), how many settled each way since.
+        let below = self.settled.prefix(w.bound as usize);
+        let since: Vec<u64> = (0..3).map(|f| below[f] - w.settled_before[f]).collect();
+        let expected = Report {
+            written: since[0],
+            dropped: since[1],
+            lost: since[2],
+            pending: w.pending - since.iter().sum::<u64>(),
             deadline_passed: report.deadline_passed,
-            ..Report::default()
         };
-        for i in &w.items {
-            match self.fate[i] {
-                Fate::Pending => expected.pending += 1,
-                Fate::Written => expected.written += 1,
-                Fate::Dropped => expected.dropped += 1,
-                Fate::Lost => expected.lost += 1,
-            }
-        }
         self.expect(report == expected, "S-A4", || {
             format!("wait {id:?} reported {report:?}, its items say {expected:?}")
         })?;
@@ -881,10 +1005,7 @@ impl Harness {
 
     fn check(&mut self) -> Result<(), Violation> {
         let c = self.engine.counters().clone();
-        let mut model = [0u64; 4];
-        for f in self.fate.values() {
-            model[*f as usize] += 1;
-        }
+        let model = self.model;
         self.expect(c.balanced(), "I3", || format!("counters unbalanced: {c:?}"))?;
         self.expect(c.staged == self.fate.len() as u64, "I3", || {
             format!(
@@ -918,14 +1039,8 @@ impl Harness {
             && c.dropped.iter().zip(last.dropped).all(|(a, b)| *a >= b);
         self.expect(monotonic, "S-W14", || "a counter decreased".to_string())?;
         if self.weighs {
-            // Bytes of pending items, recomputed from the account.
-            let bytes: u64 = self
-                .fate
-                .iter()
-                .filter(|(_, f)| **f == Fate::Pending)
-                .map(|(i, _)| weight_of(*i))
-                .sum();
-            self.pending_bytes = bytes;
+            // Bytes of pending items, kept as fates change.
+            let bytes = self.pending_bytes;
             self.expect(self.engine.pending_bytes() == bytes, "I3", || {
                 format!("pending bytes {} vs {bytes}", self.engine.pending_bytes())
             })?;
@@ -934,6 +1049,23 @@ impl Harness {
                     format!("{bytes} bytes pending > {cap}")
                 })?;
             }
+        }
+        // S-W15: the deadline bounds every wait.
+        if let Some(&(deadline, id)) = self.wait_deadlines.first() {
+            self.expect(deadline > self.now, "S-W15", || {
+                format!("wait {} not answered by its deadline {deadline}", id.0)
+            })?;
+        }
+        if let Some(deadline) = self.shutdown_deadline {
+            // Once the deadline passed, only a given-up write still to come
+            // back (the driver cancels it at once) may hold the answer.
+            let overdue = !self.shutdown_done
+                && !self.abandoned
+                && deadline <= self.now
+                && self.given_up.is_empty();
+            self.expect(!overdue, "S-W15", || {
+                format!("shutdown not answered by its deadline {deadline}")
+            })?;
         }
         if let Some(cap) = self.config.capacity() {
             self.expect(c.pending <= cap as u64, "S-A1", || {
@@ -955,27 +1087,70 @@ impl Harness {
 
     // ----- helpers ------------------------------------------------------
 
+    /// The range a backoff after `failures` failures in a row must fall in
+    /// (S-W7, S-B2): `initial * 2^(failures-1)` capped at `max_backoff`,
+    /// shortened by at most the jitter's share.
+    fn backoff_range(&self, failures: u32) -> (Duration, Duration) {
+        let initial = self.config.initial_backoff().as_nanos();
+        let max = self.config.max_backoff().as_nanos();
+        let doublings = failures.saturating_sub(1).min(64);
+        let base = initial
+            .checked_shl(doublings)
+            .filter(|b| b >> doublings == initial)
+            .map_or(max, |b| b.min(max));
+        let ppm = (self.config.jitter() * 1_000_000.0).round() as u128;
+        let cut = base * ppm / 1_000_000;
+        let nanos = |n: u128| Duration::from_nanos(u64::try_from(n).unwrap_or(u64::MAX));
+        (nanos(base - cut), nanos(base))
+    }
+
+    /// Every pending item (O(items); only for a mass loss, once a run).
     fn pending_items(&self) -> Vec<u64> {
         self.fate
             .iter()
+            .enumerate()
             .filter(|(_, f)| **f == Fate::Pending)
-            .map(|(i, _)| *i)
+            .map(|(i, _)| i as u64)
             .collect()
     }
 
-    fn tenant_pending(&self, tenant: u8) -> usize {
-        self.fate
-            .range(..)
-            .filter(|(i, f)| **f == Fate::Pending && self.tenant_of[*i] == tenant)
-            .count()
+    /// The check for a wait opened now, covering the items pending now.
+    fn wait_check(&self, deadline: Time) -> WaitCheck {
+        let [_, written, dropped, lost] = self.model;
+        WaitCheck {
+            bound: self.next_item,
+            pending: self.model[0],
+            settled_before: [written, dropped, lost],
+            deadline,
+        }
     }
 
+    /// Records the fate of the item just numbered.
+    fn new_fate(&mut self, fate: Fate) {
+        debug_assert_eq!(self.fate.len() as u64 + 1, self.next_item);
+        self.fate.push(fate);
+        self.model[fate as usize] += 1;
+    }
+
+    /// Settles pending items (items already settled keep their fate) and
+    /// keeps every derived count in step: O(log n) per item.
     fn set_fates(&mut self, items: &[u64], fate: Fate) {
-        for i in items {
-            if let Some(f) = self.fate.get_mut(i) {
-                if *f == Fate::Pending {
-                    *f = fate;
-                }
+        debug_assert_ne!(fate, Fate::Pending);
+        for &i in items {
+            let ix = i as usize;
+            let Some(f) = self.fate.get_mut(ix) else {
+                continue;
+            };
+            if *f != Fate::Pending {
+                continue;
+            }
+            *f = fate;
+            self.model[Fate::Pending as usize] -= 1;
+            self.model[fate as usize] += 1;
+            self.settled.add(i, fate as usize - 1);
+            self.tenant_pending[usize::from(self.tenant_of[ix])] -= 1;
+            if self.weighs {
+                self.pending_bytes -= weight_of(i);
             }
         }
     }
