@@ -192,6 +192,14 @@ pub struct Harness {
     slices: BTreeMap<WriteId, Slice>,
     discard: BTreeMap<WriteId, usize>,
     waits: BTreeMap<WaitId, WaitCheck>,
+    /// Per tenant, when its waiting backlog's linger clock started (S-A3).
+    linger_from: Vec<Time>,
+    /// Per tenant, bytes of its waiting backlog.
+    waiting_bytes: Vec<u64>,
+    /// Items numbered below this skip linger (a flush or shutdown asked).
+    flush_bound: u64,
+    /// Items of given-up writes whose task was lost: not handed back.
+    given_up_task_lost: u64,
     /// Open flushes and settles by deadline: none may outlive it (S-W15).
     wait_deadlines: BTreeSet<(Time, WaitId)>,
     shutdown_deadline: Option<Time>,
@@ -244,6 +252,10 @@ impl Harness {
             discard: BTreeMap::new(),
             waits: BTreeMap::new(),
             wait_deadlines: BTreeSet::new(),
+            linger_from: vec![Time::ZERO; 256],
+            waiting_bytes: vec![0; 256],
+            flush_bound: 0,
+            given_up_task_lost: 0,
             shutdown_deadline: None,
             shutdown_first: None,
             shutdown_done: false,
@@ -385,7 +397,10 @@ impl Harness {
                     self.stage(tenant)?;
                 }
             }
-            Op::Poll => self.poll()?,
+            Op::Poll => {
+                self.poll()?;
+                self.check_work_conserving()?;
+            }
             Op::Finish { pick, outcome } => self.finish(pick, outcome)?,
             Op::FinishLost { pick } => self.finish_lost(pick)?,
             Op::Advance { ms } => {
@@ -401,6 +416,7 @@ impl Harness {
                 }
             }
             Op::Flush { deadline_ms } => {
+                self.flush_bound = self.next_item;
                 let deadline = self.now + Duration::from_millis(u64::from(deadline_ms));
                 let check = self.wait_check(deadline);
                 let id = self.engine.flush(self.now, deadline);
@@ -422,6 +438,7 @@ impl Harness {
                 let first = !self.engine.is_shutting_down();
                 let id = self.engine.shutdown(self.now, deadline);
                 if first {
+                    self.flush_bound = self.next_item;
                     self.shutdown_first = Some(id);
                     self.shutdown_deadline = Some(deadline);
                     self.waits.insert(id, check);
@@ -522,7 +539,12 @@ impl Harness {
                 )?;
                 self.new_fate(Fate::Pending);
                 self.tenant_pending[usize::from(tenant)] += 1;
-                self.waiting.entry(tenant).or_default().push_back(id);
+                let queue = self.waiting.entry(tenant).or_default();
+                if queue.is_empty() {
+                    self.linger_from[usize::from(tenant)] = self.now;
+                }
+                queue.push_back(id);
+                self.waiting_bytes[usize::from(tenant)] += weight_of(id);
                 self.pending_bytes += w;
             }
             Staged::Dropped(reason) => {
@@ -613,6 +635,13 @@ impl Harness {
             let whole = queue.len();
             queue.drain(..n.min(whole));
             let next = queue.front().copied();
+            if next.is_some() {
+                // Items left behind restart the linger clock (S-A3).
+                self.linger_from[usize::from(w.tenant)] = self.now;
+            }
+            let taken: u64 = w.items.iter().map(|i| weight_of(*i)).sum();
+            let wb = &mut self.waiting_bytes[usize::from(w.tenant)];
+            *wb = wb.saturating_sub(taken);
             self.expect(prefix == w.items, "S-W3", || {
                 format!(
                     "write {} of tenant {} carries {:?}, staging order says {:?}",
@@ -720,6 +749,9 @@ impl Harness {
             .remove(usize::from(pick) % self.in_flight.len());
         *self.stats.faults.entry("join_failed").or_default() += 1;
         let given_up = self.given_up.remove(&w.id);
+        if given_up {
+            self.given_up_task_lost += w.items.len() as u64;
+        }
         let slice = self.slices.remove(&w.id);
         if !self.engine.finish_lost(self.now, w.id) {
             return Err(self.violation("S-W13", format!("write {} not in flight", w.id)));
@@ -918,6 +950,7 @@ impl Harness {
             for q in self.waiting.values_mut() {
                 q.clear();
             }
+            self.waiting_bytes.iter_mut().for_each(|b| *b = 0);
             // Retry slices and in-flight slices are settled too.
             let ids: Vec<WriteId> = self.slices.keys().copied().collect();
             for id in ids {
@@ -947,6 +980,7 @@ impl Harness {
                 )?;
                 return Ok(());
             }
+            let mut handed_back = 0u64;
             for (tenant, items) in unwritten {
                 for i in items {
                     self.expect(
@@ -956,11 +990,21 @@ impl Harness {
                     )?;
                 }
                 let mut sorted = items.clone();
+                handed_back += items.len() as u64;
                 sorted.sort_unstable();
                 self.expect(&sorted == items, "S-B6", || {
                     format!("dead letters of tenant {tenant} out of order: {items:?}")
                 })?;
             }
+            // Every item given up at the deadline (or by an abandon during
+            // the shutdown) is handed back, except those of a given-up write
+            // whose task was lost (S-B6).
+            let c = self.engine.counters();
+            let expected = (c.lost_for(LostReason::Deadline) + c.lost_for(LostReason::Abandoned))
+                .saturating_sub(self.given_up_task_lost);
+            self.expect(handed_back == expected, "S-B6", || {
+                format!("{handed_back} dead letters handed back, {expected} items given up")
+            })?;
         } else {
             self.stats.waits_answered += 1;
         }
@@ -1086,6 +1130,80 @@ impl Harness {
     }
 
     // ----- helpers ------------------------------------------------------
+
+    /// After a poll with a concurrency slot free, no tenant may be left
+    /// with a write it is entitled to start (S-B1, S-W8): a retry whose
+    /// backoff has elapsed (S-W7), or a waiting backlog that need not wait
+    /// for company: no linger, a flush or shutdown covering its oldest item
+    /// (S-A4, S-W9), its linger elapsed or a full batch (S-A3). Catches lost
+    /// wake-ups and flushes that do not send at once.
+    fn check_work_conserving(&self) -> Result<(), Violation> {
+        if self.engine.is_closed()
+            || self.is_finished()
+            || self.in_flight.len() >= self.config.concurrency()
+        {
+            return Ok(());
+        }
+        let mut busy = [false; 256];
+        for w in &self.in_flight {
+            busy[usize::from(w.tenant)] = true;
+        }
+        for (id, s) in &self.slices {
+            if busy[usize::from(s.tenant)] {
+                continue;
+            }
+            if let Some(at) = s.retry_not_before {
+                self.expect(at > self.now, "S-W7", || {
+                    format!(
+                        "write {id} of tenant {} was due for a retry at {at}, not started with a slot free",
+                        s.tenant
+                    )
+                })?;
+                busy[usize::from(s.tenant)] = true;
+            }
+        }
+        let linger = self.config.linger();
+        for (&tenant, queue) in &self.waiting {
+            let t = usize::from(tenant);
+            let Some(&front) = queue.front() else {
+                continue;
+            };
+            if busy[t] {
+                continue;
+            }
+            let why = if linger.is_zero() {
+                Some("no linger")
+            } else if self.engine.is_shutting_down() {
+                Some("a shutdown")
+            } else if front < self.flush_bound {
+                Some("a flush")
+            } else if self.linger_from[t] + linger <= self.now {
+                Some("its linger elapsed")
+            } else if self.config.max_batch().is_some_and(|m| queue.len() >= m)
+                || self
+                    .config
+                    .max_batch_bytes()
+                    .is_some_and(|m| self.waiting_bytes[t] >= m)
+            {
+                Some("a full batch")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(self.violation(
+                    "S-B1",
+                    format!(
+                        "tenant {tenant} has {} items waiting (oldest {front}) and {why}, \
+                         but no write started with {} of {} slots busy",
+                        queue.len(),
+                        self.in_flight.len(),
+                        self.config.concurrency()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
 
     /// The range a backoff after `failures` failures in a row must fall in
     /// (S-W7, S-B2): `initial * 2^(failures-1)` capped at `max_backoff`,
