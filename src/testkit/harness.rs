@@ -1372,3 +1372,73 @@ impl Hasher for Fnv {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fate_tree_agrees_with_a_plain_count() {
+        let mut tree = FateTree::default();
+        let mut plain: Vec<Option<usize>> = Vec::new();
+        // A fixed pseudo-random mix of stages and settles.
+        let mut x = 12_345u64;
+        for _ in 0..2_000 {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            if plain.is_empty() || x % 3 == 0 {
+                tree.push();
+                plain.push(None);
+            } else {
+                let i = (x >> 33) as usize % plain.len();
+                if plain[i].is_none() {
+                    let f = (x >> 20) as usize % 3;
+                    plain[i] = Some(f);
+                    tree.add(i as u64, f);
+                }
+            }
+            let n = (x >> 40) as usize % (plain.len() + 1);
+            let mut want = [0u64; 3];
+            for f in plain[..n].iter().flatten() {
+                want[*f] += 1;
+            }
+            assert_eq!(tree.prefix(n), want);
+        }
+    }
+
+    #[test]
+    fn a_flush_is_answered_truthfully_with_the_incremental_account() {
+        let config = Config::builder()
+            .linger(Duration::from_millis(50))
+            .build()
+            .unwrap();
+        let mut h = Harness::new(config, 3, false);
+        h.run(&[
+            Op::Stage {
+                tenant: 0,
+                count: 2,
+            },
+            Op::Stage {
+                tenant: 1,
+                count: 0,
+            },
+            Op::Flush { deadline_ms: 100 },
+            Op::Poll,
+            Op::Stage {
+                tenant: 2,
+                count: 1,
+            },
+            Op::Finish {
+                pick: 0,
+                outcome: OpOutcome::Written,
+            },
+            Op::Finish {
+                pick: 0,
+                outcome: OpOutcome::Rejected,
+            },
+            Op::Advance { ms: 200 },
+        ])
+        .unwrap();
+        assert_eq!(h.stats.waits_answered, 1);
+        h.drain_healthy(100).unwrap();
+    }
+}
