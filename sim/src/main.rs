@@ -1,1 +1,129 @@
-fn main() {}
+//! `outbox-sim`: run a campaign of seeds, or replay one.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use outbox_sim::campaign::{self, CampaignOptions};
+use outbox_sim::{report, run_seed, svg, RunOptions, WorldKind};
+
+#[derive(Parser)]
+#[command(
+    name = "outbox-sim",
+    version,
+    about = "Deterministic simulation of the outbox"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a campaign of seeds and print a summary; exits non-zero on any failure.
+    Run {
+        /// How many seeds.
+        #[arg(long, default_value_t = 1_000)]
+        seeds: u64,
+        /// The world (`fast`; `net` is not built yet).
+        #[arg(long, default_value = "fast")]
+        world: WorldKind,
+        /// The first seed.
+        #[arg(long, default_value_t = 0)]
+        from: u64,
+        /// Steps of the faulty phase per seed.
+        #[arg(long, default_value_t = 10_000)]
+        steps: u64,
+    },
+    /// Rerun one seed (its determinism checked), print its outcome and,
+    /// with --trace, one line per event.
+    Replay {
+        /// The seed.
+        seed: u64,
+        /// The world.
+        #[arg(long, default_value = "fast")]
+        world: WorldKind,
+        /// Steps of the faulty phase.
+        #[arg(long, default_value_t = 10_000)]
+        steps: u64,
+        /// Print the trace, one line per op and event.
+        #[arg(long)]
+        trace: bool,
+        /// Draw the run as an SVG timeline into FILE.
+        #[arg(long, value_name = "FILE")]
+        svg: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Run {
+            seeds,
+            world,
+            from,
+            steps,
+        } => {
+            let opts = CampaignOptions {
+                world,
+                from,
+                seeds,
+                steps,
+                progress: std::io::stderr().is_terminal(),
+            };
+            match campaign::run(&opts) {
+                Ok(summary) => {
+                    print!("{}", report::summary(&summary));
+                    if summary.failures.is_empty() {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::FAILURE
+                    }
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+        Command::Replay {
+            seed,
+            world,
+            steps,
+            trace,
+            svg: svg_path,
+        } => {
+            let opts = RunOptions {
+                steps,
+                trace: trace || svg_path.is_some(),
+            };
+            let r = match run_seed(world, seed, &opts, true) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            if trace {
+                for line in &r.trace {
+                    println!("{line}");
+                }
+            }
+            print!("{}", report::replay(&r, world));
+            if let (Some(path), Some(timeline)) = (svg_path, r.timeline.as_ref()) {
+                let title = format!("outbox-sim seed {seed} world {world}");
+                if let Err(e) = std::fs::write(&path, svg::render(timeline, &title)) {
+                    eprintln!("error: cannot write {}: {e}", path.display());
+                    return ExitCode::from(2);
+                }
+                println!("timeline written to {}", path.display());
+            }
+            if r.failure.is_some() {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+    }
+}

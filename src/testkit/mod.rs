@@ -5,5 +5,5 @@
 mod harness;
 mod op;
 
-pub use harness::{Harness, Stats, Violation};
+pub use harness::{Fate, Harness, Loss, Stats, Violation};
 pub use op::{weight_of, ConfigDraw, Op, OpOutcome};

@@ -1,0 +1,331 @@
+//! Everything a run draws from its seed: the engine's config, the workload
+//! and the fault plan (SPEC S-B4: a run is reproducible from its seed).
+//!
+//! One ChaCha8 generator per run, seeded with `seed_from_u64(seed)`, is the
+//! only source of randomness; draws use integer arithmetic only, so a seed
+//! means the same run on every machine.
+
+use std::time::Duration;
+
+use outbox::core::{Config, ErrorPolicy};
+use rand::{Rng, RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// The run's random source.
+pub type SimRng = ChaCha8Rng;
+
+/// The generator for `seed`.
+pub fn rng(seed: u64) -> SimRng {
+    ChaCha8Rng::seed_from_u64(seed)
+}
+
+/// True with probability `num / den`.
+pub fn chance(rng: &mut SimRng, num: u32, den: u32) -> bool {
+    rng.random_range(0..den) < num
+}
+
+/// A log-uniform draw in `lo..=hi` (both at least 1): small values are as
+/// likely as large ones, per order of magnitude.
+pub fn log_uniform(rng: &mut SimRng, lo: u64, hi: u64) -> u64 {
+    debug_assert!(1 <= lo && lo <= hi);
+    let bits_lo = 63 - lo.leading_zeros();
+    let bits_hi = 63 - hi.leading_zeros();
+    let bits = rng.random_range(bits_lo..=bits_hi);
+    let a = (1u64 << bits).max(lo);
+    let b = ((1u64 << bits) * 2 - 1).min(hi);
+    rng.random_range(a..=b)
+}
+
+/// An exponential-ish gap with the given mean, from integer draws: a
+/// uniform draw scaled by a geometric number of doublings, capped.
+pub fn gap(rng: &mut SimRng, mean: Duration) -> Duration {
+    let mean_us = u64::try_from(mean.as_micros()).unwrap_or(u64::MAX).max(1);
+    // Uniform in 0..2*mean, with a 1/8 chance of a 4x longer quiet spell.
+    let mut us = rng.random_range(0..=2 * mean_us);
+    if chance(rng, 1, 8) {
+        us = us.saturating_mul(4);
+    }
+    Duration::from_micros(us)
+}
+
+/// The engine configuration of a run and whether items are weighed.
+#[derive(Clone, Debug)]
+pub struct ConfigPick {
+    /// The validated config.
+    pub config: Config,
+    /// Whether a byte limit is set (the harness weighs items then).
+    pub weighs: bool,
+}
+
+/// Draws every knob in its valid range: usually everyday values, sometimes
+/// the extremes (a 1 ns write timeout, an hour of linger or backoff, one
+/// byte per batch).
+pub fn config(rng: &mut SimRng) -> ConfigPick {
+    let extreme = chance(rng, 1, 16);
+    let ms = |v: u64| Duration::from_millis(v);
+    let mut b = Config::builder();
+    b = b.concurrency(match rng.random_range(0..8) {
+        0 => 0,
+        1 => 1,
+        2..=4 => rng.random_range(2..=8),
+        _ => log_uniform(rng, 1, 64) as usize,
+    });
+    let mut weighs = false;
+    if chance(rng, 1, 2) {
+        b = b.capacity(log_uniform(rng, 1, 4096) as usize);
+    }
+    if chance(rng, 1, 4) {
+        b = b.capacity_bytes(log_uniform(rng, 1, 16_384));
+        weighs = true;
+    }
+    if chance(rng, 2, 5) {
+        b = b.tenant_capacity(log_uniform(rng, 1, 512) as usize);
+    }
+    if chance(rng, 3, 5) {
+        b = b.max_batch(log_uniform(rng, 1, 512) as usize);
+    }
+    if chance(rng, 1, 4) {
+        b = b.max_batch_bytes(log_uniform(rng, 1, 256));
+        weighs = true;
+    }
+    if chance(rng, 1, 2) {
+        let linger = if extreme && chance(rng, 1, 3) {
+            Duration::from_secs(3600)
+        } else {
+            ms(log_uniform(rng, 1, 2_000))
+        };
+        b = b.linger(linger);
+    }
+    let initial = if extreme && chance(rng, 1, 3) {
+        Duration::from_nanos(1)
+    } else {
+        ms(log_uniform(rng, 1, 500))
+    };
+    let max = if extreme && chance(rng, 1, 3) {
+        Duration::from_secs(3600)
+    } else if chance(rng, 1, 5) {
+        initial
+    } else {
+        initial + ms(log_uniform(rng, 1, 30_000))
+    };
+    b = b.initial_backoff(initial).max_backoff(max);
+    if chance(rng, 1, 2) {
+        b = b.jitter(f64::from(rng.random_range(0..=100u32)) / 100.0);
+    }
+    if chance(rng, 3, 10) {
+        b = b.max_attempts(log_uniform(rng, 1, 12) as u32);
+    }
+    if chance(rng, 1, 5) {
+        b = b.max_retry_duration(ms(log_uniform(rng, 1, 30_000)));
+    }
+    if chance(rng, 3, 20) {
+        b = b.error_policy(ErrorPolicy::Drop);
+    }
+    if chance(rng, 1, 2) {
+        let timeout = if extreme && chance(rng, 1, 3) {
+            Duration::from_nanos(1)
+        } else {
+            ms(log_uniform(rng, 1, 30_000))
+        };
+        b = b.write_timeout(timeout);
+    }
+    b = b.seed(rng.next_u64());
+    let config = b.build().expect("every draw is in range");
+    ConfigPick { config, weighs }
+}
+
+/// How tenants are picked: integer Zipf-like weights over `tenants`.
+#[derive(Clone, Debug)]
+pub struct Workload {
+    /// Tenants in play (1..=255).
+    pub tenants: u8,
+    /// Cumulative weights, one per tenant.
+    cumulative: Vec<u64>,
+    /// Mean gap between two stage calls outside bursts.
+    pub mean_gap: Duration,
+    /// One stage call in `burst_odds` starts a burst.
+    pub burst_odds: u32,
+    /// Stage calls in a burst, at most.
+    pub burst_max: u32,
+    /// Items per stage call, at most (1..=8).
+    pub max_count: u8,
+    /// Skew exponent ×2 (0: uniform, 4: Zipf s = 2).
+    pub skew_half: u8,
+}
+
+impl Workload {
+    /// Draws tenants, skew, rate and bursts.
+    pub fn draw(rng: &mut SimRng) -> Workload {
+        let tenants = match rng.random_range(0..6) {
+            0 => 1,
+            1 | 2 => rng.random_range(2..=8),
+            3 | 4 => log_uniform(rng, 1, 64) as u8,
+            _ => log_uniform(rng, 1, 255) as u8,
+        };
+        let skew_half = rng.random_range(0..=4u8);
+        let cumulative = zipf_cumulative(tenants, skew_half);
+        Workload {
+            tenants,
+            cumulative,
+            mean_gap: Duration::from_micros(log_uniform(rng, 10, 200_000)),
+            burst_odds: rng.random_range(5..=200),
+            burst_max: log_uniform(rng, 2, 500) as u32,
+            max_count: rng.random_range(1..=8),
+            skew_half,
+        }
+    }
+
+    /// A tenant index, Zipf-skewed towards the low ones.
+    pub fn tenant(&self, rng: &mut SimRng) -> u8 {
+        let total = *self.cumulative.last().expect("at least one tenant");
+        let x = rng.random_range(0..total);
+        self.cumulative.partition_point(|c| *c <= x) as u8
+    }
+}
+
+/// Integer Zipf weights: tenant `k` weighs about `1 / (k+1)^(skew_half/2)`.
+fn zipf_cumulative(tenants: u8, skew_half: u8) -> Vec<u64> {
+    let mut acc = 0u64;
+    (0..u64::from(tenants))
+        .map(|k| {
+            let r = k + 1;
+            // (k+1)^(s/2) scaled by 1000, from integer square roots.
+            let root = (r * 1_000_000).isqrt();
+            let denom = match skew_half {
+                0 => 1_000,
+                1 => root,
+                2 => r * 1_000,
+                3 => r * root,
+                _ => r * r * 1_000,
+            };
+            acc += (1_000_000_000_000 / denom).max(1);
+            acc
+        })
+        .collect()
+}
+
+/// Which faults a run injects and how often, in parts per 1,000 attempts
+/// (swarm testing: each kind is on in about half the runs, so rare
+/// combinations meet often).
+#[derive(Clone, Debug)]
+pub struct FaultPlan {
+    /// Retryable sink errors.
+    pub error: u32,
+    /// Panics in the sink.
+    pub panic: u32,
+    /// Terminal rejections.
+    pub reject: u32,
+    /// Write tasks lost (finish_lost, S-W13).
+    pub lose_task: u32,
+    /// Hangs: attempts that run for a long time (cut by a write timeout).
+    pub hang: u32,
+    /// Commits whose reply is lost: written, then reported failed.
+    pub ghost: u32,
+    /// Items consumed without writing (S-W12).
+    pub discard: u32,
+    /// Attempts cancelled by the driver though not given up.
+    pub cancel: u32,
+    /// Mean attempt latency.
+    pub latency: Duration,
+    /// During a storm every fault rate is multiplied by this.
+    pub storm_factor: u32,
+    /// Mean length of calm and of stormy spells.
+    pub spell: Duration,
+    /// Tenants below this index fail every attempt during a storm.
+    pub bad_tenants: u8,
+    /// A flush or settle every so often, on average (`None`: never).
+    pub control_gap: Option<Duration>,
+    /// Whether and when (in steps) a shutdown is called, with its deadline.
+    pub shutdown_at: Option<(u64, Duration)>,
+    /// A second shutdown call joins the first, this many steps later.
+    pub shutdown_join: Option<(u64, Duration)>,
+    /// Whether and when (in steps) the engine is abandoned.
+    pub abandon_at: Option<u64>,
+}
+
+impl FaultPlan {
+    /// Draws a fault plan for a run of `steps` steps.
+    pub fn draw(rng: &mut SimRng, steps: u64, tenants: u8) -> FaultPlan {
+        let rate = |rng: &mut SimRng, max: u64| {
+            if chance(rng, 1, 2) {
+                log_uniform(rng, 1, max) as u32
+            } else {
+                0
+            }
+        };
+        let error = rate(rng, 500);
+        let panic = rate(rng, 100);
+        let reject = rate(rng, 20);
+        let lose_task = rate(rng, 10);
+        let hang = rate(rng, 50);
+        let ghost = rate(rng, 100);
+        let discard = rate(rng, 20);
+        let cancel = rate(rng, 20);
+        let steps = steps.max(1);
+        let shutdown_at = chance(rng, 1, 4).then(|| {
+            (
+                rng.random_range(0..steps),
+                Duration::from_millis(log_uniform(rng, 1, 60_000)),
+            )
+        });
+        let shutdown_join = (shutdown_at.is_some() && chance(rng, 1, 4)).then(|| {
+            (
+                rng.random_range(0..=50),
+                Duration::from_millis(log_uniform(rng, 1, 60_000)),
+            )
+        });
+        FaultPlan {
+            error,
+            panic,
+            reject,
+            lose_task,
+            hang,
+            ghost,
+            discard,
+            cancel,
+            latency: Duration::from_micros(log_uniform(rng, 1, 50_000)),
+            storm_factor: log_uniform(rng, 1, 20) as u32,
+            spell: Duration::from_millis(log_uniform(rng, 10, 30_000)),
+            bad_tenants: if chance(rng, 1, 3) {
+                rng.random_range(1..=tenants.max(1))
+            } else {
+                0
+            },
+            control_gap: chance(rng, 2, 3)
+                .then(|| Duration::from_millis(log_uniform(rng, 1, 5_000))),
+            shutdown_at,
+            shutdown_join,
+            abandon_at: chance(rng, 1, 20).then(|| rng.random_range(0..steps)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_seed_same_draws() {
+        let a = config(&mut rng(7));
+        let b = config(&mut rng(7));
+        assert_eq!(a.config, b.config);
+    }
+
+    #[test]
+    fn zipf_is_skewed_and_covers_every_tenant() {
+        let w = zipf_cumulative(10, 4);
+        assert_eq!(w.len(), 10);
+        assert!(w[0] > w[9] - w[8]);
+        let flat = zipf_cumulative(4, 0);
+        assert_eq!(flat[1] - flat[0], flat[0]);
+    }
+
+    #[test]
+    fn log_uniform_stays_in_range() {
+        let mut r = rng(1);
+        for _ in 0..10_000 {
+            let v = log_uniform(&mut r, 3, 700);
+            assert!((3..=700).contains(&v));
+        }
+    }
+}

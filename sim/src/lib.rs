@@ -1,0 +1,24 @@
+//! `outbox-sim`: the deterministic simulation of the outbox (SPEC S-B4,
+//! in the spirit of TigerBeetle's VOPR and FoundationDB's simulator).
+//!
+//! A seed draws a config, a workload and faults; a world runs them and the
+//! checker judges every step:
+//! - [`fast`]: the sans-IO core alone under a virtual clock, through
+//!   `outbox::testkit::Harness`, a faulty phase checked for safety after
+//!   every step, then a healed phase checked for liveness (I6) and the
+//!   datastore (I1);
+//! - `net` (not built yet): the tokio driver and a sink over turmoil.
+//!
+//! The CLI (`outbox-sim run`, `outbox-sim replay SEED`) and the tests share
+//! this library.
+
+pub mod campaign;
+pub mod draw;
+pub mod fast;
+pub mod regressions;
+pub mod report;
+pub mod svg;
+pub mod timeline;
+pub mod world;
+
+pub use world::{replay_command, run_seed, Failure, RunOptions, RunResult, WorldError, WorldKind};

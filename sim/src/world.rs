@@ -1,0 +1,205 @@
+//! The worlds a seed can run in, behind one entry point, so the campaign,
+//! the replay command and the tests do not care which one runs.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::panic::{self, AssertUnwindSafe};
+use std::str::FromStr;
+
+use outbox::core::{Counters, Time};
+
+use crate::fast::FastWorld;
+use crate::timeline::Timeline;
+
+/// Which world runs a seed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum WorldKind {
+    /// The core alone under a virtual clock (`fast.rs`).
+    #[default]
+    Fast,
+    /// The tokio driver and a sink over turmoil's simulated network (not
+    /// built yet: it needs the driver, issue 3).
+    Net,
+}
+
+impl WorldKind {
+    /// The name the CLI and the regression list use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorldKind::Fast => "fast",
+            WorldKind::Net => "net",
+        }
+    }
+}
+
+impl fmt::Display for WorldKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for WorldKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "fast" => Ok(WorldKind::Fast),
+            "net" => Ok(WorldKind::Net),
+            other => Err(format!(
+                "unknown world `{other}` (expected `fast` or `net`)"
+            )),
+        }
+    }
+}
+
+/// A world that cannot run (yet).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WorldError {
+    /// The world is not built yet.
+    NotBuilt(WorldKind),
+}
+
+impl fmt::Display for WorldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WorldError::NotBuilt(kind) => write!(
+                f,
+                "the `{kind}` world is not built yet: it needs the tokio driver \
+                 (`Outbox<S>`, in progress); use `--world fast`"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for WorldError {}
+
+/// How to run one seed.
+#[derive(Clone, Copy, Debug)]
+pub struct RunOptions {
+    /// Steps (harness ops) of the faulty phase.
+    pub steps: u64,
+    /// Keep a trace and a timeline.
+    pub trace: bool,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            steps: 10_000,
+            trace: false,
+        }
+    }
+}
+
+/// A broken invariant (or a panic), as a run reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    /// The invariant or rule id (`I1`, `S-A4`, …), `panic` or
+    /// `determinism`.
+    pub rule: String,
+    /// What was seen.
+    pub detail: String,
+    /// The step at which it was seen.
+    pub step: u64,
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} at step {}: {}", self.rule, self.step, self.detail)
+    }
+}
+
+/// What one run of one seed gives.
+#[derive(Clone, Debug)]
+pub struct RunResult {
+    /// The seed.
+    pub seed: u64,
+    /// Harness ops applied, both phases.
+    pub steps: u64,
+    /// Items staged.
+    pub items: u64,
+    /// The engine's counters at the end.
+    pub counters: Counters,
+    /// Faults and controls injected, by kind.
+    pub faults: BTreeMap<&'static str, u64>,
+    /// The first broken invariant, if any.
+    pub failure: Option<Failure>,
+    /// Hash of every op and output (determinism self-check).
+    pub trace_hash: u64,
+    /// The trace, with `RunOptions::trace`.
+    pub trace: Vec<String>,
+    /// The timeline, with `RunOptions::trace`.
+    pub timeline: Option<Timeline>,
+    /// What the seed drew (config, workload, faults), one line.
+    pub setup: String,
+    /// The virtual time at the end.
+    pub end: Time,
+}
+
+/// Runs `seed` in `world`; a panic anywhere becomes a failure. With
+/// `check_determinism` the seed runs twice and the trace hashes must match.
+///
+/// # Errors
+/// [`WorldError`] if the world cannot run.
+pub fn run_seed(
+    world: WorldKind,
+    seed: u64,
+    opts: &RunOptions,
+    check_determinism: bool,
+) -> Result<RunResult, WorldError> {
+    match world {
+        WorldKind::Net => Err(WorldError::NotBuilt(world)),
+        WorldKind::Fast => {
+            let mut result = run_fast(seed, opts);
+            if check_determinism && result.failure.is_none() {
+                let again = run_fast(seed, opts);
+                if again.trace_hash != result.trace_hash || again.steps != result.steps {
+                    result.failure = Some(Failure {
+                        rule: "determinism".to_string(),
+                        detail: format!(
+                            "two runs of the seed differ: trace hash {:#018x} vs {:#018x}, \
+                             steps {} vs {}",
+                            result.trace_hash, again.trace_hash, result.steps, again.steps
+                        ),
+                        step: result.steps.min(again.steps),
+                    });
+                }
+            }
+            Ok(result)
+        }
+    }
+}
+
+fn run_fast(seed: u64, opts: &RunOptions) -> RunResult {
+    match panic::catch_unwind(AssertUnwindSafe(|| FastWorld::new(seed, opts).run())) {
+        Ok(r) => r,
+        Err(payload) => {
+            let msg = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "a panic with a non-string payload".to_string());
+            RunResult {
+                seed,
+                steps: 0,
+                items: 0,
+                counters: Counters::default(),
+                faults: BTreeMap::new(),
+                failure: Some(Failure {
+                    rule: "panic".to_string(),
+                    detail: msg,
+                    step: 0,
+                }),
+                trace_hash: 0,
+                trace: Vec::new(),
+                timeline: None,
+                setup: String::new(),
+                end: Time::ZERO,
+            }
+        }
+    }
+}
+
+/// The command that replays `seed` with a trace.
+pub fn replay_command(seed: u64, world: WorldKind) -> String {
+    format!("cargo run --release -p outbox-sim -- replay {seed} --world {world} --trace")
+}
