@@ -152,6 +152,13 @@ impl World {
         self.finish(w, Outcome::Failed);
     }
 
+    /// The write's task ended without giving its items back (S-W13).
+    pub fn finish_lost(&mut self, id: outbox::core::WriteId) -> bool {
+        let known = self.e.finish_lost(self.now, id);
+        self.after();
+        known
+    }
+
     pub fn flush(&mut self, deadline: u64) -> WaitId {
         let id = self.e.flush(self.now, ms(deadline));
         self.after();
