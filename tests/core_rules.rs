@@ -992,9 +992,12 @@ fn s_w17_a_driver_that_only_wakes_at_poll_timeout_writes_everything() {
 
 // ----- S-C1 -------------------------------------------------------------
 
+/// Every event, and every attempt as (tenant, items, attempt).
+type Run = (Vec<Event<u32, u32>>, Vec<(u32, Vec<u32>, u32)>);
+
 /// A scripted run with jitter, several tenants, failures, a flush and a
 /// shutdown; a fixed LCG stands for the sink's mood.
-fn scripted_run(seed: u64) -> (Vec<Event<u32, u32>>, Vec<(u32, Vec<u32>, u32)>) {
+fn scripted_run(seed: u64) -> Run {
     let mut w = World::new(
         Config::builder()
             .jitter(0.5)

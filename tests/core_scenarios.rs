@@ -10,7 +10,7 @@ use outbox::core::{
     Time,
 };
 
-/// 1. S-W5, S-W6: a failing tenant's items are retried and written in order.
+/// Scenario 1: S-W5, S-W6: a failing tenant's items are retried and written in order.
 #[test]
 fn s01_failed_write_retried_in_order() {
     let mut w = World::new(Config::builder());
@@ -37,7 +37,7 @@ fn s01_failed_write_retried_in_order() {
     assert_eq!(w.c().writes, 2);
 }
 
-/// 2. S-W5, I2: every attempt of a write carries the identical slice.
+/// Scenario 2: S-W5, I2: every attempt of a write carries the identical slice.
 #[test]
 fn s02_identical_retry_slice() {
     let mut w = World::new(Config::builder());
@@ -65,7 +65,7 @@ fn s02_identical_retry_slice() {
     );
 }
 
-/// 3. S-W8, S-B1: a failing tenant does not delay another.
+/// Scenario 3: S-W8, S-B1: a failing tenant does not delay another.
 #[test]
 fn s03_failing_tenant_does_not_delay_another() {
     let mut w = World::new(Config::builder().concurrency(1));
@@ -87,7 +87,7 @@ fn s03_failing_tenant_does_not_delay_another() {
     assert_eq!(w.e.pending(), 1);
 }
 
-/// 4. S-W2: no count limit.
+/// Scenario 4: S-W2: no count limit.
 #[test]
 fn s04_no_count_limit() {
     let mut w = World::new(Config::builder());
@@ -112,7 +112,7 @@ fn s04_no_count_limit() {
     assert_eq!(w.c().dropped_total(), 0);
 }
 
-/// 5. S-W9: shutdown keeps retrying until the deadline.
+/// Scenario 5: S-W9: shutdown keeps retrying until the deadline.
 #[test]
 fn s05_shutdown_keeps_retrying_until_the_deadline() {
     let mut w = World::new(Config::builder());
@@ -144,7 +144,7 @@ fn s05_shutdown_keeps_retrying_until_the_deadline() {
     assert!(w.e.is_closed());
 }
 
-/// 6. S-W9, S-B6: shutdown counts what is unwritten at the deadline and
+/// Scenario 6: S-W9, S-B6: shutdown counts what is unwritten at the deadline and
 /// hands it back.
 #[test]
 fn s06_shutdown_counts_what_is_unwritten_at_the_deadline() {
@@ -193,13 +193,13 @@ fn s06_shutdown_counts_what_is_unwritten_at_the_deadline() {
     );
 }
 
-/// 7. S-W5: a panicking write is retried.
+/// Scenario 7: S-W5: a panicking write is retried.
 #[test]
 fn s07_panicking_write_is_retried() {
     panic_like_retry(Outcome::Panicked);
 }
 
-/// 8. S-W5: a sink error whose Display panics reaches the core as a panic
+/// Scenario 8: S-W5: a sink error whose Display panics reaches the core as a panic
 /// (the driver contains it); the outcome is the same as 7.
 #[test]
 fn s08_error_display_panics() {
@@ -236,7 +236,7 @@ fn panic_like_retry(outcome: Outcome) {
     assert_eq!(w.e.pending(), 0);
 }
 
-/// 9. S-W9: shutdown fences admission.
+/// Scenario 9: S-W9: shutdown fences admission.
 #[test]
 fn s09_shutdown_fences_admission() {
     let mut w = World::new(Config::builder());
@@ -258,7 +258,7 @@ fn s09_shutdown_fences_admission() {
     assert_eq!(w.written_of(1), [1, 2]);
 }
 
-/// 10. S-W4, S-A3: a full batch goes at once, as one write.
+/// Scenario 10: S-W4, S-A3: a full batch goes at once, as one write.
 #[test]
 fn s10_batches_not_one_by_one() {
     let mut w = World::new(Config::builder().capacity(64).max_batch(8).linger(dur(5)));
@@ -271,7 +271,7 @@ fn s10_batches_not_one_by_one() {
     assert_eq!(w.c().writes, 1);
 }
 
-/// 11. S-A3: a partial batch goes on the linger.
+/// Scenario 11: S-A3: a partial batch goes on the linger.
 #[test]
 fn s11_partial_batch_goes_on_the_linger() {
     let mut w = World::new(Config::builder().max_batch(500).linger(dur(20)));
@@ -285,7 +285,7 @@ fn s11_partial_batch_goes_on_the_linger() {
     assert_eq!(a.items, [1]);
 }
 
-/// 12. S-A1, S-W1: a stalled sink drops instead of blocking.
+/// Scenario 12: S-A1, S-W1: a stalled sink drops instead of blocking.
 #[test]
 fn s12_stalled_sink_drops_instead_of_blocking() {
     let mut w = World::new(Config::builder().capacity(4).max_batch(1));
@@ -309,7 +309,7 @@ fn s12_stalled_sink_drops_instead_of_blocking() {
     assert_eq!(stuck.len(), 3, "one write per tenant");
 }
 
-/// 13. S-A4: flush writes a partial batch early.
+/// Scenario 13: S-A4: flush writes a partial batch early.
 #[test]
 fn s13_flush_writes_a_partial_batch_early() {
     let mut w = World::new(Config::builder().linger(dur(60_000)));
@@ -328,7 +328,7 @@ fn s13_flush_writes_a_partial_batch_early() {
     );
 }
 
-/// 14. S-A5, S-A4: flush on a failing sink under the drop policy.
+/// Scenario 14: S-A5, S-A4: flush on a failing sink under the drop policy.
 #[test]
 fn s14_flush_on_a_failing_sink_drop_policy() {
     let mut w = World::new(Config::builder().error_policy(ErrorPolicy::Drop));
@@ -349,7 +349,7 @@ fn s14_flush_on_a_failing_sink_drop_policy() {
     assert!(w.poll().is_empty());
 }
 
-/// 15. S-A7: abandon counts every queued item.
+/// Scenario 15: S-A7: abandon counts every queued item.
 #[test]
 fn s15_abandon_counts_every_queued_item() {
     let mut w = World::new(Config::builder().max_batch(2).linger(dur(1_000)));
@@ -376,7 +376,7 @@ fn s15_abandon_counts_every_queued_item() {
     assert_eq!(w.e.poll_timeout(), None, "no timer survives");
 }
 
-/// 17. S-W5, I7: no reordering on retry; B never starts while A waits.
+/// Scenario 17: S-W5, I7: no reordering on retry; B never starts while A waits.
 #[test]
 fn s17_reordering_on_retry() {
     let mut w = World::new(Config::builder().concurrency(4));
@@ -396,7 +396,7 @@ fn s17_reordering_on_retry() {
     assert_eq!(w.written_of(1), [10, 20]);
 }
 
-/// 20. S-A3, S-W4: eager batches under load.
+/// Scenario 20: S-A3, S-W4: eager batches under load.
 #[test]
 fn s20_eager_batches_under_load() {
     let mut w = World::new(
@@ -432,7 +432,7 @@ fn s20_eager_batches_under_load() {
     assert_eq!(w.written_of(1), (0..10_000).collect::<Vec<_>>());
 }
 
-/// 21. S-B7: one tenant's flood vs others' trickle.
+/// Scenario 21: S-B7: one tenant's flood vs others' trickle.
 #[test]
 fn s21_flood_vs_trickle_with_tenant_capacity() {
     let mut w = World::new(Config::builder().capacity(100).tenant_capacity(10));
@@ -468,7 +468,7 @@ fn s21_flood_vs_trickle_with_tenant_capacity() {
     }
 }
 
-/// 22. S-W3, S-W8: concurrency slots are not held by waiting tenants.
+/// Scenario 22: S-W3, S-W8: concurrency slots are not held by waiting tenants.
 #[test]
 fn s22_concurrency_slots_not_held_by_waiting_tenants() {
     let mut w = World::new(Config::builder().concurrency(5).max_batch(1));
@@ -481,7 +481,7 @@ fn s22_concurrency_slots_not_held_by_waiting_tenants() {
     assert_eq!(w.e.in_flight(), 2);
 }
 
-/// 23. S-W14, I3, I5: every drop and loss path is counted.
+/// Scenario 23: S-W14, I3, I5: every drop and loss path is counted.
 #[test]
 fn s23_every_drop_path_is_counted() {
     // Retry policy: buffer full, terminal, retries exhausted, deadline,
@@ -526,7 +526,7 @@ fn s23_every_drop_path_is_counted() {
     assert_eq!(w.e.pending(), 0);
 }
 
-/// 24. S-W9, S-W15: shutdown with every tenant in backoff returns at its
+/// Scenario 24: S-W9, S-W15: shutdown with every tenant in backoff returns at its
 /// deadline, not at the backoffs.
 #[test]
 fn s24_shutdown_with_every_tenant_in_backoff() {
@@ -555,7 +555,7 @@ fn s24_shutdown_with_every_tenant_in_backoff() {
     assert_eq!(w.e.poll_timeout(), None, "no backoff timer survives");
 }
 
-/// 25. S-B2: retries exhausted after max_attempts.
+/// Scenario 25: S-B2: retries exhausted after max_attempts.
 #[test]
 fn s25_retries_exhausted() {
     let mut w = World::new(Config::builder().max_attempts(3));
@@ -574,7 +574,7 @@ fn s25_retries_exhausted() {
     assert!(w.poll().is_empty());
 }
 
-/// 27. S-B3: a write that outlives write_timeout is retried identically.
+/// Scenario 27: S-B3: a write that outlives write_timeout is retried identically.
 #[test]
 fn s27_write_timeout() {
     let mut w = World::new(Config::builder().write_timeout(dur(30_000)));
@@ -597,7 +597,7 @@ fn s27_write_timeout() {
     assert_eq!(a.deadline, Some(ms(30_050 + 30_000)));
 }
 
-/// 28. S-W7, S-B2: no wait ever exceeds max_backoff, with or without jitter.
+/// Scenario 28: S-W7, S-B2: no wait ever exceeds max_backoff, with or without jitter.
 #[test]
 fn s28_backoff_cap() {
     for jitter in [0.0, 0.5] {

@@ -29,11 +29,7 @@ pub fn decode(data: &[u8]) -> Option<Case> {
     let tenants = u.int_in_range(1..=8u8).ok()?;
     let mut ops: Vec<Op> = Vec::arbitrary_take_rest(u).ok()?;
     ops.truncate(MAX_OPS);
-    Some(Case {
-        draw,
-        tenants,
-        ops,
-    })
+    Some(Case { draw, tenants, ops })
 }
 
 /// Runs one input through the invariant-checking [`Harness`]; when the
