@@ -43,6 +43,7 @@ fn s_w3_staging_order_one_write_per_tenant_and_concurrency() {
     w.ok(t1);
     w.ok(t3);
     assert_eq!(w.written_of(1), [1, 4, 5]);
+    assert_eq!(w.e.tenants(), 0, "settled tenants are forgotten");
 }
 
 #[test]
@@ -154,8 +155,13 @@ fn s_a3_items_that_waited_out_their_linger_in_flight_go_at_once() {
     let a = w.poll_one();
     w.at(11);
     w.stage_ok(1, [2]); // waits from 11 while [1] is in flight
-    w.at(30);
+    w.at(21); // exactly when its linger ends
     w.ok(a);
+    assert_eq!(
+        w.e.poll_timeout(),
+        None,
+        "ready at once, no timer in the past"
+    );
     assert_eq!(w.poll_one().items, [2], "its linger ended at 21");
 }
 
@@ -1160,4 +1166,124 @@ fn s_c1_an_earlier_now_is_taken_as_the_latest_seen() {
     assert_eq!(w.e.now(), ms(100));
     let _ = w.e.stage(ms(0), 1, 1);
     assert_eq!(w.e.poll_timeout(), Some(ms(110)), "staged at 100, not 0");
+}
+
+// ----- S-W17: timers in the order they fall due -------------------------
+
+#[test]
+fn s_w17_poll_timeout_is_the_earliest_timer_of_either_kind() {
+    // A linger before a backoff.
+    let mut w = World::new(Config::builder().linger(dur(20)));
+    w.stage_ok(1, [1]);
+    w.at(20);
+    let a = w.poll_one();
+    w.fail(a); // backoff due at 70
+    w.at(30);
+    w.stage_ok(2, [2]); // linger due at 50
+    assert_eq!(w.e.poll_timeout(), Some(ms(50)));
+    w.at(50);
+    assert_eq!(w.poll_one().tenant, 2);
+    assert_eq!(w.e.poll_timeout(), Some(ms(70)));
+    // A backoff before a linger.
+    w.at(65);
+    w.stage_ok(3, [3]); // linger due at 85
+    assert_eq!(w.e.poll_timeout(), Some(ms(70)));
+}
+
+#[test]
+fn s_w17_after_a_stall_timers_fire_in_the_order_they_fell_due() {
+    for (linger, backoff, first) in [(20, 50, 2), (80, 50, 1)] {
+        let mut w = World::new(
+            Config::builder()
+                .concurrency(1)
+                .linger(dur(linger))
+                .initial_backoff(dur(backoff))
+                .max_backoff(dur(backoff)),
+        );
+        w.stage_ok(1, [1]);
+        w.at(linger);
+        let a = w.poll_one();
+        w.fail(a); // T1 due at linger + backoff
+        w.stage_ok(2, [2]); // T2 due at 2 * linger
+        w.at(10_000);
+        let x = w.poll_one();
+        assert_eq!(x.tenant, first, "linger {linger}, backoff {backoff}");
+        w.ok(x);
+        assert_eq!(w.poll_one().tenant, 3 - first);
+    }
+}
+
+// ----- what events carry for the driver (S-W11) -------------------------
+
+#[test]
+fn events_carry_latency_items_and_attempt() {
+    let mut w = World::new(Config::builder());
+    w.at(10);
+    w.stage_ok(1, [1, 2, 3]);
+    let a = w.poll_one();
+    w.at(35);
+    w.fail(a);
+    w.at(100);
+    let a = w.poll_one();
+    w.at(130);
+    w.ok(a);
+    let seen: Vec<_> = w
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::AttemptFailed {
+                tenant,
+                items,
+                attempt,
+                latency,
+                ..
+            } => Some(("failed", *tenant, *items, *attempt, *latency)),
+            Event::Written {
+                tenant,
+                items,
+                attempt,
+                latency,
+                ..
+            } => Some(("written", *tenant, *items, *attempt, *latency)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [("failed", 1, 3, 1, dur(25)), ("written", 1, 3, 2, dur(30)),],
+        "latency runs from this attempt's start"
+    );
+}
+
+#[test]
+fn no_cancel_is_asked_when_nothing_is_in_flight() {
+    let mut w = World::new(Config::builder());
+    w.stage_ok(1, [1]);
+    let a = w.poll_one();
+    w.fail(a);
+    let sd = w.shutdown(10);
+    w.at(10);
+    assert!(w.shutdown_done(sd).is_some());
+    assert_eq!(w.count_events(|e| matches!(e, Event::CancelInFlight)), 0);
+    w.abandon();
+    assert_eq!(w.count_events(|e| matches!(e, Event::CancelInFlight)), 0);
+}
+
+#[test]
+fn an_unknown_write_names_itself() {
+    let mut w = World::new(Config::builder());
+    w.stage_ok(1, [1]);
+    let a = w.poll_one();
+    let id = a.id;
+    w.ok(a);
+    let ghost = outbox::core::Write {
+        id,
+        tenant: 1,
+        items: vec![1],
+        attempt: 1,
+        deadline: None,
+    };
+    let err = w.e.finish(w.now, ghost, Outcome::WRITTEN).unwrap_err();
+    assert_eq!(err.to_string(), "write w1 is not in flight");
+    assert_eq!(w.c().written, 1, "nothing counted twice");
 }
