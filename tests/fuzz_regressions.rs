@@ -2,6 +2,10 @@
 //! decoding and invariant-checking `Harness` as the `engine` fuzz target,
 //! without libFuzzer, so `cargo test --features arbitrary` keeps every
 //! crash the fuzzer ever found fixed.
+//!
+//! Crash inputs are committed under their libFuzzer name (`crash-…`);
+//! `corpus-…` files are large inputs kept from the corpus of the first
+//! 10-minute campaign (no crash), so the replay always exercises something.
 
 #![cfg(feature = "arbitrary")]
 
