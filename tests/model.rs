@@ -623,7 +623,8 @@ impl Model {
         sd.settled = None;
         sd.reported = true;
         let mut unwritten = std::mem::take(&mut sd.unwritten);
-        unwritten.sort_by_key(|(first, _, _)| *first);
+        // By tenant; one tenant's runs in staging order (S-B6).
+        unwritten.sort_by_key(|(first, t, _)| (*t, *first));
         let dead = unwritten.into_iter().map(|(_, t, v)| (t, v)).collect();
         self.out
             .answers
