@@ -234,12 +234,28 @@ impl<R: Record> PostgresSink<R> {
             }));
         }
         let mut client = self.pool.get().await.map_err(pool_error)?;
+        let tenant = *tenant.as_uuid();
+        let n = chunk_len(items, self.max_rows, self.max_bytes);
+        if n == items.len() {
+            // One statement is atomic on its own (an implicit transaction):
+            // no BEGIN and COMMIT round trips.
+            let stmt = client
+                .prepare_cached(&self.insert_sql)
+                .await
+                .map_err(pg_error)?;
+            let ids: Vec<Uuid> = items.iter().map(Record::id).collect();
+            let payloads: Vec<&[u8]> = items.iter().map(Record::payload).collect();
+            client
+                .execute(&stmt, &[&tenant, &ids, &payloads])
+                .await
+                .map_err(pg_error)?;
+            return Ok(Written::ALL);
+        }
         let tx = client.transaction().await.map_err(pg_error)?;
         let stmt = tx
             .prepare_cached(&self.insert_sql)
             .await
             .map_err(pg_error)?;
-        let tenant = *tenant.as_uuid();
         let mut rest = items;
         while !rest.is_empty() {
             let n = chunk_len(rest, self.max_rows, self.max_bytes);
