@@ -325,7 +325,10 @@ async fn order_per_tenant_holds_across_retries_with_concurrent_stagers() {
     let c = w.outbox.counters();
     assert_eq!(c.written, total(&want));
     assert_eq!((c.pending, c.lost_total(), c.dropped_total()), (0, 0, 0));
-    assert!(c.failed_attempts >= 4, "every round's fault failed a write: {c:?}");
+    assert!(
+        c.failed_attempts >= 4,
+        "every round's fault failed a write: {c:?}"
+    );
     let _ = w.outbox.shutdown(DEADLINE).await;
     w.delete().await;
 }

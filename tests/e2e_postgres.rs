@@ -204,9 +204,11 @@ fn total(p: &PerTenant) -> u64 {
     p.values().map(|v| v.len() as u64).sum()
 }
 
-// (a) S-W5, I1 through the driver: a write's COMMIT reply is cut (the
-// server committed, the sink saw a lost connection); the driver retries the
-// identical slice and the key absorbs it: one copy, in order.
+// (a) S-W5, I1 through the driver: the reply to a write is cut after the
+// server committed it (a slice of one statement is an implicit
+// transaction, committed before `INSERT 0 16` is sent); the sink sees a
+// lost connection, the driver retries the identical slice and the key
+// absorbs it: one copy, in order.
 #[tokio::test]
 async fn a_retry_after_a_cut_commit_reply_leaves_one_copy() {
     let Some(w) = setup("e2e_pg_cut_commit", 16, 1_000).await else {
@@ -215,7 +217,8 @@ async fn a_retry_after_a_cut_commit_reply_leaves_one_copy() {
     let tenant = TenantId::new_v7();
     let mut want = PerTenant::new();
 
-    let cut = w.proxy.cut_reply_on(b"COMMIT\0");
+    // Staged before the writer runs: slices of 16, 16 and 8.
+    let cut = w.proxy.cut_reply_on(b"INSERT 0 16\0");
     w.stage(tenant, &items("a", 40), &mut want);
     let report = w.outbox.flush(DEADLINE).await;
     cut.fired(DEADLINE).await;
@@ -237,16 +240,19 @@ async fn a_retry_after_a_cut_commit_reply_leaves_one_copy() {
 }
 
 // (b) S-W3, S-W5, I1, I4: several tenants stage concurrently from their own
-// tasks while the connection is cut after a commit, cut mid-transaction,
-// refused, and stalled past the write timeout; every tenant's rows end up
-// exactly once, in staging order.
+// tasks while the connection is cut after a COMMIT, cut after an INSERT
+// (inside a transaction, or after an implicit one), refused, and stalled
+// past the write timeout; every tenant's rows end up exactly once, in
+// staging order.
 #[tokio::test]
 async fn order_per_tenant_holds_across_retries_with_concurrent_stagers() {
     const TENANTS: usize = 6;
     const PER_ROUND: usize = 30;
     const ROUNDS: usize = 4;
-    // Slices of up to 16 items in statements of 5 rows: a cut after an
-    // INSERT lands inside a transaction.
+    // Slices of up to 16 items in statements of 5 rows: a slice of more
+    // than 5 is an explicit transaction, and a cut after an INSERT lands
+    // inside it. Stagers stage in bursts of 10 (the test runtime has one
+    // thread), so every round has such slices.
     let Some(w) = setup("e2e_pg_order", 16, 5).await else {
         return;
     };
@@ -261,8 +267,8 @@ async fn order_per_tenant_holds_across_retries_with_concurrent_stagers() {
                 let mut want = PerTenant::new();
                 for round in 0..ROUNDS {
                     barrier.wait().await; // the round's fault is armed
-                    for item in items(&format!("t{n}-r{round}"), PER_ROUND) {
-                        w.stage(tenant, &[item], &mut want);
+                    for burst in items(&format!("t{n}-r{round}"), PER_ROUND).chunks(10) {
+                        w.stage(tenant, burst, &mut want);
                         tokio::task::yield_now().await;
                     }
                     barrier.wait().await; // the round is staged
@@ -320,7 +326,10 @@ async fn order_per_tenant_holds_across_retries_with_concurrent_stagers() {
     let c = w.outbox.counters();
     assert_eq!(c.written, total(&want));
     assert_eq!((c.pending, c.lost_total(), c.dropped_total()), (0, 0, 0));
-    assert!(c.failed_attempts >= 4, "every round's fault failed a write: {c:?}");
+    assert!(
+        c.failed_attempts >= 4,
+        "every round's fault failed a write: {c:?}"
+    );
     let _ = w.outbox.shutdown(DEADLINE).await;
     w.drop_table().await;
 }

@@ -3,6 +3,6 @@
 //! test binary uses a part.
 #![allow(dead_code)]
 
-pub mod recorder;
 pub mod proxy;
+pub mod recorder;
 pub mod servers;
