@@ -161,17 +161,20 @@ fn terminal(r: Result<Written, WriteError>) -> WriteError {
     e
 }
 
-// S-W5, I1: the commit happens, its reply is lost; the retry of the
-// identical slice is absorbed by (tenant, item_id).
-#[tokio::test]
-async fn retry_after_a_cut_commit_reply_leaves_one_copy() {
-    let Some(pg) = setup("pg_cut_commit").await else {
-        return;
-    };
+/// Writes `n` items, cutting the connection on the server's reply
+/// `pattern`, which it sends once the slice is committed; then retries the
+/// identical slice and checks that one copy is left.
+async fn cut_commit_reply_then_retry(
+    mut pg: Pg,
+    rows_per_statement: usize,
+    n: usize,
+    pattern: &[u8],
+) {
+    pg.sink = pg.sink.max_rows_per_statement(rows_per_statement);
     let tenant = TenantId::new_v7();
-    let slice = items("a", 10);
+    let slice = items("a", n);
 
-    let cut = pg.proxy.cut_reply_on(b"COMMIT\0");
+    let cut = pg.proxy.cut_reply_on(pattern);
     retryable(pg.sink.write(tenant, &slice).await);
     cut.fired(DEADLINE).await;
     assert_eq!(
@@ -186,8 +189,30 @@ async fn retry_after_a_cut_commit_reply_leaves_one_copy() {
         expected(&slice),
         "one copy, in order"
     );
-    assert_eq!(pg.count().await, 10);
+    assert_eq!(pg.count().await, n as i64);
     pg.drop_table().await;
+}
+
+// S-W5, I1: a slice that fits one statement is one implicit transaction:
+// the server commits it before it replies `INSERT 0 10`; that reply is
+// lost, and the retry of the identical slice is absorbed by (tenant,
+// item_id).
+#[tokio::test]
+async fn retry_after_a_cut_commit_reply_leaves_one_copy() {
+    let Some(pg) = setup("pg_cut_commit").await else {
+        return;
+    };
+    cut_commit_reply_then_retry(pg, 1_000, 10, b"INSERT 0 10\0").await;
+}
+
+// The same for a slice of several statements in one explicit
+// transaction: the reply to its COMMIT is lost.
+#[tokio::test]
+async fn retry_after_a_cut_commit_reply_of_a_transaction_leaves_one_copy() {
+    let Some(pg) = setup("pg_cut_commit_tx").await else {
+        return;
+    };
+    cut_commit_reply_then_retry(pg, 4, 10, b"COMMIT\0").await;
 }
 
 // All-or-nothing: a connection lost between the statements of one slice

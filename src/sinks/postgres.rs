@@ -59,14 +59,25 @@
 //! ```
 //!
 //! # A write
-//! [`Sink::write`] takes a pooled connection, opens a transaction, inserts
-//! the slice in statements of at most [`max_rows_per_statement`] rows and
-//! about [`max_bytes_per_statement`] bytes of payload (three parameters per
-//! statement: the tenant, an array of ids, an array of payloads), and
-//! commits. The slice is written all-or-nothing; an empty slice touches no
-//! connection. If the future is dropped (a write timeout, S-B3; the
-//! shutdown deadline, S-W9) the transaction is rolled back, or it had
-//! already committed: either way a retry leaves one copy.
+//! [`Sink::write`] takes a pooled connection and inserts the slice in
+//! statements of at most [`max_rows_per_statement`] rows and about
+//! [`max_bytes_per_statement`] bytes of payload (three parameters per
+//! statement: the tenant, an array of ids, an array of payloads). A slice
+//! that fits one statement (the usual case) is that one statement, atomic
+//! on its own as an implicit transaction: one round trip, no `BEGIN` or
+//! `COMMIT`. A larger slice takes several statements inside one explicit
+//! transaction. Either way the slice is written all-or-nothing; an empty
+//! slice touches no connection. If the future is dropped (a write timeout,
+//! S-B3; the shutdown deadline, S-W9) the transaction is rolled back, or it
+//! had already committed: either way a retry leaves one copy.
+//!
+//! Measured with `examples/usage_records.rs` (1,000,000 records over
+//! 10,000 tenants, about 80 per write, 16 writes in flight, PostgreSQL 15 on
+//! the same two cores): the server's CPU bounds the rate (about 9 to 10
+//! CPU-seconds per million rows, mostly index maintenance of the two
+//! B-trees, the `ON CONFLICT` check and WAL, against about 2.5 in the
+//! client); dropping `BEGIN`/`COMMIT` for one-statement slices saved about
+//! 6% of the server's CPU and 17% of the client's.
 //!
 //! A pool without timeouts waits for ever for a connection: configure
 //! [`deadpool_postgres::Timeouts`] (`wait`, `create`) so an outage turns into
@@ -234,12 +245,28 @@ impl<R: Record> PostgresSink<R> {
             }));
         }
         let mut client = self.pool.get().await.map_err(pool_error)?;
+        let tenant = *tenant.as_uuid();
+        let n = chunk_len(items, self.max_rows, self.max_bytes);
+        if n == items.len() {
+            // One statement is atomic on its own (an implicit transaction):
+            // no BEGIN and COMMIT round trips.
+            let stmt = client
+                .prepare_cached(&self.insert_sql)
+                .await
+                .map_err(pg_error)?;
+            let ids: Vec<Uuid> = items.iter().map(Record::id).collect();
+            let payloads: Vec<&[u8]> = items.iter().map(Record::payload).collect();
+            client
+                .execute(&stmt, &[&tenant, &ids, &payloads])
+                .await
+                .map_err(pg_error)?;
+            return Ok(Written::ALL);
+        }
         let tx = client.transaction().await.map_err(pg_error)?;
         let stmt = tx
             .prepare_cached(&self.insert_sql)
             .await
             .map_err(pg_error)?;
-        let tenant = *tenant.as_uuid();
         let mut rest = items;
         while !rest.is_empty() {
             let n = chunk_len(rest, self.max_rows, self.max_bytes);
