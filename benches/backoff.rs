@@ -58,9 +58,7 @@ fn drain_once(rt: &Runtime, concurrency: usize, failing: fn(TenantId) -> bool) -
         let written = Arc::clone(&sink.written);
         let config = Config::builder().concurrency(concurrency).build().unwrap();
         let outbox = Outbox::new(sink, config).unwrap();
-        let healthy = (0..ITEMS)
-            .filter(|i| !failing(tenant(i % TENANTS)))
-            .count() as u64;
+        let healthy = (0..ITEMS).filter(|i| !failing(tenant(i % TENANTS))).count() as u64;
         let start = Instant::now();
         for i in 0..ITEMS {
             let _ = outbox.stage(tenant(i % TENANTS), i);
@@ -106,9 +104,17 @@ fn backoff_cpu(rt: &Runtime, failing: u64, total: u64, interval: Duration) -> (f
         }
     }
     std::thread::sleep(Duration::from_millis(500));
-    let (cpu0, n0, t0) = (process_cpu(), attempts.load(Ordering::Relaxed), Instant::now());
+    let (cpu0, n0, t0) = (
+        process_cpu(),
+        attempts.load(Ordering::Relaxed),
+        Instant::now(),
+    );
     std::thread::sleep(interval);
-    let (cpu1, n1, t1) = (process_cpu(), attempts.load(Ordering::Relaxed), Instant::now());
+    let (cpu1, n1, t1) = (
+        process_cpu(),
+        attempts.load(Ordering::Relaxed),
+        Instant::now(),
+    );
     drop(outbox.abandon());
     let secs = (t1 - t0).as_secs_f64();
     ((cpu1 - cpu0).as_secs_f64() / secs, (n1 - n0) as f64 / secs)
@@ -124,11 +130,16 @@ fn backoff(c: &mut Criterion) {
         .warm_up_time(Duration::from_millis(1))
         .measurement_time(Duration::from_secs(3));
     for concurrency in CONCURRENCY {
-        for (name, failing) in [("healthy", never as fn(_) -> _), ("10pct_failing", every_tenth)] {
+        for (name, failing) in [
+            ("healthy", never as fn(_) -> _),
+            ("10pct_failing", every_tenth),
+        ] {
             let id = format!("c{concurrency}/{name}");
             group.bench_function(&id, |b| {
                 samples.iter_custom(b, &id, |iters| {
-                    (0..iters).map(|_| drain_once(&rt, concurrency, failing)).sum()
+                    (0..iters)
+                        .map(|_| drain_once(&rt, concurrency, failing))
+                        .sum()
                 });
             });
         }
@@ -160,7 +171,13 @@ fn backoff(c: &mut Criterion) {
         ));
     }
     if !parts.is_empty() {
-        summary("backoff_drain", worst, "<=2.0", Some(met), &parts.join(" | "));
+        summary(
+            "backoff_drain",
+            worst,
+            "<=2.0",
+            Some(met),
+            &parts.join(" | "),
+        );
     }
 
     // The CPU part runs only when this bench is selected (not filtered out).

@@ -62,7 +62,9 @@ fn drain(c: &mut Criterion) {
             let id = format!("c{concurrency}/t{tenants}");
             group.bench_function(&id, |b| {
                 samples.iter_custom(b, &id, |iters| {
-                    (0..iters).map(|_| drain_once(&rt, tenants, concurrency)).sum()
+                    (0..iters)
+                        .map(|_| drain_once(&rt, tenants, concurrency))
+                        .sum()
                 });
             });
         }

@@ -39,7 +39,10 @@ unsafe impl GlobalAlloc for Counter {
         System.alloc_zeroed(layout)
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
+        LIVE.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
         System.realloc(ptr, layout, new_size)
     }
 }
@@ -121,7 +124,10 @@ fn memory(c: &mut Criterion) {
         (per_item / 16.0).max(per_tenant / 256.0),
         "item<=16B,tenant<=256B",
         Some(met),
-        &format!("per_item={per_item:.1}B per_tenant={per_tenant:.1}B total={:.1}MB", big / 1e6),
+        &format!(
+            "per_item={per_item:.1}B per_tenant={per_tenant:.1}B total={:.1}MB",
+            big / 1e6
+        ),
     );
 }
 

@@ -48,7 +48,8 @@ fn run_threads(
     let barrier = Arc::new(Barrier::new(threads + 1));
     let handles: Vec<_> = (0..threads)
         .map(|k| {
-            let (op, barrier, handle) = (Arc::clone(&op), Arc::clone(&barrier), rt.handle().clone());
+            let (op, barrier, handle) =
+                (Arc::clone(&op), Arc::clone(&barrier), rt.handle().clone());
             std::thread::spawn(move || {
                 let _in = handle.enter();
                 barrier.wait();
@@ -110,9 +111,8 @@ fn stage(c: &mut Criterion) {
 
         let id = format!("outbox/{threads}t");
         group.bench_function(&id, |b| {
-            let outbox = rt.block_on(async {
-                Outbox::new(Counting::default(), Config::default()).unwrap()
-            });
+            let outbox =
+                rt.block_on(async { Outbox::new(Counting::default(), Config::default()).unwrap() });
             samples.iter_custom(b, &id, |iters| {
                 let o = outbox.clone();
                 let d = run_threads(
