@@ -43,6 +43,13 @@ fn drain_once(rt: &Runtime, tenants: u64, concurrency: usize) -> Duration {
         let took = start.elapsed();
         assert_eq!(report.pending, 0);
         assert_eq!(written.load(std::sync::atomic::Ordering::Relaxed), ITEMS);
+        if std::env::var_os("DRAIN_VERBOSE").is_some() {
+            let c = outbox.counters();
+            eprintln!(
+                "drain c{concurrency} t{tenants}: {} writes in {took:?}",
+                c.writes
+            );
+        }
         outbox.shutdown(Duration::from_secs(10)).await;
         took
     })
