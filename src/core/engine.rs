@@ -253,7 +253,40 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// or lost under `shutdown` (S-W9), as the result says.
     pub fn stage(&mut self, now: Time, tenant: K, item: I) -> Staged {
         self.advance(now);
+        self.stage_at_now(tenant, item).0
+    }
+
+    /// Stages like [`stage`](Self::stage), for a driver whose clock read
+    /// costs more than the rest of the stage: `clock` is called only when
+    /// the decision depends on the time (a linger is configured), and only
+    /// then are due timers handled here; otherwise the item is stamped with
+    /// the latest time seen, which nothing reads without a linger (S-A3),
+    /// and timers fire at the driver's next input.
+    ///
+    /// Also says whether the driver must drain the engine
+    /// ([`poll_write`](Self::poll_write), [`poll_event`](Self::poll_event),
+    /// [`poll_timeout`](Self::poll_timeout)) because of this stage: a
+    /// tenant became ready while a write slot is free and nothing else was
+    /// ready, an event was queued with none before it, or the next timeout
+    /// moved earlier. When it says `false`, a drain already due (after the
+    /// previous such `true`, or after the write that holds the slots comes
+    /// back) covers this item, provided the driver drains fully each time.
+    pub fn stage_with(
+        &mut self,
+        clock: impl FnOnce() -> Time,
+        tenant: K,
+        item: I,
+    ) -> (Staged, bool) {
+        if !self.config.linger.is_zero() {
+            self.advance(clock());
+        }
+        self.stage_at_now(tenant, item)
+    }
+
+    /// `stage` at `self.now`; returns whether the driver must drain.
+    fn stage_at_now(&mut self, tenant: K, item: I) -> (Staged, bool) {
         self.counters.staged += 1;
+        let quiet = self.events.is_empty();
         if self.life != Life::Open {
             let log = self.counters.add_lost(LostReason::Shutdown, 1);
             self.events.push_back(Event::Lost {
@@ -262,7 +295,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                 reason: LostReason::Shutdown,
                 log,
             });
-            return Staged::Refused;
+            return (Staged::Refused, quiet);
         }
         let weight = self.weigh(&item);
         let full = self
@@ -292,12 +325,15 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                 reason,
                 log,
             });
-            return Staged::Dropped(reason);
+            return (Staged::Dropped(reason), quiet);
         }
 
         self.counters.pending += 1;
         self.pending_bytes += weight;
         let now = self.now;
+        // A new ready tenant needs the driver only if nothing else was
+        // ready and a slot is free: otherwise a drain is already due.
+        let slot_free = self.in_flight.len() < self.config.concurrency;
         // One lookup: the fields are borrowed apart.
         let Engine {
             tenants,
@@ -318,18 +354,25 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         t.items.push_back(item);
         t.bytes += weight;
         t.pending += 1;
-        match t.phase {
+        let first_ready = slot_free && !sched.has_ready();
+        let drain = match t.phase {
             Phase::Idle => {
                 let hurry = *life != Life::Open || waits.hurried(&t.seen);
+                let next = sched.next_timeout();
                 place(tenant, t, config, now, hurry, sched);
+                match t.phase {
+                    Phase::Lingering(key) => next.is_none_or(|at| key.0 < at),
+                    _ => first_ready,
+                }
             }
             Phase::Lingering(_) if batch_full(t, config) => {
                 sched.unschedule(&mut t.phase);
                 sched.ready(tenant, &mut t.phase);
+                first_ready
             }
-            _ => {}
-        }
-        Staged::Accepted
+            _ => false,
+        };
+        (Staged::Accepted, drain)
     }
 
     /// Hands out the next write to start, if a concurrency slot is free and

@@ -106,6 +106,11 @@ impl<K> Schedule<K> {
         self.ready.pop_front()
     }
 
+    /// Whether a tenant is ready.
+    pub(crate) fn has_ready(&self) -> bool {
+        !self.ready.is_empty()
+    }
+
     /// Forgets every ready tenant (the engine closed).
     pub(crate) fn clear_ready(&mut self) {
         self.ready.clear();

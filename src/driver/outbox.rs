@@ -236,9 +236,14 @@ impl<S: Sink> Outbox<S> {
     /// `shutdown`). Every outcome is counted; the caller need not look.
     pub fn stage(&self, tenant: TenantId, item: S::Item) -> Staged {
         let shared = self.shared();
-        let now = shared.now();
-        let staged = shared.input(|st| st.engine.stage(now, tenant, item));
-        shared.wake();
+        // The clock is read under the lock, and only if the engine needs
+        // it; the writer is woken only if the engine says it has new work
+        // (both cost more than the rest of a stage).
+        let (staged, drain) =
+            shared.input(|st| st.engine.stage_with(|| shared.now(), tenant, item));
+        if drain {
+            shared.wake();
+        }
         staged
     }
 

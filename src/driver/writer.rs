@@ -18,6 +18,14 @@ use crate::sink::Sink;
 use crate::telemetry::Log;
 use crate::TenantId;
 
+/// A write task's end, applied to the engine in the next drain.
+enum Joined<I> {
+    /// The write came back with its outcome (S-C2).
+    Finished(Write<TenantId, I>, crate::core::Outcome),
+    /// The task ended without giving the items back (S-W13).
+    Lost(WriteId),
+}
+
 /// What one round of draining the engine found.
 struct Drained<I> {
     writes: Vec<Write<TenantId, I>>,
@@ -38,6 +46,10 @@ pub(crate) struct Writer<S: Sink> {
     drop_deadline: Duration,
     /// Sink error texts of attempts joined but not yet logged.
     errors: BTreeMap<WriteId, String>,
+    /// Writes joined since the last drain: every task already done is
+    /// joined first and all go to the engine under the drain's one lock,
+    /// rather than one lock per write (the callers contend for it).
+    joined: Vec<Joined<S::Item>>,
 }
 
 /// The writer task ended, or was dropped with its runtime (possibly
@@ -50,8 +62,16 @@ impl<S: Sink> Drop for Writer<S> {
     fn drop(&mut self) {
         let now = self.shared.now();
         let mut answers = Vec::new();
+        let joined = mem::take(&mut self.joined);
         let lost = self.shared.input(|st| {
             st.writer_gone = true;
+            // Joined but not yet applied (only if dropped mid-round).
+            for j in joined {
+                match j {
+                    Joined::Finished(write, outcome) => drop(st.engine.finish(now, write, outcome)),
+                    Joined::Lost(id) => drop(st.engine.finish_lost(now, id)),
+                }
+            }
             let before = st.engine.counters().lost_for(LostReason::Abandoned);
             drop(st.engine.abandon(now));
             for id in self.running.values() {
@@ -105,6 +125,7 @@ impl<S: Sink> Writer<S> {
             log,
             drop_deadline,
             errors: BTreeMap::new(),
+            joined: Vec::new(),
         }
     }
 
@@ -138,6 +159,9 @@ impl<S: Sink> Writer<S> {
                 biased;
                 Some(joined) = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => {
                     self.joined(joined);
+                    while let Some(joined) = self.tasks.try_join_next_with_id() {
+                        self.joined(joined);
+                    }
                 }
                 () = shared.wake.notified() => {}
                 () = &mut sleep, if armed.is_some() => {
@@ -150,27 +174,16 @@ impl<S: Sink> Writer<S> {
 
     /// A write task ended: its outcome goes to the engine with its items
     /// (S-C2), or, if the task panicked past containment or was aborted,
-    /// its items are counted lost (S-W13).
+    /// its items are counted lost (S-W13); both in the next drain.
     fn joined(&mut self, joined: Result<(task::Id, Finished<S::Item>), JoinError>) {
-        let now = self.shared.now();
         match joined {
             Ok((task, finished)) => {
                 self.running.remove(&task);
                 if let Some(error) = finished.error {
                     self.errors.insert(finished.write.id, error);
                 }
-                let finished = self
-                    .shared
-                    .input(|st| st.engine.finish(now, finished.write, finished.outcome));
-                if let Err(unknown) = finished {
-                    // A driver bug: the engine hands the items back; they
-                    // cannot be accounted anywhere else.
-                    tracing::error!(
-                        outbox = self.log.name(),
-                        write = %unknown.0.id,
-                        "a finished write was not in flight"
-                    );
-                }
+                self.joined
+                    .push(Joined::Finished(finished.write, finished.outcome));
             }
             Err(error) => {
                 let Some(id) = self.running.remove(&error.id()) else {
@@ -182,7 +195,7 @@ impl<S: Sink> Writer<S> {
                     panicked = error.is_panic(),
                     "a write task ended without giving its items back; they are counted lost"
                 );
-                self.shared.input(|st| st.engine.finish_lost(now, id));
+                self.joined.push(Joined::Lost(id));
             }
         }
     }
@@ -197,7 +210,21 @@ impl<S: Sink> Writer<S> {
             events: Vec::new(),
             waiters: BTreeMap::new(),
         };
+        let joined = mem::take(&mut self.joined);
+        let mut unknown = Vec::new();
         let (timeout, closed, handles_gone) = self.shared.input(|st| {
+            for j in joined {
+                match j {
+                    Joined::Finished(write, outcome) => {
+                        if let Err(e) = st.engine.finish(now, write, outcome) {
+                            unknown.push(e.0.id);
+                        }
+                    }
+                    Joined::Lost(id) => {
+                        st.engine.finish_lost(now, id);
+                    }
+                }
+            }
             if st.handles_gone && !st.engine.is_shutting_down() {
                 // S-W16: the last handle is gone without a shutdown.
                 let _ = st.engine.shutdown(now, now + self.drop_deadline);
@@ -225,6 +252,15 @@ impl<S: Sink> Writer<S> {
                 st.handles_gone,
             )
         });
+        for id in unknown {
+            // A driver bug: the engine handed the items back; they cannot
+            // be accounted anywhere else.
+            tracing::error!(
+                outbox = self.log.name(),
+                write = %id,
+                "a finished write was not in flight"
+            );
+        }
         for write in drained.writes {
             self.spawn(write);
         }
@@ -329,6 +365,8 @@ mod tests {
         let joined = writer.tasks.join_next_with_id().await.unwrap();
         assert!(joined.as_ref().is_err_and(JoinError::is_panic));
         writer.joined(joined);
+        let (_, done) = writer.pump();
+        assert!(!done);
         let c = shared.lock().engine.counters().clone();
         assert_eq!(c.lost_for(LostReason::JoinFailed), 1);
         assert_eq!(c.pending, 0);
