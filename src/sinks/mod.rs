@@ -10,8 +10,8 @@
 //!
 //! | sink | key | how a repeat is absorbed |
 //! | --- | --- | --- |
-//! | [`postgres`] | primary key `(tenant, item_id)` | `INSERT … ON CONFLICT (tenant, item_id) DO NOTHING` |
-//! | [`nats`] | header `Nats-Msg-Id: {tenant}:{item_id}` | JetStream's duplicate window |
+//! | `postgres` | primary key `(tenant, item_id)` | `INSERT … ON CONFLICT (tenant, item_id) DO NOTHING` |
+//! | `nats` | header `Nats-Msg-Id: {tenant}:{item_id}` | JetStream's duplicate window |
 //!
 //! The key covers repeats of any age in PostgreSQL, and repeats within the
 //! stream's duplicate window (2 minutes unless configured) in JetStream.
