@@ -215,5 +215,8 @@ mod tests {
             assert_eq!(r.index(), i);
         }
         assert_eq!(DropReason::BufferFull.to_string(), "buffer_full");
+        for r in LostReason::ALL {
+            assert_eq!(r.to_string(), r.as_str());
+        }
     }
 }

@@ -385,6 +385,43 @@ mod tests {
     }
 
     #[test]
+    fn every_knob_reads_back_as_set() {
+        let c = Config::builder()
+            .concurrency(3)
+            .capacity(100)
+            .capacity_bytes(4096)
+            .tenant_capacity(10)
+            .max_batch(50)
+            .max_batch_bytes(1024)
+            .linger(Duration::from_millis(7))
+            .initial_backoff(Duration::from_millis(20))
+            .max_backoff(Duration::from_secs(2))
+            .jitter(0.5)
+            .max_attempts(4)
+            .max_retry_duration(Duration::from_secs(30))
+            .error_policy(ErrorPolicy::Drop)
+            .write_timeout(Duration::from_secs(3))
+            .seed(42)
+            .build()
+            .unwrap();
+        assert_eq!(c.concurrency(), 3);
+        assert_eq!(c.capacity(), Some(100));
+        assert_eq!(c.capacity_bytes(), Some(4096));
+        assert_eq!(c.tenant_capacity(), Some(10));
+        assert_eq!(c.max_batch(), Some(50));
+        assert_eq!(c.max_batch_bytes(), Some(1024));
+        assert_eq!(c.linger(), Duration::from_millis(7));
+        assert_eq!(c.initial_backoff(), Duration::from_millis(20));
+        assert_eq!(c.max_backoff(), Duration::from_secs(2));
+        assert_eq!(c.jitter(), 0.5);
+        assert_eq!(c.max_attempts(), Some(4));
+        assert_eq!(c.max_retry_duration(), Some(Duration::from_secs(30)));
+        assert_eq!(c.error_policy(), ErrorPolicy::Drop);
+        assert_eq!(c.write_timeout(), Some(Duration::from_secs(3)));
+        assert_eq!(c.seed(), 42);
+    }
+
+    #[test]
     fn concurrency_zero_is_normalised_to_one() {
         // S-W3: "concurrency 0 is treated as 1".
         let c = Config::builder().concurrency(0).build().unwrap();
