@@ -651,7 +651,8 @@ fn s_w9_deadline_gives_up_everything_once_and_hands_it_back() {
     );
     let t3 = w.e.in_flight();
     assert_eq!(t3, 2);
-    w.ok(hung); // committed just before the cancel: still counted lost
+    w.ok(hung); // committed just before the cancel: still counted lost,
+                // but in the store, so not handed back as a dead letter (S-B6)
     assert_eq!(w.c().written, 0);
     assert!(w.shutdown_done(sd).is_none());
     // T3's task never gives its items back.
@@ -670,8 +671,8 @@ fn s_w9_deadline_gives_up_everything_once_and_hands_it_back() {
     );
     assert_eq!(
         r.unwritten,
-        [(1, vec![1, 2]), (1, vec![3]), (2, vec![4])],
-        "by staging order; T3's lost task gave nothing back"
+        [(1, vec![3]), (2, vec![4])],
+        "by tenant, in staging order; T1's written slice and T3's lost task are not handed back"
     );
     let r2 = w.shutdown_done(late).expect("the other caller too");
     assert!(!r2.first);
@@ -1290,7 +1291,10 @@ fn an_unknown_write_names_itself() {
         deadline: None,
     };
     let err = w.e.finish(w.now, ghost, Outcome::WRITTEN).unwrap_err();
-    assert_eq!(err.to_string(), "write w1 is not in flight");
+    assert_eq!(
+        err.to_string(),
+        "write w1 is not in flight, or its items were changed"
+    );
     assert_eq!(w.c().written, 1, "nothing counted twice");
 }
 
@@ -1346,4 +1350,37 @@ fn engine_debug_names_its_state() {
         text.contains("tenants") && text.contains("in_flight"),
         "{text}"
     );
+}
+
+#[test]
+fn s_c2_a_write_whose_items_were_changed_is_refused_and_changes_nothing() {
+    // S-C2: the items must come back untouched; a shortened slice would
+    // make the pending counts drift.
+    let mut w = World::new(Config::builder());
+    w.stage_ok(1, [1, 2]);
+    let mut a = w.poll_one();
+    a.items.pop();
+    let before = w.c().clone();
+    let err = w.e.finish(w.now, a, Outcome::WRITTEN).unwrap_err();
+    assert_eq!(err.0.items, [1], "handed back as given");
+    assert_eq!(w.c(), &before);
+    assert_eq!(w.e.in_flight(), 1, "still in flight");
+}
+
+#[test]
+fn s_b5_a_huge_weight_neither_overflows_nor_panics() {
+    // S-B5: weights are clamped to MAX_WEIGHT and byte sums saturate.
+    let mut w = World::with_engine(
+        outbox::core::Engine::with_weigher(
+            Config::builder().max_batch_bytes(10).build().unwrap(),
+            |_: &u32| u64::MAX,
+        )
+        .unwrap(),
+    );
+    w.stage_ok(1, [1, 2, 3]);
+    assert_eq!(w.e.pending_bytes(), 3 * outbox::core::MAX_WEIGHT);
+    let a = w.poll_one();
+    assert_eq!(a.items, [1], "heavier than a batch: alone");
+    w.ok(a);
+    assert_eq!(w.e.pending_bytes(), 2 * outbox::core::MAX_WEIGHT);
 }

@@ -404,7 +404,9 @@ impl Model {
         let t = w.tenant;
         let n = w.items.len();
         if w.given_up {
-            if outcome.is_some() {
+            // Written after all: in the store, so not a dead letter (S-B6).
+            let written = matches!(outcome, Some(OpOutcome::Written | OpOutcome::Discard(_)));
+            if outcome.is_some() && !written {
                 if let Some(sd) = self.shutdown.as_mut().filter(|sd| !sd.reported) {
                     sd.unwritten.push((w.items[0], t, w.items));
                 }

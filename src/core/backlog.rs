@@ -108,12 +108,17 @@ impl<I> Tenant<I> {
                 n = taken;
             }
             None if self.bytes > 0 => {
-                bytes = self.items.iter().take(n).map(&weigh).sum();
+                bytes = self
+                    .items
+                    .iter()
+                    .take(n)
+                    .fold(0u64, |sum, i| sum.saturating_add(weigh(i)));
             }
             None => {}
         }
         let items: Vec<I> = self.items.drain(..n).collect();
-        self.bytes -= bytes;
+        // Saturating: an impure weigher must not make the sums underflow.
+        self.bytes = self.bytes.saturating_sub(bytes);
         if !self.items.is_empty() {
             self.waiting_since = now;
         }

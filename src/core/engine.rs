@@ -16,8 +16,14 @@ use super::wait::{Settled, WaitKind, Waits};
 use super::write::{Event, Failure, Next, Outcome, Report, ShutdownReport, WaitId, Write, WriteId};
 
 /// Measures an item in bytes for `max_batch_bytes` and `capacity_bytes`
-/// (S-B5). It must be pure: the same item always weighs the same.
+/// (S-B5). It must be pure: the same item always weighs the same. A weight
+/// above [`MAX_WEIGHT`] is taken as `MAX_WEIGHT`.
 pub type Weigher<I> = Box<dyn Fn(&I) -> u64 + Send + Sync>;
+
+/// The largest weight an item is given: 2^40 bytes (1 TiB). Weights are
+/// clamped to it so byte sums cannot overflow below 2^24 such items pending;
+/// byte sums saturate beyond that (S-B5: no input makes the batcher fail).
+pub const MAX_WEIGHT: u64 = 1 << 40;
 
 /// Whether `stage` accepted the item (S-W1, S-A1). The caller need not look.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -32,14 +38,19 @@ pub enum Staged {
     Refused,
 }
 
-/// `finish` was given a write the engine does not know: a driver bug. The
-/// items come back so nothing is silently leaked.
+/// `finish` was given a write the engine does not know, or one whose item
+/// count differs from what was handed out: a driver bug. The write comes
+/// back whole so nothing is silently leaked, and the engine is unchanged.
 #[derive(Debug, PartialEq, Eq)]
 pub struct UnknownWrite<K, I>(pub Write<K, I>);
 
 impl<K, I> fmt::Display for UnknownWrite<K, I> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "write {} is not in flight", self.0.id)
+        write!(
+            f,
+            "write {} is not in flight, or its items were changed",
+            self.0.id
+        )
     }
 }
 
@@ -329,7 +340,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         }
 
         self.counters.pending += 1;
-        self.pending_bytes += weight;
+        self.pending_bytes = self.pending_bytes.saturating_add(weight);
         let now = self.now;
         // A new ready tenant needs the driver only if nothing else was
         // ready and a slot is free: otherwise a drain is already due.
@@ -352,7 +363,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             t.waiting_since = now;
         }
         t.items.push_back(item);
-        t.bytes += weight;
+        t.bytes = t.bytes.saturating_add(weight);
         t.pending += 1;
         let first_ready = slot_free && !sched.has_ready();
         let drain = match t.phase {
@@ -399,7 +410,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                 let (items, bytes) = t.cut_batch(
                     self.config.max_batch,
                     self.config.max_batch_bytes,
-                    |i| weigher.map_or(0, |w| w(i)),
+                    |i| weigher.map_or(0, |w| w(i).min(MAX_WEIGHT)),
                     now,
                 );
                 (items, bytes, 1, now)
@@ -433,23 +444,44 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// kept for a retry with the identical slice (S-W5), dropped (S-A5) or
     /// lost (S-A5, S-B2, S-W12).
     ///
+    /// Returns the items the engine is done with (written, dropped, lost;
+    /// empty when they are kept for a retry or handed back as dead letters)
+    /// so the driver drops them outside its lock: an item's `Drop` is the
+    /// application's code and may panic (S-W13 containment).
+    ///
+    /// A write the engine gave up at the shutdown deadline or on abandon is
+    /// already counted lost. If it comes back [`Outcome::Written`], its
+    /// items are in the store: they stay counted lost (counters never
+    /// decrease; "lost" means given up) but are not handed back as dead
+    /// letters, so nobody stores them twice (S-B6). Any other outcome hands
+    /// them back.
+    ///
     /// # Errors
-    /// [`UnknownWrite`], carrying the write back, if it is not in flight.
+    /// [`UnknownWrite`], carrying the write back, if it is not in flight or
+    /// its item count is not the one handed out (the items must come back
+    /// untouched, S-C2).
     pub fn finish(
         &mut self,
         now: Time,
         write: Write<K, I>,
         outcome: Outcome,
-    ) -> Result<(), Box<UnknownWrite<K, I>>> {
+    ) -> Result<Vec<I>, Box<UnknownWrite<K, I>>> {
         self.advance(now);
-        let Some(rec) = self.in_flight.remove(&write.id) else {
-            return Err(Box::new(UnknownWrite(write)));
-        };
+        match self.in_flight.get(&write.id) {
+            Some(rec) if rec.len == write.items.len() => {}
+            _ => return Err(Box::new(UnknownWrite(write))),
+        }
+        let rec = self.in_flight.remove(&write.id).expect("just checked");
         if rec.given_up {
-            self.dead_letter(rec.tenant, 0, write.items);
+            let done = if matches!(outcome, Outcome::Written { .. }) {
+                write.items
+            } else {
+                self.dead_letter(rec.tenant, 0, write.items);
+                Vec::new()
+            };
             self.forget_if_empty(&write.tenant);
             self.maybe_finish_shutdown();
-            return Ok(());
+            return Ok(done);
         }
         let now = self.now;
         let latency = now - rec.started;
@@ -478,7 +510,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                     }
                 });
                 self.schedule_after_write(rec.tenant);
-                return Ok(());
+                return Ok(write.items);
             }
             Outcome::Failed => Failure::Error,
             Outcome::Panicked => Failure::Panic,
@@ -527,17 +559,19 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                     attempts: rec.attempt,
                     first_started: rec.first_started,
                 }));
+                Ok(Vec::new())
             }
             Next::Dropped => {
                 self.settle_slice(&rec.tenant, n, rec.bytes, |_| Settled::Dropped);
                 self.schedule_after_write(rec.tenant);
+                Ok(write.items)
             }
             Next::Lost => {
                 self.settle_slice(&rec.tenant, n, rec.bytes, |_| Settled::Lost);
                 self.schedule_after_write(rec.tenant);
+                Ok(write.items)
             }
         }
-        Ok(())
     }
 
     /// The task running write `id` ended without giving its items back
@@ -687,7 +721,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     // ----- scheduling ---------------------------------------------------
 
     fn weigh(&self, item: &I) -> u64 {
-        self.weigher.as_ref().map_or(0, |w| w(item))
+        self.weigher.as_ref().map_or(0, |w| w(item).min(MAX_WEIGHT))
     }
 
     /// A tenant whose linger or backoff ended.
@@ -755,7 +789,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// counts and tell the waits.
     fn settle_slice(&mut self, tenant: &K, n: usize, bytes: u64, how: impl Fn(usize) -> Settled) {
         self.counters.pending -= n as u64;
-        self.pending_bytes -= bytes;
+        self.pending_bytes = self.pending_bytes.saturating_sub(bytes);
         let t = self
             .tenants
             .get_mut(tenant)

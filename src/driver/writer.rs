@@ -11,6 +11,7 @@ use tokio::task::{self, JoinError, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use super::answer::Unanswered;
+use super::contain;
 use super::shared::{Shared, Waiter};
 use super::task::{self as write_task, Finished};
 use crate::core::{Event, LostReason, Report, ShutdownReport, Time, WaitId, Write, WriteId};
@@ -63,17 +64,22 @@ impl<S: Sink> Drop for Writer<S> {
         let now = self.shared.now();
         let mut answers = Vec::new();
         let joined = mem::take(&mut self.joined);
+        // Items the engine is done with are dropped after the lock, contained:
+        // an item's `Drop` is application code (S-W13).
+        let mut done = Vec::new();
         let lost = self.shared.input(|st| {
             st.writer_gone = true;
             // Joined but not yet applied (only if dropped mid-round).
             for j in joined {
                 match j {
-                    Joined::Finished(write, outcome) => drop(st.engine.finish(now, write, outcome)),
+                    Joined::Finished(write, outcome) => {
+                        done.push(st.engine.finish(now, write, outcome).unwrap_or_default());
+                    }
                     Joined::Lost(id) => drop(st.engine.finish_lost(now, id)),
                 }
             }
             let before = st.engine.counters().lost_for(LostReason::Abandoned);
-            drop(st.engine.abandon(now));
+            done.extend(st.engine.abandon(now).into_iter().map(|(_, items)| items));
             for id in self.running.values() {
                 // Given up by the abandon: this only lets a waiting shutdown
                 // answer with its dead letters.
@@ -103,6 +109,7 @@ impl<S: Sink> Drop for Writer<S> {
             }
             st.engine.counters().lost_for(LostReason::Abandoned) - before
         });
+        contain::drop_quietly(done);
         if lost > 0 {
             tracing::error!(
                 outbox = self.log.name(),
@@ -212,14 +219,16 @@ impl<S: Sink> Writer<S> {
         };
         let joined = mem::take(&mut self.joined);
         let mut unknown = Vec::new();
+        // Items the engine is done with, dropped after the lock (see below).
+        let mut done = Vec::new();
         let (timeout, closed, handles_gone) = self.shared.input(|st| {
             for j in joined {
                 match j {
-                    Joined::Finished(write, outcome) => {
-                        if let Err(e) = st.engine.finish(now, write, outcome) {
-                            unknown.push(e.0.id);
-                        }
-                    }
+                    Joined::Finished(write, outcome) => match st.engine.finish(now, write, outcome)
+                    {
+                        Ok(items) => done.push(items),
+                        Err(e) => unknown.push(e.0.id),
+                    },
                     Joined::Lost(id) => {
                         st.engine.finish_lost(now, id);
                     }
@@ -252,6 +261,14 @@ impl<S: Sink> Writer<S> {
                 st.handles_gone,
             )
         });
+        // An item's `Drop` is application code: run it outside the lock and
+        // contain a panic, so one bad item never stops the writer (S-W13).
+        if contain::call(move || drop(done)).is_err() {
+            tracing::error!(
+                outbox = self.log.name(),
+                "an item panicked while being dropped after its write; the writer carries on"
+            );
+        }
         for id in unknown {
             // A driver bug: the engine handed the items back; they cannot
             // be accounted anywhere else.

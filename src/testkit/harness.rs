@@ -198,7 +198,8 @@ pub struct Harness {
     waiting_bytes: Vec<u64>,
     /// Items numbered below this skip linger (a flush or shutdown asked).
     flush_bound: u64,
-    /// Items of given-up writes whose task was lost: not handed back.
+    /// Items of given-up writes whose task was lost or that came back
+    /// written: not handed back (S-B6).
     given_up_task_lost: u64,
     /// Open flushes and settles by deadline: none may outlive it (S-W15).
     wait_deadlines: BTreeSet<(Time, WaitId)>,
@@ -730,11 +731,26 @@ impl Harness {
         if !matches!(outcome, Outcome::Written { .. }) {
             *self.stats.faults.entry(fault_name(outcome)).or_default() += 1;
         }
-        if self.given_up.remove(&id) {
+        let given_up = self.given_up.remove(&id);
+        let len = w.items.len();
+        if given_up {
             self.slices.remove(&id);
+            if matches!(outcome, Outcome::Written { .. }) {
+                // In the store after all: counted lost, not handed back (S-B6).
+                self.given_up_task_lost += len as u64;
+            }
         }
-        if let Err(e) = self.engine.finish(self.now, w, outcome) {
-            return Err(self.violation("S-C2", format!("finish refused: {e}")));
+        let done = match self.engine.finish(self.now, w, outcome) {
+            Ok(done) => done,
+            Err(e) => return Err(self.violation("S-C2", format!("finish refused: {e}"))),
+        };
+        // The engine hands back what it is done with: everything but a
+        // retry's slice or a given-up write's dead letters (S-C2).
+        let kept = given_up && !matches!(outcome, Outcome::Written { .. });
+        if kept {
+            self.expect(done.is_empty(), "S-B6", || {
+                format!("write {id} handed back as a dead letter and returned")
+            })?;
         }
         self.drain()
     }
@@ -997,7 +1013,7 @@ impl Harness {
             }
             // Every item given up at the deadline (or by an abandon during
             // the shutdown) is handed back, except those of a given-up write
-            // whose task was lost (S-B6).
+            // whose task was lost or that came back written (S-B6).
             let c = self.engine.counters();
             let expected = (c.lost_for(LostReason::Deadline) + c.lost_for(LostReason::Abandoned))
                 .saturating_sub(self.given_up_task_lost);
