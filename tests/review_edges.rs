@@ -204,7 +204,6 @@ async fn weigher_returning_zero_never_fills_a_byte_batch() {
 /// release. S-B5 "no input can make the batcher loop or grow without bound";
 /// `Outbox::stage` documents "never panics".
 #[test]
-#[ignore = "BUG: weigher u64::MAX overflows pending_bytes in Engine::stage (panic in debug, wrap in release)"]
 fn engine_weigher_u64_max_does_not_overflow() {
     let config = Config::builder().max_batch_bytes(10).build().unwrap();
     let mut e: Engine<u32, u32> = Engine::with_weigher(config, |_| u64::MAX).unwrap();
@@ -223,7 +222,6 @@ fn engine_weigher_u64_max_does_not_overflow() {
 /// `Outbox::stage` (documented "never panics"), after the engine already
 /// counted the item pending, so `pending()` never returns to 0.
 #[tokio::test(start_paused = true)]
-#[ignore = "BUG: Outbox::stage panics (debug) with a weigher returning u64::MAX and leaves pending stuck"]
 async fn outbox_weigher_u64_max_does_not_panic_the_caller() {
     let sink = TestSink::new("rev-wmax");
     let config = Config::builder().max_batch_bytes(10).build().unwrap();
@@ -480,18 +478,13 @@ fn concurrent_stage_flush_shutdown_abandon_stay_balanced() {
     }
 }
 
-/// A write the shutdown deadline gave up, whose sink then answered
-/// `Written` (it committed before the cancellation reached it), is still
-/// counted lost under `deadline` and handed back as a dead letter, although
-/// the engine waits for that very answer before it reports (S-B6 "the items
-/// not written are handed back"). A service that re-stores its dead letters
-/// into a non-idempotent place then bills those items twice, and `lost`
-/// over-counts. On a multi-thread runtime the driver hits this whenever a
-/// write finishes while the writer is applying the deadline (the race test
-/// above sees it: the store holds more items than `written`).
+/// Regression (found in review): a write the shutdown deadline gave up,
+/// whose sink then answered `Written` (it committed before the cancellation
+/// reached it), was handed back as a dead letter, so a service re-storing
+/// dead letters would bill it twice. It stays counted lost (given up at the
+/// deadline; counters never decrease) but is not handed back (S-B6).
 #[test]
-#[ignore = "BUG: a given-up write that comes back Written is still reported lost and handed back as a dead letter"]
-fn a_given_up_write_that_came_back_written_is_still_a_dead_letter() {
+fn a_given_up_write_that_came_back_written_is_not_a_dead_letter() {
     let mut e: Engine<u32, u32> = Engine::new(Config::default()).unwrap();
     let _ = e.stage(Time::ZERO, 1, 7);
     let w = e.poll_write(Time::ZERO).unwrap();
@@ -543,15 +536,11 @@ impl Sink for BoomSink {
     }
 }
 
-/// An item whose `Drop` panics once it has been written: the engine drops
-/// written items inside `Engine::finish`, under the shared lock, in the
-/// writer task, outside any containment. The writer task dies; its `Drop`
-/// abandons the outbox, so every later `stage` is refused (counted lost
-/// under `shutdown`) and every flush answers "deadline passed" at once,
-/// with no error logged about why. The README promises the outbox works
-/// "through failures, panics"; S-W13 "the engine keeps running".
+/// Regression (found in review): an item whose `Drop` panics once it has
+/// been written used to kill the writer (it was dropped inside
+/// `Engine::finish`, under the lock). The engine now hands finished items
+/// back and the driver drops them outside the lock, contained (S-W13).
 #[tokio::test(start_paused = true)]
-#[ignore = "BUG: one item's panicking Drop (after its write) kills the writer; the outbox then refuses everything"]
 async fn an_item_that_panics_in_drop_after_its_write() {
     quiet_sink_panics();
     let sink = BoomSink::default();
