@@ -104,8 +104,9 @@ type Tenants<K, I> = HashMap<K, Tenant<I>, BuildHasherDefault<DefaultHasher>>;
 
 /// The outbox engine: a deterministic, sans-IO state machine (S-C1).
 ///
-/// `K` is the tenant key (the driver uses [`TenantId`](crate::TenantId)); `I`
-/// the item. Feed it inputs, each with the current [`Time`]:
+/// `K` is the tenant key (the driver uses [`TenantId`](crate::TenantId));
+/// its `Ord`, `Eq` and `Hash` must agree, as for any map key. `I` is the
+/// item. Feed it inputs, each with the current [`Time`]:
 /// [`stage`](Self::stage), [`finish`](Self::finish) /
 /// [`finish_lost`](Self::finish_lost), [`flush`](Self::flush),
 /// [`settle`](Self::settle), [`shutdown`](Self::shutdown),
@@ -672,7 +673,10 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// `abandoned`, writes in flight are to be cancelled
     /// ([`Event::CancelInFlight`]), waits are answered, the engine closes.
     /// Returns the items the engine held (those in flight are discarded
-    /// when they come back, unless a shutdown is waiting for them).
+    /// when they come back, unless a shutdown is waiting for them). During
+    /// a shutdown that has not answered yet, the held items go to that
+    /// shutdown's dead letters instead and this returns nothing: each item
+    /// is handed back once, to one caller.
     pub fn abandon(&mut self, now: Time) -> Vec<(K, Vec<I>)> {
         self.advance(now);
         if self.life == Life::Open {

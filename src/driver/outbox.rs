@@ -325,7 +325,9 @@ impl<S: Sink> Outbox<S> {
     /// `abandoned`, writes in flight are cancelled, waiting callers are
     /// answered, and nothing is accepted any more. Returns the items the
     /// engine held, per tenant in staging order (those in flight are not
-    /// among them).
+    /// among them). While a shutdown is still to answer, they go to its
+    /// dead letters instead ([`ShutdownReport::unwritten`]) and this returns
+    /// nothing: each item is handed back once.
     pub fn abandon(&self) -> Vec<(TenantId, Vec<S::Item>)> {
         let shared = self.shared();
         let now = shared.now();
