@@ -1384,3 +1384,10 @@ fn s_b5_a_huge_weight_neither_overflows_nor_panics() {
     w.ok(a);
     assert_eq!(w.e.pending_bytes(), 2 * outbox::core::MAX_WEIGHT);
 }
+
+#[test]
+fn the_engine_keeps_its_config() {
+    let c = Config::builder().max_batch(7).seed(9).build().unwrap();
+    let w = World::config(c.clone());
+    assert_eq!(w.e.config(), &c);
+}

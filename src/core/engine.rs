@@ -352,7 +352,6 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             waits,
             sched,
             config,
-            life,
             ..
         } = self;
         let t = tenants
@@ -369,9 +368,12 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         let first_ready = slot_free && !sched.has_ready();
         let drain = match t.phase {
             Phase::Idle => {
-                let hurry = *life != Life::Open || waits.hurried(&t.seen);
+                // An idle tenant had nothing pending, so this item is its
+                // only one: staged after every flush, never hurried (and
+                // the engine is open, or the stage was refused above).
+                debug_assert!(t.pending == 1 && !waits.hurried(&t.seen));
                 let next = sched.next_timeout();
-                place(tenant, t, config, now, hurry, sched);
+                place(tenant, t, config, now, false, sched);
                 match t.phase {
                     Phase::Lingering(key) => next.is_none_or(|at| key.0 < at),
                     _ => first_ready,
