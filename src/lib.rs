@@ -1,17 +1,102 @@
-//! outbox: record derived work without delaying the request that produced
-//! it, and write it per tenant, in order, exactly once, with every lost
-//! item counted.
+//! outbox: record derived work (usage records, audit events) without
+//! delaying the request that produced it, and write it per tenant, in
+//! order, exactly once, with every lost item counted.
 //!
-//! - [`core`]: the sans-IO engine, where every decision is made.
-//! - [`Sink`]: where items go.
+//! - [`Outbox`]: the handle a service keeps. [`Outbox::stage`] never waits
+//!   and never fails (S-W1); one writer task writes each tenant's items in
+//!   staging order through your [`Sink`], retrying failed writes with the
+//!   identical slice (S-W5) after a backoff (S-W7).
+//! - [`Sink`]: where items go; its `write` must be idempotent.
+//! - [`core`]: the sans-IO engine, where every decision is made; configure
+//!   it with [`Config`].
+//! - [`telemetry`]: the metrics and logs an outbox exports.
+//! - [`sinks`]: reference sinks, PostgreSQL (feature `postgres`) and NATS
+//!   JetStream (feature `nats`).
+//!
+//! # Embedding
+//!
+//! Build the outbox once, on the service's runtime, and keep a clone in
+//! each request handler. Stage from the request path; flush where the
+//! service needs its work durable (say at the end of a batch job); shut
+//! down when the service stops, and hand the dead letters to whoever keeps
+//! them.
+//!
+//! ```
+//! use std::collections::BTreeMap;
+//! use std::sync::Mutex;
+//! use std::time::Duration;
+//!
+//! use outbox::{Config, Outbox, Sink, Staged, TenantId, WriteError, Written};
+//!
+//! /// A tiny in-memory sink: one row per (tenant, usage record id), so a
+//! /// repeated attempt leaves one copy (the idempotency duty).
+//! #[derive(Default)]
+//! struct Memory(Mutex<BTreeMap<(TenantId, u64), u64>>);
+//!
+//! struct Usage {
+//!     id: u64,
+//!     units: u64,
+//! }
+//!
+//! impl Sink for Memory {
+//!     type Item = Usage;
+//!     fn name(&self) -> &str {
+//!         "memory"
+//!     }
+//!     async fn write(&self, tenant: TenantId, items: &[Usage]) -> Result<Written, WriteError> {
+//!         let mut rows = self.0.lock().unwrap();
+//!         for u in items {
+//!             rows.insert((tenant, u.id), u.units);
+//!         }
+//!         Ok(Written::ALL)
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let config = Config::builder()
+//!     .max_batch(500)
+//!     .linger(Duration::from_millis(5))
+//!     .capacity(100_000)
+//!     .build()?;
+//! let outbox = Outbox::new(Memory::default(), config)?;
+//!
+//! // In a request handler: never waits, never fails.
+//! let tenant = TenantId::from_u128(42);
+//! for id in 0..3 {
+//!     let staged = outbox.stage(tenant, Usage { id, units: 10 * id });
+//!     assert_eq!(staged, Staged::Accepted);
+//! }
+//!
+//! // Where the work must be durable: flush, bounded by a deadline.
+//! let report = outbox.flush(Duration::from_secs(5)).await;
+//! assert_eq!((report.written, report.pending), (3, 0));
+//!
+//! // When the service stops: the fence goes up at once, pending items
+//! // drain until the deadline, the rest comes back as dead letters.
+//! let report = outbox.shutdown(Duration::from_secs(10)).await;
+//! assert_eq!(report.report.lost, 0);
+//! assert!(report.unwritten.is_empty());
+//! assert_eq!(outbox.stage(tenant, Usage { id: 9, units: 1 }), Staged::Refused);
+//! # Ok(())
+//! # }
+//! ```
 
 #![warn(missing_docs)]
 
 pub mod core;
+mod driver;
 pub mod sink;
+pub mod sinks;
+pub mod telemetry;
 mod tenant;
 #[cfg(feature = "arbitrary")]
 pub mod testkit;
 
+pub use crate::core::{
+    Config, ConfigBuilder, ConfigError, Counters, DropReason, ErrorPolicy, LostReason, Report,
+    ShutdownReport, Staged,
+};
+pub use driver::{Answer, BuildError, Outbox, OutboxBuilder, DEFAULT_DROP_DEADLINE};
 pub use sink::{BoxError, ErrorKind, Sink, WriteError, Written};
 pub use tenant::TenantId;

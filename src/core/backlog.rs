@@ -4,6 +4,7 @@
 use std::collections::VecDeque;
 
 use super::time::Time;
+use super::wait::Seen;
 use super::write::WriteId;
 
 /// The key of a timer entry: its instant, then a sequence number so that
@@ -33,7 +34,6 @@ pub(crate) enum Phase {
 pub(crate) struct Retry<I> {
     pub(crate) id: WriteId,
     pub(crate) items: Vec<I>,
-    pub(crate) seqs: Vec<u64>,
     pub(crate) bytes: u64,
     /// Attempts made so far (all failed).
     pub(crate) attempts: u32,
@@ -45,8 +45,6 @@ pub(crate) struct Retry<I> {
 pub(crate) struct Tenant<I> {
     /// Items waiting for a write, in staging order.
     pub(crate) items: VecDeque<I>,
-    /// Their global staging sequence numbers (flush bounds, S-A4).
-    pub(crate) seqs: VecDeque<u64>,
     /// Their weight in bytes (0 without a weigher).
     pub(crate) bytes: u64,
     /// When the linger clock of the waiting backlog started: the staging
@@ -57,19 +55,22 @@ pub(crate) struct Tenant<I> {
     /// in flight (S-B7).
     pub(crate) pending: usize,
     pub(crate) phase: Phase,
-    pub(crate) retry: Option<Retry<I>>,
+    /// Boxed: most tenants never hold one, and the tenant map stays small.
+    pub(crate) retry: Option<Box<Retry<I>>>,
+    /// Which waits cover which of its items (S-A4).
+    pub(crate) seen: Seen,
 }
 
 impl<I> Tenant<I> {
-    pub(crate) fn new(now: Time) -> Self {
+    pub(crate) fn new(now: Time, seen: Seen) -> Self {
         Tenant {
             items: VecDeque::new(),
-            seqs: VecDeque::new(),
             bytes: 0,
             waiting_since: now,
             pending: 0,
             phase: Phase::Idle,
             retry: None,
+            seen,
         }
     }
 
@@ -83,14 +84,14 @@ impl<I> Tenant<I> {
     /// Cuts the next batch from the waiting backlog (S-W4, S-B5): the whole
     /// backlog, or at most `max_items` items and `max_bytes` bytes; an item
     /// heavier than `max_bytes` goes alone. Items left behind restart the
-    /// linger clock at `now` (S-A3). Returns (items, seqs, bytes).
+    /// linger clock at `now` (S-A3). Returns (items, bytes).
     pub(crate) fn cut_batch(
         &mut self,
         max_items: Option<usize>,
         max_bytes: Option<u64>,
         weigh: impl Fn(&I) -> u64,
         now: Time,
-    ) -> (Vec<I>, Vec<u64>, u64) {
+    ) -> (Vec<I>, u64) {
         let mut n = max_items.map_or(self.items.len(), |m| m.min(self.items.len()));
         let mut bytes = 0u64;
         match max_bytes {
@@ -112,11 +113,10 @@ impl<I> Tenant<I> {
             None => {}
         }
         let items: Vec<I> = self.items.drain(..n).collect();
-        let seqs: Vec<u64> = self.seqs.drain(..n).collect();
         self.bytes -= bytes;
         if !self.items.is_empty() {
             self.waiting_since = now;
         }
-        (items, seqs, bytes)
+        (items, bytes)
     }
 }

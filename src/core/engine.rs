@@ -1,14 +1,16 @@
 //! The engine: every batching, retry, drop, loss, flush and shutdown
 //! decision, as a sans-IO state machine (SPEC S-C1).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
+use std::hash::{BuildHasherDefault, DefaultHasher, Hash};
 use std::mem;
 
 use super::accounting::{Counters, DropReason, LostReason};
-use super::backlog::{Phase, Retry, Tenant, TimerKey};
+use super::backlog::{Phase, Retry, Tenant};
 use super::backoff::Backoff;
 use super::config::{Config, ConfigError, ErrorPolicy};
+use super::schedule::{Due, Schedule};
 use super::time::Time;
 use super::wait::{Settled, WaitKind, Waits};
 use super::write::{Event, Failure, Next, Outcome, Report, ShutdownReport, WaitId, Write, WriteId};
@@ -47,9 +49,8 @@ impl<K: fmt::Debug, I: fmt::Debug> std::error::Error for UnknownWrite<K, I> {}
 #[derive(Debug)]
 struct InFlight<K> {
     tenant: K,
-    seqs: Vec<u64>,
-    /// Staging seq of the slice's first item (orders dead letters).
-    first_seq: u64,
+    /// Items in the slice.
+    len: usize,
     bytes: u64,
     attempt: u32,
     started: Time,
@@ -79,18 +80,16 @@ struct Shutdown<K, I> {
     /// Set once the first wait settled: the report to send when the last
     /// given-up write has come back.
     settled: Option<Report>,
-    /// Dead letters: (first staging seq, tenant, items).
-    unwritten: Vec<(u64, K, Vec<I>)>,
+    /// Dead letters: (tenant, rank, items); rank orders one tenant's runs
+    /// (0 in flight, 1 retry, 2 backlog), which is their staging order.
+    unwritten: Vec<(K, u8, Vec<I>)>,
     /// The first caller has been answered.
     reported: bool,
 }
 
-/// A timer that is not a tenant's linger.
-#[derive(Clone, Debug)]
-enum Timer<K> {
-    Backoff(K),
-    Deadline(WaitId),
-}
+/// The tenant map's hasher: SipHash with fixed keys. Lookups only; nothing
+/// ever iterates the map to decide anything (S-C1), so its order is moot.
+type Tenants<K, I> = HashMap<K, Tenant<I>, BuildHasherDefault<DefaultHasher>>;
 
 /// The outbox engine: a deterministic, sans-IO state machine (S-C1).
 ///
@@ -113,7 +112,7 @@ enum Timer<K> {
 /// seen.
 ///
 /// Cost: O(log T) per input and per write for T tenants (S-C4), plus
-/// O(F log n) per settled write while F flushes wait.
+/// O(W) per touched tenant while W flushes, settles or shutdowns wait.
 pub struct Engine<K, I> {
     config: Config,
     weigher: Option<Weigher<I>>,
@@ -122,20 +121,10 @@ pub struct Engine<K, I> {
     life: Life,
     counters: Counters,
     pending_bytes: u64,
-    tenants: BTreeMap<K, Tenant<I>>,
-    /// Tenants ready to write, in the order they became ready (S-B1).
-    ready: VecDeque<K>,
-    /// Lingering tenants by deadline (S-A3), apart so a flush can release
-    /// them without looking at backoffs.
-    lingering: BTreeMap<TimerKey, K>,
-    timers: BTreeMap<TimerKey, Timer<K>>,
-    timer_seq: u64,
+    tenants: Tenants<K, I>,
+    sched: Schedule<K>,
     in_flight: BTreeMap<WriteId, InFlight<K>>,
     next_write: u64,
-    /// Staging sequence of the next accepted item.
-    next_seq: u64,
-    /// Items staged before this sequence skip linger (a flush asked).
-    flush_floor: u64,
     waits: Waits,
     shutdown: Option<Shutdown<K, I>>,
     events: VecDeque<Event<K, I>>,
@@ -148,13 +137,12 @@ impl<K: fmt::Debug, I> fmt::Debug for Engine<K, I> {
             .field("life", &self.life)
             .field("counters", &self.counters)
             .field("tenants", &self.tenants.len())
-            .field("ready", &self.ready.len())
             .field("in_flight", &self.in_flight.len())
             .finish_non_exhaustive()
     }
 }
 
-impl<K: Ord + Clone, I> Engine<K, I> {
+impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// An engine whose items are not weighed.
     ///
     /// # Errors
@@ -202,15 +190,10 @@ impl<K: Ord + Clone, I> Engine<K, I> {
             life: Life::Open,
             counters: Counters::default(),
             pending_bytes: 0,
-            tenants: BTreeMap::new(),
-            ready: VecDeque::new(),
-            lingering: BTreeMap::new(),
-            timers: BTreeMap::new(),
-            timer_seq: 0,
+            tenants: Tenants::default(),
+            sched: Schedule::default(),
             in_flight: BTreeMap::new(),
             next_write: 1,
-            next_seq: 0,
-            flush_floor: 0,
             waits: Waits::default(),
             shutdown: None,
             events: VecDeque::new(),
@@ -312,28 +295,37 @@ impl<K: Ord + Clone, I> Engine<K, I> {
             return Staged::Dropped(reason);
         }
 
-        let seq = self.next_seq;
-        self.next_seq += 1;
         self.counters.pending += 1;
         self.pending_bytes += weight;
         let now = self.now;
-        let t = self
-            .tenants
+        // One lookup: the fields are borrowed apart.
+        let Engine {
+            tenants,
+            waits,
+            sched,
+            config,
+            life,
+            ..
+        } = self;
+        let t = tenants
             .entry(tenant.clone())
-            .or_insert_with(|| Tenant::new(now));
+            .or_insert_with(|| Tenant::new(now, waits.fresh()));
+        // The new item comes after every open wait (S-A4).
+        waits.touch(&mut t.seen, t.pending as u64);
         if t.items.is_empty() {
             t.waiting_since = now;
         }
         t.items.push_back(item);
-        t.seqs.push_back(seq);
         t.bytes += weight;
         t.pending += 1;
-        let phase = t.phase;
-        match phase {
-            Phase::Idle => self.schedule(tenant),
-            Phase::Lingering(key) if self.batch_full(&tenant) => {
-                self.lingering.remove(&key);
-                self.make_ready(tenant);
+        match t.phase {
+            Phase::Idle => {
+                let hurry = *life != Life::Open || waits.hurried(&t.seen);
+                place(tenant, t, config, now, hurry, sched);
+            }
+            Phase::Lingering(_) if batch_full(t, config) => {
+                sched.unschedule(&mut t.phase);
+                sched.ready(tenant, &mut t.phase);
             }
             _ => {}
         }
@@ -348,26 +340,26 @@ impl<K: Ord + Clone, I> Engine<K, I> {
         if self.life == Life::Closed || self.in_flight.len() >= self.config.concurrency {
             return None;
         }
-        let tenant = self.ready.pop_front()?;
+        let tenant = self.sched.pop_ready()?;
         let now = self.now;
         let id;
         let t = self.tenants.get_mut(&tenant).expect("ready tenant exists");
-        let (items, seqs, bytes, attempt, first_started) = match t.retry.take() {
+        let (items, bytes, attempt, first_started) = match t.retry.take() {
             Some(r) => {
                 id = r.id;
-                (r.items, r.seqs, r.bytes, r.attempts + 1, r.first_started)
+                (r.items, r.bytes, r.attempts + 1, r.first_started)
             }
             None => {
                 id = WriteId(self.next_write);
                 self.next_write += 1;
                 let weigher = self.weigher.as_deref();
-                let (items, seqs, bytes) = t.cut_batch(
+                let (items, bytes) = t.cut_batch(
                     self.config.max_batch,
                     self.config.max_batch_bytes,
                     |i| weigher.map_or(0, |w| w(i)),
                     now,
                 );
-                (items, seqs, bytes, 1, now)
+                (items, bytes, 1, now)
             }
         };
         debug_assert!(!items.is_empty());
@@ -377,8 +369,7 @@ impl<K: Ord + Clone, I> Engine<K, I> {
             id,
             InFlight {
                 tenant: tenant.clone(),
-                first_seq: seqs[0],
-                seqs,
+                len: items.len(),
                 bytes,
                 attempt,
                 started: now,
@@ -412,7 +403,7 @@ impl<K: Ord + Clone, I> Engine<K, I> {
             return Err(Box::new(UnknownWrite(write)));
         };
         if rec.given_up {
-            self.dead_letter(rec.first_seq, rec.tenant, write.items);
+            self.dead_letter(rec.tenant, 0, write.items);
             self.forget_if_empty(&write.tenant);
             self.maybe_finish_shutdown();
             return Ok(());
@@ -436,7 +427,7 @@ impl<K: Ord + Clone, I> Engine<K, I> {
                 if discarded > 0 {
                     self.count_lost(&rec.tenant, LostReason::Discarded, discarded as u64);
                 }
-                self.settle_slice(&rec.tenant, &rec.seqs, rec.bytes, |i| {
+                self.settle_slice(&rec.tenant, n, rec.bytes, |i| {
                     if i < n - discarded {
                         Settled::Written
                     } else {
@@ -484,25 +475,22 @@ impl<K: Ord + Clone, I> Engine<K, I> {
         });
         match next {
             Next::RetryIn(wait) => {
-                let key = self.timer_key(now + wait);
-                self.timers.insert(key, Timer::Backoff(rec.tenant.clone()));
                 let t = self.tenants.get_mut(&rec.tenant).expect("tenant in flight");
-                t.phase = Phase::BackingOff(key);
-                t.retry = Some(Retry {
+                self.sched.backoff(rec.tenant, &mut t.phase, now + wait);
+                t.retry = Some(Box::new(Retry {
                     id: write.id,
                     items: write.items,
-                    seqs: rec.seqs,
                     bytes: rec.bytes,
                     attempts: rec.attempt,
                     first_started: rec.first_started,
-                });
+                }));
             }
             Next::Dropped => {
-                self.settle_slice(&rec.tenant, &rec.seqs, rec.bytes, |_| Settled::Dropped);
+                self.settle_slice(&rec.tenant, n, rec.bytes, |_| Settled::Dropped);
                 self.schedule_after_write(rec.tenant);
             }
             Next::Lost => {
-                self.settle_slice(&rec.tenant, &rec.seqs, rec.bytes, |_| Settled::Lost);
+                self.settle_slice(&rec.tenant, n, rec.bytes, |_| Settled::Lost);
                 self.schedule_after_write(rec.tenant);
             }
         }
@@ -523,8 +511,8 @@ impl<K: Ord + Clone, I> Engine<K, I> {
             return true;
         }
         self.counters.failed_attempts += 1;
-        self.count_lost(&rec.tenant, LostReason::JoinFailed, rec.seqs.len() as u64);
-        self.settle_slice(&rec.tenant, &rec.seqs, rec.bytes, |_| Settled::Lost);
+        self.count_lost(&rec.tenant, LostReason::JoinFailed, rec.len as u64);
+        self.settle_slice(&rec.tenant, rec.len, rec.bytes, |_| Settled::Lost);
         self.schedule_after_write(rec.tenant);
         true
     }
@@ -578,9 +566,8 @@ impl<K: Ord + Clone, I> Engine<K, I> {
                 let first = sd.first;
                 if let Some(old) = self.waits.deadline_key(first) {
                     if deadline < old.0 {
-                        self.timers.remove(&old);
-                        let key = self.timer_key(deadline);
-                        self.timers.insert(key, Timer::Deadline(first));
+                        self.sched.cancel_deadline(old);
+                        let key = self.sched.deadline(first, deadline);
                         self.waits.set_deadline_key(first, key);
                         self.advance(self.now);
                     }
@@ -616,7 +603,7 @@ impl<K: Ord + Clone, I> Engine<K, I> {
         }
         let held = self.give_up_all(LostReason::Abandoned);
         self.close();
-        held.into_iter().map(|(_, k, v)| (k, v)).collect()
+        held.into_iter().map(|(k, _, v)| (k, v)).collect()
     }
 
     // ----- outputs ------------------------------------------------------
@@ -629,12 +616,7 @@ impl<K: Ord + Clone, I> Engine<K, I> {
     /// When the next timer falls due (linger, backoff, deadline), if any.
     /// The driver calls [`handle_timeout`](Self::handle_timeout) then.
     pub fn poll_timeout(&self) -> Option<Time> {
-        let a = self.lingering.keys().next().map(|k| k.0);
-        let b = self.timers.keys().next().map(|k| k.0);
-        match (a, b) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.sched.next_timeout()
     }
 
     // ----- time ---------------------------------------------------------
@@ -643,45 +625,20 @@ impl<K: Ord + Clone, I> Engine<K, I> {
     /// (instant, arming order) (S-W17).
     fn advance(&mut self, now: Time) {
         self.now = self.now.max(now);
-        loop {
-            let linger = self.lingering.keys().next().copied();
-            let timer = self.timers.keys().next().copied();
-            let due = |k: Option<TimerKey>| k.filter(|k| k.0 <= self.now);
-            match (due(linger), due(timer)) {
-                (Some(l), Some(t)) if l < t => self.fire_linger(l),
-                (Some(l), None) => self.fire_linger(l),
-                (_, Some(t)) => {
-                    let timer = self.timers.remove(&t).expect("key just seen");
-                    self.fire(timer);
-                }
-                (None, None) => return,
-            }
-        }
-    }
-
-    fn fire_linger(&mut self, key: TimerKey) {
-        let tenant = self.lingering.remove(&key).expect("key just seen");
-        self.make_ready(tenant);
-    }
-
-    fn fire(&mut self, timer: Timer<K>) {
-        match timer {
-            Timer::Backoff(tenant) => self.make_ready(tenant),
-            Timer::Deadline(id) => {
-                if self.shutdown.as_ref().is_some_and(|sd| sd.first == id) {
-                    self.waits.mark_deadline_passed(id);
-                    self.give_up_all(LostReason::Deadline);
-                    self.close();
-                } else if let Some(report) = self.waits.expire(id) {
-                    self.events.push_back(Event::WaitDone { id, report });
+        while let Some(due) = self.sched.pop_due(self.now) {
+            match due {
+                Due::Tenant(tenant) => self.make_ready(tenant),
+                Due::Deadline(id) => {
+                    if self.shutdown.as_ref().is_some_and(|sd| sd.first == id) {
+                        self.waits.mark_deadline_passed(id);
+                        self.give_up_all(LostReason::Deadline);
+                        self.close();
+                    } else if let Some(report) = self.waits.expire(id) {
+                        self.events.push_back(Event::WaitDone { id, report });
+                    }
                 }
             }
         }
-    }
-
-    fn timer_key(&mut self, at: Time) -> TimerKey {
-        self.timer_seq += 1;
-        (at, self.timer_seq)
     }
 
     // ----- scheduling ---------------------------------------------------
@@ -690,65 +647,38 @@ impl<K: Ord + Clone, I> Engine<K, I> {
         self.weigher.as_ref().map_or(0, |w| w(item))
     }
 
-    /// Whether the tenant's waiting backlog fills a batch (S-A3).
-    fn batch_full(&self, tenant: &K) -> bool {
-        let t = &self.tenants[tenant];
-        self.config.max_batch.is_some_and(|m| t.items.len() >= m)
-            || self.config.max_batch_bytes.is_some_and(|m| t.bytes >= m)
-    }
-
-    /// Places an idle tenant that may have waiting items: ready, lingering,
-    /// or forgotten when empty.
-    fn schedule(&mut self, tenant: K) {
-        let t = &self.tenants[&tenant];
-        debug_assert_eq!(t.phase, Phase::Idle);
-        let Some(&front) = t.seqs.front() else {
-            if t.is_empty() {
-                self.tenants.remove(&tenant);
-            }
-            return;
-        };
-        let linger_until = t.waiting_since + self.config.linger;
-        let send_now = self.config.linger.is_zero()
-            || self.life != Life::Open
-            || front < self.flush_floor
-            || linger_until <= self.now
-            || self.batch_full(&tenant);
-        if send_now {
-            self.make_ready(tenant);
-        } else {
-            let key = self.timer_key(linger_until);
-            self.tenants.get_mut(&tenant).expect("tenant exists").phase = Phase::Lingering(key);
-            self.lingering.insert(key, tenant);
-        }
-    }
-
+    /// A tenant whose linger or backoff ended.
     fn make_ready(&mut self, tenant: K) {
-        let t = self.tenants.get_mut(&tenant).expect("tenant exists");
-        t.phase = Phase::Ready;
-        self.ready.push_back(tenant);
+        let t = self
+            .tenants
+            .get_mut(&tenant)
+            .expect("a timed tenant exists");
+        self.sched.ready(tenant, &mut t.phase);
     }
 
     /// After a write settled (not retried), the tenant's next step.
     fn schedule_after_write(&mut self, tenant: K) {
-        if let Some(t) = self.tenants.get_mut(&tenant) {
-            t.phase = Phase::Idle;
-            if self.life == Life::Closed {
-                // Given up already; nothing may start (I8).
-                if t.is_empty() {
-                    self.tenants.remove(&tenant);
-                }
-                return;
+        let Some(t) = self.tenants.get_mut(&tenant) else {
+            return;
+        };
+        t.phase = Phase::Idle;
+        if t.items.is_empty() || self.life == Life::Closed {
+            // Nothing waits, or given up already and nothing may start (I8).
+            if t.is_empty() {
+                self.tenants.remove(&tenant);
             }
-            self.schedule(tenant);
+            return;
         }
+        self.waits.touch(&mut t.seen, t.pending as u64);
+        let hurry = self.life != Life::Open || self.waits.hurried(&t.seen);
+        place(tenant, t, &self.config, self.now, hurry, &mut self.sched);
     }
 
     /// A flush or shutdown sends lingering batches at once (S-A3, S-A4), in
     /// the order their lingers would have ended.
     fn release_lingering(&mut self) {
-        self.flush_floor = self.next_seq;
-        for (_, tenant) in mem::take(&mut self.lingering) {
+        let lingering: Vec<K> = self.sched.take_lingering().collect();
+        for tenant in lingering {
             self.make_ready(tenant);
         }
     }
@@ -777,20 +707,19 @@ impl<K: Ord + Clone, I> Engine<K, I> {
 
     /// Items of a slice left the pending state (their counters are already
     /// moved): release pending counts and tell the waits.
-    fn settle_slice(
-        &mut self,
-        tenant: &K,
-        seqs: &[u64],
-        bytes: u64,
-        how: impl Fn(usize) -> Settled,
-    ) {
-        let n = seqs.len();
+    /// The tenant's `n` oldest pending items (weighing `bytes`) left the
+    /// pending state, their counters already moved: release the pending
+    /// counts and tell the waits.
+    fn settle_slice(&mut self, tenant: &K, n: usize, bytes: u64, how: impl Fn(usize) -> Settled) {
         self.counters.pending -= n as u64;
         self.pending_bytes -= bytes;
-        if let Some(t) = self.tenants.get_mut(tenant) {
-            t.pending -= n;
-        }
-        for id in self.waits.settle(seqs, how) {
+        let t = self
+            .tenants
+            .get_mut(tenant)
+            .expect("a settling tenant exists");
+        self.waits.touch(&mut t.seen, t.pending as u64);
+        t.pending -= n;
+        for id in self.waits.settle(&mut t.seen, n, how) {
             self.answer_wait(id);
         }
     }
@@ -802,14 +731,11 @@ impl<K: Ord + Clone, I> Engine<K, I> {
     }
 
     fn open_wait(&mut self, id: WaitId, kind: WaitKind, deadline: Time) {
-        let key = self.timer_key(deadline);
-        let done = self
-            .waits
-            .open(id, kind, self.next_seq, self.counters.pending, key);
+        let key = self.sched.deadline(id, deadline);
+        let done = self.waits.open(id, kind, self.counters.pending, key);
         if done {
             self.answer_wait(id);
         } else {
-            self.timers.insert(key, Timer::Deadline(id));
             // A deadline already past fires now.
             self.advance(self.now);
         }
@@ -820,7 +746,7 @@ impl<K: Ord + Clone, I> Engine<K, I> {
         let Some((report, key)) = self.waits.take(id) else {
             return;
         };
-        self.timers.remove(&key);
+        self.sched.cancel_deadline(key);
         if self.shutdown.as_ref().is_some_and(|sd| sd.first == id) {
             self.close();
             self.shutdown.as_mut().expect("checked").settled = Some(report);
@@ -844,7 +770,7 @@ impl<K: Ord + Clone, I> Engine<K, I> {
     /// Closes the engine: no write starts from now on (I8).
     fn close(&mut self) {
         self.life = Life::Closed;
-        self.ready.clear();
+        self.sched.clear_ready();
     }
 
     /// Gives up every pending item for `reason` (S-W9 deadline, S-A7):
@@ -852,47 +778,43 @@ impl<K: Ord + Clone, I> Engine<K, I> {
     /// retry slices and backlogs are taken out. The items taken out go to a
     /// shutdown still to be answered (its dead letters), or are returned as
     /// (first seq, tenant, items) when there is none.
-    fn give_up_all(&mut self, reason: LostReason) -> Vec<(u64, K, Vec<I>)> {
+    fn give_up_all(&mut self, reason: LostReason) -> Vec<(K, u8, Vec<I>)> {
         let mut held = Vec::new();
-        let mut settle: Vec<(K, Vec<u64>, u64)> = Vec::new();
+        // Per tenant, oldest first: in flight, then retry, then backlog.
+        let mut settle: Vec<(K, usize, u64)> = Vec::new();
         for rec in self.in_flight.values_mut().filter(|r| !r.given_up) {
             rec.given_up = true;
-            settle.push((rec.tenant.clone(), mem::take(&mut rec.seqs), rec.bytes));
+            settle.push((rec.tenant.clone(), rec.len, rec.bytes));
         }
         if !settle.is_empty() {
             self.events.push_back(Event::CancelInFlight);
         }
-        for (tenant, t) in self.tenants.iter_mut() {
-            match t.phase {
-                Phase::Lingering(key) => {
-                    self.lingering.remove(&key);
-                }
-                Phase::BackingOff(key) => {
-                    self.timers.remove(&key);
-                }
-                _ => {}
-            }
-            if !matches!(t.phase, Phase::InFlight(_)) {
+        // Tenant by tenant in key order, so the run is reproducible (S-C1).
+        let mut keys: Vec<K> = self.tenants.keys().cloned().collect();
+        keys.sort_unstable();
+        for tenant in keys {
+            let t = self.tenants.get_mut(&tenant).expect("key just listed");
+            self.sched.unschedule(&mut t.phase);
+            if t.phase == Phase::Ready {
                 t.phase = Phase::Idle;
             }
             if let Some(r) = t.retry.take() {
-                held.push((r.seqs[0], tenant.clone(), r.items));
-                settle.push((tenant.clone(), r.seqs, r.bytes));
+                settle.push((tenant.clone(), r.items.len(), r.bytes));
+                held.push((tenant.clone(), 1, r.items));
             }
             if !t.items.is_empty() {
-                let seqs: Vec<u64> = t.seqs.drain(..).collect();
-                held.push((seqs[0], tenant.clone(), t.items.drain(..).collect()));
-                settle.push((tenant.clone(), seqs, mem::take(&mut t.bytes)));
+                settle.push((tenant.clone(), t.items.len(), mem::take(&mut t.bytes)));
+                held.push((tenant.clone(), 2, t.items.drain(..).collect()));
             }
         }
-        self.ready.clear();
+        self.sched.clear_ready();
         // Dead letters are filed before settling, which may answer the shutdown.
         if let Some(sd) = self.shutdown.as_mut().filter(|sd| !sd.reported) {
             sd.unwritten.append(&mut held);
         }
-        for (tenant, seqs, bytes) in settle {
-            self.count_lost(&tenant, reason, seqs.len() as u64);
-            self.settle_slice(&tenant, &seqs, bytes, |_| Settled::Lost);
+        for (tenant, n, bytes) in settle {
+            self.count_lost(&tenant, reason, n as u64);
+            self.settle_slice(&tenant, n, bytes, |_| Settled::Lost);
         }
         self.tenants.retain(|_, t| !t.is_empty());
         held
@@ -900,9 +822,9 @@ impl<K: Ord + Clone, I> Engine<K, I> {
 
     /// Files items that came back from a given-up write: dead letters of a
     /// shutdown still to be answered, else discarded (already counted lost).
-    fn dead_letter(&mut self, first_seq: u64, tenant: K, items: Vec<I>) {
+    fn dead_letter(&mut self, tenant: K, rank: u8, items: Vec<I>) {
         if let Some(sd) = self.shutdown.as_mut().filter(|sd| !sd.reported) {
-            sd.unwritten.push((first_seq, tenant, items));
+            sd.unwritten.push((tenant, rank, items));
         }
     }
 
@@ -921,7 +843,7 @@ impl<K: Ord + Clone, I> Engine<K, I> {
         sd.settled = None;
         sd.reported = true;
         let mut unwritten = mem::take(&mut sd.unwritten);
-        unwritten.sort_by_key(|(seq, _, _)| *seq);
+        unwritten.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
         let first = sd.first;
         let joined = mem::take(&mut sd.joined);
         self.events.push_back(Event::ShutdownDone {
@@ -929,7 +851,7 @@ impl<K: Ord + Clone, I> Engine<K, I> {
             report: ShutdownReport {
                 report,
                 first: true,
-                unwritten: unwritten.into_iter().map(|(_, k, v)| (k, v)).collect(),
+                unwritten: unwritten.into_iter().map(|(k, _, v)| (k, v)).collect(),
             },
         });
         for id in joined {
@@ -945,5 +867,32 @@ impl<K: Ord + Clone, I> Engine<K, I> {
                 },
             });
         }
+    }
+}
+
+/// Whether the tenant's waiting backlog fills a batch (S-A3).
+fn batch_full<I>(t: &Tenant<I>, config: &Config) -> bool {
+    config.max_batch.is_some_and(|m| t.items.len() >= m)
+        || config.max_batch_bytes.is_some_and(|m| t.bytes >= m)
+}
+
+/// Places an idle tenant with waiting items (S-A3): ready at once when
+/// there is no linger, the batch is full, its linger has run out, or a
+/// flush or shutdown is waiting for its items (`hurry`); else lingering
+/// until `linger` after its oldest waiting item.
+fn place<K, I>(
+    tenant: K,
+    t: &mut Tenant<I>,
+    config: &Config,
+    now: Time,
+    hurry: bool,
+    sched: &mut Schedule<K>,
+) {
+    debug_assert!(t.phase == Phase::Idle && !t.items.is_empty());
+    let until = t.waiting_since + config.linger;
+    if hurry || config.linger.is_zero() || until <= now || batch_full(t, config) {
+        sched.ready(tenant, &mut t.phase);
+    } else {
+        sched.linger(tenant, &mut t.phase, until);
     }
 }

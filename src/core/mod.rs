@@ -26,6 +26,7 @@ mod backlog;
 mod backoff;
 mod config;
 mod engine;
+mod schedule;
 mod time;
 mod wait;
 mod write;

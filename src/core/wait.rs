@@ -1,10 +1,15 @@
 //! Flush, settle and shutdown waits: which items each one waits for and
 //! what became of them (SPEC S-A4, S-W10, S-B6).
 //!
-//! A wait covers the items pending when it was opened. Items carry a global
-//! staging sequence, so "pending at the call" is "sequence below the wait's
-//! bound": counting those among each settled slice gives an exact, per-call
-//! answer even when flushes overlap and later items settle in between.
+//! A wait covers the items pending when it was opened. Rather than stamp
+//! every item with a sequence number (8 bytes an item) or snapshot every
+//! tenant (O(T) per flush), each tenant is caught up lazily: a tenant not
+//! touched since a wait opened has all its pending items before that wait,
+//! so the first time it is touched afterwards it records a [`Mark`] (how
+//! many of its oldest pending items the wait covers). A tenant's items
+//! settle oldest first, so settling n items takes them off the front of
+//! every mark. The answer is exact even when waits overlap and later items
+//! settle in between; the cost is O(open waits) per touch.
 
 use std::collections::BTreeMap;
 
@@ -26,13 +31,25 @@ pub(crate) enum Settled {
     Lost,
 }
 
+/// Of a tenant's oldest pending items, how many an open wait covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Mark {
+    wait: WaitId,
+    before: u64,
+}
+
+/// A tenant's view of the waits: the latest wait it has caught up with and
+/// its marks. Lives in the tenant's state.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Seen {
+    latest: u64,
+    marks: Vec<Mark>,
+}
+
 #[derive(Debug)]
 struct Wait {
-    #[allow(dead_code)] // kept for debugging output
     kind: WaitKind,
-    /// Items with a staging sequence below this are waited for.
-    bound: u64,
-    /// Of those, how many are still pending.
+    /// Of the covered items, how many are still pending.
     remaining: u64,
     report: Report,
     deadline: TimerKey,
@@ -40,23 +57,30 @@ struct Wait {
 
 #[derive(Debug, Default)]
 pub(crate) struct Waits {
-    next: u64,
+    latest: u64,
     open: BTreeMap<WaitId, Wait>,
 }
 
 impl Waits {
     pub(crate) fn next_id(&mut self) -> WaitId {
-        self.next += 1;
-        WaitId(self.next)
+        self.latest += 1;
+        WaitId(self.latest)
     }
 
-    /// Opens a wait for the `pending` items staged below `bound`. Returns
+    /// A fresh tenant's view: it has no items before any open wait.
+    pub(crate) fn fresh(&self) -> Seen {
+        Seen {
+            latest: self.latest,
+            marks: Vec::new(),
+        }
+    }
+
+    /// Opens a wait covering the `pending` items pending now. Returns
     /// whether it is already done (nothing pending).
     pub(crate) fn open(
         &mut self,
         id: WaitId,
         kind: WaitKind,
-        bound: u64,
         pending: u64,
         deadline: TimerKey,
     ) -> bool {
@@ -64,7 +88,6 @@ impl Waits {
             id,
             Wait {
                 kind,
-                bound,
                 remaining: pending,
                 report: Report::default(),
                 deadline,
@@ -73,32 +96,66 @@ impl Waits {
         pending == 0
     }
 
-    /// Counts a settled slice (sequences ascending; `how(i)` says what
-    /// became of its i-th item) into every wait it concerns. Returns the
-    /// waits it completed.
-    pub(crate) fn settle(&mut self, seqs: &[u64], how: impl Fn(usize) -> Settled) -> Vec<WaitId> {
-        let mut done = Vec::new();
-        let Some(&first) = seqs.first() else {
-            return done;
-        };
-        for (id, w) in self.open.iter_mut() {
-            if w.remaining == 0 || first >= w.bound {
-                continue;
+    /// Catches a tenant with `pending` items up on the waits opened since
+    /// it was last touched. Call before its pending count changes.
+    pub(crate) fn touch(&self, seen: &mut Seen, pending: u64) {
+        if seen.latest == self.latest {
+            return;
+        }
+        if pending > 0 {
+            for (id, w) in self.open.range(WaitId(seen.latest + 1)..) {
+                if w.remaining > 0 {
+                    seen.marks.push(Mark {
+                        wait: *id,
+                        before: pending,
+                    });
+                }
             }
-            let n = seqs.partition_point(|&s| s < w.bound);
-            for i in 0..n {
+        }
+        seen.latest = self.latest;
+    }
+
+    /// The tenant's `n` oldest pending items settled (`how(i)` says what
+    /// became of the i-th): counts them into the waits that cover them.
+    /// The tenant must have been touched. Returns the waits it completed.
+    pub(crate) fn settle(
+        &mut self,
+        seen: &mut Seen,
+        n: usize,
+        how: impl Fn(usize) -> Settled,
+    ) -> Vec<WaitId> {
+        let mut done = Vec::new();
+        for m in &mut seen.marks {
+            let Some(w) = self.open.get_mut(&m.wait) else {
+                m.before = 0;
+                continue;
+            };
+            let covered = m.before.min(n as u64);
+            for i in 0..covered as usize {
                 match how(i) {
                     Settled::Written => w.report.written += 1,
                     Settled::Dropped => w.report.dropped += 1,
                     Settled::Lost => w.report.lost += 1,
                 }
             }
-            w.remaining -= n as u64;
-            if w.remaining == 0 {
-                done.push(*id);
+            m.before -= covered;
+            w.remaining -= covered;
+            if covered > 0 && w.remaining == 0 {
+                done.push(m.wait);
             }
         }
+        seen.marks.retain(|m| m.before > 0);
         done
+    }
+
+    /// Whether the tenant (touched) has items a flush or shutdown is
+    /// waiting for: those skip linger (S-A3, S-A4).
+    pub(crate) fn hurried(&self, seen: &Seen) -> bool {
+        seen.marks.iter().any(|m| {
+            self.open
+                .get(&m.wait)
+                .is_some_and(|w| w.kind != WaitKind::Settle)
+        })
     }
 
     /// Closes a wait whose items are settled; returns its report and the

@@ -143,8 +143,9 @@ pub struct ShutdownReport<K, I> {
     /// Whether this caller is the one that started the shutdown.
     pub first: bool,
     /// The dead-letter hand-off (S-B6): every item given up at the deadline,
-    /// as runs of one tenant's items in staging order, ordered by staging.
-    /// A tenant may have two runs (its in-flight slice, then its backlog).
+    /// as runs of one tenant's items in staging order, ordered by tenant.
+    /// A tenant may have two runs (its in-flight slice, then its backlog),
+    /// in that order.
     /// These items are counted lost under `deadline`.
     pub unwritten: Vec<(K, Vec<I>)>,
 }

@@ -1,0 +1,352 @@
+//! The `Outbox` handle and its builder (SPEC S-W1, S-A1, S-A4, S-W10,
+//! S-W9, S-B6, S-A7, S-W16).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+
+use super::answer::{Answer, Unanswered};
+use super::contain;
+use super::shared::{Shared, Waiter};
+use super::writer::Writer;
+use crate::core::{
+    Config, ConfigError, Counters, Engine, Report, ShutdownReport, Staged, Time, WaitId, Weigher,
+};
+use crate::sink::Sink;
+use crate::telemetry;
+use crate::TenantId;
+
+/// The default deadline of the shutdown that starts when every handle is
+/// dropped without one: 30 s (S-W16).
+pub const DEFAULT_DROP_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Why an [`Outbox`] could not be built.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// The configuration does not make sense, e.g. a byte limit without a
+    /// [`weigher`](OutboxBuilder::weigher).
+    Config(ConfigError),
+    /// Built outside a tokio runtime, and no
+    /// [`runtime`](OutboxBuilder::runtime) handle was given.
+    NoRuntime,
+    /// The runtime has no timer (built without `enable_time`); the writer
+    /// needs one for linger, backoff and deadlines.
+    NoTimer,
+}
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BuildError::Config(e) => fmt::Display::fmt(e, f),
+            BuildError::NoRuntime => f.write_str(
+                "outbox: built outside a tokio runtime; build it inside one or pass `runtime(handle)`",
+            ),
+            BuildError::NoTimer => f.write_str(
+                "outbox: the tokio runtime has no timer; build it with `enable_time()` (or `enable_all()`)",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for BuildError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            BuildError::Config(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<ConfigError> for BuildError {
+    fn from(e: ConfigError) -> Self {
+        BuildError::Config(e)
+    }
+}
+
+/// Builds an [`Outbox`]: [`Outbox::builder`].
+pub struct OutboxBuilder<S: Sink> {
+    sink: S,
+    config: Config,
+    weigher: Option<Weigher<S::Item>>,
+    drop_deadline: Duration,
+    runtime: Option<Handle>,
+}
+
+impl<S: Sink> fmt::Debug for OutboxBuilder<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OutboxBuilder")
+            .field("sink", &self.sink.name())
+            .field("config", &self.config)
+            .field("weigher", &self.weigher.is_some())
+            .field("drop_deadline", &self.drop_deadline)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Sink> OutboxBuilder<S> {
+    /// The engine's configuration (default: [`Config::default`]).
+    pub fn config(mut self, config: Config) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Measures items in bytes for `max_batch_bytes` and `capacity_bytes`
+    /// (S-B5). It must be pure: the same item always weighs the same. A
+    /// panic in it is contained and the item weighs 0.
+    pub fn weigher(mut self, weigher: impl Fn(&S::Item) -> u64 + Send + Sync + 'static) -> Self {
+        self.weigher = Some(Box::new(weigher));
+        self
+    }
+
+    /// The deadline of the shutdown the writer starts by itself when every
+    /// handle is dropped without a shutdown (S-W16); default
+    /// [`DEFAULT_DROP_DEADLINE`] (30 s). What is unwritten then is counted
+    /// lost under `deadline`, and logged.
+    pub fn drop_deadline(mut self, deadline: Duration) -> Self {
+        self.drop_deadline = deadline;
+        self
+    }
+
+    /// The runtime the writer runs on and whose clock the outbox reads.
+    /// Default: the runtime `build` is called in.
+    pub fn runtime(mut self, runtime: Handle) -> Self {
+        self.runtime = Some(runtime);
+        self
+    }
+
+    /// Builds the outbox and spawns its writer task on the runtime.
+    ///
+    /// Metric handles are registered now, with the recorder in force on
+    /// this thread (see [`telemetry`](crate::telemetry)).
+    ///
+    /// # Errors
+    /// [`BuildError::Config`] for a byte limit without a weigher;
+    /// [`BuildError::NoRuntime`] outside a runtime without
+    /// [`runtime`](Self::runtime); [`BuildError::NoTimer`] on a runtime
+    /// without a timer.
+    pub fn build(self) -> Result<Outbox<S>, BuildError> {
+        let runtime = match self.runtime {
+            Some(rt) => rt,
+            None => Handle::try_current().map_err(|_| BuildError::NoRuntime)?,
+        };
+        let has_timer = contain::call(|| {
+            let _in = runtime.enter();
+            drop(tokio::time::sleep(Duration::ZERO));
+        });
+        if has_timer.is_err() {
+            return Err(BuildError::NoTimer);
+        }
+        let engine = match self.weigher {
+            Some(weigher) => Engine::with_weigher(self.config, move |item: &S::Item| {
+                contain::call(|| weigher(item)).unwrap_or(0)
+            })?,
+            None => Engine::new(self.config)?,
+        };
+        let sink = Arc::new(self.sink);
+        let (export, log) = telemetry::register(sink.name());
+        let shared = Arc::new(Shared::new(engine, export, sink, runtime));
+        let writer = Writer::new(Arc::clone(&shared), log, self.drop_deadline);
+        drop(shared.runtime().spawn(writer.run()));
+        Ok(Outbox {
+            handle: Arc::new(HandleRef { shared }),
+        })
+    }
+}
+
+/// The outbox: stage items from the request path; one writer task writes
+/// them per tenant, in order, through the [`Sink`].
+///
+/// Cheap to clone (`Send + Sync`); every clone is the same outbox. When the
+/// last clone is dropped without a [`shutdown`](Self::shutdown), the writer
+/// shuts down by itself with the builder's
+/// [`drop_deadline`](OutboxBuilder::drop_deadline) (default 30 s), then
+/// exits (S-W16). Dropping the runtime drops the writer: items still
+/// pending then cannot be written any more and are counted lost under
+/// `abandoned` (S-A7, S-W14), waiting callers are answered, and later
+/// stages are refused; shut down first to give them a chance.
+///
+/// Every method but the constructors may be called from any thread, in
+/// the runtime or not; none blocks beyond a short lock, none panics.
+pub struct Outbox<S: Sink> {
+    handle: Arc<HandleRef<S>>,
+}
+
+/// Counts the handles: its drop is the last handle's (S-W16).
+struct HandleRef<S: Sink> {
+    shared: Arc<Shared<S>>,
+}
+
+impl<S: Sink> Drop for HandleRef<S> {
+    fn drop(&mut self) {
+        self.shared.lock().handles_gone = true;
+        self.shared.wake();
+    }
+}
+
+impl<S: Sink> Clone for Outbox<S> {
+    fn clone(&self) -> Self {
+        Outbox {
+            handle: Arc::clone(&self.handle),
+        }
+    }
+}
+
+impl<S: Sink> fmt::Debug for Outbox<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let st = self.shared().lock();
+        f.debug_struct("Outbox")
+            .field("sink", &self.shared().sink.name())
+            .field("engine", &st.engine)
+            .finish()
+    }
+}
+
+impl<S: Sink> Outbox<S> {
+    /// A builder for an outbox writing to `sink`.
+    pub fn builder(sink: S) -> OutboxBuilder<S> {
+        OutboxBuilder {
+            sink,
+            config: Config::default(),
+            weigher: None,
+            drop_deadline: DEFAULT_DROP_DEADLINE,
+            runtime: None,
+        }
+    }
+
+    /// An outbox writing to `sink` with `config`, on the current runtime.
+    ///
+    /// # Errors
+    /// See [`OutboxBuilder::build`].
+    pub fn new(sink: S, config: Config) -> Result<Self, BuildError> {
+        Self::builder(sink).config(config).build()
+    }
+
+    fn shared(&self) -> &Shared<S> {
+        &self.handle.shared
+    }
+
+    /// Stages `item` for `tenant` (S-W1): never waits, never fails, never
+    /// panics. The item is pending on return, or, as the result says,
+    /// dropped by a capacity limit (S-A1, S-B5, S-B7: `buffer_full`,
+    /// `tenant_full`) or refused after a shutdown began (S-W9: lost under
+    /// `shutdown`). Every outcome is counted; the caller need not look.
+    pub fn stage(&self, tenant: TenantId, item: S::Item) -> Staged {
+        let shared = self.shared();
+        let now = shared.now();
+        let staged = shared.input(|st| st.engine.stage(now, tenant, item));
+        shared.wake();
+        staged
+    }
+
+    /// Items accepted and not yet written, lost or dropped (S-W14); the
+    /// `outbox_pending` gauge shows the same once the writer is at rest.
+    pub fn pending(&self) -> u64 {
+        self.shared().lock().engine.pending()
+    }
+
+    /// A snapshot of the engine's counters (S-W14): staged, pending,
+    /// written, lost and dropped by reason, writes, attempts, failures.
+    pub fn counters(&self) -> Counters {
+        self.shared().lock().engine.counters().clone()
+    }
+
+    /// The sink's name: the `outbox` label of the metrics.
+    pub fn name(&self) -> &str {
+        self.shared().sink.name()
+    }
+
+    /// Whether a shutdown (or abandon) has begun: new items are refused.
+    pub fn is_shutting_down(&self) -> bool {
+        self.shared().lock().engine.is_shutting_down()
+    }
+
+    /// Sends everything staged before this call at once, lingering batches
+    /// included, and answers when those items are settled or `timeout` has
+    /// passed (S-A4, S-W15). The [`Report`] says how many of them were
+    /// written, dropped and lost, how many are still pending, and whether
+    /// the deadline passed. Never overtakes earlier items; concurrent
+    /// flushes each get their own truthful answer. Items staged after the
+    /// call are not waited for.
+    ///
+    /// Takes effect at the call; see [`Answer`] for what dropping the
+    /// future does. A runtime that is gone answers at once with the
+    /// deadline passed.
+    pub fn flush(&self, timeout: Duration) -> Answer<Report> {
+        self.wait(Waiter::Report, |engine, now| {
+            engine.flush(now, now + timeout)
+        })
+    }
+
+    /// Waits until everything staged before this call is settled, or
+    /// `timeout` has passed, without sending lingering batches early and
+    /// without closing anything (S-W10). [`Report::pending`] is how many of
+    /// those items are still pending (0 when everything settled).
+    ///
+    /// Takes effect at the call; see [`Answer`] for cancellation.
+    pub fn settle(&self, timeout: Duration) -> Answer<Report> {
+        self.wait(Waiter::Report, |engine, now| {
+            engine.settle(now, now + timeout)
+        })
+    }
+
+    /// Shuts the outbox down (S-W9, S-B6). The fence goes up during this
+    /// call, before the returned future is first polled: every later
+    /// [`stage`](Self::stage) is refused and counted lost under `shutdown`.
+    /// Items staged before drain, with retries, until `timeout`; then the
+    /// writes in flight are cancelled and every unwritten item is counted
+    /// lost under `deadline` and handed back in
+    /// [`ShutdownReport::unwritten`]. After the answer nothing is pending
+    /// and no write starts (I8).
+    ///
+    /// Called more than once (or concurrently), the first call's report
+    /// carries the accounting and the others report zeros
+    /// ([`ShutdownReport::first`]); an earlier deadline of a later call
+    /// tightens the shutdown's.
+    ///
+    /// # Cancellation
+    /// Dropping the future does not stop the shutdown; only its report is
+    /// discarded, dead letters included (they stay counted lost).
+    pub fn shutdown(&self, timeout: Duration) -> Answer<ShutdownReport<TenantId, S::Item>> {
+        self.wait(Waiter::Shutdown, |engine, now| {
+            engine.shutdown(now, now + timeout)
+        })
+    }
+
+    /// Gives up at once (S-A7): everything pending is counted lost under
+    /// `abandoned`, writes in flight are cancelled, waiting callers are
+    /// answered, and nothing is accepted any more. Returns the items the
+    /// engine held, per tenant in staging order (those in flight are not
+    /// among them).
+    pub fn abandon(&self) -> Vec<(TenantId, Vec<S::Item>)> {
+        let shared = self.shared();
+        let now = shared.now();
+        let held = shared.input(|st| st.engine.abandon(now));
+        shared.wake();
+        held
+    }
+
+    fn wait<T: Unanswered>(
+        &self,
+        waiter: fn(oneshot::Sender<T>) -> Waiter<S::Item>,
+        start: impl FnOnce(&mut Engine<TenantId, S::Item>, Time) -> WaitId,
+    ) -> Answer<T> {
+        let shared = self.shared();
+        let (tx, rx) = oneshot::channel();
+        let now = shared.now();
+        shared.input(|st| {
+            let id = start(&mut st.engine, now);
+            if st.writer_gone {
+                while st.engine.poll_event().is_some() {}
+                let _ = tx.send(T::unanswered(st.engine.pending()));
+            } else {
+                st.waiters.insert(id, waiter(tx));
+            }
+        });
+        shared.wake();
+        Answer::new(rx)
+    }
+}

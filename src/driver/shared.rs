@@ -1,0 +1,124 @@
+//! The state the handles and the writer share: the engine and the callers
+//! waiting for a flush, settle or shutdown, behind one short-held lock
+//! (SPEC S-C3, S-W15).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tokio::runtime::Handle;
+use tokio::sync::{oneshot, Notify};
+use tokio::time::Instant;
+
+use crate::core::{Engine, Report, ShutdownReport, Time, WaitId};
+use crate::sink::Sink;
+use crate::telemetry::Export;
+use crate::TenantId;
+
+/// A caller waiting for its answer.
+pub(crate) enum Waiter<I> {
+    /// A flush or settle.
+    Report(oneshot::Sender<Report>),
+    /// A shutdown.
+    Shutdown(oneshot::Sender<ShutdownReport<TenantId, I>>),
+}
+
+pub(crate) struct State<I> {
+    pub(crate) engine: Engine<TenantId, I>,
+    /// Callers waiting, by the engine's wait id. A `BTreeMap`, so anything
+    /// done for all of them happens in one order every run.
+    pub(crate) waiters: BTreeMap<WaitId, Waiter<I>>,
+    /// Every `Outbox` handle is gone: the writer drains and exits (S-W16).
+    pub(crate) handles_gone: bool,
+    /// The writer task is gone (its runtime shut down): nobody will answer
+    /// a new wait, so it is answered at once.
+    pub(crate) writer_gone: bool,
+    /// The counters and the pending gauge, exported after every input.
+    export: Export,
+}
+
+impl<I> State<I> {
+    /// Exports the engine's counters (I3: after every step).
+    pub(crate) fn export(&mut self) {
+        self.export.export(self.engine.counters());
+    }
+}
+
+pub(crate) struct Shared<S: Sink> {
+    state: Mutex<State<S::Item>>,
+    /// Wakes the writer after an input (a stage, a control call).
+    pub(crate) wake: Notify,
+    pub(crate) sink: Arc<S>,
+    /// The runtime the writer runs on; its clock is the outbox's clock.
+    runtime: Handle,
+    /// The origin of the engine's [`Time`].
+    origin: Instant,
+}
+
+impl<S: Sink> Shared<S> {
+    pub(crate) fn new(
+        engine: Engine<TenantId, S::Item>,
+        export: Export,
+        sink: Arc<S>,
+        runtime: Handle,
+    ) -> Self {
+        let origin = {
+            let _in = runtime.enter();
+            Instant::now()
+        };
+        Shared {
+            state: Mutex::new(State {
+                engine,
+                waiters: BTreeMap::new(),
+                handles_gone: false,
+                writer_gone: false,
+                export,
+            }),
+            wake: Notify::new(),
+            sink,
+            runtime,
+            origin,
+        }
+    }
+
+    /// Runs one engine input under the lock and exports the counters.
+    pub(crate) fn input<R>(&self, f: impl FnOnce(&mut State<S::Item>) -> R) -> R {
+        let mut st = self.lock();
+        let out = f(&mut st);
+        st.export();
+        out
+    }
+
+    /// Locks the state. The engine is never left half-changed by a panic
+    /// (it has none on valid input), so a poisoned lock is taken as is.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State<S::Item>> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Now on the runtime's clock (tokio's paused clock in tests), from any
+    /// thread, in the runtime or not.
+    pub(crate) fn now(&self) -> Time {
+        let at = match Handle::try_current() {
+            Ok(current) if current.id() == self.runtime.id() => Instant::now(),
+            Err(e) if e.is_thread_local_destroyed() => Instant::from_std(std::time::Instant::now()),
+            _ => {
+                let _in = self.runtime.enter();
+                Instant::now()
+            }
+        };
+        Time::from_elapsed(at.saturating_duration_since(self.origin))
+    }
+
+    /// The instant of a [`Time`] on this clock.
+    pub(crate) fn instant(&self, at: Time) -> Instant {
+        self.origin + at.elapsed()
+    }
+
+    /// Wakes the writer.
+    pub(crate) fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    pub(crate) fn runtime(&self) -> &Handle {
+        &self.runtime
+    }
+}

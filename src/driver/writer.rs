@@ -1,0 +1,342 @@
+//! The writer task: the one place that drains the engine, spawns sink
+//! writes, joins them, arms the engine's timer and answers waiting callers
+//! (SPEC S-C3, S-W13, S-W15, S-W16, S-W17).
+
+use std::collections::BTreeMap;
+use std::mem;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::{self, JoinError, JoinSet};
+use tokio_util::sync::CancellationToken;
+
+use super::answer::Unanswered;
+use super::shared::{Shared, Waiter};
+use super::task::{self as write_task, Finished};
+use crate::core::{Event, LostReason, Report, ShutdownReport, Time, WaitId, Write, WriteId};
+use crate::sink::Sink;
+use crate::telemetry::Log;
+use crate::TenantId;
+
+/// What one round of draining the engine found.
+struct Drained<I> {
+    writes: Vec<Write<TenantId, I>>,
+    events: Vec<Event<TenantId, I>>,
+    waiters: BTreeMap<WaitId, Waiter<I>>,
+}
+
+pub(crate) struct Writer<S: Sink> {
+    shared: Arc<Shared<S>>,
+    tasks: JoinSet<Finished<S::Item>>,
+    /// Which write each running task carries, to count a task that could
+    /// not be joined (S-W13).
+    running: BTreeMap<task::Id, WriteId>,
+    /// Cancels the writes in flight when the engine says so.
+    cancel: CancellationToken,
+    log: Log,
+    /// The deadline of the shutdown that follows the last handle's drop.
+    drop_deadline: Duration,
+    /// Sink error texts of attempts joined but not yet logged.
+    errors: BTreeMap<WriteId, String>,
+}
+
+/// The writer task ended, or was dropped with its runtime (possibly
+/// before it ever ran): nobody will write any more. Whatever is still
+/// pending is given up as if abandoned (S-A7), so every item stays counted
+/// (S-W14); the writes in flight are dropped with the task set; every
+/// caller still waiting is answered, from the engine's own reports where
+/// it has them.
+impl<S: Sink> Drop for Writer<S> {
+    fn drop(&mut self) {
+        let now = self.shared.now();
+        let mut answers = Vec::new();
+        let lost = self.shared.input(|st| {
+            st.writer_gone = true;
+            let before = st.engine.counters().lost_for(LostReason::Abandoned);
+            drop(st.engine.abandon(now));
+            for id in self.running.values() {
+                // Given up by the abandon: this only lets a waiting shutdown
+                // answer with its dead letters.
+                st.engine.finish_lost(now, *id);
+            }
+            while let Some(event) = st.engine.poll_event() {
+                match event {
+                    Event::WaitDone { id, report } => {
+                        if let Some(Waiter::Report(tx)) = st.waiters.remove(&id) {
+                            answers.push(tx.send(report).is_ok());
+                        }
+                    }
+                    Event::ShutdownDone { id, report } => {
+                        if let Some(Waiter::Shutdown(tx)) = st.waiters.remove(&id) {
+                            answers.push(tx.send(report).is_ok());
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            let pending = st.engine.pending();
+            for (_, waiter) in mem::take(&mut st.waiters) {
+                match waiter {
+                    Waiter::Report(tx) => drop(tx.send(Report::unanswered(pending))),
+                    Waiter::Shutdown(tx) => drop(tx.send(ShutdownReport::unanswered(pending))),
+                }
+            }
+            st.engine.counters().lost_for(LostReason::Abandoned) - before
+        });
+        if lost > 0 {
+            tracing::error!(
+                outbox = self.log.name(),
+                items = lost,
+                reason = LostReason::Abandoned.as_str(),
+                "the writer task was dropped (its runtime shut down) with items pending; \
+                 they are counted lost"
+            );
+        }
+    }
+}
+
+impl<S: Sink> Writer<S> {
+    pub(crate) fn new(shared: Arc<Shared<S>>, log: Log, drop_deadline: Duration) -> Self {
+        Writer {
+            shared,
+            tasks: JoinSet::new(),
+            running: BTreeMap::new(),
+            cancel: CancellationToken::new(),
+            log,
+            drop_deadline,
+            errors: BTreeMap::new(),
+        }
+    }
+
+    /// Runs until every handle is gone and the engine is closed with no
+    /// write left in flight (S-W16).
+    ///
+    /// Dropped unpolled or mid-way (its runtime shut down), the writer
+    /// still accounts for everything (see its `Drop`).
+    pub(crate) async fn run(mut self) {
+        let shared = Arc::clone(&self.shared);
+        let sleep = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(sleep);
+        let mut armed: Option<Time> = None;
+        loop {
+            let (timeout, done) = self.pump();
+            if done {
+                tracing::debug!(outbox = self.log.name(), "writer exits");
+                return;
+            }
+            if timeout != armed {
+                if let Some(at) = timeout {
+                    sleep.as_mut().reset(shared.instant(at));
+                }
+                armed = timeout;
+            }
+            // Joins first: they are bounded by `concurrency`, while stages
+            // from other threads may keep the wake-up ready forever. Every
+            // branch is followed by a full drain, so none queues behind
+            // another for longer than one round (S-W15).
+            tokio::select! {
+                biased;
+                Some(joined) = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => {
+                    self.joined(joined);
+                }
+                () = shared.wake.notified() => {}
+                () = &mut sleep, if armed.is_some() => {
+                    // The engine fires what is due in the next drain.
+                    armed = None;
+                }
+            }
+        }
+    }
+
+    /// A write task ended: its outcome goes to the engine with its items
+    /// (S-C2), or, if the task panicked past containment or was aborted,
+    /// its items are counted lost (S-W13).
+    fn joined(&mut self, joined: Result<(task::Id, Finished<S::Item>), JoinError>) {
+        let now = self.shared.now();
+        match joined {
+            Ok((task, finished)) => {
+                self.running.remove(&task);
+                if let Some(error) = finished.error {
+                    self.errors.insert(finished.write.id, error);
+                }
+                let finished = self
+                    .shared
+                    .input(|st| st.engine.finish(now, finished.write, finished.outcome));
+                if let Err(unknown) = finished {
+                    // A driver bug: the engine hands the items back; they
+                    // cannot be accounted anywhere else.
+                    tracing::error!(
+                        outbox = self.log.name(),
+                        write = %unknown.0.id,
+                        "a finished write was not in flight"
+                    );
+                }
+            }
+            Err(error) => {
+                let Some(id) = self.running.remove(&error.id()) else {
+                    return;
+                };
+                tracing::error!(
+                    outbox = self.log.name(),
+                    write = %id,
+                    panicked = error.is_panic(),
+                    "a write task ended without giving its items back; they are counted lost"
+                );
+                self.shared.input(|st| st.engine.finish_lost(now, id));
+            }
+        }
+    }
+
+    /// Drains the engine after an input: starts its writes, exports and
+    /// acts on its events, answers callers. Returns when the engine next
+    /// needs time, and whether the writer is done.
+    fn pump(&mut self) -> (Option<Time>, bool) {
+        let now = self.shared.now();
+        let mut drained = Drained {
+            writes: Vec::new(),
+            events: Vec::new(),
+            waiters: BTreeMap::new(),
+        };
+        let (timeout, closed, handles_gone) = self.shared.input(|st| {
+            if st.handles_gone && !st.engine.is_shutting_down() {
+                // S-W16: the last handle is gone without a shutdown.
+                let _ = st.engine.shutdown(now, now + self.drop_deadline);
+                tracing::info!(
+                    outbox = self.log.name(),
+                    deadline_ms = self.drop_deadline.as_millis() as u64,
+                    "every handle dropped; draining before the writer exits"
+                );
+            }
+            st.engine.handle_timeout(now);
+            while let Some(write) = st.engine.poll_write(now) {
+                drained.writes.push(write);
+            }
+            while let Some(event) = st.engine.poll_event() {
+                if let Event::WaitDone { id, .. } | Event::ShutdownDone { id, .. } = &event {
+                    if let Some(waiter) = st.waiters.remove(id) {
+                        drained.waiters.insert(*id, waiter);
+                    }
+                }
+                drained.events.push(event);
+            }
+            (
+                st.engine.poll_timeout(),
+                st.engine.is_closed(),
+                st.handles_gone,
+            )
+        });
+        for write in drained.writes {
+            self.spawn(write);
+        }
+        for event in drained.events {
+            self.act(event, &mut drained.waiters);
+        }
+        self.errors.clear();
+        let done = handles_gone && closed && self.tasks.is_empty();
+        (timeout, done)
+    }
+
+    fn spawn(&mut self, write: Write<TenantId, S::Item>) {
+        let deadline = write.deadline.map(|at| self.shared.instant(at));
+        let id = write.id;
+        let run = write_task::run(
+            Arc::clone(&self.shared.sink),
+            write,
+            deadline,
+            self.cancel.clone(),
+        );
+        let task = self.tasks.spawn(run).id();
+        self.running.insert(task, id);
+    }
+
+    fn act(
+        &mut self,
+        event: Event<TenantId, S::Item>,
+        waiters: &mut BTreeMap<WaitId, Waiter<S::Item>>,
+    ) {
+        let error = match &event {
+            Event::AttemptFailed { id, .. } => self.errors.get(id).map(String::as_str),
+            _ => None,
+        };
+        self.log.event(&event, error);
+        match event {
+            Event::CancelInFlight => {
+                mem::replace(&mut self.cancel, CancellationToken::new()).cancel();
+            }
+            Event::WaitDone { id, report } => {
+                if let Some(Waiter::Report(tx)) = waiters.remove(&id) {
+                    // The caller may have stopped waiting (S-A4 docs).
+                    let _ = tx.send(report);
+                }
+            }
+            Event::ShutdownDone { id, report } => {
+                if let Some(Waiter::Shutdown(tx)) = waiters.remove(&id) {
+                    let _ = tx.send(report);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::{Config, Engine, Staged};
+    use crate::sink::{WriteError, Written};
+
+    struct Never;
+    impl Sink for Never {
+        type Item = u32;
+        fn name(&self) -> &str {
+            "never"
+        }
+        async fn write(&self, _: TenantId, _: &[u32]) -> Result<Written, WriteError> {
+            std::future::pending().await
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_task_that_cannot_be_joined_counts_its_items_lost() {
+        // S-W13: a write task that ends without giving its items back (a
+        // panic past containment) has its items lost under `join_failed`,
+        // and the writer goes on.
+        let engine = Engine::new(Config::default()).unwrap();
+        let shared = Arc::new(Shared::new(
+            engine,
+            crate::telemetry::register("never").0,
+            Arc::new(Never),
+            tokio::runtime::Handle::current(),
+        ));
+        let mut writer = Writer::new(
+            Arc::clone(&shared),
+            crate::telemetry::register("never").1,
+            Duration::ZERO,
+        );
+        let t = TenantId::from_u128(1);
+        let now = shared.now();
+        assert_eq!(shared.lock().engine.stage(now, t, 7), Staged::Accepted);
+        let write = shared.lock().engine.poll_write(now).unwrap();
+        // A task that escapes containment: it panics outright.
+        let task = writer
+            .tasks
+            .spawn(async move {
+                let _items = write;
+                panic!("escaped");
+            })
+            .id();
+        writer.running.insert(task, WriteId(1));
+        let joined = writer.tasks.join_next_with_id().await.unwrap();
+        assert!(joined.as_ref().is_err_and(JoinError::is_panic));
+        writer.joined(joined);
+        let c = shared.lock().engine.counters().clone();
+        assert_eq!(c.lost_for(LostReason::JoinFailed), 1);
+        assert_eq!(c.pending, 0);
+        assert!(c.balanced());
+        // The writer still works: the next item gets its own write.
+        assert_eq!(shared.lock().engine.stage(now, t, 8), Staged::Accepted);
+        let (_, done) = writer.pump();
+        assert!(!done);
+        assert_eq!(writer.tasks.len(), 1);
+    }
+}

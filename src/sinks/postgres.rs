@@ -1,0 +1,557 @@
+//! A PostgreSQL sink (feature `postgres`): one tenant's slice per
+//! transaction, repeats absorbed by the key `(tenant, item_id)`.
+//!
+//! # Schema
+//! [`PostgresSink::create_table`] creates (if missing) the table below, and
+//! [`schema_sql`] returns the same statements to put in a migration:
+//!
+//! ```sql
+//! CREATE TABLE IF NOT EXISTS "outbox_items" (
+//!     tenant     uuid        NOT NULL,
+//!     item_id    uuid        NOT NULL,
+//!     seq        bigint      GENERATED ALWAYS AS IDENTITY,
+//!     payload    bytea       NOT NULL,
+//!     written_at timestamptz NOT NULL DEFAULT now(),
+//!     PRIMARY KEY (tenant, item_id)
+//! );
+//! CREATE INDEX IF NOT EXISTS "outbox_items_tenant_seq" ON "outbox_items" (tenant, seq);
+//! ```
+//!
+//! - `tenant`, `item_id`: the idempotency key ([`Record::id`]); a repeat of
+//!   a row already there is skipped by `ON CONFLICT (tenant, item_id) DO
+//!   NOTHING`, so it keeps its first `seq` and `written_at`.
+//! - `seq`: the order rows were first inserted in. Within a tenant it
+//!   follows staging order (S-W3): a slice is inserted in slice order
+//!   (`UNNEST … WITH ORDINALITY … ORDER BY`), and a tenant's next slice is
+//!   only written after its previous one committed. Read a tenant's items
+//!   in order with `ORDER BY seq`. Values have gaps (skipped repeats,
+//!   rolled-back attempts) and are not comparable across tenants.
+//! - `written_at`: the commit's transaction time (`now()`), UTC.
+//!
+//! The sink only ever inserts these three columns (`tenant`, `item_id`,
+//! `payload`); an existing table with extra columns that have defaults
+//! works as well.
+//!
+//! # Example
+//! ```no_run
+//! use std::time::Duration;
+//! use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+//! use outbox::sinks::{postgres::PostgresSink, Envelope};
+//! use outbox::{Sink, TenantId};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! let config: tokio_postgres::Config = "postgres://postgres@127.0.0.1/test".parse()?;
+//! let manager = Manager::from_config(
+//!     config,
+//!     tokio_postgres::NoTls,
+//!     ManagerConfig { recycling_method: RecyclingMethod::Fast },
+//! );
+//! let pool = Pool::builder(manager)
+//!     .runtime(Runtime::Tokio1)
+//!     .wait_timeout(Some(Duration::from_secs(5)))
+//!     .create_timeout(Some(Duration::from_secs(5)))
+//!     .build()?;
+//! let sink = PostgresSink::<Envelope>::new(pool, "usage_records")?;
+//! sink.create_table().await?;
+//! sink.write(TenantId::new_v7(), &[Envelope::new(b"{\"units\":3}".to_vec())]).await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # A write
+//! [`Sink::write`] takes a pooled connection, opens a transaction, inserts
+//! the slice in statements of at most [`max_rows_per_statement`] rows and
+//! about [`max_bytes_per_statement`] bytes of payload (three parameters per
+//! statement: the tenant, an array of ids, an array of payloads), and
+//! commits. The slice is written all-or-nothing; an empty slice touches no
+//! connection. If the future is dropped (a write timeout, S-B3; the
+//! shutdown deadline, S-W9) the transaction is rolled back, or it had
+//! already committed: either way a retry leaves one copy.
+//!
+//! A pool without timeouts waits for ever for a connection: configure
+//! [`deadpool_postgres::Timeouts`] (`wait`, `create`) so an outage turns into
+//! retryable errors instead of a hung write, and a `write_timeout` in the
+//! outbox for a stalled server.
+//!
+//! # Errors
+//! | cause | kind |
+//! | --- | --- |
+//! | SQLSTATE class `08` (connection exception), `40001` (serialization failure), `40P01` (deadlock), `40000`, `40003` | retryable |
+//! | classes `53` (insufficient resources), `55` (object not in prerequisite state, lock not available), `57` (operator intervention: shutdown, query canceled), `58` (system error), `25` (e.g. read-only after a failover), `XX` | retryable |
+//! | class `42` (undefined table, insufficient privilege: fixed by an operator, not by the data) and every other code not listed as terminal | retryable |
+//! | class `22` (data exception), class `23` (integrity constraint violation: a `CHECK`, a foreign key, a unique key other than `(tenant, item_id)`), `40002`, class `54` (program limit exceeded), `P0001` (a trigger's `RAISE EXCEPTION`) | terminal |
+//! | a client-side error without SQLSTATE: I/O, connection closed or refused, TLS, timeout | retryable |
+//! | pool: wait/create/recycle timeout, a failed `post_create` hook | retryable |
+//! | pool: closed, no runtime for its timeouts (configuration that never passes) | terminal |
+//! | a payload over 1 GiB (the `bytea` limit), checked before any I/O | terminal |
+//!
+//! The conflict on `(tenant, item_id)` never surfaces: it is absorbed.
+//! [`sqlstate_kind`] exposes the SQLSTATE table.
+//!
+//! [`max_rows_per_statement`]: PostgresSink::max_rows_per_statement
+//! [`max_bytes_per_statement`]: PostgresSink::max_bytes_per_statement
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::marker::PhantomData;
+
+use deadpool_postgres::{Pool, PoolError};
+
+/// The pool crate this sink is built on, re-exported so the versions match.
+pub use deadpool_postgres;
+/// The client crate this sink is built on, re-exported so the versions match.
+pub use tokio_postgres;
+use uuid::Uuid;
+
+use crate::sink::{ErrorKind, Sink, WriteError, Written};
+use crate::sinks::Record;
+use crate::tenant::TenantId;
+
+/// Default [`PostgresSink::max_rows_per_statement`]: 1,000 rows.
+pub const DEFAULT_MAX_ROWS_PER_STATEMENT: usize = 1_000;
+
+/// Default [`PostgresSink::max_bytes_per_statement`]: 8 MiB of payload.
+pub const DEFAULT_MAX_BYTES_PER_STATEMENT: usize = 8 << 20;
+
+/// The largest payload a `bytea` value holds: 1 GiB - 1 byte. A larger
+/// payload is rejected as terminal before any I/O.
+pub const MAX_PAYLOAD_BYTES: usize = (1 << 30) - 1;
+
+/// The cap on [`PostgresSink::max_bytes_per_statement`]: 512 MiB, well
+/// inside the protocol's 2 GiB per parameter.
+const MAX_BYTES_PER_STATEMENT_CAP: usize = 512 << 20;
+
+/// A PostgreSQL [`Sink`] for [`Record`]s: see the [module docs](self) for
+/// the schema, the transaction and the error table.
+pub struct PostgresSink<R> {
+    pool: Pool,
+    name: String,
+    table: QualifiedName,
+    insert_sql: String,
+    max_rows: usize,
+    max_bytes: usize,
+    _items: PhantomData<fn(R)>,
+}
+
+impl<R> fmt::Debug for PostgresSink<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresSink")
+            .field("name", &self.name)
+            .field("table", &self.table.quoted)
+            .field("max_rows_per_statement", &self.max_rows)
+            .field("max_bytes_per_statement", &self.max_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: Record> PostgresSink<R> {
+    /// A sink writing into `table` (`name` or `schema.name`, each part an
+    /// unquoted SQL identifier: ASCII letters, digits, `_` and `$`, not
+    /// starting with a digit, at most 63 bytes; it is quoted in every
+    /// statement, so its case is kept) through `pool`. The sink's
+    /// [name](Sink::name) is `postgres:` and the table.
+    ///
+    /// # Errors
+    /// [`InvalidTableName`] for a name outside that grammar: the name is
+    /// spliced into SQL, so nothing else is accepted.
+    pub fn new(pool: Pool, table: &str) -> Result<Self, InvalidTableName> {
+        let table = QualifiedName::parse(table)?;
+        let insert_sql = format!(
+            "INSERT INTO {t} (tenant, item_id, payload) \
+             SELECT $1::uuid, u.item_id, u.payload \
+             FROM UNNEST($2::uuid[], $3::bytea[]) WITH ORDINALITY AS u(item_id, payload, ord) \
+             ORDER BY u.ord \
+             ON CONFLICT (tenant, item_id) DO NOTHING",
+            t = table.quoted
+        );
+        Ok(PostgresSink {
+            pool,
+            name: format!("postgres:{}", table.plain),
+            table,
+            insert_sql,
+            max_rows: DEFAULT_MAX_ROWS_PER_STATEMENT,
+            max_bytes: DEFAULT_MAX_BYTES_PER_STATEMENT,
+            _items: PhantomData,
+        })
+    }
+
+    /// Sets the sink's name (the `outbox` metric label, S-W11).
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// At most `rows` rows per `INSERT` statement (default
+    /// [`DEFAULT_MAX_ROWS_PER_STATEMENT`]; 0 is treated as 1). A larger
+    /// slice takes several statements in the same transaction.
+    pub fn max_rows_per_statement(mut self, rows: usize) -> Self {
+        self.max_rows = rows.max(1);
+        self
+    }
+
+    /// About `bytes` bytes of payload per `INSERT` statement (default
+    /// [`DEFAULT_MAX_BYTES_PER_STATEMENT`], at least 1, at most 512 MiB): a
+    /// statement ends before the row that would pass it, and a row larger
+    /// than the budget goes alone.
+    pub fn max_bytes_per_statement(mut self, bytes: usize) -> Self {
+        self.max_bytes = bytes.clamp(1, MAX_BYTES_PER_STATEMENT_CAP);
+        self
+    }
+
+    /// The table, as written in SQL (quoted).
+    pub fn table(&self) -> &str {
+        &self.table.quoted
+    }
+
+    /// The pool the sink writes through.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Creates the table and its index if they do not exist (the
+    /// statements of [`schema_sql`]), in one transaction.
+    ///
+    /// # Errors
+    /// The pool's or the server's error, as a [`WriteError`] classified as
+    /// for a write.
+    pub async fn create_table(&self) -> Result<(), WriteError> {
+        let mut client = self.pool.get().await.map_err(pool_error)?;
+        let tx = client.transaction().await.map_err(pg_error)?;
+        tx.batch_execute(&schema_for(&self.table))
+            .await
+            .map_err(pg_error)?;
+        tx.commit().await.map_err(pg_error)
+    }
+
+    async fn write_slice(&self, tenant: TenantId, items: &[R]) -> Result<Written, WriteError> {
+        if items.is_empty() {
+            return Ok(Written::ALL);
+        }
+        if let Some(item) = items.iter().find(|i| i.payload().len() > MAX_PAYLOAD_BYTES) {
+            return Err(WriteError::terminal(PayloadTooLarge {
+                item_id: item.id(),
+                len: item.payload().len(),
+            }));
+        }
+        let mut client = self.pool.get().await.map_err(pool_error)?;
+        let tx = client.transaction().await.map_err(pg_error)?;
+        let stmt = tx
+            .prepare_cached(&self.insert_sql)
+            .await
+            .map_err(pg_error)?;
+        let tenant = *tenant.as_uuid();
+        let mut rest = items;
+        while !rest.is_empty() {
+            let n = chunk_len(rest, self.max_rows, self.max_bytes);
+            let (chunk, tail) = rest.split_at(n);
+            rest = tail;
+            let ids: Vec<Uuid> = chunk.iter().map(Record::id).collect();
+            let payloads: Vec<&[u8]> = chunk.iter().map(Record::payload).collect();
+            tx.execute(&stmt, &[&tenant, &ids, &payloads])
+                .await
+                .map_err(pg_error)?;
+        }
+        tx.commit().await.map_err(pg_error)?;
+        Ok(Written::ALL)
+    }
+}
+
+impl<R: Record> Sink for PostgresSink<R> {
+    type Item = R;
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn write(
+        &self,
+        tenant: TenantId,
+        items: &[R],
+    ) -> impl std::future::Future<Output = Result<Written, WriteError>> + Send {
+        self.write_slice(tenant, items)
+    }
+}
+
+/// How many leading items of `items` (non-empty) go in one statement: at
+/// least 1, at most `max_rows`, and no more payload than `max_bytes` unless
+/// the first item alone is larger.
+fn chunk_len<R: Record>(items: &[R], max_rows: usize, max_bytes: usize) -> usize {
+    let mut bytes = 0usize;
+    let mut n = 0usize;
+    for item in items.iter().take(max_rows) {
+        let len = item.payload().len();
+        if n > 0 && bytes.saturating_add(len) > max_bytes {
+            break;
+        }
+        bytes = bytes.saturating_add(len);
+        n += 1;
+    }
+    n.max(1)
+}
+
+/// The `CREATE TABLE` and `CREATE INDEX` statements (`IF NOT EXISTS`) for
+/// `table` (the grammar of [`PostgresSink::new`]), as run by
+/// [`PostgresSink::create_table`]: for migrations.
+///
+/// # Errors
+/// [`InvalidTableName`] for a name outside the grammar.
+pub fn schema_sql(table: &str) -> Result<String, InvalidTableName> {
+    QualifiedName::parse(table).map(|t| schema_for(&t))
+}
+
+fn schema_for(table: &QualifiedName) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {t} (\n    \
+             tenant     uuid        NOT NULL,\n    \
+             item_id    uuid        NOT NULL,\n    \
+             seq        bigint      GENERATED ALWAYS AS IDENTITY,\n    \
+             payload    bytea       NOT NULL,\n    \
+             written_at timestamptz NOT NULL DEFAULT now(),\n    \
+             PRIMARY KEY (tenant, item_id)\n\
+         );\n\
+         CREATE INDEX IF NOT EXISTS {i} ON {t} (tenant, seq);\n",
+        t = table.quoted,
+        i = quote(&format!("{}_tenant_seq", truncate(table.name(), 52))),
+    )
+}
+
+/// Whether a SQLSTATE (five characters, e.g. `"40001"`) is retryable or
+/// terminal for this sink: the table in the [module docs](self). Unknown
+/// codes are retryable.
+pub fn sqlstate_kind(code: &str) -> ErrorKind {
+    const TERMINAL_CLASSES: [&str; 3] = ["22", "23", "54"];
+    const TERMINAL_CODES: [&str; 2] = ["40002", "P0001"];
+    let class = code.get(..2).unwrap_or(code);
+    if TERMINAL_CLASSES.contains(&class) || TERMINAL_CODES.contains(&code) {
+        ErrorKind::Terminal
+    } else {
+        ErrorKind::Retryable
+    }
+}
+
+/// Classifies a client error: by SQLSTATE when the server sent one
+/// ([`sqlstate_kind`]), else retryable (I/O, closed connection, timeout).
+pub fn error_kind(error: &tokio_postgres::Error) -> ErrorKind {
+    match error.code() {
+        Some(code) => sqlstate_kind(code.code()),
+        None => ErrorKind::Retryable,
+    }
+}
+
+/// Classifies a pool error: see the [module docs](self).
+pub fn pool_error_kind(error: &PoolError) -> ErrorKind {
+    match error {
+        PoolError::Backend(e) => error_kind(e),
+        PoolError::Timeout(_) | PoolError::PostCreateHook(_) => ErrorKind::Retryable,
+        PoolError::Closed | PoolError::NoRuntimeSpecified => ErrorKind::Terminal,
+    }
+}
+
+fn pg_error(e: tokio_postgres::Error) -> WriteError {
+    let kind = error_kind(&e);
+    let e = PostgresError(e);
+    match kind {
+        ErrorKind::Terminal => WriteError::terminal(e),
+        ErrorKind::Retryable => WriteError::retryable(e),
+    }
+}
+
+/// The cause of a [`WriteError`] from the server or the client: the
+/// [`tokio_postgres::Error`], displayed with the server's message and
+/// SQLSTATE when there is one (`tokio-postgres` alone says "db error").
+#[derive(Debug)]
+pub struct PostgresError(pub tokio_postgres::Error);
+
+impl fmt::Display for PostgresError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.as_db_error() {
+            Some(db) => write!(f, "{db} (SQLSTATE {})", db.code().code()),
+            None => match self.0.source() {
+                Some(source) => write!(f, "{}: {source}", self.0),
+                None => fmt::Display::fmt(&self.0, f),
+            },
+        }
+    }
+}
+
+impl StdError for PostgresError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        Some(&self.0)
+    }
+}
+
+fn pool_error(e: PoolError) -> WriteError {
+    match pool_error_kind(&e) {
+        ErrorKind::Terminal => WriteError::terminal(e),
+        ErrorKind::Retryable => WriteError::retryable(e),
+    }
+}
+
+/// A table name outside the accepted grammar ([`PostgresSink::new`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidTableName {
+    name: String,
+}
+
+impl fmt::Display for InvalidTableName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid table name {:?}: expected `name` or `schema.name`, each an \
+             identifier of ASCII letters, digits, `_` or `$`, not starting with a \
+             digit, at most 63 bytes",
+            self.name
+        )
+    }
+}
+
+impl StdError for InvalidTableName {}
+
+/// A payload over [`MAX_PAYLOAD_BYTES`]: the cause of a terminal error.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PayloadTooLarge {
+    /// The item.
+    pub item_id: Uuid,
+    /// Its payload's length, in bytes.
+    pub len: usize,
+}
+
+impl fmt::Display for PayloadTooLarge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "payload of item {} is {} bytes, over the bytea limit of {} bytes",
+            self.item_id, self.len, MAX_PAYLOAD_BYTES
+        )
+    }
+}
+
+impl StdError for PayloadTooLarge {}
+
+/// A validated `name` or `schema.name`, plain and quoted.
+#[derive(Clone, Debug)]
+struct QualifiedName {
+    plain: String,
+    quoted: String,
+}
+
+impl QualifiedName {
+    fn parse(name: &str) -> Result<Self, InvalidTableName> {
+        let invalid = || InvalidTableName {
+            name: name.to_owned(),
+        };
+        let parts: Vec<&str> = name.split('.').collect();
+        if parts.len() > 2 || !parts.iter().all(|p| is_identifier(p)) {
+            return Err(invalid());
+        }
+        let quoted = parts.iter().map(|p| quote(p)).collect::<Vec<_>>().join(".");
+        Ok(QualifiedName {
+            plain: name.to_owned(),
+            quoted,
+        })
+    }
+
+    /// The table part, without the schema.
+    fn name(&self) -> &str {
+        self.plain.rsplit('.').next().unwrap_or(&self.plain)
+    }
+}
+
+fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    let first_ok = matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_');
+    first_ok && s.len() <= 63 && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$')
+}
+
+/// Quotes an identifier already checked by [`is_identifier`] (so it holds
+/// no `"`).
+fn quote(ident: &str) -> String {
+    format!("\"{ident}\"")
+}
+
+/// The longest prefix of an ASCII `s` of at most `n` bytes.
+fn truncate(s: &str, n: usize) -> &str {
+    s.get(..n.min(s.len())).unwrap_or(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sinks::Envelope;
+
+    #[test]
+    fn sqlstates_classify_as_documented() {
+        for retryable in [
+            "08000", "08006", "08001", "08P01", "40001", "40P01", "40000", "40003", "53300",
+            "53100", "55P03", "57P01", "57P03", "57014", "58030", "25006", "XX000", "42P01",
+            "42501", "0A000",
+        ] {
+            assert_eq!(
+                sqlstate_kind(retryable),
+                ErrorKind::Retryable,
+                "{retryable}"
+            );
+        }
+        for terminal in [
+            "22001", "22P02", "22003", "23505", "23503", "23514", "23502", "40002", "54000",
+            "P0001",
+        ] {
+            assert_eq!(sqlstate_kind(terminal), ErrorKind::Terminal, "{terminal}");
+        }
+        // Garbage never panics.
+        assert_eq!(sqlstate_kind(""), ErrorKind::Retryable);
+        assert_eq!(sqlstate_kind("2"), ErrorKind::Retryable);
+        assert_eq!(sqlstate_kind("é"), ErrorKind::Retryable);
+    }
+
+    #[test]
+    fn table_names_are_validated_and_quoted() {
+        let ok = QualifiedName::parse("Usage_Records").unwrap();
+        assert_eq!(ok.quoted, "\"Usage_Records\"");
+        let ok = QualifiedName::parse("billing.usage$1").unwrap();
+        assert_eq!(ok.quoted, "\"billing\".\"usage$1\"");
+        assert_eq!(ok.name(), "usage$1");
+        for bad in [
+            "",
+            "1abc",
+            "a b",
+            "a;drop table x",
+            "a\"b",
+            "a.b.c",
+            ".a",
+            "a.",
+            "é",
+            &"x".repeat(64),
+        ] {
+            assert!(QualifiedName::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn schema_mentions_every_column_and_the_key() {
+        let sql = schema_sql("s.t").unwrap();
+        for needle in [
+            "CREATE TABLE IF NOT EXISTS \"s\".\"t\"",
+            "tenant     uuid",
+            "item_id    uuid",
+            "seq        bigint",
+            "payload    bytea",
+            "written_at timestamptz",
+            "PRIMARY KEY (tenant, item_id)",
+            "CREATE INDEX IF NOT EXISTS \"t_tenant_seq\" ON \"s\".\"t\" (tenant, seq)",
+        ] {
+            assert!(sql.contains(needle), "{needle} in {sql}");
+        }
+    }
+
+    #[test]
+    fn chunks_respect_rows_and_bytes() {
+        let items: Vec<Envelope> = (0..10)
+            .map(|i| Envelope::with_id(Uuid::from_u128(i), vec![0u8; 10]))
+            .collect();
+        assert_eq!(chunk_len(&items, 3, usize::MAX), 3);
+        assert_eq!(chunk_len(&items, 100, 25), 2);
+        assert_eq!(chunk_len(&items, 100, 5), 1, "an oversized row goes alone");
+        assert_eq!(chunk_len(&items[..1], 100, 1000), 1);
+    }
+}

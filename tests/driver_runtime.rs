@@ -1,0 +1,549 @@
+//! The driver's lifecycle and robustness: runtime flavours, staging from
+//! many OS threads, endless panics, handle drops, concurrent shutdowns,
+//! build errors, exact metrics. Rule ids cite SPEC.md.
+
+mod support;
+
+use std::time::Duration;
+
+use outbox::{
+    BuildError, Config, ConfigError, LostReason, Outbox, Report, Staged, DEFAULT_DROP_DEADLINE,
+};
+use support::*;
+use tokio::runtime::{Builder, Runtime};
+use tokio::time::Instant;
+
+fn current_thread() -> Runtime {
+    Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+fn multi_thread_one_worker() -> Runtime {
+    Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+async fn until_dead<T>(weak: &std::sync::Weak<T>) {
+    for _ in 0..100_000 {
+        if weak.strong_count() == 0 {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("the writer still holds the sink");
+}
+
+/// Flush and shutdown, awaited from a task on the runtime (so a blocked
+/// worker would deadlock the one-worker flavour).
+fn flush_and_shutdown_on(rt: Runtime, name: &str) {
+    let sink = TestSink::new(name);
+    let weak = sink.weak();
+    let out = rt.block_on(async {
+        tokio::spawn(async move {
+            let o = Outbox::new(sink.clone(), Config::default()).unwrap();
+            for i in 0..100 {
+                let _ = o.stage(t(u128::from(i % 3)), i);
+            }
+            let flushed = o.flush(Duration::from_secs(30)).await;
+            assert_eq!(
+                flushed,
+                Report {
+                    written: 100,
+                    ..Report::default()
+                }
+            );
+            let _ = o.stage(t(9), 100);
+            sink.set(t(9), Act::Hang);
+            let start = Instant::now();
+            let sd = o.shutdown(Duration::from_millis(20)).await;
+            assert!(start.elapsed() >= Duration::from_millis(20));
+            assert_eq!(sd.report.lost, 1);
+            assert_eq!(sd.unwritten, [(t(9), vec![100])]);
+            assert_eq!(o.pending(), 0);
+            drop(o);
+            sink.store()
+        })
+        .await
+        .unwrap()
+    });
+    assert_eq!(out.values().map(Vec::len).sum::<usize>(), 100);
+    // S-W16: the writer exits once the handles are gone.
+    rt.block_on(until_dead(&weak));
+    assert_eq!(rt.metrics().num_alive_tasks(), 0, "no zombie task");
+}
+
+#[test]
+fn flush_and_shutdown_on_a_current_thread_runtime() {
+    flush_and_shutdown_on(current_thread(), "ct");
+}
+
+#[test]
+fn flush_and_shutdown_on_a_multi_thread_runtime_with_one_worker() {
+    flush_and_shutdown_on(multi_thread_one_worker(), "mt1");
+}
+
+/// S-W1, S-W3, S-W14: 8 OS threads (outside the runtime) stage at once;
+/// every item is accounted, each thread's items stay in order per tenant.
+async fn stage_from_eight_threads(o: Outbox<TestSink>, sink: TestSink) {
+    const PER_THREAD: u32 = 5_000;
+    std::thread::scope(|s| {
+        for th in 0..8u32 {
+            let o = o.clone();
+            s.spawn(move || {
+                for i in 0..PER_THREAD {
+                    let item = th * PER_THREAD + i;
+                    // Its own tenant, and one shared by every thread.
+                    assert_eq!(o.stage(t(u128::from(th) + 1), item), Staged::Accepted);
+                    assert_eq!(o.stage(t(0), item), Staged::Accepted);
+                }
+            });
+        }
+    });
+    let c = o.counters();
+    assert_eq!(c.staged, 80_000);
+    assert!(c.balanced());
+    let r = o.flush(Duration::from_secs(60)).await;
+    assert_eq!(r.pending, 0);
+    assert_eq!(o.counters().written, 80_000);
+    let store = sink.store();
+    for th in 0..8u32 {
+        let own = &store[&t(u128::from(th) + 1)];
+        assert_eq!(*own, ids(th * PER_THREAD..(th + 1) * PER_THREAD));
+        // I1: in the shared tenant, each thread's items keep their order.
+        let mine: Vec<u32> = store[&t(0)]
+            .iter()
+            .copied()
+            .filter(|i| i / PER_THREAD == th)
+            .collect();
+        assert_eq!(mine, ids(th * PER_THREAD..(th + 1) * PER_THREAD));
+    }
+    assert_eq!(store[&t(0)].len(), 40_000);
+}
+
+#[tokio::test(start_paused = true)]
+async fn staging_from_eight_os_threads_on_a_paused_clock() {
+    let sink = TestSink::new("threads");
+    let o = Outbox::new(sink.clone(), Config::default()).unwrap();
+    stage_from_eight_threads(o, sink).await;
+}
+
+#[test]
+fn staging_from_eight_os_threads_on_a_multi_thread_runtime() {
+    let rt = multi_thread_one_worker();
+    let sink = TestSink::new("threads-mt");
+    let o = rt.block_on(async { Outbox::new(sink.clone(), Config::default()).unwrap() });
+    rt.block_on(stage_from_eight_threads(o, sink));
+}
+
+/// S-W5, S-W13, S-W14: a sink that panics on every call, every way, for a
+/// minute of virtual time; the writer lives, every item is accounted, and
+/// once the sink heals everything is written in order.
+#[test]
+fn a_sink_that_panics_for_a_minute() {
+    let (c, snap) = with_metrics(|| async {
+        let sink = TestSink::new("panics");
+        let o = Outbox::new(sink.clone(), Config::default()).unwrap();
+        let kinds = [Act::Panic, Act::PanicCreate, Act::PanicDisplay];
+        for (i, kind) in kinds.into_iter().enumerate() {
+            sink.set(t(i as u128), kind);
+        }
+        let start = Instant::now();
+        let mut n = 0u32;
+        while start.elapsed() < Duration::from_secs(60) {
+            for tenant in 0..3 {
+                assert_eq!(o.stage(t(tenant), n), Staged::Accepted);
+                n += 1;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await; // workload period
+            let c = o.counters();
+            assert!(c.balanced());
+            assert_eq!(c.written, 0);
+            assert_eq!(c.pending, u64::from(n));
+        }
+        let c = o.counters();
+        assert!(c.failed_attempts >= 3 * 15, "{c:?}");
+        // Every attempt failed; at most one per tenant is still in flight.
+        assert!(c.attempts - c.failed_attempts <= 3, "{c:?}");
+        assert!(sink.attempts().len() as u64 <= c.attempts);
+        assert_eq!(c.writes, 0);
+        // Heal: the writer is alive and writes everything, in order.
+        for tenant in 0..3 {
+            sink.set(t(tenant), Act::Ok);
+        }
+        let r = o.flush(Duration::from_secs(30)).await;
+        assert_eq!((r.written, r.pending, r.lost), (u64::from(n), 0, 0));
+        for (tenant, items) in sink.store() {
+            assert!(items.windows(2).all(|w| w[0] < w[1]), "{tenant}");
+        }
+        o.counters()
+    });
+    assert_eq!(c.lost_total() + c.dropped_total(), 0);
+    assert_metrics_match(&snapshot(&snap), "panics", &c);
+}
+
+/// S-W16: dropping every handle without a shutdown drains what the writer
+/// holds (here: a hung write released later), then the writer exits.
+#[tokio::test(start_paused = true)]
+async fn dropping_every_handle_drains_then_the_writer_exits() {
+    let sink = TestSink::new("drop");
+    let weak = sink.weak();
+    let baseline = tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks();
+    let o = Outbox::new(sink.clone(), Config::default()).unwrap();
+    let o2 = o.clone();
+    sink.script(t(1), [Act::Hang]);
+    let _ = o.stage(t(1), 1);
+    sink.until_attempts(t(1), 1).await;
+    let _ = o2.stage(t(1), 2);
+    let _ = o2.stage(t(2), 3);
+    drop(o);
+    drop(o2);
+    // Still draining: T1's write hangs, 2 waits behind it.
+    sink.until(|s| s.stored(t(2)) == [3]).await;
+    assert!(weak.strong_count() > 1);
+    sink.release();
+    sink.until(|s| s.stored(t(1)) == [1, 2]).await;
+    drop(sink);
+    until_dead(&weak).await;
+    assert_eq!(
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks(),
+        baseline
+    );
+}
+
+/// S-W16 with a sink that never answers: the drop's shutdown deadline
+/// bounds the drain; what is left is counted lost under `deadline`.
+#[test]
+fn dropping_every_handle_with_a_hung_sink_gives_up_at_the_drop_deadline() {
+    let (elapsed, snap) = with_metrics(|| async {
+        let sink = TestSink::new("drop-hung");
+        let weak = sink.weak();
+        sink.set_all(Act::Hang);
+        let o = Outbox::builder(sink.clone())
+            .drop_deadline(Duration::from_secs(3))
+            .build()
+            .unwrap();
+        for i in 0..5 {
+            let _ = o.stage(t(1), i);
+        }
+        let start = Instant::now();
+        drop(o);
+        drop(sink);
+        // Time passes only by the writer's own timer.
+        let mut interval = tokio::time::interval(Duration::from_millis(100));
+        while weak.strong_count() > 0 {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "the writer never exited"
+            );
+            interval.tick().await;
+        }
+        start.elapsed()
+    });
+    assert!(
+        elapsed >= Duration::from_secs(3) && elapsed <= Duration::from_millis(3_100),
+        "{elapsed:?}"
+    );
+    let m = snapshot(&snap);
+    let c = outbox::Counters {
+        staged: 5,
+        lost: {
+            let mut l = [0; 7];
+            l[LostReason::Deadline as usize] = 5;
+            l
+        },
+        attempts: 1,
+        ..Default::default()
+    };
+    assert_metrics_match(&m, "drop-hung", &c);
+    assert_eq!(DEFAULT_DROP_DEADLINE, Duration::from_secs(30));
+}
+
+/// S-W9: concurrent shutdowns; exactly one reports the loss.
+#[tokio::test(start_paused = true)]
+async fn concurrent_shutdowns_report_the_loss_once() {
+    let sink = TestSink::new("sd2");
+    sink.set_all(Act::Hang);
+    let o = Outbox::new(sink.clone(), Config::default()).unwrap();
+    for i in 0..4 {
+        let _ = o.stage(t(u128::from(i)), i);
+    }
+    let a = o.shutdown(Duration::from_secs(5));
+    let b = o.shutdown(Duration::from_secs(1)); // tightens the deadline
+    let start = Instant::now();
+    let (a, b) = tokio::join!(a, b);
+    assert!(start.elapsed() <= Duration::from_secs(1) + Duration::from_millis(1));
+    assert!(a.first && !b.first);
+    assert_eq!(a.report.lost, 4);
+    assert_eq!(a.unwritten.len(), 4);
+    assert_eq!((b.report.lost, b.unwritten.len()), (0, 0));
+    assert_eq!(o.counters().lost_total(), 4);
+    // Later: zeros, at once.
+    let c = o.shutdown(Duration::from_secs(1)).await;
+    assert_eq!(c.report.lost, 0);
+}
+
+/// The `Answer` docs: dropping the future does not cancel the call.
+#[tokio::test(start_paused = true)]
+async fn a_dropped_answer_does_not_cancel_the_call() {
+    let sink = TestSink::new("dropped-answer");
+    let o = Outbox::new(sink.clone(), Config::default()).unwrap();
+    sink.set(t(1), Act::Fail);
+    let _ = o.stage(t(1), 1);
+    drop(o.shutdown(Duration::from_millis(500)));
+    assert_eq!(o.stage(t(1), 2), Staged::Refused, "the fence is up");
+    let report = o.settle(Duration::from_secs(5)).await;
+    assert_eq!(report.pending, 0);
+    let c = o.counters();
+    assert_eq!(c.lost_for(LostReason::Deadline), 1, "{c:?}");
+    assert!(o.is_shutting_down());
+}
+
+/// S-B5: byte limits through the builder's weigher.
+#[tokio::test(start_paused = true)]
+async fn byte_limits_use_the_weigher() {
+    let sink = TestSink::new("bytes");
+    let config = Config::builder()
+        .max_batch_bytes(10)
+        .capacity_bytes(100)
+        .build()
+        .unwrap();
+    let o = Outbox::builder(sink.clone())
+        .config(config)
+        .weigher(|i: &u32| u64::from(*i))
+        .build()
+        .unwrap();
+    for i in [3, 3, 3, 3, 50, 1] {
+        let _ = o.stage(t(1), i);
+    }
+    assert_eq!(
+        o.stage(t(1), 40),
+        Staged::Dropped(outbox::DropReason::BufferFull)
+    );
+    assert_eq!(o.flush(Duration::from_secs(1)).await.written, 6);
+    let batches: Vec<Vec<u32>> = sink.attempts().into_iter().map(|a| a.items).collect();
+    assert_eq!(batches, [vec![3, 3, 3], vec![3], vec![50], vec![1]]);
+}
+
+#[test]
+fn build_errors_are_typed() {
+    // Outside a runtime.
+    let err = Outbox::new(TestSink::new("x"), Config::default()).unwrap_err();
+    assert!(matches!(err, BuildError::NoRuntime), "{err}");
+    // A byte limit without a weigher.
+    let rt = current_thread();
+    let config = Config::builder().max_batch_bytes(5).build().unwrap();
+    let err = rt
+        .block_on(async { Outbox::new(TestSink::new("x"), config) })
+        .unwrap_err();
+    assert!(
+        matches!(err, BuildError::Config(ConfigError::WeigherRequired { .. })),
+        "{err}"
+    );
+    // A runtime without a timer.
+    let no_timer = Builder::new_current_thread().build().unwrap();
+    let err = Outbox::builder(TestSink::new("x"))
+        .runtime(no_timer.handle().clone())
+        .build()
+        .unwrap_err();
+    assert!(matches!(err, BuildError::NoTimer), "{err}");
+    // Given a runtime handle, it builds from outside the runtime.
+    let o = Outbox::builder(TestSink::new("x"))
+        .runtime(rt.handle().clone())
+        .build()
+        .unwrap();
+    let _ = o.stage(t(1), 1);
+    assert_eq!(rt.block_on(o.flush(Duration::from_secs(5))).written, 1);
+}
+
+/// When the runtime is gone, the writer's drop gives up what is pending
+/// (counted lost under `abandoned`, S-W14) and answers every waiting
+/// caller; later waits answer at once.
+#[test]
+fn a_runtime_dropped_under_the_writer_accounts_for_everything() {
+    let rt = current_thread();
+    let sink = TestSink::new("gone");
+    sink.set_all(Act::Hang);
+    let o = rt.block_on(async {
+        let o = Outbox::new(sink.clone(), Config::default()).unwrap();
+        let _ = o.stage(t(1), 1);
+        sink.until_attempts(t(1), 1).await;
+        o
+    });
+    let _ = o.stage(t(1), 2);
+    let waiting = o.flush(Duration::from_secs(3600));
+    drop(rt);
+    let c = o.counters();
+    assert_eq!(c.lost_for(LostReason::Abandoned), 2);
+    assert_eq!(c.pending, 0);
+    let other = current_thread();
+    assert_eq!(
+        other.block_on(waiting),
+        Report {
+            lost: 2,
+            ..Report::default()
+        }
+    );
+    let r = other.block_on(o.settle(Duration::from_secs(3600)));
+    assert_eq!((r.pending, r.deadline_passed), (0, true));
+    assert_eq!(o.stage(t(1), 3), Staged::Refused);
+    assert!(o.counters().balanced());
+}
+
+/// Captures tracing events as (level, message, fields) on this thread.
+mod capture {
+    use std::fmt::Debug;
+    use std::sync::{Arc, Mutex};
+
+    use tracing::field::{Field, Visit};
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Level, Metadata, Subscriber};
+
+    #[derive(Clone, Debug, Default)]
+    pub struct Logged {
+        pub level: Option<Level>,
+        pub message: String,
+        pub fields: Vec<(String, String)>,
+    }
+
+    impl Logged {
+        pub fn field(&self, name: &str) -> Option<&str> {
+            self.fields
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str())
+        }
+    }
+
+    impl Visit for Logged {
+        fn record_str(&mut self, field: &Field, value: &str) {
+            self.fields
+                .push((field.name().to_owned(), value.to_owned()));
+        }
+        fn record_debug(&mut self, field: &Field, value: &dyn Debug) {
+            let v = format!("{value:?}");
+            if field.name() == "message" {
+                self.message = v;
+            } else {
+                self.fields.push((field.name().to_owned(), v));
+            }
+        }
+    }
+
+    #[derive(Clone, Default)]
+    pub struct Capture(pub Arc<Mutex<Vec<Logged>>>);
+
+    impl Subscriber for Capture {
+        fn enabled(&self, _: &Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &Attributes<'_>) -> Id {
+            Id::from_u64(1)
+        }
+        fn record(&self, _: &Id, _: &Record<'_>) {}
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, event: &Event<'_>) {
+            let mut logged = Logged {
+                level: Some(*event.metadata().level()),
+                ..Logged::default()
+            };
+            event.record(&mut logged);
+            self.0.lock().unwrap().push(logged);
+        }
+        fn enter(&self, _: &Id) {}
+        fn exit(&self, _: &Id) {}
+    }
+}
+
+/// S-A6: drops and losses are logged for the first, then every 1,000th
+/// per reason, while the counters stay exact; failed attempts are logged
+/// with tenant, items, attempt, backoff and reason (S-W11).
+#[test]
+fn drops_are_logged_rate_limited_and_failures_with_their_context() {
+    let capture = capture::Capture::default();
+    let rt = Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let counters = tracing::subscriber::with_default(capture.clone(), || {
+        rt.block_on(async {
+            let sink = TestSink::new("logs");
+            sink.set(t(1), Act::Hang);
+            sink.script(t(2), [Act::Fail]);
+            let config = Config::builder().capacity(2).build().unwrap();
+            let o = Outbox::new(sink.clone(), config).unwrap();
+            let _ = o.stage(t(2), 0);
+            assert_eq!(o.settle(Duration::from_secs(1)).await.pending, 0);
+            assert_eq!(sink.attempts_of(t(2)).len(), 2);
+            for i in 1..=2_502 {
+                let _ = o.stage(t(1), i);
+            }
+            let _ = o.settle(Duration::ZERO).await;
+            o.counters()
+        })
+    });
+    let logs = capture.0.lock().unwrap().clone();
+    let dropped: Vec<_> = logs
+        .iter()
+        .filter(|l| l.message.contains("items dropped"))
+        .collect();
+    // 2,500 drops: logged at the 1st, 1,000th and 2,000th.
+    assert_eq!(counters.dropped_total(), 2_500);
+    assert_eq!(dropped.len(), 3, "{dropped:?}");
+    assert!(dropped
+        .iter()
+        .all(|l| l.field("reason") == Some("buffer_full")));
+    let failed: Vec<_> = logs
+        .iter()
+        .filter(|l| l.message.contains("write attempt failed"))
+        .collect();
+    assert_eq!(failed.len(), 1);
+    let f = failed[0];
+    assert_eq!(f.level, Some(tracing::Level::WARN));
+    assert_eq!(f.field("tenant"), Some(t(2).to_string().as_str()));
+    assert_eq!(f.field("items"), Some("1"));
+    assert_eq!(f.field("attempt"), Some("1"));
+    assert_eq!(f.field("backoff_ms"), Some("50.0"));
+    assert!(
+        f.field("error").is_some_and(|e| e.contains("failing")),
+        "{f:?}"
+    );
+}
+
+/// A runtime dropped before the writer ever ran leaves nobody waiting,
+/// and a shutdown under way still gets its dead letters.
+#[test]
+fn a_writer_dropped_unpolled_still_answers_waits() {
+    let rt = current_thread();
+    let o =
+        rt.block_on(async { Outbox::new(TestSink::new("unpolled"), Config::default()).unwrap() });
+    let _ = o.stage(t(1), 1);
+    let waiting = o.shutdown(Duration::from_secs(3600));
+    drop(rt);
+    let r = current_thread().block_on(waiting);
+    assert!(r.first);
+    assert_eq!(
+        r.report,
+        Report {
+            lost: 1,
+            ..Report::default()
+        }
+    );
+    assert_eq!(r.unwritten, [(t(1), vec![1])]);
+    assert_eq!(o.counters().lost_for(LostReason::Abandoned), 1);
+}
+
+#[test]
+fn the_handle_and_answers_are_send_sync_and_clone() {
+    fn send_sync_clone<T: Send + Sync + Clone + 'static>() {}
+    fn send<T: Send + 'static>() {}
+    send_sync_clone::<Outbox<TestSink>>();
+    send::<outbox::Answer<Report>>();
+    send::<outbox::Answer<outbox::ShutdownReport<outbox::TenantId, u32>>>();
+}

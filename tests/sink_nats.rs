@@ -1,0 +1,306 @@
+//! Fault tests of the NATS JetStream sink against a real server, through a
+//! fault-injecting proxy. Needs `OUTBOX_TEST_NATS_URL` (skipped when unset,
+//! failing when set and unreachable).
+#![cfg(feature = "nats")]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use async_nats::connection::State;
+use async_nats::jetstream::{self, stream};
+use async_nats::{Client, ConnectOptions};
+use common::proxy::{Mode, Proxy};
+use common::servers::{self, eventually};
+use outbox::sinks::nats::NatsSink;
+use outbox::sinks::Envelope;
+use outbox::{ErrorKind, Sink, TenantId, WriteError, Written};
+
+const VAR: &str = "OUTBOX_TEST_NATS_URL";
+const DEADLINE: Duration = Duration::from_secs(10);
+const ACK_TIMEOUT: Duration = Duration::from_millis(500);
+const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
+
+/// One test's world: a direct client for checks, a proxy to the server, a
+/// sink whose client goes through the proxy, and the test's own stream.
+struct Nats {
+    admin: jetstream::Context,
+    proxy: Proxy,
+    client: Client,
+    sink: NatsSink<Envelope>,
+    stream: String,
+}
+
+async fn setup(test: &str) -> Option<Nats> {
+    let url = servers::url(VAR, test)?;
+    let admin = async_nats::connect(url.as_str())
+        .await
+        .unwrap_or_else(|e| panic!("{VAR}={url} is set but the server does not answer: {e}"));
+    let admin = jetstream::new(admin);
+    let proxy = Proxy::start(upstream_addr(&url).await).await;
+    let client = ConnectOptions::new()
+        .connection_timeout(Duration::from_millis(500))
+        .reconnect_delay_callback(|_| Duration::from_millis(20))
+        .connect(format!("nats://{}", proxy.addr()))
+        .await
+        .expect("connect through the proxy");
+    let stream = servers::unique_name(test);
+    let sink = NatsSink::new(client.clone(), &stream)
+        .expect("valid prefix")
+        .ack_timeout(ACK_TIMEOUT);
+    sink.create_stream(&stream, DUPLICATE_WINDOW)
+        .await
+        .expect("create the stream");
+    Some(Nats {
+        admin,
+        proxy,
+        client,
+        sink,
+        stream,
+    })
+}
+
+async fn upstream_addr(url: &str) -> SocketAddr {
+    let hostport = url
+        .split("://")
+        .last()
+        .unwrap_or(url)
+        .split(['/', ','])
+        .next()
+        .unwrap_or("127.0.0.1:4222");
+    let hostport = hostport.rsplit('@').next().unwrap_or(hostport);
+    let addr = tokio::net::lookup_host(hostport)
+        .await
+        .expect("resolve the NATS host")
+        .find(|a| a.is_ipv4())
+        .expect("an IPv4 address for the NATS host");
+    addr
+}
+
+/// What the stream holds: `(subject, payload)` in stream order. Payloads
+/// are unique per item, so this shows each copy. (The `Nats-Msg-Id` header
+/// is not compared: this client does not decode the headers of a stored
+/// message from a 2.9 server; that the ids work shows in the absorbed
+/// repeats.)
+type Stored = Vec<(String, Vec<u8>)>;
+
+impl Nats {
+    async fn stored(&self) -> Stored {
+        let mut s = self.admin.get_stream(&self.stream).await.expect("stream");
+        let last = s.info().await.expect("stream info").state.last_sequence;
+        let mut out = Vec::new();
+        for seq in 1..=last {
+            let m = s.get_raw_message(seq).await.expect("message");
+            out.push((m.subject.to_string(), m.payload.to_vec()));
+        }
+        out
+    }
+
+    async fn count(&self) -> u64 {
+        let mut s = self.admin.get_stream(&self.stream).await.expect("stream");
+        s.info().await.expect("stream info").state.messages
+    }
+
+    async fn wait_connected(&self) {
+        let client = self.client.clone();
+        eventually("the client to reconnect", DEADLINE, || {
+            let state = client.connection_state();
+            async move { (state == State::Connected).then_some(()) }
+        })
+        .await;
+    }
+
+    async fn delete(&self) {
+        self.admin
+            .delete_stream(&self.stream)
+            .await
+            .expect("delete the stream");
+    }
+}
+
+fn items(tag: &str, n: usize) -> Vec<Envelope> {
+    (0..n)
+        .map(|i| Envelope::new(format!("{tag}-{i}").into_bytes()))
+        .collect()
+}
+
+fn expected(sink: &NatsSink<Envelope>, tenant: TenantId, items: &[Envelope]) -> Stored {
+    items
+        .iter()
+        .map(|e| (sink.subject(tenant), e.payload.clone()))
+        .collect()
+}
+
+/// Writes like the outbox's driver would: a retryable failure is retried
+/// with the identical slice after a short backoff (S-W5, S-W7).
+async fn write_retrying(sink: &NatsSink<Envelope>, tenant: TenantId, slice: &[Envelope]) {
+    let mut backoff = Duration::from_millis(50);
+    for _ in 0..6 {
+        match sink.write(tenant, slice).await {
+            Ok(w) => return assert_eq!(w, Written::ALL),
+            Err(e) if !e.is_terminal() => eprintln!("retrying after: {e}"),
+            Err(e) => panic!("terminal: {e}"),
+        }
+        tokio::time::sleep(backoff).await;
+        backoff *= 2;
+    }
+    panic!("the write did not succeed in 6 attempts");
+}
+
+fn retryable(r: Result<Written, WriteError>) -> WriteError {
+    let e = r.expect_err("the write should fail");
+    assert_eq!(e.kind(), ErrorKind::Retryable, "{e}");
+    e
+}
+
+fn terminal(r: Result<Written, WriteError>) -> WriteError {
+    let e = r.expect_err("the write should fail");
+    assert_eq!(e.kind(), ErrorKind::Terminal, "{e}");
+    e
+}
+
+// S-W5, I1: the server stores every message but the acks are lost; the
+// retry of the identical slice is absorbed by the message ids.
+#[tokio::test]
+async fn retry_after_lost_acks_leaves_one_copy() {
+    let Some(n) = setup("nats_lost_acks").await else {
+        return;
+    };
+    let tenant = TenantId::new_v7();
+    let slice = items("a", 10);
+
+    n.proxy.set_mode(Mode::DropReplies);
+    let e = retryable(n.sink.write(tenant, &slice).await);
+    eprintln!("acks lost: {e}");
+    eventually("the first attempt to be stored", DEADLINE, || async {
+        (n.count().await == 10).then_some(())
+    })
+    .await;
+
+    n.proxy.set_mode(Mode::Pass);
+    n.proxy.cut_all();
+    n.wait_connected().await;
+    write_retrying(&n.sink, tenant, &slice).await;
+    assert_eq!(n.stored().await, expected(&n.sink, tenant, &slice));
+    n.delete().await;
+}
+
+// S-W3: per tenant, messages follow staging order, with pipelined
+// publishes, several writes, and repeats absorbed.
+#[tokio::test]
+async fn order_per_tenant_holds_with_pipelined_publishes() {
+    let Some(mut n) = setup("nats_order").await else {
+        return;
+    };
+    n.sink = n.sink.max_in_flight(4);
+    let (t1, t2) = (TenantId::new_v7(), TenantId::new_v7());
+    let (mut want1, mut want2) = (Vec::new(), Vec::new());
+    for round in 0..3 {
+        let s1 = items(&format!("t1-r{round}"), 20);
+        let s2 = items(&format!("t2-r{round}"), 20);
+        n.sink.write(t1, &s1).await.unwrap();
+        n.sink.write(t2, &s2).await.unwrap();
+        n.sink.write(t1, &s1).await.unwrap();
+        want1.extend(expected(&n.sink, t1, &s1));
+        want2.extend(expected(&n.sink, t2, &s2));
+    }
+    assert_eq!(n.sink.write(t1, &[]).await.unwrap(), Written::ALL);
+
+    let stored = n.stored().await;
+    assert_eq!(stored.len(), 120, "one copy of each");
+    let of = |t: TenantId| -> Stored {
+        let subject = n.sink.subject(t);
+        stored.iter().filter(|m| m.0 == subject).cloned().collect()
+    };
+    assert_eq!(of(t1), want1);
+    assert_eq!(of(t2), want2);
+    n.delete().await;
+}
+
+// S-A5, S-W7: during an outage (refused, then stalled connections) a write
+// fails retryably; once the server is back its retry succeeds, once, and
+// a later write follows it.
+#[tokio::test]
+async fn a_write_during_an_outage_fails_retryably_and_a_later_one_succeeds() {
+    let Some(n) = setup("nats_outage").await else {
+        return;
+    };
+    let tenant = TenantId::new_v7();
+    let first = items("down", 5);
+    let second = items("stalled", 5);
+    let third = items("up", 5);
+
+    n.proxy.set_mode(Mode::Refuse);
+    n.proxy.cut_all();
+    let e = retryable(n.sink.write(tenant, &first).await);
+    eprintln!("refused: {e}");
+
+    n.proxy.set_mode(Mode::Pass);
+    n.wait_connected().await;
+    write_retrying(&n.sink, tenant, &first).await;
+
+    n.proxy.set_mode(Mode::Stall);
+    let e = retryable(n.sink.write(tenant, &second).await);
+    eprintln!("stalled: {e}");
+    n.proxy.set_mode(Mode::Pass);
+    write_retrying(&n.sink, tenant, &second).await;
+
+    n.proxy.set_mode(Mode::Delay(Duration::from_millis(10)));
+    write_retrying(&n.sink, tenant, &third).await;
+
+    let mut want = expected(&n.sink, tenant, &first);
+    want.extend(expected(&n.sink, tenant, &second));
+    want.extend(expected(&n.sink, tenant, &third));
+    assert_eq!(n.stored().await, want);
+    n.delete().await;
+}
+
+// S-A5: a message the stream can never take is terminal; a missing stream
+// (an operator creates it) is retryable.
+#[tokio::test]
+async fn oversized_messages_are_terminal_and_a_missing_stream_retryable() {
+    let Some(n) = setup("nats_terminal").await else {
+        return;
+    };
+    let tenant = TenantId::new_v7();
+
+    // Over the server's max_payload: refused before anything is published.
+    let max = n.client.server_info().max_payload;
+    let huge = vec![Envelope::new(vec![b'x'; max + 1])];
+    let e = terminal(n.sink.write(tenant, &huge).await);
+    assert!(e.to_string().contains("max_payload"), "{e}");
+
+    // Over the stream's max_message_size: JetStream error 10054.
+    let small = format!("{}_small", n.stream);
+    let small_sink = NatsSink::<Envelope>::new(n.client.clone(), &small)
+        .unwrap()
+        .ack_timeout(ACK_TIMEOUT);
+    n.admin
+        .create_stream(stream::Config {
+            name: small.clone(),
+            subjects: vec![small_sink.subject_filter()],
+            max_message_size: 64,
+            duplicate_window: DUPLICATE_WINDOW,
+            ..stream::Config::default()
+        })
+        .await
+        .expect("create the small stream");
+    let e = terminal(
+        small_sink
+            .write(tenant, &[Envelope::new(vec![b'y'; 200])])
+            .await,
+    );
+    eprintln!("too large for the stream: {e}");
+    n.admin.delete_stream(&small).await.expect("delete");
+
+    // No stream captures the subject: no responders, retryable.
+    let nowhere = NatsSink::<Envelope>::new(n.client.clone(), &format!("{}_none", n.stream))
+        .unwrap()
+        .ack_timeout(ACK_TIMEOUT);
+    let e = retryable(nowhere.write(tenant, &items("x", 1)).await);
+    eprintln!("no stream: {e}");
+
+    assert_eq!(n.count().await, 0);
+    n.delete().await;
+}

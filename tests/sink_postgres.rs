@@ -1,0 +1,354 @@
+//! Fault tests of the PostgreSQL sink against a real server, through a
+//! fault-injecting proxy. Needs `OUTBOX_TEST_POSTGRES_URL` (skipped when
+//! unset, failing when set and unreachable).
+#![cfg(feature = "postgres")]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::proxy::{Mode, Proxy};
+use common::servers;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use outbox::sinks::postgres::PostgresSink;
+use outbox::sinks::Envelope;
+use outbox::{ErrorKind, Sink, TenantId, WriteError, Written};
+use tokio_postgres::{Client, NoTls};
+use uuid::Uuid;
+
+const VAR: &str = "OUTBOX_TEST_POSTGRES_URL";
+const DEADLINE: Duration = Duration::from_secs(10);
+
+/// One test's world: a direct client for checks, a proxy to the server, a
+/// pool through the proxy, a sink on the test's own table.
+struct Pg {
+    admin: Client,
+    proxy: Proxy,
+    sink: PostgresSink<Envelope>,
+    table: String,
+}
+
+async fn setup(test: &str) -> Option<Pg> {
+    let url = servers::url(VAR, test)?;
+    let config: tokio_postgres::Config = url.parse().expect("a valid postgres URL");
+    let (admin, conn) = config
+        .connect(NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("{VAR}={url} is set but the server does not answer: {e}"));
+    tokio::spawn(conn);
+    let upstream = upstream_addr(&config).await;
+    let proxy = Proxy::start(upstream).await;
+
+    let mut through = tokio_postgres::Config::new();
+    through.host("127.0.0.1").port(proxy.addr().port());
+    if let Some(user) = config.get_user() {
+        through.user(user);
+    }
+    if let Some(db) = config.get_dbname() {
+        through.dbname(db);
+    }
+    if let Some(password) = config.get_password() {
+        through.password(password);
+    }
+    let manager = Manager::from_config(
+        through,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    let pool = Pool::builder(manager)
+        .max_size(2)
+        .runtime(Runtime::Tokio1)
+        .wait_timeout(Some(Duration::from_secs(2)))
+        .create_timeout(Some(Duration::from_millis(500)))
+        .recycle_timeout(Some(Duration::from_millis(500)))
+        .build()
+        .expect("pool");
+    let table = servers::unique_name(test);
+    let sink = PostgresSink::new(pool, &table).expect("valid table name");
+    sink.create_table().await.expect("create the table");
+    Some(Pg {
+        admin,
+        proxy,
+        sink,
+        table,
+    })
+}
+
+async fn upstream_addr(config: &tokio_postgres::Config) -> SocketAddr {
+    let host = match config.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+        _ => "127.0.0.1".to_owned(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let addr = tokio::net::lookup_host((host.as_str(), port))
+        .await
+        .expect("resolve the postgres host")
+        .find(|a| a.is_ipv4())
+        .expect("an IPv4 address for the postgres host");
+    addr
+}
+
+impl Pg {
+    /// `(item id, payload)` of `tenant`, in `seq` order.
+    async fn rows(&self, tenant: TenantId) -> Vec<(Uuid, Vec<u8>)> {
+        let sql = format!(
+            "SELECT item_id, payload FROM \"{}\" WHERE tenant = $1 ORDER BY seq",
+            self.table
+        );
+        self.admin
+            .query(&sql, &[tenant.as_uuid()])
+            .await
+            .expect("read back")
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect()
+    }
+
+    async fn count(&self) -> i64 {
+        let sql = format!("SELECT count(*) FROM \"{}\"", self.table);
+        self.admin.query_one(&sql, &[]).await.expect("count").get(0)
+    }
+
+    async fn drop_table(&self) {
+        let sql = format!("DROP TABLE IF EXISTS \"{}\"", self.table);
+        self.admin
+            .batch_execute(&sql)
+            .await
+            .expect("drop the table");
+    }
+}
+
+fn items(tag: &str, n: usize) -> Vec<Envelope> {
+    (0..n)
+        .map(|i| Envelope::new(format!("{tag}-{i}").into_bytes()))
+        .collect()
+}
+
+fn expected(items: &[Envelope]) -> Vec<(Uuid, Vec<u8>)> {
+    items.iter().map(|e| (e.id, e.payload.clone())).collect()
+}
+
+/// Writes like the outbox's driver would: a retryable failure is retried
+/// with the identical slice after a short backoff (S-W5, S-W7), a few times.
+/// After a cut, a pooled connection may fail once before the pool notices
+/// it is closed.
+async fn write_retrying(sink: &PostgresSink<Envelope>, tenant: TenantId, slice: &[Envelope]) {
+    let mut backoff = Duration::from_millis(50);
+    for _ in 0..5 {
+        match sink.write(tenant, slice).await {
+            Ok(w) => return assert_eq!(w, Written::ALL),
+            Err(e) if !e.is_terminal() => eprintln!("retrying after: {e}"),
+            Err(e) => panic!("terminal: {e}"),
+        }
+        tokio::time::sleep(backoff).await;
+        backoff *= 2;
+    }
+    panic!("the write did not succeed in 5 attempts");
+}
+
+fn retryable(r: Result<Written, WriteError>) -> WriteError {
+    let e = r.expect_err("the write should fail");
+    assert_eq!(e.kind(), ErrorKind::Retryable, "{e}");
+    e
+}
+
+fn terminal(r: Result<Written, WriteError>) -> WriteError {
+    let e = r.expect_err("the write should fail");
+    assert_eq!(e.kind(), ErrorKind::Terminal, "{e}");
+    e
+}
+
+// S-W5, I1: the commit happens, its reply is lost; the retry of the
+// identical slice is absorbed by (tenant, item_id).
+#[tokio::test]
+async fn retry_after_a_cut_commit_reply_leaves_one_copy() {
+    let Some(pg) = setup("pg_cut_commit").await else {
+        return;
+    };
+    let tenant = TenantId::new_v7();
+    let slice = items("a", 10);
+
+    let cut = pg.proxy.cut_reply_on(b"COMMIT\0");
+    retryable(pg.sink.write(tenant, &slice).await);
+    cut.fired(DEADLINE).await;
+    assert_eq!(
+        pg.rows(tenant).await,
+        expected(&slice),
+        "the first attempt committed"
+    );
+
+    assert_eq!(pg.sink.write(tenant, &slice).await.unwrap(), Written::ALL);
+    assert_eq!(
+        pg.rows(tenant).await,
+        expected(&slice),
+        "one copy, in order"
+    );
+    assert_eq!(pg.count().await, 10);
+    pg.drop_table().await;
+}
+
+// All-or-nothing: a connection lost between the statements of one slice
+// leaves nothing; the retry writes the whole slice once, in order.
+#[tokio::test]
+async fn a_cut_inside_the_transaction_writes_nothing_then_the_retry_writes_all() {
+    let Some(mut pg) = setup("pg_cut_mid_tx").await else {
+        return;
+    };
+    pg.sink = pg.sink.max_rows_per_statement(5);
+    let tenant = TenantId::new_v7();
+    let slice = items("b", 12);
+
+    let cut = pg.proxy.cut_reply_on(b"INSERT 0 5\0");
+    retryable(pg.sink.write(tenant, &slice).await);
+    cut.fired(DEADLINE).await;
+    assert_eq!(
+        pg.count().await,
+        0,
+        "nothing of the cut transaction is visible"
+    );
+
+    pg.sink.write(tenant, &slice).await.unwrap();
+    assert_eq!(pg.rows(tenant).await, expected(&slice));
+    pg.drop_table().await;
+}
+
+// S-W3, S-W4: per tenant, rows follow staging order across several
+// statements per slice and several slices, with repeats and a duplicate id
+// within a slice absorbed.
+#[tokio::test]
+async fn order_per_tenant_holds_across_statements_and_writes() {
+    let Some(mut pg) = setup("pg_order").await else {
+        return;
+    };
+    // 7 rows or ~40 bytes per statement: a 25-item slice takes 4+ statements.
+    pg.sink = pg
+        .sink
+        .max_rows_per_statement(7)
+        .max_bytes_per_statement(40);
+    let (t1, t2) = (TenantId::new_v7(), TenantId::new_v7());
+    let mut want1 = Vec::new();
+    let mut want2 = Vec::new();
+    for round in 0..3 {
+        let s1 = items(&format!("t1-r{round}"), 25);
+        let s2 = items(&format!("t2-r{round}"), 25);
+        pg.sink.write(t1, &s1).await.unwrap();
+        pg.sink.write(t2, &s2).await.unwrap();
+        // A repeat of the same slice is absorbed and moves nothing.
+        pg.sink.write(t1, &s1).await.unwrap();
+        want1.extend(expected(&s1));
+        want2.extend(expected(&s2));
+    }
+    // An id repeated inside one slice: the first occurrence stays.
+    let first = Envelope::new(b"dup-first".to_vec());
+    let again = Envelope::with_id(first.id, b"dup-second".to_vec());
+    pg.sink.write(t2, &[first.clone(), again]).await.unwrap();
+    want2.push((first.id, first.payload.clone()));
+
+    assert_eq!(pg.rows(t1).await, want1);
+    assert_eq!(pg.rows(t2).await, want2);
+    assert_eq!(pg.sink.write(t1, &[]).await.unwrap(), Written::ALL);
+    pg.drop_table().await;
+}
+
+// S-A5, S-W7: during an outage (refused, then stalled connections) a write
+// fails retryably; once the server is back a write succeeds.
+#[tokio::test]
+async fn a_write_during_an_outage_fails_retryably_and_a_later_one_succeeds() {
+    let Some(pg) = setup("pg_outage").await else {
+        return;
+    };
+    let tenant = TenantId::new_v7();
+    let slice = items("c", 5);
+
+    pg.proxy.set_mode(Mode::Refuse);
+    pg.proxy.cut_all();
+    let e = retryable(pg.sink.write(tenant, &slice).await);
+    eprintln!("refused: {e}");
+
+    // Accepted but silent: the pool's create timeout turns it into an error.
+    pg.proxy.set_mode(Mode::Stall);
+    let e = retryable(pg.sink.write(tenant, &slice).await);
+    eprintln!("stalled: {e}");
+    assert_eq!(pg.count().await, 0);
+
+    pg.proxy.set_mode(Mode::Pass);
+    pg.proxy.cut_all();
+    write_retrying(&pg.sink, tenant, &slice).await;
+    assert_eq!(pg.rows(tenant).await, expected(&slice));
+    pg.drop_table().await;
+}
+
+// S-B3: a write that hangs on a stalled connection is cancelled (its future
+// dropped, as the outbox's write timeout does); the retry leaves one copy.
+// A slow (delayed) link only slows a write down.
+#[tokio::test]
+async fn a_write_cancelled_on_a_stall_then_retried_leaves_one_copy() {
+    let Some(pg) = setup("pg_stall").await else {
+        return;
+    };
+    let tenant = TenantId::new_v7();
+    let slow = items("slow", 3);
+    pg.proxy.set_mode(Mode::Delay(Duration::from_millis(20)));
+    pg.sink.write(tenant, &slow).await.unwrap();
+
+    let slice = items("d", 8);
+    pg.proxy.set_mode(Mode::Stall);
+    let hung =
+        tokio::time::timeout(Duration::from_millis(300), pg.sink.write(tenant, &slice)).await;
+    assert!(hung.is_err(), "a stalled write does not finish");
+
+    pg.proxy.set_mode(Mode::Pass);
+    pg.proxy.cut_all();
+    write_retrying(&pg.sink, tenant, &slice).await;
+    let mut want = expected(&slow);
+    want.extend(expected(&slice));
+    assert_eq!(pg.rows(tenant).await, want);
+    pg.drop_table().await;
+}
+
+// S-A5: what the data makes impossible is terminal and writes nothing of
+// the slice; what an operator can fix (a missing table) is retryable.
+#[tokio::test]
+async fn data_errors_are_terminal_and_schema_errors_retryable() {
+    let Some(pg) = setup("pg_terminal").await else {
+        return;
+    };
+    let tenant = TenantId::new_v7();
+    pg.admin
+        .batch_execute(&format!(
+            "ALTER TABLE \"{t}\" ADD CONSTRAINT short_payload CHECK (length(payload) <= 8);\
+             CREATE UNIQUE INDEX \"{t}_payload\" ON \"{t}\" (payload);",
+            t = pg.table
+        ))
+        .await
+        .expect("add constraints");
+
+    // 23514 check_violation, after a valid item in the same slice.
+    let slice = vec![
+        Envelope::new(b"ok".to_vec()),
+        Envelope::new(b"far too long".to_vec()),
+    ];
+    let e = terminal(pg.sink.write(tenant, &slice).await);
+    assert!(e.to_string().contains("short_payload"), "{e}");
+    assert_eq!(pg.count().await, 0, "all-or-nothing");
+
+    // 23505 on a unique key other than (tenant, item_id).
+    pg.sink
+        .write(tenant, &[Envelope::new(b"same".to_vec())])
+        .await
+        .unwrap();
+    terminal(
+        pg.sink
+            .write(tenant, &[Envelope::new(b"same".to_vec())])
+            .await,
+    );
+    assert_eq!(pg.count().await, 1);
+
+    // 42P01 undefined_table: retryable (an operator creates it).
+    pg.drop_table().await;
+    let e = retryable(pg.sink.write(tenant, &[Envelope::new(b"x".to_vec())]).await);
+    assert!(e.to_string().contains("does not exist"), "{e}");
+}
