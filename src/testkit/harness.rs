@@ -415,19 +415,18 @@ impl Harness {
                     self.drain()?;
                 }
             }
-            Op::Flush { deadline_ms } => {
-                self.flush_bound = self.next_item;
+            Op::Flush { deadline_ms } | Op::Settle { deadline_ms } => {
+                let flush = matches!(op, Op::Flush { .. });
+                if flush {
+                    self.flush_bound = self.next_item;
+                }
                 let deadline = self.now + Duration::from_millis(u64::from(deadline_ms));
                 let check = self.wait_check(deadline);
-                let id = self.engine.flush(self.now, deadline);
-                self.waits.insert(id, check);
-                self.wait_deadlines.insert((deadline, id));
-                self.drain()?;
-            }
-            Op::Settle { deadline_ms } => {
-                let deadline = self.now + Duration::from_millis(u64::from(deadline_ms));
-                let check = self.wait_check(deadline);
-                let id = self.engine.settle(self.now, deadline);
+                let id = if flush {
+                    self.engine.flush(self.now, deadline)
+                } else {
+                    self.engine.settle(self.now, deadline)
+                };
                 self.waits.insert(id, check);
                 self.wait_deadlines.insert((deadline, id));
                 self.drain()?;
