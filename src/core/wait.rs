@@ -44,11 +44,14 @@ pub(crate) struct Mark {
 pub(crate) struct Seen {
     latest: u64,
     marks: Vec<Mark>,
+    /// Of its oldest pending items, how many were staged before the latest
+    /// flush or shutdown call: those skip linger (S-A3, S-A4), even after
+    /// that call's deadline passed, since the caller asked for them to go.
+    hurried: u64,
 }
 
 #[derive(Debug)]
 struct Wait {
-    kind: WaitKind,
     /// Of the covered items, how many are still pending.
     remaining: u64,
     report: Report,
@@ -58,6 +61,8 @@ struct Wait {
 #[derive(Debug, Default)]
 pub(crate) struct Waits {
     latest: u64,
+    /// The latest flush or shutdown (not settle).
+    latest_hurry: u64,
     open: BTreeMap<WaitId, Wait>,
 }
 
@@ -72,6 +77,7 @@ impl Waits {
         Seen {
             latest: self.latest,
             marks: Vec::new(),
+            hurried: 0,
         }
     }
 
@@ -84,10 +90,12 @@ impl Waits {
         pending: u64,
         deadline: TimerKey,
     ) -> bool {
+        if kind != WaitKind::Settle {
+            self.latest_hurry = id.0;
+        }
         self.open.insert(
             id,
             Wait {
-                kind,
                 remaining: pending,
                 report: Report::default(),
                 deadline,
@@ -101,6 +109,9 @@ impl Waits {
     pub(crate) fn touch(&self, seen: &mut Seen, pending: u64) {
         if seen.latest == self.latest {
             return;
+        }
+        if seen.latest < self.latest_hurry {
+            seen.hurried = pending;
         }
         if pending > 0 {
             for (id, w) in self.open.range(WaitId(seen.latest + 1)..) {
@@ -145,17 +156,14 @@ impl Waits {
             }
         }
         seen.marks.retain(|m| m.before > 0);
+        seen.hurried = seen.hurried.saturating_sub(n as u64);
         done
     }
 
-    /// Whether the tenant (touched) has items a flush or shutdown is
-    /// waiting for: those skip linger (S-A3, S-A4).
+    /// Whether the tenant (touched) has items staged before a flush or
+    /// shutdown call: those skip linger (S-A3, S-A4).
     pub(crate) fn hurried(&self, seen: &Seen) -> bool {
-        seen.marks.iter().any(|m| {
-            self.open
-                .get(&m.wait)
-                .is_some_and(|w| w.kind != WaitKind::Settle)
-        })
+        seen.hurried > 0
     }
 
     /// Closes a wait whose items are settled; returns its report and the
