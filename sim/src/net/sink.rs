@@ -2,7 +2,10 @@
 //! datastore over turmoil's simulated TCP.
 //!
 //! It keeps a pool of idle connections, connects when none is idle, and
-//! drops a connection on any failure, so the next attempt reconnects. Every
+//! drops every idle connection on any failure, so the next attempt
+//! reconnects. Each call runs on its own task: an attempt the driver drops
+//! (write timeout, cancellation) leaves its call running to its end, like
+//! a statement already sent to a database. Every
 //! call is bounded by its own RPC timeout (a lost segment or a partition
 //! becomes an error); every per-call failure is `WriteError::retryable`,
 //! a datastore rejection `WriteError::terminal`.
@@ -78,7 +81,17 @@ struct Inner {
     rates: Rates,
     storm_factor: u32,
     rpc_timeout: Duration,
+    /// Calls in progress at most (the pool's size), attempts and calls
+    /// left running by dropped attempts together.
+    calls: Arc<tokio::sync::Semaphore>,
+    /// After a failed connect, no new one before this virtual time (a
+    /// circuit breaker; turmoil also keeps a socket entry per failed
+    /// connect, so each one costs every later connect a little).
+    connect_after: Mutex<Duration>,
 }
+
+/// How long the sink waits after a failed connect before the next.
+pub const RECONNECT_DELAY: Duration = Duration::from_millis(100);
 
 /// The sink (see the module docs).
 #[derive(Clone)]
@@ -87,13 +100,16 @@ pub struct NetSink {
 }
 
 impl NetSink {
-    /// A sink logging to `book`, with client faults from `rng` at `rates`.
+    /// A sink logging to `book`, with client faults from `rng` at `rates`,
+    /// each call bounded by `rpc_timeout`, at most `connections` calls
+    /// in progress.
     pub fn new(
         book: SharedBook,
         rng: SimRng,
         rates: Rates,
         storm_factor: u32,
         rpc_timeout: Duration,
+        connections: usize,
     ) -> NetSink {
         NetSink {
             inner: Arc::new(Inner {
@@ -103,6 +119,8 @@ impl NetSink {
                 rates,
                 storm_factor,
                 rpc_timeout,
+                calls: Arc::new(tokio::sync::Semaphore::new(connections.max(1))),
+                connect_after: Mutex::new(Duration::ZERO),
             }),
         }
     }
@@ -169,7 +187,39 @@ impl NetSink {
             .pop();
         let mut conn = match pooled {
             Some(c) => c,
-            None => TcpStream::connect((HOST, PORT)).await?,
+            None => {
+                let now = turmoil::sim_elapsed().unwrap_or_default();
+                let after = *self
+                    .inner
+                    .connect_after
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                if now < after {
+                    return Err(io::Error::new(
+                        io::ErrorKind::ConnectionRefused,
+                        "the datastore was unreachable a moment ago",
+                    ));
+                }
+                let connect = TcpStream::connect((HOST, PORT));
+                let timeout = self.inner.rpc_timeout / 2;
+                let connected = tokio::time::timeout(timeout, connect)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))
+                    });
+                match connected {
+                    Ok(c) => c,
+                    Err(e) => {
+                        let now = turmoil::sim_elapsed().unwrap_or_default();
+                        *self
+                            .inner
+                            .connect_after
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner) = now + RECONNECT_DELAY;
+                        return Err(e);
+                    }
+                }
+            }
         };
         write_frame(&mut conn, &frame).await?;
         let body = read_frame(&mut conn)
@@ -392,7 +442,26 @@ impl Sink for NetSink {
                 }
                 _ => {}
             }
-            let result = match sink.rpc(frame).await {
+            // The call runs on its own task, so a dropped attempt (write
+            // timeout, cancellation) lets it finish and give its connection
+            // back, as a database client lets a sent statement run: the
+            // outcome stays unknown to the driver, the connection is reused.
+            let permit = Arc::clone(&sink.inner.calls)
+                .acquire_owned()
+                .await
+                .expect("the semaphore is never closed");
+            let call = {
+                let sink = sink.clone();
+                tokio::spawn(async move {
+                    let reply = sink.rpc(frame).await;
+                    drop(permit);
+                    reply
+                })
+            };
+            let reply = call
+                .await
+                .unwrap_or_else(|_| Err(io::Error::other("the call's task failed")));
+            let result = match reply {
                 Err(e) => Err(WriteError::retryable(e)),
                 Ok(Reply::Committed { discarded }) => Ok(Written::discarding(discarded as usize)),
                 Ok(Reply::Busy) => Err(WriteError::retryable("the datastore is busy")),

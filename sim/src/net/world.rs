@@ -188,6 +188,7 @@ fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
         faults.rates,
         faults.storm_factor,
         faults.rpc_timeout,
+        pick.config.concurrency().max(1) * 2 + 2,
     );
     let plan = AppPlan {
         seed,
@@ -202,6 +203,9 @@ fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
     let mut sim = turmoil::Builder::new()
         .rng_seed(turmoil_seed)
         .epoch(UNIX_EPOCH)
+        // Turmoil has no TIME_WAIT: a wide port range keeps a reused port
+        // from meeting a server socket still open for its last owner.
+        .ephemeral_ports(1024..=65535)
         .tick_duration(TICK)
         .simulation_duration(Duration::from_secs(365 * 24 * 3600))
         .min_message_latency(Duration::ZERO)
