@@ -113,12 +113,19 @@ pub async fn run(
         plan.clone(),
         Arc::clone(&closing),
     ));
+    let sampler = tokio::spawn(sample(
+        outbox.clone(),
+        Arc::clone(&book),
+        recorder.clone(),
+        plan.phase,
+    ));
     // The faulty phase; the world heals at `phase`, we look a tick later.
     tokio::time::sleep(plan.phase.saturating_sub(elapsed()) + Duration::from_millis(1)).await;
     for s in stagers {
         let _ = s.await;
     }
     let _ = controls.await;
+    let _ = sampler.await;
     let closers: Vec<_> = std::mem::take(&mut *closing.lock().unwrap_or_else(PoisonError::into_inner));
     let closed_early = !closers.is_empty() || outbox.is_shutting_down();
     for c in closers {
@@ -191,6 +198,23 @@ async fn stager(outbox: Net, book: SharedBook, w: NetWorkload, mut r: SimRng, un
         for _ in 0..count {
             let size = w.size(&mut r);
             let _ = stage(&outbox, &book, tenant, size);
+        }
+    }
+}
+
+/// Every 250 ms of the faulty phase: the counters balance and the
+/// exported metrics equal them (I3, S-W11, S-W14).
+async fn sample(outbox: Net, book: SharedBook, recorder: SimRecorder, until: Duration) {
+    while elapsed() < until {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let c = outbox.counters();
+        let mismatch = recorder.mismatch(&c);
+        let mut b = book::lock(&book);
+        if !c.balanced() {
+            b.fail("I3", format!("the counters do not balance: {c:?}"));
+        }
+        if let Some(m) = mismatch {
+            b.fail("I3", m);
         }
     }
 }
@@ -447,6 +471,7 @@ async fn shut_down(
 async fn healed(outbox: &Net, book: &SharedBook, recorder: &SimRecorder, plan: &AppPlan) {
     let deadline = match plan.liveness_base {
         Some(base) => {
+            *book::lock(book).faults.entry("i6_checked").or_default() += 1;
             // A healthy round trip takes a few ticks: 20 ms per write the
             // backlog could need, one slot at a time, plus one per tenant.
             let conc = plan.config.concurrency().max(1) as u64;

@@ -290,9 +290,6 @@ fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
                 healed: true,
             };
             b.record(at, Ev::Net("healed: every fault stops"));
-            if liveness.is_some() {
-                *b.faults.entry("i6_checked").or_default() += 1;
-            }
         }
         if healed {
             let cap = book::lock(&book)
