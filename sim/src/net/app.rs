@@ -189,7 +189,9 @@ async fn stager(outbox: Net, book: SharedBook, w: NetWorkload, mut r: SimRng, un
             }
             gap(&mut r, w.mean_gap)
         };
-        tokio::time::sleep(wait).await;
+        // Never past the end of the faulty phase: the healed phase waits
+        // for the stagers.
+        tokio::time::sleep(wait.min(until.saturating_sub(elapsed()))).await;
         if elapsed() >= until || book::lock(&book).items.len() as u64 >= w.cap {
             return;
         }
