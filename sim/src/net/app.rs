@@ -126,7 +126,8 @@ pub async fn run(
     }
     let _ = controls.await;
     let _ = sampler.await;
-    let closers: Vec<_> = std::mem::take(&mut *closing.lock().unwrap_or_else(PoisonError::into_inner));
+    let closers: Vec<_> =
+        std::mem::take(&mut *closing.lock().unwrap_or_else(PoisonError::into_inner));
     let closed_early = !closers.is_empty() || outbox.is_shutting_down();
     for c in closers {
         let _ = c.await;
@@ -172,7 +173,10 @@ fn stage(outbox: &Net, book: &SharedBook, tenant: u32, size: u32) -> Staged {
     }
     if c.staged != b.items.len() as u64 {
         let n = b.items.len();
-        b.fail("I3", format!("{n} items staged, the counters say {}", c.staged));
+        b.fail(
+            "I3",
+            format!("{n} items staged, the counters say {}", c.staged),
+        );
     }
     staged
 }
@@ -250,7 +254,10 @@ fn judge(book: &SharedBook, kind: &'static str, called: Duration, deadline: Dura
     if !r.deadline_passed && r.pending > 0 {
         b.fail(
             "S-A4",
-            format!("a {kind} answered in time with {} items still pending", r.pending),
+            format!(
+                "a {kind} answered in time with {} items still pending",
+                r.pending
+            ),
         );
     }
 }
@@ -295,6 +302,7 @@ async fn controls(
                 },
             );
             book::lock(&book).fault(book::now(), "abandon");
+            book::lock(&book).closing = true;
             let held = outbox.abandon();
             let mut b = book::lock(&book);
             // Slices in flight are given up too (lost under `abandoned`),
@@ -330,7 +338,10 @@ async fn controls(
                 deadline,
                 true,
             ));
-            closing.lock().unwrap_or_else(PoisonError::into_inner).push(h);
+            closing
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(h);
             continue;
         }
         if let Some((_, deadline)) = join.filter(|j| j.0 <= now) {
@@ -342,7 +353,10 @@ async fn controls(
                 deadline,
                 false,
             ));
-            closing.lock().unwrap_or_else(PoisonError::into_inner).push(h);
+            closing
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(h);
             continue;
         }
         if next_control.is_some_and(|c| c <= now) {
@@ -397,6 +411,7 @@ async fn shut_down(
             },
         );
         b.fault(book::now(), "shutdown");
+        b.closing = true;
     }
     let was_closing = outbox.is_shutting_down();
     let report = outbox.shutdown(deadline).await;
@@ -411,7 +426,10 @@ async fn shut_down(
     if !report.first && report.report != Report::default() && !report.report.deadline_passed {
         b.fail(
             "S-W9",
-            format!("a joining shutdown reported {:?}; the loss is reported once", report.report),
+            format!(
+                "a joining shutdown reported {:?}; the loss is reported once",
+                report.report
+            ),
         );
     }
     if report.report.pending != 0 {
@@ -444,7 +462,10 @@ async fn shut_down(
     if outbox.pending() != 0 || c.pending != 0 {
         book::lock(&book).fail(
             "I8",
-            format!("{} items pending after the shutdown answered", outbox.pending()),
+            format!(
+                "{} items pending after the shutdown answered",
+                outbox.pending()
+            ),
         );
     }
     if recorder.pending_gauge() != Some(0.0) {
@@ -506,7 +527,10 @@ async fn healed(outbox: &Net, book: &SharedBook, recorder: &SimRecorder, plan: &
             bound
         }
         None => {
-            *book::lock(book).faults.entry("liveness_unchecked").or_default() += 1;
+            *book::lock(book)
+                .faults
+                .entry("liveness_unchecked")
+                .or_default() += 1;
             Duration::from_secs(10)
         }
     };

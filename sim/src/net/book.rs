@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use outbox::core::Time;
 
+use crate::timeline::{Attempt, AttemptEnd, ControlKind, Timeline};
 use crate::world::Failure;
 
 /// The book, shared.
@@ -196,6 +197,8 @@ pub struct SliceRec {
     pub attempts: u32,
     /// How the latest attempt ended.
     pub last: End,
+    /// When the latest attempt ended (I7: the next starts a backoff later).
+    pub ended_at: Option<Time>,
 }
 
 /// The weather the fault rates follow.
@@ -232,6 +235,11 @@ pub struct Book {
     pub in_flight_max: usize,
     /// The configured concurrency (0 taken as 1).
     pub concurrency: usize,
+    /// The shortest backoff the config allows: `initial_backoff` less its
+    /// full jitter (I7).
+    pub min_backoff: Duration,
+    /// A shutdown or abandon was called (backoff no longer checked).
+    pub closing: bool,
     /// When a shutdown answered or abandon returned: no attempt may start
     /// after (I8).
     pub closed_at: Option<Time>,
@@ -240,6 +248,13 @@ pub struct Book {
     /// The healed phase must be over by then (virtual time), or the run
     /// is stuck (I6).
     pub must_end_by: Option<Duration>,
+    /// The picture of the run, with `--trace` and at most 255 tenants.
+    pub timeline: Option<Timeline>,
+    /// Per slice (first item id): its open attempt's index in the
+    /// timeline, and when its last attempt ended (for backoff lines).
+    open: BTreeMap<u64, usize>,
+    last_end: BTreeMap<u64, Time>,
+    storm_began: Option<Time>,
 }
 
 impl Book {
@@ -258,9 +273,107 @@ impl Book {
             in_flight_total: 0,
             in_flight_max: 0,
             concurrency: concurrency.max(1),
+            min_backoff: Duration::ZERO,
+            closing: false,
             closed_at: None,
             steps: 0,
             must_end_by: None,
+            timeline: None,
+            open: BTreeMap::new(),
+            last_end: BTreeMap::new(),
+            storm_began: None,
+        }
+    }
+
+    /// Keeps a timeline of the run for `tenants` tenants (at most 255).
+    pub fn with_timeline(mut self, tenants: u32) -> Book {
+        if let Ok(tenants) = u8::try_from(tenants) {
+            self.timeline = Some(Timeline {
+                tenants,
+                ..Timeline::default()
+            });
+        }
+        self
+    }
+
+    /// Closes the timeline at `end` and hands it out.
+    pub fn take_timeline(&mut self, end: Time) -> Option<Timeline> {
+        let mut t = self.timeline.take()?;
+        if let Some(began) = self.storm_began.take() {
+            t.storms.push((began, end));
+        }
+        t.end = end;
+        Some(t)
+    }
+
+    fn draw(&mut self, at: Time, ev: &Ev) {
+        let Some(t) = self.timeline.as_mut() else {
+            return;
+        };
+        let lane = |tenant: u32| u8::try_from(tenant).ok();
+        match ev {
+            Ev::Stage { tenant, admit, .. } => {
+                if let Some(k) = lane(*tenant) {
+                    let ok = u32::from(*admit == Admit::Accepted);
+                    t.stages.push((at, k, ok, 1 - ok));
+                }
+            }
+            Ev::Attempt {
+                tenant,
+                first,
+                len,
+                attempt,
+            } => {
+                if let Some(k) = lane(*tenant) {
+                    if let Some(end) = self.last_end.remove(first) {
+                        t.backoffs.push((k, end, at));
+                    }
+                    self.open.insert(*first, t.attempts.len());
+                    t.attempts.push(Attempt {
+                        tenant: k,
+                        write: *first,
+                        attempt: *attempt,
+                        items: *len,
+                        start: at,
+                        end: at,
+                        result: AttemptEnd::Running,
+                    });
+                }
+            }
+            Ev::AttemptEnd { first, end } => {
+                if let Some(ix) = self.open.remove(first) {
+                    let a = &mut t.attempts[ix];
+                    a.end = at;
+                    a.result = match end {
+                        End::Running => AttemptEnd::Running,
+                        End::Ok(_) => AttemptEnd::Written,
+                        End::Failed => AttemptEnd::Failed,
+                        End::Terminal => AttemptEnd::Rejected,
+                        End::Dropped => AttemptEnd::Cancelled,
+                    };
+                    self.last_end.insert(*first, at);
+                }
+            }
+            Ev::Control { kind, deadline_ms } => {
+                let (kind, deadline) = match *kind {
+                    "flush" => (ControlKind::Flush, Some(*deadline_ms)),
+                    "settle" => (ControlKind::Settle, Some(*deadline_ms)),
+                    "shutdown" => (ControlKind::Shutdown, Some(*deadline_ms)),
+                    _ => (ControlKind::Abandon, None),
+                };
+                let deadline = deadline.map(|d| at + Duration::from_millis(d));
+                t.controls.push((at, kind, deadline));
+            }
+            Ev::Fault("storm") => self.storm_began = Some(at),
+            Ev::Net(what) if what.starts_with("storm_end") || what.starts_with("healed") => {
+                if let Some(began) = self.storm_began.take() {
+                    t.storms.push((began, at));
+                }
+                if what.starts_with("healed") {
+                    t.healed_at = Some(at);
+                }
+            }
+            _ => {}
         }
     }
 
@@ -272,6 +385,7 @@ impl Book {
         if let Some(t) = self.trace.as_mut() {
             t.push(format!("{at:>14} {ev}"));
         }
+        self.draw(at, &ev);
     }
 
     /// Counts a fault or control of `kind` and logs it.

@@ -20,7 +20,12 @@ use super::book::{Admit, Book, End};
 use super::datastore::Durable;
 
 /// Runs the end checks; the first broken one, as (rule, detail).
-pub fn end(book: &Book, store: &Durable, c: &Counters, abandoned: bool) -> Option<(&'static str, String)> {
+pub fn end(
+    book: &Book,
+    store: &Durable,
+    c: &Counters,
+    abandoned: bool,
+) -> Option<(&'static str, String)> {
     let n = book.items.len();
     // Where each item went, as the sink saw it.
     let mut written = vec![false; n];
@@ -65,13 +70,19 @@ pub fn end(book: &Book, store: &Durable, c: &Counters, abandoned: bool) -> Optio
             if rec.tenant != *tenant {
                 return Some((
                     "I1",
-                    format!("item #{id} of tenant {} stored under tenant {tenant}", rec.tenant),
+                    format!(
+                        "item #{id} of tenant {} stored under tenant {tenant}",
+                        rec.tenant
+                    ),
                 ));
             }
             if rec.admit != Admit::Accepted {
                 return Some((
                     "I1",
-                    format!("item #{id} is in the store, but stage answered {:?}", rec.admit),
+                    format!(
+                        "item #{id} is in the store, but stage answered {:?}",
+                        rec.admit
+                    ),
                 ));
             }
             if stored[id as usize] {
@@ -99,7 +110,9 @@ pub fn end(book: &Book, store: &Durable, c: &Counters, abandoned: bool) -> Optio
             if !stored[id] {
                 return Some((
                     "I1",
-                    format!("item #{id}'s write was answered committed, but it is not in the store"),
+                    format!(
+                        "item #{id}'s write was answered committed, but it is not in the store"
+                    ),
                 ));
             }
         }
@@ -114,14 +127,23 @@ pub fn end(book: &Book, store: &Durable, c: &Counters, abandoned: bool) -> Optio
         ));
     }
     // I5: every loss and drop has a cause the world saw.
-    let admits = |want: fn(&Admit) -> bool| book.items.iter().filter(|i| want(&i.admit)).count() as u64;
+    let admits =
+        |want: fn(&Admit) -> bool| book.items.iter().filter(|i| want(&i.admit)).count() as u64;
     let refused = admits(|a| *a == Admit::Refused);
     let buffer_full = admits(|a| *a == Admit::Dropped(DropReason::BufferFull.as_str()));
     let tenant_full = admits(|a| *a == Admit::Dropped(DropReason::TenantFull.as_str()));
     let expect = [
         ("lost(shutdown)", c.lost_for(LostReason::Shutdown), refused),
-        ("dropped(buffer_full)", c.dropped_for(DropReason::BufferFull), buffer_full),
-        ("dropped(tenant_full)", c.dropped_for(DropReason::TenantFull), tenant_full),
+        (
+            "dropped(buffer_full)",
+            c.dropped_for(DropReason::BufferFull),
+            buffer_full,
+        ),
+        (
+            "dropped(tenant_full)",
+            c.dropped_for(DropReason::TenantFull),
+            tenant_full,
+        ),
         ("lost(join_failed)", c.lost_for(LostReason::JoinFailed), 0),
     ];
     for (what, got, want) in expect {
@@ -131,7 +153,9 @@ pub fn end(book: &Book, store: &Durable, c: &Counters, abandoned: bool) -> Optio
     }
     if c.pending == 0 {
         if let Some(id) = (0..n).find(|id| {
-            book.items[*id].admit == Admit::Accepted && !in_slice[*id] && !book.items[*id].handed_back
+            book.items[*id].admit == Admit::Accepted
+                && !in_slice[*id]
+                && !book.items[*id].handed_back
         }) {
             return Some((
                 "I5",
@@ -144,14 +168,22 @@ pub fn end(book: &Book, store: &Durable, c: &Counters, abandoned: bool) -> Optio
     }
     let handed_back = book.items.iter().filter(|i| i.handed_back).count() as u64;
     let expect = [
-        ("lost(discarded)", c.lost_for(LostReason::Discarded), discarded),
+        (
+            "lost(discarded)",
+            c.lost_for(LostReason::Discarded),
+            discarded,
+        ),
         ("lost(terminal)", c.lost_for(LostReason::Terminal), terminal),
         (
             "lost(retries_exhausted) + dropped(sink_error)",
             c.lost_for(LostReason::RetriesExhausted) + c.dropped_for(DropReason::SinkError),
             failed,
         ),
-        ("lost(deadline)", c.lost_for(LostReason::Deadline), handed_back),
+        (
+            "lost(deadline)",
+            c.lost_for(LostReason::Deadline),
+            handed_back,
+        ),
         ("lost(abandoned)", c.lost_for(LostReason::Abandoned), 0),
     ];
     for (what, got, want) in expect {

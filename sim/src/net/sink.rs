@@ -135,7 +135,11 @@ impl NetSink {
         } else {
             self.inner.rates
         };
-        let mut rng = self.inner.rng.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut rng = self
+            .inner
+            .rng
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let mut x = rng.random_range(0..1_000u32);
         let table = [
             (r.panic_create, Act::PanicCreate),
@@ -147,9 +151,9 @@ impl NetSink {
         for (rate, act) in table {
             if x < rate {
                 return match act {
-                    Act::Hang(_) => Act::Hang(Duration::from_millis(log_uniform(
-                        &mut rng, 2_000, 120_000,
-                    ))),
+                    Act::Hang(_) => {
+                        Act::Hang(Duration::from_millis(log_uniform(&mut rng, 2_000, 120_000)))
+                    }
                     a => a,
                 };
             }
@@ -175,7 +179,10 @@ impl NetSink {
     }
 
     fn idle(&self) -> std::sync::MutexGuard<'_, Vec<TcpStream>> {
-        self.inner.idle.lock().unwrap_or_else(PoisonError::into_inner)
+        self.inner
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     async fn call(&self, frame: Vec<u8>) -> io::Result<Reply> {
@@ -279,6 +286,7 @@ impl InFlight {
             );
         }
         let ids: Vec<u64> = items.iter().map(|i| i.id).collect();
+        let (min_backoff, closing) = (b.min_backoff, b.closing);
         let attempt = match b.slices.get_mut(&first) {
             Some(s) => {
                 if s.ids != ids {
@@ -292,6 +300,16 @@ impl InFlight {
                         &s.ids[..s.ids.len().min(4)]
                     );
                     b.fail("I2", detail);
+                } else if let Some(end) = s.ended_at.filter(|e| now < *e + min_backoff) {
+                    let detail = format!(
+                        "attempt {} of slice #{first} started {:?} after the last one ended, \
+                         the shortest backoff is {min_backoff:?}",
+                        s.attempts + 1,
+                        now - end
+                    );
+                    if !closing {
+                        b.fail("I7", detail);
+                    }
                 } else if s.last == End::Running {
                     b.fail(
                         "I4",
@@ -326,6 +344,7 @@ impl InFlight {
                         ids,
                         attempts: 1,
                         last: End::Running,
+                        ended_at: None,
                     },
                 );
                 1
@@ -383,6 +402,7 @@ impl Drop for InFlight {
         b.in_flight_total -= 1;
         if let Some(s) = b.slices.get_mut(&self.first) {
             s.last = self.end;
+            s.ended_at = Some(now);
         }
         b.record(
             now,
@@ -438,7 +458,9 @@ impl Sink for NetSink {
                 Act::Error => {
                     book::lock(&book).fault(book::now(), "client_error");
                     attempt.end = End::Failed;
-                    return Err(WriteError::retryable("no connection to the datastore available"));
+                    return Err(WriteError::retryable(
+                        "no connection to the datastore available",
+                    ));
                 }
                 _ => {}
             }
@@ -465,8 +487,12 @@ impl Sink for NetSink {
                 Err(e) => Err(WriteError::retryable(e)),
                 Ok(Reply::Committed { discarded }) => Ok(Written::discarding(discarded as usize)),
                 Ok(Reply::Busy) => Err(WriteError::retryable("the datastore is busy")),
-                Ok(Reply::Rejected) => Err(WriteError::terminal("the datastore rejected the slice")),
-                Ok(Reply::Corrupt) => Err(WriteError::retryable("the datastore found the request corrupt")),
+                Ok(Reply::Rejected) => {
+                    Err(WriteError::terminal("the datastore rejected the slice"))
+                }
+                Ok(Reply::Corrupt) => Err(WriteError::retryable(
+                    "the datastore found the request corrupt",
+                )),
             };
             match act {
                 Act::PanicPoll => {

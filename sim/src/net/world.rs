@@ -166,10 +166,15 @@ fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
         liveness
     );
 
-    let book: SharedBook = Arc::new(Mutex::new(Book::new(
-        opts.trace,
-        pick.config.concurrency(),
-    )));
+    let mut new_book = Book::new(opts.trace, pick.config.concurrency());
+    let jitter = (pick.config.jitter() * 1_000_000.0).round() as u128;
+    let initial = pick.config.initial_backoff().as_nanos();
+    new_book.min_backoff =
+        Duration::from_nanos(u64::try_from(initial - initial * jitter / 1_000_000).unwrap_or(0));
+    if opts.trace {
+        new_book = new_book.with_timeline(workload.tenants);
+    }
+    let book: SharedBook = Arc::new(Mutex::new(new_book));
     {
         let mut b = book::lock(&book);
         for k in FAULT_KINDS {
@@ -347,7 +352,7 @@ fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
         failure: b.failure.clone(),
         trace_hash: b.hash(),
         trace: b.trace.take().unwrap_or_default(),
-        timeline: None,
+        timeline: b.take_timeline(end_time),
         setup,
         end: end_time,
     }
