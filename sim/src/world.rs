@@ -51,7 +51,8 @@ impl FromStr for WorldKind {
     }
 }
 
-/// A world that cannot run (yet).
+/// A world that cannot run. Every world runs today; the type stays so a
+/// world under construction can say so.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WorldError {
     /// The world is not built yet.
