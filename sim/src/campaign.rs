@@ -21,8 +21,10 @@ pub struct CampaignOptions {
     pub from: u64,
     /// How many seeds.
     pub seeds: u64,
-    /// Steps per seed (faulty phase).
+    /// Steps per seed (faulty phase, fast world).
     pub steps: u64,
+    /// Virtual seconds of the faulty phase per seed (net world).
+    pub net_secs: u64,
     /// Show a progress bar.
     pub progress: bool,
 }
@@ -75,6 +77,7 @@ impl Summary {
 pub fn run(opts: &CampaignOptions) -> Result<Summary, WorldError> {
     let run_opts = RunOptions {
         steps: opts.steps,
+        net_secs: opts.net_secs,
         trace: false,
     };
     let bar = if opts.progress {

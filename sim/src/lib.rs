@@ -7,7 +7,9 @@
 //!   `outbox::testkit::Harness`, a faulty phase checked for safety after
 //!   every step, then a healed phase checked for liveness (I6) and the
 //!   datastore (I1);
-//! - `net` (not built yet): the tokio driver and a sink over turmoil.
+//! - [`net`]: the tokio driver (`outbox::Outbox`) and a network sink over
+//!   turmoil's simulated TCP to a datastore host, with network faults, a
+//!   healed phase for liveness (I6) and the end checks (I1, I5).
 //!
 //! The CLI (`outbox-sim run`, `outbox-sim replay SEED`) and the tests share
 //! this library.
@@ -15,6 +17,7 @@
 pub mod campaign;
 pub mod draw;
 pub mod fast;
+pub mod net;
 pub mod regressions;
 pub mod report;
 pub mod svg;

@@ -26,15 +26,19 @@ enum Command {
         /// How many seeds.
         #[arg(long, default_value_t = 1_000)]
         seeds: u64,
-        /// The world (`fast`; `net` is not built yet).
+        /// The world: `fast` (the core alone) or `net` (the tokio driver
+        /// and a network sink over turmoil).
         #[arg(long, default_value = "fast")]
         world: WorldKind,
         /// The first seed.
         #[arg(long, default_value_t = 0)]
         from: u64,
-        /// Steps of the faulty phase per seed.
+        /// Steps of the faulty phase per seed (fast world).
         #[arg(long, default_value_t = 10_000)]
         steps: u64,
+        /// Virtual seconds of the faulty phase per seed (net world).
+        #[arg(long, default_value_t = 60)]
+        secs: u64,
     },
     /// Rerun one seed (its determinism checked), print its outcome and,
     /// with --trace, one line per event.
@@ -44,9 +48,12 @@ enum Command {
         /// The world.
         #[arg(long, default_value = "fast")]
         world: WorldKind,
-        /// Steps of the faulty phase.
+        /// Steps of the faulty phase (fast world).
         #[arg(long, default_value_t = 10_000)]
         steps: u64,
+        /// Virtual seconds of the faulty phase (net world).
+        #[arg(long, default_value_t = 60)]
+        secs: u64,
         /// Print the trace, one line per op and event.
         #[arg(long)]
         trace: bool,
@@ -64,12 +71,14 @@ fn main() -> ExitCode {
             world,
             from,
             steps,
+            secs,
         } => {
             let opts = CampaignOptions {
                 world,
                 from,
                 seeds,
                 steps,
+                net_secs: secs,
                 progress: std::io::stderr().is_terminal(),
             };
             match campaign::run(&opts) {
@@ -91,11 +100,13 @@ fn main() -> ExitCode {
             seed,
             world,
             steps,
+            secs,
             trace,
             svg: svg_path,
         } => {
             let opts = RunOptions {
                 steps,
+                net_secs: secs,
                 trace: trace || svg_path.is_some(),
             };
             let r = match run_seed(world, seed, &opts, true) {

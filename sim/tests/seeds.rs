@@ -1,7 +1,7 @@
 //! The regression list and a fixed set of fresh seeds, in `cargo test`.
 
 use outbox_sim::regressions::{self, LIST};
-use outbox_sim::{run_seed, RunOptions, WorldError, WorldKind};
+use outbox_sim::{run_seed, RunOptions, WorldKind};
 
 /// Fresh fast-world seeds per `cargo test` (about 10-20 s in debug).
 const FRESH_SEEDS: u64 = 200;
@@ -13,21 +13,16 @@ fn regression_list_replays() {
     let list = regressions::parse(LIST).expect("sim/regressions.txt parses");
     for r in list {
         let opts = RunOptions::default();
-        match run_seed(r.world, r.seed, &opts, true) {
-            Ok(result) => {
-                if let Some(f) = result.failure {
-                    panic!(
-                        "regression seed {} ({}, line {}: {}) fails again: {f}\n  replay: {}",
-                        r.seed,
-                        r.world,
-                        r.line,
-                        r.what,
-                        outbox_sim::replay_command(r.seed, r.world)
-                    );
-                }
-            }
-            // A net-world entry waits for the net world.
-            Err(WorldError::NotBuilt(_)) => {}
+        let result = run_seed(r.world, r.seed, &opts, true).expect("every world is built");
+        if let Some(f) = result.failure {
+            panic!(
+                "regression seed {} ({}, line {}: {}) fails again: {f}\n  replay: {}",
+                r.seed,
+                r.world,
+                r.line,
+                r.what,
+                outbox_sim::replay_command(r.seed, r.world)
+            );
         }
     }
 }
@@ -37,6 +32,7 @@ fn fresh_fast_seeds_pass() {
     let opts = RunOptions {
         steps: FRESH_STEPS,
         trace: false,
+        ..RunOptions::default()
     };
     // A fixed window far from the campaign's default start, so `cargo test`
     // and `outbox-sim run` cover different seeds.
@@ -58,6 +54,7 @@ fn a_traced_replay_is_deterministic() {
     let opts = RunOptions {
         steps: 500,
         trace: true,
+        ..RunOptions::default()
     };
     let a = run_seed(WorldKind::Fast, 3, &opts, false).unwrap();
     let b = run_seed(WorldKind::Fast, 3, &opts, false).unwrap();
@@ -79,9 +76,48 @@ fn a_traced_replay_is_deterministic() {
     assert_eq!(untraced.trace_hash, a.trace_hash);
 }
 
+/// Fresh net-world seeds per `cargo test` (each runs 60 virtual seconds
+/// of faults, then the healed phase; about 1-3 s each in debug).
+const FRESH_NET_SEEDS: u64 = 8;
+
 #[test]
-fn the_net_world_says_it_is_not_built() {
-    let err = run_seed(WorldKind::Net, 1, &RunOptions::default(), false).unwrap_err();
-    assert_eq!(err, WorldError::NotBuilt(WorldKind::Net));
-    assert!(err.to_string().contains("not built yet"));
+fn fresh_net_seeds_pass() {
+    let opts = RunOptions::default();
+    let from = 2_000_000;
+    for seed in from..from + FRESH_NET_SEEDS {
+        let r = run_seed(WorldKind::Net, seed, &opts, seed == from).unwrap();
+        if let Some(f) = r.failure {
+            panic!(
+                "net seed {seed} fails: {f}\n  replay: {}",
+                outbox_sim::replay_command(seed, WorldKind::Net)
+            );
+        }
+        assert!(r.steps > 0);
+    }
+}
+
+#[test]
+fn a_traced_net_replay_is_deterministic() {
+    let opts = RunOptions {
+        net_secs: 5,
+        trace: true,
+        ..RunOptions::default()
+    };
+    let a = run_seed(WorldKind::Net, 5, &opts, false).unwrap();
+    let b = run_seed(WorldKind::Net, 5, &opts, false).unwrap();
+    assert!(a.failure.is_none(), "{:?}", a.failure);
+    assert_eq!(a.trace_hash, b.trace_hash);
+    assert_eq!(a.trace, b.trace);
+    assert!(a.trace.iter().any(|l| l.contains("stage t")));
+    let untraced = run_seed(
+        WorldKind::Net,
+        5,
+        &RunOptions {
+            trace: false,
+            ..opts
+        },
+        false,
+    )
+    .unwrap();
+    assert_eq!(untraced.trace_hash, a.trace_hash);
 }

@@ -1,0 +1,545 @@
+//! The application host: the real tokio driver (`outbox::Outbox`) writing
+//! through [`NetSink`], staging tasks, controls at random moments, and the
+//! checks only the application can make.
+//!
+//! Phases:
+//! 1. faulty (`phase` of virtual time): several tasks stage the drawn
+//!    workload; flushes and settles with random deadlines, perhaps a
+//!    shutdown (perhaps joined by a second call) or an abandon, at random
+//!    moments. After every stage call the counters must balance (I3);
+//!    every answer must come by its deadline (S-W15) and say something
+//!    consistent; after a shutdown answers, I8 holds.
+//! 2. healed (the world stops every fault at `phase`): unless a shutdown or
+//!    abandon happened, `settle` must return 0 pending within a bound (I6),
+//!    then a final shutdown, then I8.
+//!
+//! At the end the exported metrics must equal the counters (I3); the run's
+//! final counters go into the book for the end checks.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use outbox::core::{Counters, LostReason, Report};
+use outbox::{Config, Outbox, Staged, TenantId};
+use rand::Rng;
+
+use super::book::{self, ms, Admit, End, Ev, ItemRec, SharedBook};
+use super::faults::NetFaults;
+use super::metrics::SimRecorder;
+use super::sink::{Item, NetSink};
+use super::workload::NetWorkload;
+use crate::draw::{chance, gap, log_uniform, rng, SimRng};
+
+/// A flush, settle or shutdown may answer this long after its deadline
+/// (tokio's timer rounds up to the millisecond).
+const SLACK: Duration = Duration::from_millis(2);
+
+/// Everything the application host needs, drawn by the world.
+#[derive(Clone)]
+pub struct AppPlan {
+    /// The run's seed (stagers and controls derive their generators).
+    pub seed: u64,
+    /// The outbox's config.
+    pub config: Config,
+    /// Whether items are weighed (a byte limit is set).
+    pub weighs: bool,
+    /// The workload.
+    pub workload: NetWorkload,
+    /// The faults (for the controls' schedule and the sink's rates).
+    pub faults: NetFaults,
+    /// The faulty phase's length.
+    pub phase: Duration,
+    /// The fixed part of the healed phase's liveness bound (linger,
+    /// backoff, hangs, timeouts), if I6 is checked in this run; the app
+    /// adds the time to drain what is pending at the heal.
+    pub liveness_base: Option<Duration>,
+}
+
+/// What the application leaves for the end checks.
+#[derive(Debug, Default)]
+pub struct AppEnd {
+    /// The outbox's counters at the end.
+    pub counters: Counters,
+    /// The application finished its script.
+    pub finished: bool,
+}
+
+/// The shared slot for [`AppEnd`].
+pub type SharedEnd = Arc<Mutex<AppEnd>>;
+
+type Net = Outbox<NetSink>;
+
+/// The host software of the application (a turmoil client).
+pub async fn run(
+    plan: AppPlan,
+    sink: NetSink,
+    book: SharedBook,
+    end: SharedEnd,
+) -> turmoil::Result {
+    let recorder = SimRecorder::default();
+    let built = metrics::with_local_recorder(&recorder, || {
+        let mut b = Outbox::builder(sink)
+            .config(plan.config.clone())
+            .drop_deadline(Duration::from_secs(1));
+        if plan.weighs {
+            b = b.weigher(|i: &Item| u64::from(i.size));
+        }
+        b.build()
+    });
+    let outbox = match built {
+        Ok(o) => o,
+        Err(e) => {
+            book::lock(&book).fail("build", format!("the outbox did not build: {e}"));
+            return Ok(());
+        }
+    };
+    book::lock(&book).record(book::now(), Ev::Phase("faulty phase"));
+    let mut stagers = Vec::new();
+    for k in 0..plan.workload.stagers {
+        let r = rng(plan.seed ^ (0x5747_0000 + u64::from(k)));
+        stagers.push(tokio::spawn(stager(
+            outbox.clone(),
+            Arc::clone(&book),
+            plan.workload.clone(),
+            r,
+            plan.phase,
+        )));
+    }
+    let closing = Arc::new(Mutex::new(Vec::new()));
+    let controls = tokio::spawn(controls(
+        outbox.clone(),
+        Arc::clone(&book),
+        recorder.clone(),
+        plan.clone(),
+        Arc::clone(&closing),
+    ));
+    let sampler = tokio::spawn(sample(
+        outbox.clone(),
+        Arc::clone(&book),
+        recorder.clone(),
+        plan.phase,
+    ));
+    // The faulty phase; the world heals at `phase`, we look a tick later.
+    tokio::time::sleep(plan.phase.saturating_sub(elapsed()) + Duration::from_millis(1)).await;
+    for s in stagers {
+        let _ = s.await;
+    }
+    let _ = controls.await;
+    let _ = sampler.await;
+    let closers: Vec<_> =
+        std::mem::take(&mut *closing.lock().unwrap_or_else(PoisonError::into_inner));
+    let closed_early = !closers.is_empty() || outbox.is_shutting_down();
+    for c in closers {
+        let _ = c.await;
+    }
+    book::lock(&book).record(book::now(), Ev::Phase("healed phase"));
+    if !closed_early {
+        healed(&outbox, &book, &recorder, &plan).await;
+    }
+    let counters = outbox.counters();
+    if let Some(m) = recorder.mismatch(&counters) {
+        book::lock(&book).fail("I3", format!("at the end: {m}"));
+    }
+    let mut e = end.lock().unwrap_or_else(PoisonError::into_inner);
+    e.counters = counters;
+    e.finished = true;
+    Ok(())
+}
+
+fn elapsed() -> Duration {
+    turmoil::sim_elapsed().unwrap_or_default()
+}
+
+/// Stages one item and logs it; checks S-W14 (I3) after the call.
+fn stage(outbox: &Net, book: &SharedBook, tenant: u32, size: u32) -> Staged {
+    let id = book::lock(book).items.len() as u64;
+    let item = Item { id, tenant, size };
+    let staged = outbox.stage(TenantId::from_u128(u128::from(tenant) + 1), item);
+    let admit = match staged {
+        Staged::Accepted => Admit::Accepted,
+        Staged::Dropped(r) => Admit::Dropped(r.as_str()),
+        Staged::Refused => Admit::Refused,
+    };
+    let c = outbox.counters();
+    let mut b = book::lock(book);
+    b.items.push(ItemRec {
+        tenant,
+        admit,
+        handed_back: false,
+    });
+    b.record(book::now(), Ev::Stage { tenant, id, admit });
+    if !c.balanced() {
+        b.fail("I3", format!("the counters do not balance: {c:?}"));
+    }
+    if c.staged != b.items.len() as u64 {
+        let n = b.items.len();
+        b.fail(
+            "I3",
+            format!("{n} items staged, the counters say {}", c.staged),
+        );
+    }
+    staged
+}
+
+async fn stager(outbox: Net, book: SharedBook, w: NetWorkload, mut r: SimRng, until: Duration) {
+    let mut burst = 0u32;
+    loop {
+        let wait = if burst > 0 {
+            burst -= 1;
+            Duration::from_micros(r.random_range(0..=1_000))
+        } else {
+            if chance(&mut r, 1, w.burst_odds) {
+                burst = r.random_range(1..=w.burst_max);
+            }
+            gap(&mut r, w.mean_gap)
+        };
+        // Never past the end of the faulty phase: the healed phase waits
+        // for the stagers.
+        tokio::time::sleep(wait.min(until.saturating_sub(elapsed()))).await;
+        if elapsed() >= until || book::lock(&book).items.len() as u64 >= w.cap {
+            return;
+        }
+        let tenant = w.tenant(&mut r);
+        let count = r.random_range(1..=w.max_count);
+        for _ in 0..count {
+            let size = w.size(&mut r);
+            let _ = stage(&outbox, &book, tenant, size);
+        }
+    }
+}
+
+/// Every 250 ms of the faulty phase: the counters balance and the
+/// exported metrics equal them (I3, S-W11, S-W14).
+async fn sample(outbox: Net, book: SharedBook, recorder: SimRecorder, until: Duration) {
+    while elapsed() < until {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let c = outbox.counters();
+        let mismatch = recorder.mismatch(&c);
+        let mut b = book::lock(&book);
+        if !c.balanced() {
+            b.fail("I3", format!("the counters do not balance: {c:?}"));
+        }
+        if let Some(m) = mismatch {
+            b.fail("I3", m);
+        }
+    }
+}
+
+fn counts(r: &Report) -> [u64; 4] {
+    [r.written, r.dropped, r.lost, r.pending]
+}
+
+/// Checks an answer against its deadline (S-W15) and its own consistency.
+fn judge(book: &SharedBook, kind: &'static str, called: Duration, deadline: Duration, r: &Report) {
+    let now = elapsed();
+    let mut b = book::lock(book);
+    b.record(
+        book::now(),
+        Ev::Answer {
+            kind,
+            counts: counts(r),
+            deadline_passed: r.deadline_passed,
+        },
+    );
+    if now > called + deadline + SLACK {
+        b.fail(
+            "S-W15",
+            format!(
+                "a {kind} with a {} ms deadline answered after {} ms",
+                ms(deadline),
+                ms(now - called)
+            ),
+        );
+    }
+    if !r.deadline_passed && r.pending > 0 {
+        b.fail(
+            "S-A4",
+            format!(
+                "a {kind} answered in time with {} items still pending",
+                r.pending
+            ),
+        );
+    }
+}
+
+/// Flushes and settles at random moments, a shutdown and an abandon when
+/// the plan says; every answer is awaited on its own task.
+async fn controls(
+    outbox: Net,
+    book: SharedBook,
+    recorder: SimRecorder,
+    plan: AppPlan,
+    closing: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+) {
+    let mut r = rng(plan.seed ^ 0xC0_4712);
+    let f = &plan.faults;
+    let mut next_control = f.control_gap.map(|g| gap(&mut r, g));
+    let mut shutdown = f.shutdown_at;
+    let mut join = None;
+    let mut abandon = f.abandon_at;
+    loop {
+        let next = [
+            next_control,
+            shutdown.map(|s| s.0),
+            join.map(|j: (Duration, Duration)| j.0),
+            abandon,
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        let Some(at) = next.filter(|at| *at < plan.phase) else {
+            return;
+        };
+        tokio::time::sleep(at.saturating_sub(elapsed())).await;
+        let now = elapsed();
+        if abandon.is_some_and(|a| a <= now) {
+            abandon = None;
+            book::lock(&book).record(
+                book::now(),
+                Ev::Control {
+                    kind: "abandon",
+                    deadline_ms: 0,
+                },
+            );
+            book::lock(&book).fault(book::now(), "abandon");
+            book::lock(&book).closing = true;
+            let held = outbox.abandon();
+            let mut b = book::lock(&book);
+            // Slices in flight are given up too (lost under `abandoned`),
+            // though not handed back: whatever their attempt returns.
+            let running: Vec<u64> = b
+                .slices
+                .values()
+                .filter(|s| s.last == End::Running)
+                .flat_map(|s| s.ids.iter().copied())
+                .collect();
+            for id in running {
+                b.items[id as usize].handed_back = true;
+            }
+            for (_, items) in &held {
+                for i in items {
+                    b.items[i.id as usize].handed_back = true;
+                }
+            }
+            if outbox.pending() != 0 {
+                let p = outbox.pending();
+                b.fail("S-A7", format!("{p} items still pending after abandon"));
+            }
+            b.closed_at.get_or_insert(book::now());
+            continue;
+        }
+        if let Some((at, deadline)) = shutdown.filter(|s| s.0 <= now) {
+            shutdown = None;
+            join = f.shutdown_join.map(|(after, d)| (at + after, d));
+            let h = tokio::spawn(shut_down(
+                outbox.clone(),
+                Arc::clone(&book),
+                recorder.clone(),
+                deadline,
+                true,
+            ));
+            closing
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(h);
+            continue;
+        }
+        if let Some((_, deadline)) = join.filter(|j| j.0 <= now) {
+            join = None;
+            let h = tokio::spawn(shut_down(
+                outbox.clone(),
+                Arc::clone(&book),
+                recorder.clone(),
+                deadline,
+                false,
+            ));
+            closing
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(h);
+            continue;
+        }
+        if next_control.is_some_and(|c| c <= now) {
+            let g = f.control_gap.unwrap_or(Duration::from_secs(1));
+            next_control = Some(now + gap(&mut r, g).max(Duration::from_micros(1)));
+            let deadline = if chance(&mut r, 1, 10) {
+                Duration::ZERO
+            } else {
+                Duration::from_millis(log_uniform(&mut r, 1, 60_000))
+            };
+            let flush = chance(&mut r, 1, 2);
+            let kind = if flush { "flush" } else { "settle" };
+            book::lock(&book).record(
+                book::now(),
+                Ev::Control {
+                    kind,
+                    deadline_ms: ms(deadline),
+                },
+            );
+            book::lock(&book).fault(book::now(), kind);
+            let answer = if flush {
+                outbox.flush(deadline)
+            } else {
+                outbox.settle(deadline)
+            };
+            let book = Arc::clone(&book);
+            tokio::spawn(async move {
+                let report = answer.await;
+                judge(&book, kind, now, deadline, &report);
+            });
+        }
+    }
+}
+
+/// Shuts down with `deadline` and checks the answer and I8. `first_call`:
+/// this call raised the fence (its report carries the accounting).
+async fn shut_down(
+    outbox: Net,
+    book: SharedBook,
+    recorder: SimRecorder,
+    deadline: Duration,
+    first_call: bool,
+) {
+    let called = elapsed();
+    {
+        let mut b = book::lock(&book);
+        b.record(
+            book::now(),
+            Ev::Control {
+                kind: "shutdown",
+                deadline_ms: ms(deadline),
+            },
+        );
+        b.fault(book::now(), "shutdown");
+        b.closing = true;
+    }
+    let was_closing = outbox.is_shutting_down();
+    let report = outbox.shutdown(deadline).await;
+    judge(&book, "shutdown", called, deadline, &report.report);
+    let mut b = book::lock(&book);
+    if first_call && !was_closing && !report.first {
+        b.fail(
+            "S-W9",
+            "the shutdown that raised the fence was not told it was first".into(),
+        );
+    }
+    if !report.first && report.report != Report::default() && !report.report.deadline_passed {
+        b.fail(
+            "S-W9",
+            format!(
+                "a joining shutdown reported {:?}; the loss is reported once",
+                report.report
+            ),
+        );
+    }
+    if report.report.pending != 0 {
+        b.fail(
+            "S-W9",
+            format!("a shutdown answered with {} pending", report.report.pending),
+        );
+    }
+    let mut dead = 0u64;
+    for (_, items) in &report.unwritten {
+        for i in items {
+            dead += 1;
+            b.items[i.id as usize].handed_back = true;
+        }
+    }
+    b.closed_at.get_or_insert(book::now());
+    drop(b);
+    // I8: nothing pending, the gauge at zero, later stages refused and
+    // counted, no write starts (checked by the sink).
+    let c = outbox.counters();
+    if dead > c.lost_for(LostReason::Deadline) {
+        book::lock(&book).fail(
+            "S-B6",
+            format!(
+                "{dead} dead letters handed back, {} items lost under `deadline`",
+                c.lost_for(LostReason::Deadline)
+            ),
+        );
+    }
+    if outbox.pending() != 0 || c.pending != 0 {
+        book::lock(&book).fail(
+            "I8",
+            format!(
+                "{} items pending after the shutdown answered",
+                outbox.pending()
+            ),
+        );
+    }
+    if recorder.pending_gauge() != Some(0.0) {
+        book::lock(&book).fail(
+            "I8",
+            format!(
+                "the pending gauge is {:?} after the shutdown answered",
+                recorder.pending_gauge()
+            ),
+        );
+    }
+    let before = c.lost_for(LostReason::Shutdown);
+    let staged = stage(&outbox, &book, 0, 1);
+    let after = outbox.counters().lost_for(LostReason::Shutdown);
+    if staged != Staged::Refused || after != before + 1 {
+        book::lock(&book).fail(
+            "I8",
+            format!(
+                "a stage after the shutdown answered gave {staged:?}, lost(shutdown) {before} -> {after}"
+            ),
+        );
+    }
+}
+
+/// The healed phase: I6, then a final shutdown and I8.
+async fn healed(outbox: &Net, book: &SharedBook, recorder: &SimRecorder, plan: &AppPlan) {
+    let deadline = match plan.liveness_base {
+        Some(base) => {
+            *book::lock(book).faults.entry("i6_checked").or_default() += 1;
+            // A healthy round trip takes a few ticks: 20 ms per write the
+            // backlog could need, one slot at a time, plus one per tenant.
+            let conc = plan.config.concurrency().max(1) as u64;
+            let writes = outbox.pending() / conc + u64::from(plan.workload.tenants);
+            let bound = base + Duration::from_millis(20).saturating_mul(writes as u32);
+            let called = elapsed();
+            book::lock(book).must_end_by = Some(called + bound + bound + Duration::from_secs(60));
+            book::lock(book).record(
+                book::now(),
+                Ev::Control {
+                    kind: "settle",
+                    deadline_ms: ms(bound),
+                },
+            );
+            let pending = outbox.pending();
+            let report = outbox.settle(bound).await;
+            judge(book, "settle", called, bound, &report);
+            if report.pending != 0 || report.deadline_passed || outbox.pending() != 0 {
+                book::lock(book).fail(
+                    "I6",
+                    format!(
+                        "after the faults stopped, a settle with a {} ms bound left {} of {pending} \
+                         items pending ({} pending now)",
+                        ms(bound),
+                        report.pending,
+                        outbox.pending()
+                    ),
+                );
+            }
+            bound
+        }
+        None => {
+            *book::lock(book)
+                .faults
+                .entry("liveness_unchecked")
+                .or_default() += 1;
+            Duration::from_secs(10)
+        }
+    };
+    shut_down(
+        outbox.clone(),
+        Arc::clone(book),
+        recorder.clone(),
+        deadline,
+        true,
+    )
+    .await;
+}

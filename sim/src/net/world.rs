@@ -1,0 +1,359 @@
+//! One run of the net world: draws the config, workload and faults from the
+//! seed, builds the turmoil simulation (turmoil's generator seeded from the
+//! seed, a fixed epoch, a 1 ms tick), steps it while applying the network
+//! schedule, heals everything at the end of the faulty phase, and runs the
+//! end checks.
+
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::{Arc, Mutex, Once};
+use std::time::{Duration, UNIX_EPOCH};
+
+use outbox::core::{Counters, Time};
+use rand::RngCore;
+
+use super::app::{self, AppEnd, AppPlan};
+use super::book::{self, Book, Ev, SharedBook};
+use super::check;
+use super::datastore::{self, Durable, HOST};
+use super::faults::{NetEvent, NetFaults};
+use super::sink::{Injected, NetSink};
+use super::workload::NetWorkload;
+use crate::draw::{self, rng};
+use crate::world::{Failure, RunOptions, RunResult};
+
+/// The application host's name.
+pub const APP: &str = "app";
+
+/// Turmoil's tick: the network delivers messages at this granularity.
+pub const TICK: Duration = Duration::from_millis(1);
+
+/// Fault and control kinds, in report order (every one shows in the
+/// summary, zero or not).
+pub const FAULT_KINDS: [&str; 22] = [
+    "panic_create",
+    "panic_poll",
+    "panic_display",
+    "hang",
+    "client_error",
+    "datastore_error",
+    "lost_reply",
+    "reject",
+    "discard",
+    "slow_commit",
+    "hung_commit",
+    "partition",
+    "latency",
+    "crash",
+    "restart",
+    "storm",
+    "flush",
+    "settle",
+    "shutdown",
+    "abandon",
+    "liveness_unchecked",
+    "i6_checked",
+];
+
+/// Silences the deliberate panics of the sink (their payload is
+/// [`Injected`]); every other panic reaches the previous hook.
+fn quiet_injected_panics() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let previous = panic::take_hook();
+        panic::set_hook(Box::new(move |info| {
+            if info.payload().downcast_ref::<Injected>().is_none() {
+                previous(info);
+            }
+        }));
+    });
+}
+
+/// Runs `seed` in the net world; a panic outside the hosts becomes a
+/// failure.
+pub fn run(seed: u64, opts: &RunOptions) -> RunResult {
+    quiet_injected_panics();
+    match panic::catch_unwind(AssertUnwindSafe(|| run_inner(seed, opts))) {
+        Ok(r) => r,
+        Err(payload) => {
+            let msg = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "a panic with a non-string payload".to_string());
+            RunResult {
+                seed,
+                steps: 0,
+                items: 0,
+                counters: Counters::default(),
+                faults: Default::default(),
+                failure: Some(Failure {
+                    rule: "panic".to_string(),
+                    detail: msg,
+                    step: 0,
+                }),
+                trace_hash: 0,
+                trace: Vec::new(),
+                timeline: None,
+                setup: String::new(),
+                end: Time::ZERO,
+            }
+        }
+    }
+}
+
+/// The fixed part of the liveness bound after the heal, or `None` when I6
+/// cannot be expected of this config in reasonable virtual time (a write
+/// timeout shorter than a healthy round trip; an hour of linger or
+/// backoff).
+fn liveness_base(config: &outbox::Config, faults: &NetFaults) -> Option<Duration> {
+    if config
+        .write_timeout()
+        .is_some_and(|t| t < Duration::from_millis(100))
+    {
+        return None;
+    }
+    let long = Duration::from_secs(300);
+    if config.linger() > long || config.max_backoff() > long {
+        return None;
+    }
+    // A hang started before the heal runs on until the write timeout.
+    let hang = config
+        .write_timeout()
+        .unwrap_or(Duration::from_secs(120))
+        .min(Duration::from_secs(120));
+    Some(
+        config.linger()
+            + config.max_backoff() * 2
+            + hang
+            + faults.rpc_timeout * 2
+            + Duration::from_secs(5),
+    )
+}
+
+fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
+    let phase = Duration::from_secs(opts.net_secs.max(1));
+    let mut r = rng(seed);
+    let pick = draw::config(&mut r);
+    let workload = NetWorkload::draw(&mut r, phase);
+    let faults = NetFaults::draw(&mut r, phase);
+    let turmoil_seed = r.next_u64();
+    let sink_seed = r.next_u64();
+    let store_seed = r.next_u64();
+    let liveness = liveness_base(&pick.config, &faults);
+    let setup = format!(
+        "config {:?} weighs={} | tenants {} skew {}/2 items ~{} stagers {} gap {:?} burst 1/{} x{} \
+         sizes <= {} | rates {:?} storm x{} rpc timeout {:?} latency {:?} net events {} \
+         control gap {:?} shutdown {:?} join {:?} abandon {:?} | I6 base {:?}",
+        pick.config,
+        pick.weighs,
+        workload.tenants,
+        workload.skew_half,
+        workload.items,
+        workload.stagers,
+        workload.mean_gap,
+        workload.burst_odds,
+        workload.burst_max,
+        workload.max_size,
+        faults.rates,
+        faults.storm_factor,
+        faults.rpc_timeout,
+        faults.calm_latency,
+        faults.schedule.len(),
+        faults.control_gap,
+        faults.shutdown_at,
+        faults.shutdown_join,
+        faults.abandon_at,
+        liveness
+    );
+
+    let mut new_book = Book::new(opts.trace, pick.config.concurrency());
+    let jitter = (pick.config.jitter() * 1_000_000.0).round() as u128;
+    let initial = pick.config.initial_backoff().as_nanos();
+    new_book.min_backoff =
+        Duration::from_nanos(u64::try_from(initial - initial * jitter / 1_000_000).unwrap_or(0));
+    if opts.trace {
+        new_book = new_book.with_timeline(workload.tenants);
+    }
+    let book: SharedBook = Arc::new(Mutex::new(new_book));
+    {
+        let mut b = book::lock(&book);
+        for k in FAULT_KINDS {
+            b.faults.insert(k, 0);
+        }
+    }
+    let store = Arc::new(Mutex::new(Durable::new(
+        rng(store_seed),
+        faults.rates,
+        faults.storm_factor,
+    )));
+    let end = Arc::new(Mutex::new(AppEnd::default()));
+    let sink = NetSink::new(
+        Arc::clone(&book),
+        rng(sink_seed),
+        faults.rates,
+        faults.storm_factor,
+        faults.rpc_timeout,
+        pick.config.concurrency().max(1) * 2 + 2,
+    );
+    let plan = AppPlan {
+        seed,
+        config: pick.config.clone(),
+        weighs: pick.weighs,
+        workload,
+        faults: faults.clone(),
+        phase,
+        liveness_base: liveness,
+    };
+
+    let mut sim = turmoil::Builder::new()
+        .rng_seed(turmoil_seed)
+        .epoch(UNIX_EPOCH)
+        // Turmoil has no TIME_WAIT: a wide port range keeps a reused port
+        // from meeting a server socket still open for its last owner.
+        .ephemeral_ports(1024..=65535)
+        .tick_duration(TICK)
+        .simulation_duration(Duration::from_secs(365 * 24 * 3600))
+        .min_message_latency(Duration::ZERO)
+        .max_message_latency(faults.calm_latency)
+        .build();
+    {
+        let store = Arc::clone(&store);
+        let book = Arc::clone(&book);
+        sim.host(HOST, move || {
+            datastore::serve(Arc::clone(&store), Arc::clone(&book))
+        });
+    }
+    sim.client(
+        APP,
+        app::run(plan, sink, Arc::clone(&book), Arc::clone(&end)),
+    );
+
+    let healed_latency = faults.calm_latency.min(Duration::from_millis(5));
+    let mut next = 0;
+    let mut healed = false;
+    let mut down = false;
+    let mut partitioned = false;
+    let mut steps = 0u64;
+    loop {
+        let t = sim.elapsed();
+        let at = Time::from_elapsed(t);
+        while !healed && next < faults.schedule.len() && faults.schedule[next].0 <= t {
+            let ev = faults.schedule[next].1;
+            next += 1;
+            let mut b = book::lock(&book);
+            match ev {
+                NetEvent::Partition => {
+                    partitioned = true;
+                    sim.partition(APP, HOST);
+                    b.fault(at, "partition");
+                }
+                NetEvent::Repair => {
+                    partitioned = false;
+                    sim.repair(APP, HOST);
+                    b.record(at, Ev::Net("repair"));
+                }
+                NetEvent::Crash => {
+                    if !down {
+                        down = true;
+                        sim.crash(HOST);
+                        b.fault(at, "crash");
+                    }
+                }
+                NetEvent::Restart => {
+                    if down {
+                        down = false;
+                        sim.bounce(HOST);
+                        b.fault(at, "restart");
+                    }
+                }
+                NetEvent::Latency(us) => {
+                    sim.set_max_message_latency(Duration::from_micros(us));
+                    b.fault(at, "latency");
+                }
+                NetEvent::StormBegins => {
+                    b.weather.storm = true;
+                    b.fault(at, "storm");
+                }
+                NetEvent::StormEnds => {
+                    b.weather.storm = false;
+                    b.record(at, Ev::Net(ev.kind()));
+                }
+            }
+        }
+        if !healed && t >= phase {
+            healed = true;
+            if partitioned {
+                sim.repair(APP, HOST);
+            }
+            if down {
+                sim.bounce(HOST);
+            }
+            sim.set_max_message_latency(healed_latency);
+            let mut b = book::lock(&book);
+            b.weather = book::Weather {
+                storm: false,
+                healed: true,
+            };
+            b.record(at, Ev::Net("healed: every fault stops"));
+        }
+        if healed {
+            let cap = book::lock(&book)
+                .must_end_by
+                .unwrap_or_default()
+                .max(phase + Duration::from_secs(200));
+            if t > cap {
+                let mut b = book::lock(&book);
+                b.fail(
+                    "I6",
+                    format!(
+                        "the application had not finished at {} ms, after the faults stopped \
+                         at {} ms: an answer never came",
+                        t.as_millis(),
+                        phase.as_millis()
+                    ),
+                );
+                break;
+            }
+        }
+        steps += 1;
+        book::lock(&book).steps = steps;
+        match sim.step() {
+            Ok(true) => break,
+            Ok(false) => {}
+            Err(e) => {
+                book::lock(&book).fail("host", format!("a host failed: {e}"));
+                break;
+            }
+        }
+    }
+    let end_time = Time::from_elapsed(sim.elapsed());
+    drop(sim);
+
+    let app_end = std::mem::take(&mut *end.lock().unwrap_or_else(|e| e.into_inner()));
+    let mut b = book::lock(&book);
+    if b.failure.is_none() {
+        if !app_end.finished {
+            b.fail("I6", "the application did not finish its script".into());
+        } else {
+            let abandoned = b.faults.get("abandon").copied().unwrap_or(0) > 0;
+            let st = datastore::lock(&store);
+            if let Some((rule, detail)) = check::end(&b, &st, &app_end.counters, abandoned) {
+                drop(st);
+                b.fail(rule, detail);
+            }
+        }
+    }
+    RunResult {
+        seed,
+        steps,
+        items: b.items.len() as u64,
+        counters: app_end.counters,
+        faults: b.faults.clone(),
+        failure: b.failure.clone(),
+        trace_hash: b.hash(),
+        trace: b.trace.take().unwrap_or_default(),
+        timeline: b.take_timeline(end_time),
+        setup,
+        end: end_time,
+    }
+}
