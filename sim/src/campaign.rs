@@ -73,8 +73,18 @@ impl Summary {
 /// Runs the campaign.
 ///
 /// # Errors
-/// [`WorldError`] if the world cannot run.
+/// [`WorldError`] if the seeds asked for make no campaign (none, or past `u64::MAX`).
 pub fn run(opts: &CampaignOptions) -> Result<Summary, WorldError> {
+    if opts.seeds == 0 {
+        return Err(WorldError::NoSeeds);
+    }
+    let last = opts
+        .from
+        .checked_add(opts.seeds - 1)
+        .ok_or(WorldError::PastLastSeed {
+            from: opts.from,
+            seeds: opts.seeds,
+        })?;
     let run_opts = RunOptions {
         steps: opts.steps,
         net_secs: opts.net_secs,
@@ -98,7 +108,7 @@ pub fn run(opts: &CampaignOptions) -> Result<Summary, WorldError> {
         world: opts.world,
         ..Summary::default()
     };
-    for seed in opts.from..opts.from.saturating_add(opts.seeds) {
+    for seed in opts.from..=last {
         let check = seed % DETERMINISM_EVERY == 0;
         let r = run_seed(opts.world, seed, &run_opts, check)?;
         summary.seeds += 1;

@@ -51,21 +51,30 @@ impl FromStr for WorldKind {
     }
 }
 
-/// A world that cannot run. Every world runs today; the type stays so a
-/// world under construction can say so.
+/// A campaign that cannot run as asked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WorldError {
-    /// The world is not built yet.
-    NotBuilt(WorldKind),
+    /// `--seeds 0`: a campaign of nothing would pass vacuously.
+    NoSeeds,
+    /// `--from` plus `--seeds` runs past the last seed, `u64::MAX`.
+    PastLastSeed {
+        /// The first seed asked for.
+        from: u64,
+        /// How many seeds were asked for.
+        seeds: u64,
+    },
 }
 
 impl fmt::Display for WorldError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            WorldError::NotBuilt(kind) => write!(
+            WorldError::NoSeeds => write!(f, "--seeds must be at least 1"),
+            WorldError::PastLastSeed { from, seeds } => write!(
                 f,
-                "the `{kind}` world is not built yet: it needs the tokio driver \
-                 (`Outbox<S>`, in progress); use `--world fast`"
+                "--from {from} with --seeds {seeds} runs past the last seed ({}); \
+                 at most {} seeds from there",
+                u64::MAX,
+                u64::MAX - from + 1
             ),
         }
     }
