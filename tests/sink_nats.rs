@@ -5,19 +5,19 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use async_nats::connection::State;
 use async_nats::jetstream::{self, stream};
-use async_nats::{Client, ConnectOptions};
+use async_nats::Client;
+use common::nats;
 use common::proxy::{Mode, Proxy};
 use common::servers::{self, eventually};
+use common::sink::{items, retryable, terminal};
 use outbox::sinks::nats::NatsSink;
 use outbox::sinks::Envelope;
-use outbox::{ErrorKind, Sink, TenantId, WriteError, Written};
+use outbox::{Sink, TenantId, Written};
 
-const VAR: &str = "OUTBOX_TEST_NATS_URL";
 const DEADLINE: Duration = Duration::from_secs(10);
 const ACK_TIMEOUT: Duration = Duration::from_millis(500);
 const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
@@ -33,18 +33,7 @@ struct Nats {
 }
 
 async fn setup(test: &str) -> Option<Nats> {
-    let url = servers::url(VAR, test)?;
-    let admin = async_nats::connect(url.as_str())
-        .await
-        .unwrap_or_else(|e| panic!("{VAR}={url} is set but the server does not answer: {e}"));
-    let admin = jetstream::new(admin);
-    let proxy = Proxy::start(upstream_addr(&url).await).await;
-    let client = ConnectOptions::new()
-        .connection_timeout(Duration::from_millis(500))
-        .reconnect_delay_callback(|_| Duration::from_millis(20))
-        .connect(format!("nats://{}", proxy.addr()))
-        .await
-        .expect("connect through the proxy");
+    let (admin, proxy, client) = nats::connect(test).await?;
     let stream = servers::unique_name(test);
     let sink = NatsSink::new(client.clone(), &stream)
         .expect("valid prefix")
@@ -61,23 +50,6 @@ async fn setup(test: &str) -> Option<Nats> {
     })
 }
 
-async fn upstream_addr(url: &str) -> SocketAddr {
-    let hostport = url
-        .split("://")
-        .last()
-        .unwrap_or(url)
-        .split(['/', ','])
-        .next()
-        .unwrap_or("127.0.0.1:4222");
-    let hostport = hostport.rsplit('@').next().unwrap_or(hostport);
-    let addr = tokio::net::lookup_host(hostport)
-        .await
-        .expect("resolve the NATS host")
-        .find(|a| a.is_ipv4())
-        .expect("an IPv4 address for the NATS host");
-    addr
-}
-
 /// What the stream holds: `(subject, payload)` in stream order. Payloads
 /// are unique per item, so this shows each copy. (The `Nats-Msg-Id` header
 /// is not compared: this client does not decode the headers of a stored
@@ -87,14 +59,7 @@ type Stored = Vec<(String, Vec<u8>)>;
 
 impl Nats {
     async fn stored(&self) -> Stored {
-        let mut s = self.admin.get_stream(&self.stream).await.expect("stream");
-        let last = s.info().await.expect("stream info").state.last_sequence;
-        let mut out = Vec::new();
-        for seq in 1..=last {
-            let m = s.get_raw_message(seq).await.expect("message");
-            out.push((m.subject.to_string(), m.payload.to_vec()));
-        }
-        out
+        nats::messages(&self.admin, &self.stream).await
     }
 
     async fn count(&self) -> u64 {
@@ -112,17 +77,8 @@ impl Nats {
     }
 
     async fn delete(&self) {
-        self.admin
-            .delete_stream(&self.stream)
-            .await
-            .expect("delete the stream");
+        nats::delete_stream(&self.admin, &self.stream).await;
     }
-}
-
-fn items(tag: &str, n: usize) -> Vec<Envelope> {
-    (0..n)
-        .map(|i| Envelope::new(format!("{tag}-{i}").into_bytes()))
-        .collect()
 }
 
 fn expected(sink: &NatsSink<Envelope>, tenant: TenantId, items: &[Envelope]) -> Stored {
@@ -132,32 +88,9 @@ fn expected(sink: &NatsSink<Envelope>, tenant: TenantId, items: &[Envelope]) -> 
         .collect()
 }
 
-/// Writes like the outbox's driver would: a retryable failure is retried
-/// with the identical slice after a short backoff (S-W5, S-W7).
+/// Writes with retries, as the driver would (S-W5, S-W7).
 async fn write_retrying(sink: &NatsSink<Envelope>, tenant: TenantId, slice: &[Envelope]) {
-    let mut backoff = Duration::from_millis(50);
-    for _ in 0..6 {
-        match sink.write(tenant, slice).await {
-            Ok(w) => return assert_eq!(w, Written::ALL),
-            Err(e) if !e.is_terminal() => eprintln!("retrying after: {e}"),
-            Err(e) => panic!("terminal: {e}"),
-        }
-        tokio::time::sleep(backoff).await;
-        backoff *= 2;
-    }
-    panic!("the write did not succeed in 6 attempts");
-}
-
-fn retryable(r: Result<Written, WriteError>) -> WriteError {
-    let e = r.expect_err("the write should fail");
-    assert_eq!(e.kind(), ErrorKind::Retryable, "{e}");
-    e
-}
-
-fn terminal(r: Result<Written, WriteError>) -> WriteError {
-    let e = r.expect_err("the write should fail");
-    assert_eq!(e.kind(), ErrorKind::Terminal, "{e}");
-    e
+    common::sink::write_retrying(sink, tenant, slice, 6).await;
 }
 
 // S-W5, I1: the server stores every message but the acks are lost; the

@@ -5,19 +5,18 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
+use common::postgres;
 use common::proxy::{Mode, Proxy};
 use common::servers;
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use common::sink::{items, retryable, terminal};
 use outbox::sinks::postgres::PostgresSink;
 use outbox::sinks::Envelope;
-use outbox::{ErrorKind, Sink, TenantId, WriteError, Written};
-use tokio_postgres::{Client, NoTls};
+use outbox::{Sink, TenantId, Written};
+use tokio_postgres::Client;
 use uuid::Uuid;
 
-const VAR: &str = "OUTBOX_TEST_POSTGRES_URL";
 const DEADLINE: Duration = Duration::from_secs(10);
 
 /// One test's world: a direct client for checks, a proxy to the server, a
@@ -30,42 +29,8 @@ struct Pg {
 }
 
 async fn setup(test: &str) -> Option<Pg> {
-    let url = servers::url(VAR, test)?;
-    let config: tokio_postgres::Config = url.parse().expect("a valid postgres URL");
-    let (admin, conn) = config
-        .connect(NoTls)
-        .await
-        .unwrap_or_else(|e| panic!("{VAR}={url} is set but the server does not answer: {e}"));
-    tokio::spawn(conn);
-    let upstream = upstream_addr(&config).await;
-    let proxy = Proxy::start(upstream).await;
-
-    let mut through = tokio_postgres::Config::new();
-    through.host("127.0.0.1").port(proxy.addr().port());
-    if let Some(user) = config.get_user() {
-        through.user(user);
-    }
-    if let Some(db) = config.get_dbname() {
-        through.dbname(db);
-    }
-    if let Some(password) = config.get_password() {
-        through.password(password);
-    }
-    let manager = Manager::from_config(
-        through,
-        NoTls,
-        ManagerConfig {
-            recycling_method: RecyclingMethod::Fast,
-        },
-    );
-    let pool = Pool::builder(manager)
-        .max_size(2)
-        .runtime(Runtime::Tokio1)
-        .wait_timeout(Some(Duration::from_secs(2)))
-        .create_timeout(Some(Duration::from_millis(500)))
-        .recycle_timeout(Some(Duration::from_millis(500)))
-        .build()
-        .expect("pool");
+    let (admin, proxy, pool) =
+        postgres::connect(test, 2, Duration::from_secs(2), Duration::from_millis(500)).await?;
     let table = servers::unique_name(test);
     let sink = PostgresSink::new(pool, &table).expect("valid table name");
     sink.create_table().await.expect("create the table");
@@ -75,20 +40,6 @@ async fn setup(test: &str) -> Option<Pg> {
         sink,
         table,
     })
-}
-
-async fn upstream_addr(config: &tokio_postgres::Config) -> SocketAddr {
-    let host = match config.get_hosts().first() {
-        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
-        _ => "127.0.0.1".to_owned(),
-    };
-    let port = config.get_ports().first().copied().unwrap_or(5432);
-    let addr = tokio::net::lookup_host((host.as_str(), port))
-        .await
-        .expect("resolve the postgres host")
-        .find(|a| a.is_ipv4())
-        .expect("an IPv4 address for the postgres host");
-    addr
 }
 
 impl Pg {
@@ -113,52 +64,19 @@ impl Pg {
     }
 
     async fn drop_table(&self) {
-        let sql = format!("DROP TABLE IF EXISTS \"{}\"", self.table);
-        self.admin
-            .batch_execute(&sql)
-            .await
-            .expect("drop the table");
+        postgres::drop_table(&self.admin, &self.table).await;
     }
-}
-
-fn items(tag: &str, n: usize) -> Vec<Envelope> {
-    (0..n)
-        .map(|i| Envelope::new(format!("{tag}-{i}").into_bytes()))
-        .collect()
 }
 
 fn expected(items: &[Envelope]) -> Vec<(Uuid, Vec<u8>)> {
     items.iter().map(|e| (e.id, e.payload.clone())).collect()
 }
 
-/// Writes like the outbox's driver would: a retryable failure is retried
-/// with the identical slice after a short backoff (S-W5, S-W7), a few times.
+/// Writes with retries, as the driver would (S-W5, S-W7), a few times.
 /// After a cut, a pooled connection may fail once before the pool notices
 /// it is closed.
 async fn write_retrying(sink: &PostgresSink<Envelope>, tenant: TenantId, slice: &[Envelope]) {
-    let mut backoff = Duration::from_millis(50);
-    for _ in 0..5 {
-        match sink.write(tenant, slice).await {
-            Ok(w) => return assert_eq!(w, Written::ALL),
-            Err(e) if !e.is_terminal() => eprintln!("retrying after: {e}"),
-            Err(e) => panic!("terminal: {e}"),
-        }
-        tokio::time::sleep(backoff).await;
-        backoff *= 2;
-    }
-    panic!("the write did not succeed in 5 attempts");
-}
-
-fn retryable(r: Result<Written, WriteError>) -> WriteError {
-    let e = r.expect_err("the write should fail");
-    assert_eq!(e.kind(), ErrorKind::Retryable, "{e}");
-    e
-}
-
-fn terminal(r: Result<Written, WriteError>) -> WriteError {
-    let e = r.expect_err("the write should fail");
-    assert_eq!(e.kind(), ErrorKind::Terminal, "{e}");
-    e
+    common::sink::write_retrying(sink, tenant, slice, 5).await;
 }
 
 /// Writes `n` items, cutting the connection on the server's reply
