@@ -167,25 +167,7 @@ async fn order_per_tenant_holds_across_retries_with_concurrent_stagers() {
     };
     let w = Arc::new(w);
     let barrier = Arc::new(Barrier::new(TENANTS + 1));
-    let stagers: Vec<_> = tenants(TENANTS)
-        .into_iter()
-        .enumerate()
-        .map(|(n, tenant)| {
-            let (w, barrier) = (Arc::clone(&w), Arc::clone(&barrier));
-            tokio::spawn(async move {
-                let mut want = PerTenant::new();
-                for round in 0..ROUNDS {
-                    barrier.wait().await; // the round's fault is armed
-                    for item in items(&format!("t{n}-r{round}"), PER_ROUND) {
-                        w.stage(tenant, &[item], &mut want);
-                        tokio::task::yield_now().await;
-                    }
-                    barrier.wait().await; // the round is staged
-                }
-                want
-            })
-        })
-        .collect();
+    let stagers = e2e::spawn_stagers(&w, &barrier, tenants(TENANTS), ROUNDS, PER_ROUND, 1);
 
     let start = Instant::now();
     for round in 0..ROUNDS {

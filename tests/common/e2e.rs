@@ -4,11 +4,13 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use outbox::sinks::Envelope;
 use outbox::telemetry::names;
 use outbox::{Config, LostReason, Outbox, Report, Sink, Staged, TenantId};
+use tokio::sync::Barrier;
 use tokio::task::JoinHandle;
 
 use super::proxy::{Mode, Proxy};
@@ -49,7 +51,7 @@ pub fn build<S: Sink>(sink: S, max_batch: usize, write_timeout: Duration) -> (Ou
 pub trait World {
     type Sink: Sink<Item = Envelope>;
     /// What the server keeps of an item, compared by the tests.
-    type Row: Clone + PartialEq + Debug;
+    type Row: Clone + PartialEq + Debug + Send + 'static;
 
     fn outbox(&self) -> &Outbox<Self::Sink>;
     fn metrics(&self) -> &Recorder;
@@ -108,6 +110,39 @@ pub fn tenants(n: usize) -> Vec<TenantId> {
 
 pub fn total<T>(p: &PerTenant<T>) -> u64 {
     p.values().map(|v| v.len() as u64).sum()
+}
+
+/// Spawns a stager per tenant of `tenants` that stages `rounds` rounds of
+/// `per_round` items, in bursts of `burst` with a yield after each, and
+/// waits on `barrier` before each round (its fault is armed) and after it
+/// (it is staged); each returns what it staged.
+pub fn spawn_stagers<W: World + Send + Sync + 'static>(
+    w: &Arc<W>,
+    barrier: &Arc<Barrier>,
+    tenants: Vec<TenantId>,
+    rounds: usize,
+    per_round: usize,
+    burst: usize,
+) -> Vec<JoinHandle<PerTenant<W::Row>>> {
+    tenants
+        .into_iter()
+        .enumerate()
+        .map(|(n, tenant)| {
+            let (w, barrier) = (Arc::clone(w), Arc::clone(barrier));
+            tokio::spawn(async move {
+                let mut want = PerTenant::new();
+                for round in 0..rounds {
+                    barrier.wait().await; // the round's fault is armed
+                    for burst in items(&format!("t{n}-r{round}"), per_round).chunks(burst) {
+                        w.stage(tenant, burst, &mut want);
+                        tokio::task::yield_now().await;
+                    }
+                    barrier.wait().await; // the round is staged
+                }
+                want
+            })
+        })
+        .collect()
 }
 
 /// The end of the concurrent-stagers test: collects what the `stagers`
