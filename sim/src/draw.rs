@@ -163,7 +163,7 @@ impl Workload {
             _ => log_uniform(rng, 1, 255) as u8,
         };
         let skew_half = rng.random_range(0..=4u8);
-        let cumulative = zipf_cumulative(tenants, skew_half);
+        let cumulative = zipf_cumulative(u32::from(tenants), skew_half);
         Workload {
             tenants,
             cumulative,
@@ -184,7 +184,7 @@ impl Workload {
 }
 
 /// Integer Zipf weights: tenant `k` weighs about `1 / (k+1)^(skew_half/2)`.
-fn zipf_cumulative(tenants: u8, skew_half: u8) -> Vec<u64> {
+pub(crate) fn zipf_cumulative(tenants: u32, skew_half: u8) -> Vec<u64> {
     let mut acc = 0u64;
     (0..u64::from(tenants))
         .map(|k| {

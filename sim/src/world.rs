@@ -182,7 +182,13 @@ pub fn run_seed(
 }
 
 fn run_fast(seed: u64, opts: &RunOptions) -> RunResult {
-    match panic::catch_unwind(AssertUnwindSafe(|| FastWorld::new(seed, opts).run())) {
+    catching_panics(seed, || FastWorld::new(seed, opts).run())
+}
+
+/// Runs `run` (the run of `seed`); a panic that escapes it becomes a
+/// failure under the rule `panic`.
+pub(crate) fn catching_panics(seed: u64, run: impl FnOnce() -> RunResult) -> RunResult {
+    match panic::catch_unwind(AssertUnwindSafe(run)) {
         Ok(r) => r,
         Err(payload) => {
             let msg = payload

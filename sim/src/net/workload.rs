@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use crate::draw::{chance, log_uniform, SimRng};
+use crate::draw::{chance, log_uniform, zipf_cumulative, SimRng};
 
 /// What the application stages during the faulty phase.
 #[derive(Clone, Debug)]
@@ -85,26 +85,6 @@ impl NetWorkload {
     pub fn size(&self, rng: &mut SimRng) -> u32 {
         log_uniform(rng, 1, u64::from(self.max_size)) as u32
     }
-}
-
-/// Integer Zipf weights: tenant `k` weighs about `1 / (k+1)^(skew_half/2)`.
-fn zipf_cumulative(tenants: u32, skew_half: u8) -> Vec<u64> {
-    let mut acc = 0u64;
-    (0..u64::from(tenants))
-        .map(|k| {
-            let r = k + 1;
-            let root = (r * 1_000_000).isqrt();
-            let denom = match skew_half {
-                0 => 1_000,
-                1 => root,
-                2 => r * 1_000,
-                3 => r * root,
-                _ => r * r * 1_000,
-            };
-            acc += (1_000_000_000_000 / denom).max(1);
-            acc
-        })
-        .collect()
 }
 
 #[cfg(test)]

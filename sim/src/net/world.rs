@@ -4,11 +4,11 @@
 //! schedule, heals everything at the end of the faulty phase, and runs the
 //! end checks.
 
-use std::panic::{self, AssertUnwindSafe};
+use std::panic;
 use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, UNIX_EPOCH};
 
-use outbox::core::{Counters, Time};
+use outbox::core::Time;
 use rand::RngCore;
 
 use super::app::{self, AppEnd, AppPlan};
@@ -19,7 +19,7 @@ use super::faults::{NetEvent, NetFaults};
 use super::sink::{Injected, NetSink};
 use super::workload::NetWorkload;
 use crate::draw::{self, rng};
-use crate::world::{Failure, RunOptions, RunResult};
+use crate::world::{self, RunOptions, RunResult};
 
 /// The application host's name.
 pub const APP: &str = "app";
@@ -72,33 +72,7 @@ fn quiet_injected_panics() {
 /// failure.
 pub fn run(seed: u64, opts: &RunOptions) -> RunResult {
     quiet_injected_panics();
-    match panic::catch_unwind(AssertUnwindSafe(|| run_inner(seed, opts))) {
-        Ok(r) => r,
-        Err(payload) => {
-            let msg = payload
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "a panic with a non-string payload".to_string());
-            RunResult {
-                seed,
-                steps: 0,
-                items: 0,
-                counters: Counters::default(),
-                faults: Default::default(),
-                failure: Some(Failure {
-                    rule: "panic".to_string(),
-                    detail: msg,
-                    step: 0,
-                }),
-                trace_hash: 0,
-                trace: Vec::new(),
-                timeline: None,
-                setup: String::new(),
-                end: Time::ZERO,
-            }
-        }
-    }
+    world::catching_panics(seed, || run_inner(seed, opts))
 }
 
 /// The fixed part of the liveness bound after the heal, or `None` when I6
