@@ -1,7 +1,7 @@
 //! The regression list and a fixed set of fresh seeds, in `cargo test`.
 
 use outbox_sim::regressions::{self, LIST};
-use outbox_sim::{run_seed, RunOptions, WorldKind};
+use outbox_sim::{run_seed, RunOptions, RunResult, WorldKind};
 
 /// Fresh fast-world seeds per `cargo test` (about 10-20 s in debug).
 const FRESH_SEEDS: u64 = 200;
@@ -27,6 +27,49 @@ fn regression_list_replays() {
     }
 }
 
+/// Runs `count` seeds of `world` from `from`, each with a check of its
+/// world's invariants where `check` says so; every one must pass.
+fn fresh_seeds_pass(
+    world: WorldKind,
+    from: u64,
+    count: u64,
+    opts: &RunOptions,
+    check: impl Fn(u64) -> bool,
+) {
+    for seed in from..from + count {
+        let r = run_seed(world, seed, opts, check(seed)).unwrap();
+        if let Some(f) = r.failure {
+            panic!(
+                "{world} seed {seed} fails: {f}\n  replay: {}",
+                outbox_sim::replay_command(seed, world)
+            );
+        }
+        assert!(r.steps > 0);
+    }
+}
+
+/// Runs `seed` of `world` twice with a trace and once without: the traces
+/// and their hashes are equal, and tracing does not change the run.
+/// Returns the first traced run.
+fn traced_replay(world: WorldKind, seed: u64, opts: RunOptions) -> RunResult {
+    let a = run_seed(world, seed, &opts, false).unwrap();
+    let b = run_seed(world, seed, &opts, false).unwrap();
+    assert_eq!(a.trace_hash, b.trace_hash);
+    assert_eq!(a.trace, b.trace);
+    let untraced = run_seed(
+        world,
+        seed,
+        &RunOptions {
+            trace: false,
+            ..opts
+        },
+        false,
+    )
+    .unwrap();
+    assert_eq!(untraced.trace_hash, a.trace_hash);
+    a
+}
+
 #[test]
 fn fresh_fast_seeds_pass() {
     let opts = RunOptions {
@@ -36,17 +79,9 @@ fn fresh_fast_seeds_pass() {
     };
     // A fixed window far from the campaign's default start, so `cargo test`
     // and `outbox-sim run` cover different seeds.
-    let from = 1_000_000;
-    for seed in from..from + FRESH_SEEDS {
-        let r = run_seed(WorldKind::Fast, seed, &opts, seed % 8 == 0).unwrap();
-        if let Some(f) = r.failure {
-            panic!(
-                "seed {seed} fails: {f}\n  replay: {}",
-                outbox_sim::replay_command(seed, WorldKind::Fast)
-            );
-        }
-        assert!(r.steps > 0);
-    }
+    fresh_seeds_pass(WorldKind::Fast, 1_000_000, FRESH_SEEDS, &opts, |seed| {
+        seed % 8 == 0
+    });
 }
 
 #[test]
@@ -56,24 +91,9 @@ fn a_traced_replay_is_deterministic() {
         trace: true,
         ..RunOptions::default()
     };
-    let a = run_seed(WorldKind::Fast, 3, &opts, false).unwrap();
-    let b = run_seed(WorldKind::Fast, 3, &opts, false).unwrap();
-    assert_eq!(a.trace_hash, b.trace_hash);
-    assert_eq!(a.trace, b.trace);
+    let a = traced_replay(WorldKind::Fast, 3, opts);
     assert!(!a.trace.is_empty());
     assert!(a.timeline.is_some());
-    // Tracing does not change the run.
-    let untraced = run_seed(
-        WorldKind::Fast,
-        3,
-        &RunOptions {
-            trace: false,
-            ..opts
-        },
-        false,
-    )
-    .unwrap();
-    assert_eq!(untraced.trace_hash, a.trace_hash);
 }
 
 /// Fresh net-world seeds per `cargo test` (each runs 60 virtual seconds
@@ -82,18 +102,14 @@ const FRESH_NET_SEEDS: u64 = 8;
 
 #[test]
 fn fresh_net_seeds_pass() {
-    let opts = RunOptions::default();
     let from = 2_000_000;
-    for seed in from..from + FRESH_NET_SEEDS {
-        let r = run_seed(WorldKind::Net, seed, &opts, seed == from).unwrap();
-        if let Some(f) = r.failure {
-            panic!(
-                "net seed {seed} fails: {f}\n  replay: {}",
-                outbox_sim::replay_command(seed, WorldKind::Net)
-            );
-        }
-        assert!(r.steps > 0);
-    }
+    fresh_seeds_pass(
+        WorldKind::Net,
+        from,
+        FRESH_NET_SEEDS,
+        &RunOptions::default(),
+        |seed| seed == from,
+    );
 }
 
 #[test]
@@ -103,21 +119,7 @@ fn a_traced_net_replay_is_deterministic() {
         trace: true,
         ..RunOptions::default()
     };
-    let a = run_seed(WorldKind::Net, 5, &opts, false).unwrap();
-    let b = run_seed(WorldKind::Net, 5, &opts, false).unwrap();
+    let a = traced_replay(WorldKind::Net, 5, opts);
     assert!(a.failure.is_none(), "{:?}", a.failure);
-    assert_eq!(a.trace_hash, b.trace_hash);
-    assert_eq!(a.trace, b.trace);
     assert!(a.trace.iter().any(|l| l.contains("stage t")));
-    let untraced = run_seed(
-        WorldKind::Net,
-        5,
-        &RunOptions {
-            trace: false,
-            ..opts
-        },
-        false,
-    )
-    .unwrap();
-    assert_eq!(untraced.trace_hash, a.trace_hash);
 }
