@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{fmt_secs, process_cpu, summary, tenant, Failing, Samples};
+use common::{fmt_secs, process_cpu, runtime, summary, tenant, Failing, Samples};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};
 use outbox::{Config, Outbox, TenantId};
 use tokio::runtime::Runtime;
@@ -33,14 +33,6 @@ fn every_tenth(t: TenantId) -> bool {
 
 fn never(_: TenantId) -> bool {
     false
-}
-
-fn runtime() -> Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 fn sink(failing: fn(TenantId) -> bool) -> Failing {

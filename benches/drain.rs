@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{fmt_secs, summary, tenant, Counting, Samples};
+use common::{fmt_secs, runtime, summary, tenant, Counting, Samples};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};
 use outbox::{Config, Outbox};
 use tokio::runtime::Runtime;
@@ -17,14 +17,6 @@ const ITEMS: u64 = 1_000_000;
 const TENANTS: [u64; 4] = [1, 1_000, 10_000, 100_000];
 const CONCURRENCY: [usize; 2] = [4, 64];
 const SAMPLES: usize = 10;
-
-pub fn runtime() -> Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// One drain: a fresh outbox, `ITEMS` items staged round-robin over
 /// `tenants` from the runtime's context while the writer drains, then a

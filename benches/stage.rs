@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use common::{fmt_secs, summary, tenant, Counting, Samples};
+use common::{fmt_secs, runtime, summary, tenant, Counting, Samples};
 use criterion::{criterion_group, criterion_main, Criterion};
 use outbox::{Config, Outbox, TenantId};
 use tokio::runtime::Runtime;
@@ -20,14 +20,6 @@ use tokio::sync::mpsc;
 
 const TENANTS: u64 = 1_000;
 const SAMPLES: usize = 20;
-
-fn runtime() -> Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// Runs `op(i)` for `i` in `0..iters` on each of `threads` threads in the
 /// runtime's context; returns the wall time (each thread does `iters`).

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use criterion::Bencher;
 use outbox::{Sink, TenantId, WriteError, Written};
+use tokio::runtime::Runtime;
 
 /// Per-iteration times of every sample criterion took, by bench id, so the
 /// bench can compute medians and ratios against a baseline of the same run.
@@ -49,6 +50,15 @@ impl Samples {
         last.sort_by(f64::total_cmp);
         (!last.is_empty()).then(|| last[last.len() / 2])
     }
+}
+
+/// The runtime the benches drive an outbox on: one worker thread.
+pub fn runtime() -> Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 /// Prints the one-line summary of a bench (`bench NAME ratio=… target=…`).
