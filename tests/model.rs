@@ -876,18 +876,7 @@ impl StateMachineTest for ModelTest {
             Op::Finish { pick, outcome } => {
                 if !s.in_flight.is_empty() {
                     let w = s.in_flight.remove(usize::from(pick) % s.in_flight.len());
-                    let outcome = match outcome {
-                        OpOutcome::Written => Outcome::WRITTEN,
-                        OpOutcome::Discard(n) => Outcome::Written {
-                            discarded: usize::from(n),
-                        },
-                        OpOutcome::Failed => Outcome::Failed,
-                        OpOutcome::Panicked => Outcome::Panicked,
-                        OpOutcome::TimedOut => Outcome::TimedOut,
-                        OpOutcome::Rejected => Outcome::Rejected,
-                        OpOutcome::Cancelled => Outcome::Cancelled,
-                    };
-                    if let Err(err) = e.finish(s.now, w, outcome) {
+                    if let Err(err) = e.finish(s.now, w, Outcome::from(outcome)) {
                         fail(step, "finish refused", &err.0.id, &"in flight");
                     }
                 }

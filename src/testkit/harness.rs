@@ -714,20 +714,10 @@ impl Harness {
             .in_flight
             .remove(usize::from(pick) % self.in_flight.len());
         let id = w.id;
-        let outcome = match outcome {
-            OpOutcome::Written => Outcome::WRITTEN,
-            OpOutcome::Discard(n) => {
-                self.discard.insert(id, usize::from(n));
-                Outcome::Written {
-                    discarded: usize::from(n),
-                }
-            }
-            OpOutcome::Failed => Outcome::Failed,
-            OpOutcome::Panicked => Outcome::Panicked,
-            OpOutcome::TimedOut => Outcome::TimedOut,
-            OpOutcome::Rejected => Outcome::Rejected,
-            OpOutcome::Cancelled => Outcome::Cancelled,
-        };
+        if let OpOutcome::Discard(n) = outcome {
+            self.discard.insert(id, usize::from(n));
+        }
+        let outcome = Outcome::from(outcome);
         if !matches!(outcome, Outcome::Written { .. }) {
             *self.stats.faults.entry(fault_name(outcome)).or_default() += 1;
         }

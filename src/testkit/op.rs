@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use arbitrary::Arbitrary;
 
-use crate::core::{Config, ErrorPolicy};
+use crate::core::{Config, ErrorPolicy, Outcome};
 
 /// How a harness finishes a write it picked.
 #[derive(Arbitrary, Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -25,6 +25,23 @@ pub enum OpOutcome {
     Rejected,
     /// Cancelled by the driver.
     Cancelled,
+}
+
+impl From<OpOutcome> for Outcome {
+    /// The engine's outcome of a write finished so.
+    fn from(outcome: OpOutcome) -> Outcome {
+        match outcome {
+            OpOutcome::Written => Outcome::WRITTEN,
+            OpOutcome::Discard(n) => Outcome::Written {
+                discarded: usize::from(n),
+            },
+            OpOutcome::Failed => Outcome::Failed,
+            OpOutcome::Panicked => Outcome::Panicked,
+            OpOutcome::TimedOut => Outcome::TimedOut,
+            OpOutcome::Rejected => Outcome::Rejected,
+            OpOutcome::Cancelled => Outcome::Cancelled,
+        }
+    }
 }
 
 /// One input to the engine, in a form a fuzzer or a seeded RNG can draw.
