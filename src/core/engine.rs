@@ -681,9 +681,6 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// is handed back once, to one caller.
     pub fn abandon(&mut self, now: Time) -> Vec<(K, Vec<I>)> {
         self.advance(now);
-        if self.life == Life::Open {
-            self.life = Life::Closing;
-        }
         let held = self.give_up_all(LostReason::Abandoned);
         self.close();
         held.into_iter().map(|(k, _, v)| (k, v)).collect()
