@@ -1391,3 +1391,40 @@ fn the_engine_keeps_its_config() {
     let w = World::config(c.clone());
     assert_eq!(w.e.config(), &c);
 }
+
+#[test]
+fn s_w9_a_joining_shutdown_with_the_same_deadline_keeps_the_first_timer() {
+    // S-W9, S-W17: the shutdown deadline armed first fires before a flush
+    // deadline armed later for the same instant, so the flush's items are
+    // answered as lost by the shutdown, not as still pending.
+    let mut w = World::new(Config::builder());
+    w.stage_ok(1, [1]);
+    let a = w.poll_one();
+    let sd = w.shutdown(100);
+    let f = w.flush(100);
+    let _joined = w.shutdown(100); // same deadline: nothing to tighten
+    w.at(100);
+    let r = w.wait_done(f).expect("answered at 100");
+    assert_eq!((r.lost, r.pending), (1, 0), "the shutdown gave it up first");
+    w.finish(a, Outcome::Cancelled);
+    assert!(w.shutdown_done(sd).is_some());
+}
+
+#[test]
+fn s_a3_items_staged_after_a_flush_linger_even_if_a_settle_opened_later() {
+    // S-A3, S-A4: only items staged before a flush skip linger; a settle
+    // opened later changes nothing for the ones staged after the flush.
+    let mut w = World::new(Config::builder().linger(dur(100)));
+    w.stage_ok(1, [1]);
+    w.at(100);
+    let a = w.poll_one(); // linger ran out
+    let _f = w.flush(10_000); // covers item 1 (in flight)
+    w.at(101);
+    w.stage_ok(1, [2]); // after the flush
+    w.at(102);
+    let _s = w.settle(10_000);
+    w.at(103);
+    w.ok(a);
+    assert!(w.poll().is_empty(), "item 2 lingers");
+    assert_eq!(w.e.poll_timeout(), Some(ms(201)), "from its staging at 101");
+}

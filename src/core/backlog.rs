@@ -62,7 +62,7 @@ pub(crate) struct Tenant<I> {
 }
 
 impl<I> Tenant<I> {
-    pub(crate) fn new(now: Time, seen: Seen) -> Self {
+    pub(crate) fn new(now: Time) -> Self {
         Tenant {
             items: VecDeque::new(),
             bytes: 0,
@@ -70,7 +70,7 @@ impl<I> Tenant<I> {
             pending: 0,
             phase: Phase::Idle,
             retry: None,
-            seen,
+            seen: Seen::default(),
         }
     }
 

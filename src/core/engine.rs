@@ -356,7 +356,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         } = self;
         let t = tenants
             .entry(tenant.clone())
-            .or_insert_with(|| Tenant::new(now, waits.fresh()));
+            .or_insert_with(|| Tenant::new(now));
         // The new item comes after every open wait (S-A4).
         waits.touch(&mut t.seen, t.pending as u64);
         if t.items.is_empty() {

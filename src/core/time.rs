@@ -94,5 +94,7 @@ mod tests {
         );
         assert_eq!(Time::from_elapsed(Duration::MAX), Time::MAX);
         assert_eq!(Time::from_millis(1250).to_string(), "1250.000ms");
+        assert_eq!(Time::from_millis(3).as_nanos(), 3_000_000);
+        assert_eq!(Time::from_nanos(7).elapsed(), Duration::from_nanos(7));
     }
 }

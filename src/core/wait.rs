@@ -72,15 +72,6 @@ impl Waits {
         WaitId(self.latest)
     }
 
-    /// A fresh tenant's view: it has no items before any open wait.
-    pub(crate) fn fresh(&self) -> Seen {
-        Seen {
-            latest: self.latest,
-            marks: Vec::new(),
-            hurried: 0,
-        }
-    }
-
     /// Opens a wait covering the `pending` items pending now. Returns
     /// whether it is already done (nothing pending).
     pub(crate) fn open(
@@ -105,7 +96,9 @@ impl Waits {
     }
 
     /// Catches a tenant with `pending` items up on the waits opened since
-    /// it was last touched. Call before its pending count changes.
+    /// it was last touched. Call before its pending count changes. A new
+    /// tenant starts from `Seen::default()`: with nothing pending, catching
+    /// up adds nothing.
     pub(crate) fn touch(&self, seen: &mut Seen, pending: u64) {
         if seen.latest == self.latest {
             return;
@@ -114,13 +107,13 @@ impl Waits {
             seen.hurried = pending;
         }
         if pending > 0 {
-            for (id, w) in self.open.range(WaitId(seen.latest + 1)..) {
-                if w.remaining > 0 {
-                    seen.marks.push(Mark {
-                        wait: *id,
-                        before: pending,
-                    });
-                }
+            // Every open wait still waits for something: one whose items
+            // all settled was answered (and closed) in the same input.
+            for (id, _) in self.open.range(WaitId(seen.latest + 1)..) {
+                seen.marks.push(Mark {
+                    wait: *id,
+                    before: pending,
+                });
             }
         }
         seen.latest = self.latest;
