@@ -510,6 +510,8 @@ fn drops_are_logged_rate_limited_and_failures_with_their_context() {
     assert_eq!(f.field("items"), Some("1"));
     assert_eq!(f.field("attempt"), Some("1"));
     assert_eq!(f.field("backoff_ms"), Some("50.0"));
+    assert_eq!(f.field("outbox"), Some("logs"), "logs name their outbox");
+    assert!(dropped.iter().all(|l| l.field("outbox") == Some("logs")));
     assert!(
         f.field("error").is_some_and(|e| e.contains("failing")),
         "{f:?}"

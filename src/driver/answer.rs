@@ -40,16 +40,16 @@ impl<T> fmt::Debug for Answer<T> {
     }
 }
 
-/// What a report says when the writer cannot answer: its runtime is gone.
+/// What a report says when the writer cannot answer: its runtime is gone,
+/// so everything was given up (abandoned) and nothing is pending.
 pub(crate) trait Unanswered {
-    /// A report with `pending` items still pending, deadline passed.
-    fn unanswered(pending: u64) -> Self;
+    /// A report with nothing counted, deadline passed.
+    fn unanswered() -> Self;
 }
 
 impl Unanswered for Report {
-    fn unanswered(pending: u64) -> Self {
+    fn unanswered() -> Self {
         Report {
-            pending,
             deadline_passed: true,
             ..Report::default()
         }
@@ -57,9 +57,9 @@ impl Unanswered for Report {
 }
 
 impl<I> Unanswered for ShutdownReport<TenantId, I> {
-    fn unanswered(pending: u64) -> Self {
+    fn unanswered() -> Self {
         ShutdownReport {
-            report: Report::unanswered(pending),
+            report: Report::unanswered(),
             first: false,
             unwritten: Vec::new(),
         }
@@ -72,6 +72,6 @@ impl<T: Unanswered> Future for Answer<T> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
         Pin::new(&mut self.rx)
             .poll(cx)
-            .map(|r| r.unwrap_or_else(|_| T::unanswered(0)))
+            .map(|r| r.unwrap_or_else(|_| T::unanswered()))
     }
 }

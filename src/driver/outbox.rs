@@ -347,8 +347,9 @@ impl<S: Sink> Outbox<S> {
         shared.input(|st| {
             let id = start(&mut st.engine, now);
             if st.writer_gone {
+                // Abandoned when the writer went: nothing is pending.
                 while st.engine.poll_event().is_some() {}
-                let _ = tx.send(T::unanswered(st.engine.pending()));
+                let _ = tx.send(T::unanswered());
             } else {
                 st.waiters.insert(id, waiter(tx));
             }

@@ -100,11 +100,10 @@ impl<S: Sink> Drop for Writer<S> {
                     _ => {}
                 }
             }
-            let pending = st.engine.pending();
             for (_, waiter) in mem::take(&mut st.waiters) {
                 match waiter {
-                    Waiter::Report(tx) => drop(tx.send(Report::unanswered(pending))),
-                    Waiter::Shutdown(tx) => drop(tx.send(ShutdownReport::unanswered(pending))),
+                    Waiter::Report(tx) => drop(tx.send(Report::unanswered())),
+                    Waiter::Shutdown(tx) => drop(tx.send(ShutdownReport::unanswered())),
                 }
             }
             st.engine.counters().lost_for(LostReason::Abandoned) - before

@@ -323,7 +323,7 @@ fn counter(m: &Metrics, name: &str, outbox: &str, reason: Option<&str>) -> u64 {
     }
 }
 
-fn gauge(m: &Metrics, name: &str, outbox: &str) -> f64 {
+pub fn gauge(m: &Metrics, name: &str, outbox: &str) -> f64 {
     match m.get(&(name.to_owned(), outbox.to_owned(), None)) {
         Some(DebugValue::Gauge(v)) => v.into_inner(),
         other => panic!("{name}{{outbox={outbox}}}: {other:?}"),
