@@ -144,7 +144,9 @@ impl Waits {
             }
             m.before -= covered;
             w.remaining -= covered;
-            if covered > 0 && w.remaining == 0 {
+            // An open wait has something left, so reaching zero means this
+            // slice settled its last item.
+            if w.remaining == 0 {
                 done.push(m.wait);
             }
         }
