@@ -226,3 +226,22 @@ pub enum Event<K, I> {
         report: ShutdownReport<K, I>,
     },
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_have_their_log_names() {
+        let names = [
+            Failure::Error,
+            Failure::Panic,
+            Failure::Timeout,
+            Failure::Rejected,
+            Failure::Cancelled,
+        ]
+        .map(Failure::as_str);
+        assert_eq!(names, ["error", "panic", "timeout", "rejected", "cancelled"]);
+        assert_eq!(WriteId(7).to_string(), "w7");
+    }
+}
