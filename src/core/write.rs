@@ -241,7 +241,10 @@ mod tests {
             Failure::Cancelled,
         ]
         .map(Failure::as_str);
-        assert_eq!(names, ["error", "panic", "timeout", "rejected", "cancelled"]);
+        assert_eq!(
+            names,
+            ["error", "panic", "timeout", "rejected", "cancelled"]
+        );
         assert_eq!(WriteId(7).to_string(), "w7");
     }
 }
