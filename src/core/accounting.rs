@@ -191,6 +191,29 @@ mod tests {
             !c.add_lost(LostReason::Terminal, 0),
             "nothing counted, nothing logged"
         );
+        let mut fresh = Counters::default();
+        assert!(
+            !fresh.add_dropped(DropReason::SinkError, 0),
+            "not even the first"
+        );
+    }
+
+    #[test]
+    fn balanced_says_whether_every_item_is_in_one_state() {
+        // S-W14.
+        let mut c = Counters {
+            staged: 10,
+            pending: 2,
+            written: 5,
+            ..Counters::default()
+        };
+        c.add_lost(LostReason::Deadline, 2);
+        c.add_dropped(DropReason::BufferFull, 1);
+        assert!(c.balanced());
+        c.pending += 1;
+        assert!(!c.balanced(), "an item counted twice");
+        c.pending -= 2;
+        assert!(!c.balanced(), "an item nowhere");
     }
 
     #[test]
