@@ -141,7 +141,7 @@ impl Log {
     /// sink's error text for an [`Event::AttemptFailed`], when the writer
     /// has it.
     pub(crate) fn event<I>(&self, event: &Event<TenantId, I>, error: Option<&str>) {
-        let outbox = self.name.as_str();
+        let outbox = self.name();
         match event {
             Event::Written {
                 id,
