@@ -107,14 +107,13 @@ impl<I> Tenant<I> {
                 }
                 n = taken;
             }
-            None if self.bytes > 0 => {
+            None => {
                 bytes = self
                     .items
                     .iter()
                     .take(n)
                     .fold(0u64, |sum, i| sum.saturating_add(weigh(i)));
             }
-            None => {}
         }
         let items: Vec<I> = self.items.drain(..n).collect();
         // Saturating: an impure weigher must not make the sums underflow.
