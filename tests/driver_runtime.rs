@@ -377,7 +377,20 @@ fn a_runtime_dropped_under_the_writer_accounts_for_everything() {
     });
     let _ = o.stage(t(1), 2);
     let waiting = o.flush(Duration::from_secs(3600));
-    drop(rt);
+    // The writer is dropped on this thread (current-thread runtime), so
+    // its one error line lands in this subscriber.
+    let capture = capture::Capture::default();
+    tracing::subscriber::with_default(capture.clone(), || drop(rt));
+    let logs = capture.0.lock().unwrap().clone();
+    let gone: Vec<_> = logs
+        .iter()
+        .filter(|l| l.message.contains("writer task was dropped"))
+        .collect();
+    assert_eq!(gone.len(), 1, "{logs:?}");
+    assert_eq!(gone[0].level, Some(tracing::Level::ERROR));
+    assert_eq!(gone[0].field("items"), Some("2"), "both pending items");
+    assert_eq!(gone[0].field("reason"), Some("abandoned"));
+    assert_eq!(gone[0].field("outbox"), Some("gone"));
     let c = o.counters();
     assert_eq!(c.lost_for(LostReason::Abandoned), 2);
     assert_eq!(c.pending, 0);
@@ -393,6 +406,169 @@ fn a_runtime_dropped_under_the_writer_accounts_for_everything() {
     assert_eq!((r.pending, r.deadline_passed), (0, true));
     assert_eq!(o.stage(t(1), 3), Staged::Refused);
     assert!(o.counters().balanced());
+}
+
+/// A runtime dropped under an idle writer loses nothing, so it logs no
+/// loss (S-A6: a log line names a real loss).
+#[test]
+fn a_runtime_dropped_under_an_idle_writer_logs_no_loss() {
+    let rt = current_thread();
+    let sink = TestSink::new("idle");
+    let o = rt.block_on(async {
+        let o = Outbox::new(sink.clone(), Config::default()).unwrap();
+        let _ = o.stage(t(1), 1);
+        assert_eq!(o.flush(Duration::from_secs(5)).await.written, 1);
+        o
+    });
+    let capture = capture::Capture::default();
+    tracing::subscriber::with_default(capture.clone(), || drop(rt));
+    let logs = capture.0.lock().unwrap().clone();
+    assert!(
+        logs.iter().all(|l| l.level != Some(tracing::Level::ERROR)),
+        "{logs:?}"
+    );
+    assert_eq!(o.counters().lost_total(), 0);
+    assert_eq!(sink.stored(t(1)), [1]);
+
+    // Everything was already given up by `abandon` (S-A7), a write still
+    // in flight: the runtime's drop adds no loss, so no line either.
+    let rt = current_thread();
+    let sink = TestSink::new("abandoned");
+    sink.set_all(Act::Hang);
+    let o = rt.block_on(async {
+        let o = Outbox::new(sink.clone(), Config::default()).unwrap();
+        let _ = o.stage(t(1), 1);
+        sink.until_attempts(t(1), 1).await;
+        let _ = o.stage(t(1), 2);
+        assert_eq!(o.abandon(), [(t(1), vec![2])]);
+        o
+    });
+    assert_eq!(o.counters().lost_for(LostReason::Abandoned), 2);
+    let capture = capture::Capture::default();
+    tracing::subscriber::with_default(capture.clone(), || drop(rt));
+    let logs = capture.0.lock().unwrap().clone();
+    assert!(
+        logs.iter()
+            .all(|l| !l.message.contains("writer task was dropped")),
+        "{logs:?}"
+    );
+    assert_eq!(o.counters().lost_for(LostReason::Abandoned), 2);
+    assert!(o.counters().balanced());
+}
+
+/// The outbox keeps time on its own runtime's clock whoever calls it: a
+/// stage from a second runtime whose (paused) clock is an hour ahead, or
+/// from a plain thread while the outbox's clock is an hour ahead of the
+/// wall clock, still lingers the full `linger` on the outbox's clock.
+#[test]
+fn staging_from_another_clock_lingers_on_the_outboxs_clock() {
+    fn paused() -> Runtime {
+        Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap()
+    }
+    const LINGER: Duration = Duration::from_secs(10);
+    let config = || Config::builder().linger(LINGER).build().unwrap();
+
+    // Case 1: a foreign runtime, an hour ahead.
+    let rt = paused();
+    let ahead = paused();
+    ahead.block_on(tokio::time::advance(Duration::from_secs(3600)));
+    let sink = TestSink::new("foreign");
+    let o = rt.block_on(async { Outbox::new(sink.clone(), config()).unwrap() });
+    ahead.block_on(async { assert_eq!(o.stage(t(1), 1), Staged::Accepted) });
+    rt.block_on(async {
+        tokio::time::advance(LINGER + Duration::from_secs(1)).await;
+        // Yields, not a timed wait: the clock must not move on its own.
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(sink.stored(t(1)), [1], "written after its linger");
+    });
+
+    // Case 2: no runtime at all, the outbox's clock an hour ahead of the
+    // wall clock.
+    let rt = paused();
+    let sink = TestSink::new("plain");
+    let o = rt.block_on(async {
+        let o = Outbox::new(sink.clone(), config()).unwrap();
+        // The writer's first look at the clock is at 0; it then sleeps
+        // with nothing to do while the clock moves on.
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        o
+    });
+    std::thread::scope(|s| {
+        s.spawn(|| assert_eq!(o.stage(t(1), 1), Staged::Accepted));
+    });
+    rt.block_on(async {
+        // Not before the full linger on the outbox's clock...
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        assert!(sink.attempts().is_empty(), "wrote before its linger");
+        tokio::time::advance(LINGER - Duration::from_secs(1)).await;
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        assert!(sink.attempts().is_empty(), "wrote before its linger");
+        // ...and right after it.
+        tokio::time::advance(Duration::from_secs(2)).await;
+        sink.until(|s| s.stored(t(1)) == [1]).await;
+    });
+}
+
+/// A stage from a thread-local destructor that runs after tokio's own
+/// thread locals are gone (no runtime context can be entered there) is
+/// still taken, on the wall clock, and written.
+#[test]
+fn staging_from_a_thread_local_destructor_is_taken() {
+    struct StageOnDrop(Option<Outbox<TestSink>>);
+    impl Drop for StageOnDrop {
+        fn drop(&mut self) {
+            if let Some(o) = self.0.take() {
+                let staged = o.stage(t(1), 7);
+                let gone = tokio::runtime::Handle::try_current()
+                    .is_err_and(|e| e.is_thread_local_destroyed());
+                *RESULT.lock().unwrap() = Some((staged, gone));
+            }
+        }
+    }
+    thread_local! {
+        static HOLDER: std::cell::RefCell<StageOnDrop> =
+            const { std::cell::RefCell::new(StageOnDrop(None)) };
+    }
+    static RESULT: std::sync::Mutex<Option<(Staged, bool)>> = std::sync::Mutex::new(None);
+
+    let rt = current_thread();
+    let sink = TestSink::new("tls");
+    // With a linger, a stage reads the clock.
+    let config = Config::builder()
+        .linger(Duration::from_millis(1))
+        .build()
+        .unwrap();
+    let o = rt.block_on(async { Outbox::new(sink.clone(), config).unwrap() });
+    let for_thread = o.clone();
+    std::thread::spawn(move || {
+        // Our destructor registers first, tokio's context second; they
+        // run in reverse, so ours runs after tokio's context is gone.
+        HOLDER.with(|h| h.borrow_mut().0 = Some(for_thread));
+        let _ = tokio::runtime::Handle::try_current();
+    })
+    .join()
+    .unwrap();
+    let (staged, gone) = RESULT.lock().unwrap().take().expect("the destructor ran");
+    assert!(
+        gone,
+        "tokio's thread locals were still alive; the test proves nothing"
+    );
+    assert_eq!(staged, Staged::Accepted);
+    assert_eq!(rt.block_on(o.flush(Duration::from_secs(5))).written, 1);
+    assert_eq!(sink.stored(t(1)), [7]);
 }
 
 /// Captures tracing events as (level, message, fields) on this thread.
