@@ -28,6 +28,25 @@ fn build_errors_render_and_chain_their_cause() {
     assert!(std::error::Error::source(&BuildError::NoRuntime).is_none());
 }
 
+/// A sink's error keeps its cause reachable through the standard error
+/// chain, so reporters that walk `source()` show it (S-A5).
+#[test]
+fn write_errors_render_their_kind_and_chain_their_cause() {
+    use outbox::{ErrorKind, WriteError};
+    let cause = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "peer reset");
+    let err = WriteError::retryable(cause);
+    assert_eq!(err.kind(), ErrorKind::Retryable);
+    assert!(!err.is_terminal());
+    assert_eq!(err.to_string(), "retryable write error: peer reset");
+    let source = std::error::Error::source(&err).expect("the cause is the source");
+    assert_eq!(source.to_string(), "peer reset");
+    assert!(source.downcast_ref::<std::io::Error>().is_some());
+    assert_eq!(err.cause().to_string(), "peer reset");
+    let err = WriteError::terminal("bad row");
+    assert!(err.is_terminal());
+    assert_eq!(err.to_string(), "terminal write error: bad row");
+}
+
 #[test]
 fn an_outbox_names_itself_and_says_when_the_fence_is_up() {
     paused().block_on(async {
