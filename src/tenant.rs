@@ -48,3 +48,28 @@ impl fmt::Display for TenantId {
         fmt::Display::fmt(&self.0, f)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tenant_shows_as_its_hyphenated_uuid() {
+        let t = TenantId::from_u128(0x0192_3456_789a_7bcd_8ef0_1234_5678_9abc);
+        assert_eq!(t.to_string(), "01923456-789a-7bcd-8ef0-123456789abc");
+        assert_eq!(
+            format!("{t:>40}"),
+            format!("{:>40}", t.0),
+            "width passes through"
+        );
+        assert_eq!(TenantId::from(*t.as_uuid()), t);
+    }
+
+    #[test]
+    fn fresh_tenants_are_v7_and_sort_by_creation() {
+        let a = TenantId::new_v7();
+        let b = TenantId::new_v7();
+        assert_eq!(a.as_uuid().get_version_num(), 7);
+        assert!(a < b, "v7 ids from one process sort by creation");
+    }
+}
