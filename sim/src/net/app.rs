@@ -10,20 +10,34 @@
 //!    every answer must come by its deadline (S-W15) and say something
 //!    consistent; after a shutdown answers, I8 holds.
 //! 2. healed (the world stops every fault at `phase`): unless a shutdown or
-//!    abandon happened, `settle` must return 0 pending within a bound (I6),
-//!    then a final shutdown, then I8.
+//!    abandon happened, one of two endings, drawn from the seed:
+//!    - `settle` must return 0 pending within a bound (I6), then a final
+//!      shutdown, then I8;
+//!    - or (1 run in 4) the handles are dropped at once, with no settle
+//!      and no shutdown (S-W16): the writer must drain what it holds until
+//!      its drop deadline and exit, which the application sees as the
+//!      sink being dropped, within the deadline and a little slack (a
+//!      writer that lingers is a zombie). What was unwritten at the
+//!      deadline is lost under `deadline` and handed back to no one. With
+//!      the outbox gone, the final counters are read from the exported
+//!      metrics: they must balance with nothing pending (S-W14). When the
+//!      drop deadline covers the I6 bound, nothing may be lost under
+//!      `deadline`: the drain under the writer's own shutdown is the
+//!      settle's, lingering batches sent at once.
 //!
 //! At the end the exported metrics must equal the counters (I3); the run's
-//! final counters go into the book for the end checks.
+//! final counters and its ending go into the book for the end checks.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use outbox::core::{Counters, LostReason, Report};
+use outbox::core::{Counters, DropReason, LostReason, Report};
+use outbox::telemetry::names;
 use outbox::{Config, Outbox, Staged, TenantId};
 use rand::Rng;
 
 use super::book::{self, ms, Admit, End, Ev, ItemRec, SharedBook};
+use super::check::Ending;
 use super::faults::NetFaults;
 use super::metrics::SimRecorder;
 use super::sink::{Item, NetSink};
@@ -33,6 +47,17 @@ use crate::draw::{chance, gap, log_uniform, rng, SimRng};
 /// A flush, settle or shutdown may answer this long after its deadline
 /// (tokio's timer rounds up to the millisecond).
 const SLACK: Duration = Duration::from_millis(2);
+
+/// The writer may take this long past its drop deadline to exit: it only
+/// has to take back the writes it cancelled (S-W16, S-W15).
+const EXIT_SLACK: Duration = Duration::from_secs(2);
+
+/// How often the application looks whether the writer has exited.
+const EXIT_POLL: Duration = Duration::from_millis(5);
+
+/// The drop deadline when the run ends with a shutdown: that shutdown
+/// governs, the writer's own is never started.
+const DEFAULT_DROP_DEADLINE: Duration = Duration::from_secs(1);
 
 /// Everything the application host needs, drawn by the world.
 #[derive(Clone)]
@@ -53,13 +78,29 @@ pub struct AppPlan {
     /// backoff, hangs, timeouts), if I6 is checked in this run; the app
     /// adds the time to drain what is pending at the heal.
     pub liveness_base: Option<Duration>,
+    /// The drop ending, with the writer's drop deadline (S-W16): at the
+    /// heal, if no shutdown or abandon happened, every handle is dropped
+    /// instead of settling and shutting down.
+    pub drop_deadline: Option<Duration>,
+}
+
+/// The I6 bound for draining `pending` items after the heal, from its
+/// fixed part `base`: a healthy round trip takes a few ticks, so 20 ms per
+/// write the backlog could need, one slot at a time, plus one per tenant.
+pub fn i6_bound(base: Duration, pending: u64, concurrency: usize, tenants: u32) -> Duration {
+    let conc = concurrency.max(1) as u64;
+    let writes = pending / conc + u64::from(tenants);
+    base + Duration::from_millis(20).saturating_mul(u32::try_from(writes).unwrap_or(u32::MAX))
 }
 
 /// What the application leaves for the end checks.
 #[derive(Debug, Default)]
 pub struct AppEnd {
-    /// The outbox's counters at the end.
+    /// The outbox's counters at the end (after a drop, as the exported
+    /// metrics tell them, `attempts` left 0: it is not exported).
     pub counters: Counters,
+    /// How the run ended (the world tells an abandon apart).
+    pub ending: Ending,
     /// The application finished its script.
     pub finished: bool,
 }
@@ -77,10 +118,17 @@ pub async fn run(
     end: SharedEnd,
 ) -> turmoil::Result {
     let recorder = SimRecorder::default();
+    let Some(alive) = sink.alive() else {
+        book::lock(&book).fail(
+            "build",
+            "the application was given a clone of the sink".into(),
+        );
+        return Ok(());
+    };
     let built = metrics::with_local_recorder(&recorder, || {
         let mut b = Outbox::builder(sink)
             .config(plan.config.clone())
-            .drop_deadline(Duration::from_secs(1));
+            .drop_deadline(plan.drop_deadline.unwrap_or(DEFAULT_DROP_DEADLINE));
         if plan.weighs {
             b = b.weigher(|i: &Item| u64::from(i.size));
         }
@@ -133,15 +181,22 @@ pub async fn run(
         let _ = c.await;
     }
     book::lock(&book).record(book::now(), Ev::Phase("healed phase"));
-    if !closed_early {
-        healed(&outbox, &book, &recorder, &plan).await;
-    }
-    let counters = outbox.counters();
-    if let Some(m) = recorder.mismatch(&counters) {
-        book::lock(&book).fail("I3", format!("at the end: {m}"));
-    }
+    let (counters, ending) = match plan.drop_deadline.filter(|_| !closed_early) {
+        Some(deadline) => drop_handles(outbox, &alive, &book, &recorder, &plan, deadline).await,
+        None => {
+            if !closed_early {
+                healed(&outbox, &book, &recorder, &plan).await;
+            }
+            let counters = outbox.counters();
+            if let Some(m) = recorder.mismatch(&counters) {
+                book::lock(&book).fail("I3", format!("at the end: {m}"));
+            }
+            (counters, Ending::Shutdown)
+        }
+    };
     let mut e = end.lock().unwrap_or_else(PoisonError::into_inner);
     e.counters = counters;
+    e.ending = ending;
     e.finished = true;
     Ok(())
 }
@@ -495,11 +550,12 @@ async fn healed(outbox: &Net, book: &SharedBook, recorder: &SimRecorder, plan: &
     let deadline = match plan.liveness_base {
         Some(base) => {
             *book::lock(book).faults.entry("i6_checked").or_default() += 1;
-            // A healthy round trip takes a few ticks: 20 ms per write the
-            // backlog could need, one slot at a time, plus one per tenant.
-            let conc = plan.config.concurrency().max(1) as u64;
-            let writes = outbox.pending() / conc + u64::from(plan.workload.tenants);
-            let bound = base + Duration::from_millis(20).saturating_mul(writes as u32);
+            let bound = i6_bound(
+                base,
+                outbox.pending(),
+                plan.config.concurrency(),
+                plan.workload.tenants,
+            );
             let called = elapsed();
             book::lock(book).must_end_by = Some(called + bound + bound + Duration::from_secs(60));
             book::lock(book).record(
@@ -542,4 +598,148 @@ async fn healed(outbox: &Net, book: &SharedBook, recorder: &SimRecorder, plan: &
         true,
     )
     .await;
+}
+
+/// The drop ending (S-W16): the last handle is dropped at the heal, with
+/// no settle and no shutdown; the writer must drain until `deadline`,
+/// give up what is left, and exit. Returns the final counters, read from
+/// the exported metrics since the outbox is gone, and the ending.
+async fn drop_handles(
+    outbox: Net,
+    alive: &Weak<()>,
+    book: &SharedBook,
+    recorder: &SimRecorder,
+    plan: &AppPlan,
+    deadline: Duration,
+) -> (Counters, Ending) {
+    let before = outbox.counters();
+    if let Some(m) = recorder.mismatch(&before) {
+        book::lock(book).fail("I3", format!("at the drop: {m}"));
+    }
+    let called = elapsed();
+    // Liveness is checked where I6 is and the deadline leaves the drain
+    // I6's whole bound: the writer's shutdown drains as a settle does,
+    // lingering batches sent at once (S-A3), so it must lose nothing.
+    let covered = plan
+        .liveness_base
+        .map(|base| {
+            i6_bound(
+                base,
+                before.pending,
+                plan.config.concurrency(),
+                plan.workload.tenants,
+            )
+        })
+        .filter(|bound| *bound <= deadline);
+    {
+        let mut b = book::lock(book);
+        b.record(
+            book::now(),
+            Ev::Control {
+                kind: "drop",
+                deadline_ms: ms(deadline),
+            },
+        );
+        b.fault(book::now(), "drop");
+        if covered.is_some() {
+            *b.faults.entry("drop_i6_bound").or_default() += 1;
+        }
+        b.must_end_by = Some(called + deadline + EXIT_SLACK + Duration::from_secs(60));
+    }
+    // The last handle: the stagers, the controls and the sampler have
+    // ended (their tasks are done, so their clones are gone), no shutdown
+    // ran (its task would hold one), and a flush or settle still waiting
+    // holds only its answer's channel, not a handle.
+    drop(outbox);
+    let limit = called + deadline + EXIT_SLACK;
+    while alive.strong_count() > 0 {
+        if elapsed() > limit {
+            book::lock(book).fail(
+                "S-W16",
+                format!(
+                    "the writer has not exited {} ms after every handle was dropped (drop \
+                     deadline {} ms, {} items pending then): it lingers as a zombie",
+                    ms(elapsed() - called),
+                    ms(deadline),
+                    before.pending
+                ),
+            );
+            return (before, Ending::Dropped { gave_up_at: None });
+        }
+        tokio::time::sleep(EXIT_POLL).await;
+    }
+    book::lock(book).record(book::now(), Ev::Phase("the writer exited"));
+    let staged = book::lock(book).items.len() as u64;
+    let c = match recorder.counters(staged) {
+        Ok(c) => c,
+        Err(e) => {
+            book::lock(book).fail("I3", format!("after the writer exited: {e}"));
+            return (before, Ending::Dropped { gave_up_at: None });
+        }
+    };
+    let mut b = book::lock(book);
+    if c.pending != 0 {
+        b.fail(
+            "S-W16",
+            format!(
+                "the pending gauge is {} after the writer exited (S-W14: everything is \
+                 written, lost or dropped)",
+                c.pending
+            ),
+        );
+    }
+    if !c.balanced() {
+        b.fail(
+            "I3",
+            format!("after the writer exited the counters do not balance: {c:?}"),
+        );
+    }
+    let shrank =
+        |what: &str, was: u64, is: u64| (is < was).then(|| format!("{what} {was} -> {is}"));
+    let mut shrunk = vec![shrank("staged", before.staged, c.staged)];
+    shrunk.push(shrank("written", before.written, c.written));
+    shrunk.push(shrank("writes", before.writes, c.writes));
+    shrunk.push(shrank(
+        "failed attempts",
+        before.failed_attempts,
+        c.failed_attempts,
+    ));
+    for r in LostReason::ALL {
+        shrunk.push(shrank(r.as_str(), before.lost_for(r), c.lost_for(r)));
+    }
+    for r in DropReason::ALL {
+        shrunk.push(shrank(r.as_str(), before.dropped_for(r), c.dropped_for(r)));
+    }
+    if let Some(m) = shrunk.into_iter().flatten().next() {
+        b.fail(
+            "I3",
+            format!("a counter went down after the drop (S-W14): {m}"),
+        );
+    }
+    let lost = c.lost_for(LostReason::Deadline);
+    if lost > 0 {
+        *b.faults.entry("drop_gave_up").or_default() += 1;
+    }
+    if let Some(bound) = covered.filter(|_| lost > 0) {
+        b.fail(
+            "S-W16",
+            format!(
+                "the drop deadline ({} ms) covered the I6 bound ({} ms) for the {} items \
+                 pending at the drop, yet {lost} were lost under `deadline`: the writer did \
+                 not drain what it held",
+                ms(deadline),
+                ms(bound),
+                before.pending
+            ),
+        );
+    }
+    // With a zero deadline the writer gives up in the very round it starts
+    // its shutdown, after applying the outcomes it had joined: none of the
+    // attempts ending then was given up, and none can end later (they are
+    // cancelled). Else the deadline fires in a later round, before any
+    // outcome of that round is applied (see `check::end`).
+    let gave_up_at = recorder
+        .first_counted(names::EVENTS_LOST, Some(LostReason::Deadline.as_str()))
+        .filter(|_| !deadline.is_zero());
+    (c, Ending::Dropped { gave_up_at })
 }

@@ -358,7 +358,9 @@ impl Book {
                 let (kind, deadline) = match *kind {
                     "flush" => (ControlKind::Flush, Some(*deadline_ms)),
                     "settle" => (ControlKind::Settle, Some(*deadline_ms)),
-                    "shutdown" => (ControlKind::Shutdown, Some(*deadline_ms)),
+                    // Dropping the handles starts the writer's own
+                    // shutdown with the drop deadline (S-W16).
+                    "shutdown" | "drop" => (ControlKind::Shutdown, Some(*deadline_ms)),
                     _ => (ControlKind::Abandon, None),
                 };
                 let deadline = deadline.map(|d| at + Duration::from_millis(d));

@@ -1,7 +1,11 @@
 //! A small metrics recorder for the application host (I3: the exported
 //! metrics equal the driver's counters): every series the outbox registers
 //! is kept by (name, `reason` label), counters and the gauge as atomics,
-//! the latency histogram as a sample count.
+//! the latency histogram as a sample count. Each counter also keeps the
+//! virtual time it first counted something: once every handle is dropped
+//! (S-W16) the metrics are all that is left to read, and the moment the
+//! writer gave up at its drop deadline tells the end checks which attempts
+//! ended after it.
 //!
 //! It is installed only while the outbox is built (`with_local_recorder`),
 //! which is when the driver registers its handles (`telemetry`).
@@ -11,10 +15,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use metrics::{
-    Counter, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder, SharedString, Unit,
+    Counter, CounterFn, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
+    SharedString, Unit,
 };
-use outbox::core::{Counters, DropReason, LostReason};
+use outbox::core::{Counters, DropReason, LostReason, Time};
 use outbox::telemetry::names;
+
+use super::book;
 
 /// Counts histogram samples.
 #[derive(Debug, Default)]
@@ -26,10 +33,40 @@ impl HistogramFn for Samples {
     }
 }
 
+/// A counter that remembers when it first counted something.
+#[derive(Debug, Default)]
+struct Tracked {
+    value: AtomicU64,
+    first: Mutex<Option<Time>>,
+}
+
+impl Tracked {
+    fn mark(&self) {
+        let mut first = self.first.lock().unwrap_or_else(PoisonError::into_inner);
+        first.get_or_insert_with(book::now);
+    }
+}
+
+impl CounterFn for Tracked {
+    fn increment(&self, value: u64) {
+        if value > 0 {
+            self.mark();
+        }
+        self.value.fetch_add(value, Ordering::Relaxed);
+    }
+
+    fn absolute(&self, value: u64) {
+        if value > 0 {
+            self.mark();
+        }
+        self.value.fetch_max(value, Ordering::Relaxed);
+    }
+}
+
 /// One registered series.
 #[derive(Clone, Debug)]
 enum Series {
-    Counter(Arc<AtomicU64>),
+    Counter(Arc<Tracked>),
     Gauge(Arc<AtomicU64>),
     Histogram(Arc<Samples>),
 }
@@ -59,7 +96,16 @@ impl SimRecorder {
     fn counter(&self, name: &str, reason: Option<&str>) -> Option<u64> {
         let s = self.series.lock().unwrap_or_else(PoisonError::into_inner);
         match s.get(&(name.to_string(), reason.map(str::to_string)))? {
-            Series::Counter(c) => Some(c.load(Ordering::Relaxed)),
+            Series::Counter(c) => Some(c.value.load(Ordering::Relaxed)),
+            _ => None,
+        }
+    }
+
+    /// When the counter `name{reason}` first counted something, if it has.
+    pub fn first_counted(&self, name: &str, reason: Option<&str>) -> Option<Time> {
+        let s = self.series.lock().unwrap_or_else(PoisonError::into_inner);
+        match s.get(&(name.to_string(), reason.map(str::to_string)))? {
+            Series::Counter(c) => *c.first.lock().unwrap_or_else(PoisonError::into_inner),
             _ => None,
         }
     }
@@ -84,6 +130,37 @@ impl SimRecorder {
     /// The pending gauge's value (I8: zero after shutdown).
     pub fn pending_gauge(&self) -> Option<f64> {
         self.gauge(names::PENDING)
+    }
+
+    /// The counters as the exported metrics tell them, for when the outbox
+    /// itself is gone (S-W16): `staged` is given (the metrics do not export
+    /// it), `attempts` is not exported and stays 0, `pending` is the gauge
+    /// (a gauge that is not a count of items is an error).
+    pub fn counters(&self, staged: u64) -> Result<Counters, String> {
+        let get = |name: &str, reason: Option<&str>| self.counter(name, reason).unwrap_or(0);
+        let gauge = self.gauge(names::PENDING);
+        let pending = gauge.map_or(u64::MAX, |g| g as u64);
+        if gauge != Some(pending as f64) {
+            return Err(format!(
+                "gauge {} is {gauge:?}, not a count of items",
+                names::PENDING
+            ));
+        }
+        let mut c = Counters {
+            staged,
+            pending,
+            written: get(names::ITEMS_WRITTEN, None),
+            writes: get(names::WRITES, None),
+            failed_attempts: get(names::WRITE_FAILURES, None),
+            ..Counters::default()
+        };
+        for (i, r) in LostReason::ALL.into_iter().enumerate() {
+            c.lost[i] = get(names::EVENTS_LOST, Some(r.as_str()));
+        }
+        for (i, r) in DropReason::ALL.into_iter().enumerate() {
+            c.dropped[i] = get(names::ITEMS_DROPPED, Some(r.as_str()));
+        }
+        Ok(c)
     }
 
     /// Compares every exported series with `c` (I3, S-W11); the first

@@ -13,7 +13,8 @@
 //!
 //! The checker is split as TigerBeetle does: safety during the run where
 //! each thing is seen ([`sink`], [`datastore`], [`app`]) and at the end
-//! ([`check`]), liveness (I6) in the healed phase ([`app`]). Every event
+//! ([`check`]), liveness (I6, or the writer's drain and exit after every
+//! handle is dropped, S-W16) in the healed phase ([`app`]). Every event
 //! goes into the [`book`], whose hash is the determinism self-check.
 
 pub mod app;

@@ -22,7 +22,7 @@
 use std::fmt;
 use std::future::Future;
 use std::io;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use outbox::{Sink, TenantId, WriteError, Written};
@@ -94,9 +94,23 @@ struct Inner {
 pub const RECONNECT_DELAY: Duration = Duration::from_millis(100);
 
 /// The sink (see the module docs).
-#[derive(Clone)]
 pub struct NetSink {
     inner: Arc<Inner>,
+    /// Held by the sink the outbox was built with and by no clone: it dies
+    /// with the outbox's own sink, which only the writer task (and its
+    /// write tasks) keep once every handle is dropped, so the application
+    /// sees the writer exit (S-W16). The clones a write makes for its
+    /// calls may outlive the writer and must not keep it alive.
+    alive: Option<Arc<()>>,
+}
+
+impl Clone for NetSink {
+    fn clone(&self) -> Self {
+        NetSink {
+            inner: Arc::clone(&self.inner),
+            alive: None,
+        }
+    }
 }
 
 impl NetSink {
@@ -122,7 +136,14 @@ impl NetSink {
                 calls: Arc::new(tokio::sync::Semaphore::new(connections.max(1))),
                 connect_after: Mutex::new(Duration::ZERO),
             }),
+            alive: Some(Arc::new(())),
         }
+    }
+
+    /// A token that dies when this very sink (not a clone) is dropped:
+    /// `None` for a clone.
+    pub fn alive(&self) -> Option<Weak<()>> {
+        self.alive.as_ref().map(Arc::downgrade)
     }
 
     fn draw(&self) -> Act {

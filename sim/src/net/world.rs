@@ -2,7 +2,9 @@
 //! seed, builds the turmoil simulation (turmoil's generator seeded from the
 //! seed, a fixed epoch, a 1 ms tick), steps it while applying the network
 //! schedule, heals everything at the end of the faulty phase, and runs the
-//! end checks.
+//! end checks. The run's ending (the usual settle and shutdown, or every
+//! handle dropped, S-W16) is drawn from a stream of its own, so the other
+//! draws of a seed are those it had before that ending existed.
 
 use std::panic;
 use std::sync::{Arc, Mutex, Once};
@@ -13,9 +15,9 @@ use rand::RngCore;
 
 use super::app::{self, AppEnd, AppPlan};
 use super::book::{self, Book, Ev, SharedBook};
-use super::check;
+use super::check::{self, Ending};
 use super::datastore::{self, Durable, HOST};
-use super::faults::{NetEvent, NetFaults};
+use super::faults::{self, NetEvent, NetFaults, DROP_STREAM};
 use super::sink::{Injected, NetSink};
 use super::workload::NetWorkload;
 use crate::draw::{self, rng};
@@ -29,7 +31,7 @@ pub const TICK: Duration = Duration::from_millis(1);
 
 /// Fault and control kinds, in report order (every one shows in the
 /// summary, zero or not).
-pub const FAULT_KINDS: [&str; 22] = [
+pub const FAULT_KINDS: [&str; 25] = [
     "panic_create",
     "panic_poll",
     "panic_display",
@@ -52,6 +54,9 @@ pub const FAULT_KINDS: [&str; 22] = [
     "abandon",
     "liveness_unchecked",
     "i6_checked",
+    "drop",
+    "drop_i6_bound",
+    "drop_gave_up",
 ];
 
 /// Silences the deliberate panics of the sink (their payload is
@@ -114,10 +119,17 @@ fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
     let sink_seed = r.next_u64();
     let store_seed = r.next_u64();
     let liveness = liveness_base(&pick.config, &faults);
+    // A drop deadline that covers the I6 bound for every item the stagers
+    // can stage (each may pass the cap by one call).
+    let covers = liveness.map(|base| {
+        let most = workload.cap + u64::from(workload.stagers) * u64::from(workload.max_count);
+        app::i6_bound(base, most, pick.config.concurrency(), workload.tenants)
+    });
+    let drop_deadline = faults::draw_drop(&mut rng(seed ^ DROP_STREAM), covers);
     let setup = format!(
         "config {:?} weighs={} | tenants {} skew {}/2 items ~{} stagers {} gap {:?} burst 1/{} x{} \
          sizes <= {} | rates {:?} storm x{} rpc timeout {:?} latency {:?} net events {} \
-         control gap {:?} shutdown {:?} join {:?} abandon {:?} | I6 base {:?}",
+         control gap {:?} shutdown {:?} join {:?} abandon {:?} | I6 base {:?} | drop {:?}",
         pick.config,
         pick.weighs,
         workload.tenants,
@@ -137,7 +149,8 @@ fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
         faults.shutdown_at,
         faults.shutdown_join,
         faults.abandon_at,
-        liveness
+        liveness,
+        drop_deadline
     );
 
     let mut new_book = Book::new(opts.trace, pick.config.concurrency());
@@ -177,6 +190,7 @@ fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
         faults: faults.clone(),
         phase,
         liveness_base: liveness,
+        drop_deadline,
     };
 
     let mut sim = turmoil::Builder::new()
@@ -310,18 +324,30 @@ fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
             b.fail("I6", "the application did not finish its script".into());
         } else {
             let abandoned = b.faults.get("abandon").copied().unwrap_or(0) > 0;
+            let ending = match app_end.ending {
+                Ending::Shutdown if abandoned => Ending::Abandoned,
+                e => e,
+            };
             let st = datastore::lock(&store);
-            if let Some((rule, detail)) = check::end(&b, &st, &app_end.counters, abandoned) {
+            if let Some((rule, detail)) = check::end(&b, &st, &app_end.counters, ending) {
                 drop(st);
                 b.fail(rule, detail);
             }
         }
     }
+    let mut counters = app_end.counters;
+    if matches!(app_end.ending, Ending::Dropped { .. }) {
+        // For the summary only (no check reads it): the metrics do not
+        // export attempts, so with the outbox gone the sink's count stands
+        // in. Every attempt the engine hands out reaches the sink, so they
+        // agree in every other ending.
+        counters.attempts = b.slices.values().map(|s| u64::from(s.attempts)).sum();
+    }
     RunResult {
         seed,
         steps,
         items: b.items.len() as u64,
-        counters: app_end.counters,
+        counters,
         faults: b.faults.clone(),
         failure: b.failure.clone(),
         trace_hash: b.hash(),
