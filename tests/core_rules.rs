@@ -1428,3 +1428,42 @@ fn s_a3_items_staged_after_a_flush_linger_even_if_a_settle_opened_later() {
     assert!(w.poll().is_empty(), "item 2 lingers");
     assert_eq!(w.e.poll_timeout(), Some(ms(201)), "from its staging at 101");
 }
+
+// ----- S-W13: the engine drops no item itself -----------------------------
+
+/// Refused and dropped items, and in-flight items coming back after an
+/// abandon with no shutdown to hand them to, are released to the caller
+/// (already counted), never dropped inside the engine; items a shutdown
+/// reports are not released.
+#[test]
+fn s_w13_items_let_go_of_are_released_not_dropped() {
+    let mut w = World::new(Config::builder().capacity(2).tenant_capacity(1));
+    w.stage_ok(1, [1]);
+    assert_eq!(w.stage(1, 2), Staged::Dropped(DropReason::TenantFull));
+    w.stage_ok(2, [3]);
+    assert_eq!(w.stage(3, 4), Staged::Dropped(DropReason::BufferFull));
+    assert_eq!(w.e.take_released(), [2, 4]);
+    assert!(w.e.take_released().is_empty(), "taken once");
+    let [a, b] = <[_; 2]>::try_from(w.poll()).unwrap();
+    assert!(w.e.abandon(w.now).is_empty(), "everything is in flight");
+    assert_eq!(w.stage(1, 5), Staged::Refused);
+    assert_eq!(w.e.take_released(), [5]);
+    w.finish(a, Outcome::Failed);
+    w.finish(b, Outcome::Failed);
+    assert_eq!(w.e.take_released(), [1, 3], "no shutdown takes them");
+    assert_eq!(w.e.counters().lost_for(LostReason::Abandoned), 2);
+
+    // During a shutdown, the given-up write's items are its dead letters.
+    let mut w = World::new(Config::builder());
+    w.stage_ok(1, [1]);
+    let a = w.poll_one();
+    let _ = w.e.shutdown(w.now, w.now);
+    w.e.handle_timeout(w.now);
+    w.finish(a, Outcome::Failed);
+    assert!(w.e.take_released().is_empty(), "handed back by the report");
+    let sd = w.events.iter().find_map(|e| match e {
+        Event::ShutdownDone { report, .. } => Some(report.unwritten.clone()),
+        _ => None,
+    });
+    assert_eq!(sd, Some(vec![(1, vec![1])]));
+}

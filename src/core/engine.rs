@@ -140,6 +140,9 @@ pub struct Engine<K, I> {
     waits: Waits,
     shutdown: Option<Shutdown<K, I>>,
     events: VecDeque<Event<K, I>>,
+    /// Items let go of and not handed back by a return value (see
+    /// [`Engine::take_released`]): the engine never drops an item itself.
+    released: Vec<I>,
 }
 
 impl<K: fmt::Debug, I> fmt::Debug for Engine<K, I> {
@@ -209,6 +212,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             waits: Waits::default(),
             shutdown: None,
             events: VecDeque::new(),
+            released: Vec::new(),
         })
     }
 
@@ -258,11 +262,27 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         self.now
     }
 
+    /// Takes the items the engine let go of since the last call: items
+    /// refused or dropped by [`stage`](Self::stage) (counted lost under
+    /// `shutdown` or dropped, S-W14), and items of a write given up by an
+    /// abandon that no shutdown report will carry (counted lost). They are
+    /// already counted; the caller only drops them.
+    ///
+    /// The engine never drops an item itself, so an item's `Drop`
+    /// (application code) never runs inside an engine call, which a driver
+    /// typically makes under a lock: the driver drops these after the
+    /// lock, where a slow, re-entrant or panicking `Drop` harms nobody
+    /// (S-W13). Allocation-free when there are none.
+    pub fn take_released(&mut self) -> Vec<I> {
+        mem::take(&mut self.released)
+    }
+
     // ----- inputs -------------------------------------------------------
 
     /// Stages one item for `tenant` (S-W1). Never waits and never fails:
     /// the item is pending on return, or counted dropped (S-A1, S-B5, S-B7)
-    /// or lost under `shutdown` (S-W9), as the result says.
+    /// or lost under `shutdown` (S-W9), as the result says; a refused or
+    /// dropped item is kept for [`take_released`](Self::take_released).
     pub fn stage(&mut self, now: Time, tenant: K, item: I) -> Staged {
         self.advance(now);
         self.stage_at_now(tenant, item).0
@@ -307,6 +327,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                 reason: LostReason::Shutdown,
                 log,
             });
+            self.released.push(item);
             return (Staged::Refused, quiet);
         }
         let weight = self.weigh(&item);
@@ -337,6 +358,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                 reason,
                 log,
             });
+            self.released.push(item);
             return (Staged::Dropped(reason), quiet);
         }
 
@@ -674,8 +696,9 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// Gives up at once (S-A7): everything pending is counted lost under
     /// `abandoned`, writes in flight are to be cancelled
     /// ([`Event::CancelInFlight`]), waits are answered, the engine closes.
-    /// Returns the items the engine held (those in flight are discarded
-    /// when they come back, unless a shutdown is waiting for them). During
+    /// Returns the items the engine held (those in flight are released,
+    /// see [`take_released`](Self::take_released), when they come back,
+    /// unless a shutdown is waiting for them). During
     /// a shutdown that has not answered yet, the held items go to that
     /// shutdown's dead letters instead and this returns nothing: each item
     /// is handed back once, to one caller.
@@ -901,10 +924,11 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     }
 
     /// Files items that came back from a given-up write: dead letters of a
-    /// shutdown still to be answered, else discarded (already counted lost).
+    /// shutdown still to be answered, else released (already counted lost).
     fn dead_letter(&mut self, tenant: K, rank: u8, items: Vec<I>) {
-        if let Some(sd) = self.shutdown.as_mut().filter(|sd| !sd.reported) {
-            sd.unwritten.push((tenant, rank, items));
+        match self.shutdown.as_mut().filter(|sd| !sd.reported) {
+            Some(sd) => sd.unwritten.push((tenant, rank, items)),
+            None => self.released.extend(items),
         }
     }
 

@@ -9,6 +9,7 @@ use tokio::runtime::Handle;
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
+use super::contain;
 use crate::core::{Engine, Report, ShutdownReport, Time, WaitId};
 use crate::sink::Sink;
 use crate::telemetry::Export;
@@ -81,10 +82,19 @@ impl<S: Sink> Shared<S> {
     }
 
     /// Runs one engine input under the lock and exports the counters.
+    /// Items the engine let go of (refused, dropped, given up) are dropped
+    /// after the lock: an item's `Drop` is application code, which may be
+    /// slow, read the outbox or panic (S-W13); a panic there is swallowed,
+    /// the item being already counted.
     pub(crate) fn input<R>(&self, f: impl FnOnce(&mut State<S::Item>) -> R) -> R {
         let mut st = self.lock();
         let out = f(&mut st);
         st.export();
+        let released = st.engine.take_released();
+        drop(st);
+        if !released.is_empty() {
+            contain::drop_quietly(released);
+        }
         out
     }
 

@@ -67,14 +67,18 @@ impl<S: Sink> Drop for Writer<S> {
         // Items the engine is done with are dropped after the lock, contained:
         // an item's `Drop` is application code (S-W13).
         let mut done = Vec::new();
+        // Shutdown reports nobody takes any more (their dead letters).
+        let mut unclaimed = Vec::new();
         let lost = self.shared.input(|st| {
             st.writer_gone = true;
             // Joined but not yet applied (only if dropped mid-round).
             for j in joined {
                 match j {
-                    Joined::Finished(write, outcome) => {
-                        done.push(st.engine.finish(now, write, outcome).unwrap_or_default());
-                    }
+                    Joined::Finished(write, outcome) => match st.engine.finish(now, write, outcome)
+                    {
+                        Ok(items) => done.push(items),
+                        Err(unknown) => done.push(unknown.0.items),
+                    },
                     Joined::Lost(id) => drop(st.engine.finish_lost(now, id)),
                 }
             }
@@ -92,11 +96,16 @@ impl<S: Sink> Drop for Writer<S> {
                             answers.push(tx.send(report).is_ok());
                         }
                     }
-                    Event::ShutdownDone { id, report } => {
-                        if let Some(Waiter::Shutdown(tx)) = st.waiters.remove(&id) {
-                            answers.push(tx.send(report).is_ok());
-                        }
-                    }
+                    Event::ShutdownDone { id, report } => match st.waiters.remove(&id) {
+                        Some(Waiter::Shutdown(tx)) => match tx.send(report) {
+                            Ok(()) => answers.push(true),
+                            Err(report) => {
+                                answers.push(false);
+                                unclaimed.push(report);
+                            }
+                        },
+                        _ => unclaimed.push(report),
+                    },
                     _ => {}
                 }
             }
@@ -109,6 +118,7 @@ impl<S: Sink> Drop for Writer<S> {
             st.engine.counters().lost_for(LostReason::Abandoned) - before
         });
         contain::drop_quietly(done);
+        contain::drop_quietly(unclaimed);
         if lost > 0 {
             tracing::error!(
                 outbox = self.log.name(),
@@ -226,7 +236,10 @@ impl<S: Sink> Writer<S> {
                     Joined::Finished(write, outcome) => match st.engine.finish(now, write, outcome)
                     {
                         Ok(items) => done.push(items),
-                        Err(e) => unknown.push(e.0.id),
+                        Err(e) => {
+                            unknown.push(e.0.id);
+                            done.push(e.0.items);
+                        }
                     },
                     Joined::Lost(id) => {
                         st.engine.finish_lost(now, id);
@@ -322,8 +335,15 @@ impl<S: Sink> Writer<S> {
                 }
             }
             Event::ShutdownDone { id, report } => {
-                if let Some(Waiter::Shutdown(tx)) = waiters.remove(&id) {
-                    let _ = tx.send(report);
+                // Unclaimed dead letters (the caller dropped its answer)
+                // are dropped here, an item's `Drop` contained (S-W13).
+                match waiters.remove(&id) {
+                    Some(Waiter::Shutdown(tx)) => {
+                        if let Err(report) = tx.send(report) {
+                            contain::drop_quietly(report);
+                        }
+                    }
+                    _ => contain::drop_quietly(report),
                 }
             }
             _ => {}

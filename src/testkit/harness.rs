@@ -1053,6 +1053,17 @@ impl Harness {
     // ----- checks -------------------------------------------------------
 
     fn check(&mut self) -> Result<(), Violation> {
+        // Items the engine let go of are already counted lost or dropped
+        // (the engine drops none itself, so the driver can drop them
+        // outside its lock).
+        for id in self.engine.take_released() {
+            let fate = self.fate(id);
+            self.expect(
+                matches!(fate, Some(Fate::Lost | Fate::Dropped)),
+                "I5",
+                || format!("the engine released item {id}, whose fate is {fate:?}"),
+            )?;
+        }
         let c = self.engine.counters().clone();
         let model = self.model;
         self.expect(c.balanced(), "I3", || format!("counters unbalanced: {c:?}"))?;
