@@ -352,6 +352,16 @@ fn build_errors_are_typed() {
         .build()
         .unwrap_err();
     assert!(matches!(err, BuildError::NoTimer), "{err}");
+    // A handle that outlived its runtime.
+    let gone = current_thread();
+    let handle = gone.handle().clone();
+    drop(gone);
+    let err = Outbox::builder(TestSink::new("x"))
+        .runtime(handle)
+        .build()
+        .unwrap_err();
+    assert!(matches!(err, BuildError::RuntimeShutDown), "{err}");
+    assert!(err.to_string().contains("shut down"), "{err}");
     // Given a runtime handle, it builds from outside the runtime.
     let o = Outbox::builder(TestSink::new("x"))
         .runtime(rt.handle().clone())

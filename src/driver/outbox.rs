@@ -36,6 +36,9 @@ pub enum BuildError {
     /// The runtime has no timer (built without `enable_time`); the writer
     /// needs one for linger, backoff and deadlines.
     NoTimer,
+    /// The runtime is shut down (a [`runtime`](OutboxBuilder::runtime)
+    /// handle that outlived its runtime): the writer could not start.
+    RuntimeShutDown,
 }
 
 impl fmt::Display for BuildError {
@@ -47,6 +50,9 @@ impl fmt::Display for BuildError {
             ),
             BuildError::NoTimer => f.write_str(
                 "outbox: the tokio runtime has no timer; build it with `enable_time()` (or `enable_all()`)",
+            ),
+            BuildError::RuntimeShutDown => f.write_str(
+                "outbox: the tokio runtime is shut down; the writer task cannot run on it",
             ),
         }
     }
@@ -127,7 +133,8 @@ impl<S: Sink> OutboxBuilder<S> {
     /// [`BuildError::Config`] for a byte limit without a weigher;
     /// [`BuildError::NoRuntime`] outside a runtime without
     /// [`runtime`](Self::runtime); [`BuildError::NoTimer`] on a runtime
-    /// without a timer.
+    /// without a timer; [`BuildError::RuntimeShutDown`] on a runtime that
+    /// is shut down.
     pub fn build(self) -> Result<Outbox<S>, BuildError> {
         let runtime = match self.runtime {
             Some(rt) => rt,
@@ -151,6 +158,11 @@ impl<S: Sink> OutboxBuilder<S> {
         let shared = Arc::new(Shared::new(engine, export, sink, runtime));
         let writer = Writer::new(Arc::clone(&shared), log, self.drop_deadline);
         drop(shared.runtime().spawn(writer.run()));
+        // A shut-down runtime drops the task at once, and with it the
+        // writer, whose drop marks it gone.
+        if shared.lock().writer_gone {
+            return Err(BuildError::RuntimeShutDown);
+        }
         Ok(Outbox {
             handle: Arc::new(HandleRef { shared }),
         })

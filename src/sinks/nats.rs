@@ -9,8 +9,17 @@
 //!   hyphenated UUIDs ([`message_id`]). JetStream drops a message whose id
 //!   it saw within the stream's `duplicate_window` (2 minutes by default)
 //!   and acknowledges it as a duplicate, so a repeated write leaves one
-//!   copy as long as the retry comes within the window: choose a window
-//!   longer than the outbox's longest retry interval (`max_backoff`, S-W7).
+//!   copy as long as the retry comes within the window *of the first
+//!   publish*. A slice that was partly stored and then keeps failing (the
+//!   stream full, say) is retried for as long as the outbox retries it,
+//!   which is forever by default: a retry after the window stores the
+//!   already stored items again. **Bound the retries below the window**:
+//!   set the outbox's `max_retry_duration` (S-B2) to the window minus the
+//!   longest write (`write_timeout`) and `max_backoff`, e.g. a 10-minute
+//!   window with `max_retry_duration` of 8 minutes; a slice failing for
+//!   longer is then counted lost under `retries_exhausted` (part of it may
+//!   be stored), never duplicated. A `max_backoff` below the window alone
+//!   does not suffice.
 //! - Body: the [payload](Record::payload), as is.
 //! - The stream must capture `{prefix}.*`: [`NatsSink::create_stream`]
 //!   creates one (file storage, the duplicate window you give).
@@ -192,8 +201,9 @@ impl<R: Record> NatsSink<R> {
 
     /// Creates the stream `name` capturing [`subject_filter`](Self::subject_filter),
     /// file storage, with `duplicate_window` (how long a message id is
-    /// remembered: longer than the outbox's `max_backoff`), or returns the
-    /// existing stream of that name unchanged.
+    /// remembered: longer than the outbox's `max_retry_duration` plus one
+    /// `max_backoff` and one `write_timeout`, see the module docs), or
+    /// returns the existing stream of that name unchanged.
     ///
     /// # Errors
     /// The server's or the client's error (invalid name, a subject overlap
