@@ -129,7 +129,7 @@ pub fn render(t: &Timeline, title: &str) -> String {
     );
     let _ = writeln!(
         o,
-        r##"<text x="{}" y="52" fill="#d50000">x lost</text><text x="{}" y="52" fill="#ff6f00">x dropped</text><text x="{}" y="52">| flush (blue) settle (teal) shutdown (red) abandon (black); pink: storm; green: healed</text>"##,
+        r##"<text x="{}" y="52" fill="#d50000">x lost</text><text x="{}" y="52" fill="#ff6f00">x dropped</text><text x="{}" y="52">| flush (blue) settle (teal) shutdown (red) abandon (black); stage ticks grey, purple if not accepted; pink: storm; green: healed</text>"##,
         LEFT + 250.0,
         LEFT + 310.0,
         LEFT + 390.0
@@ -198,7 +198,8 @@ pub fn render(t: &Timeline, title: &str) -> String {
     // Stage ticks.
     for (at, k, accepted, refused) in &t.stages {
         if let Some(ly) = y(*k) {
-            let c = if *refused > 0 { "#ff6f00" } else { "#757575" };
+            // Not the drop colour: a stage refused after the fence is lost.
+            let c = if *refused > 0 { "#6a1b9a" } else { "#757575" };
             let _ = writeln!(
                 o,
                 r#"<line x1="{0:.1}" y1="{1:.1}" x2="{0:.1}" y2="{2:.1}" stroke="{c}" stroke-width="0.6"><title>{at} stage {accepted} accepted, {refused} refused</title></line>"#,

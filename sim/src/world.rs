@@ -69,13 +69,16 @@ impl fmt::Display for WorldError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             WorldError::NoSeeds => write!(f, "--seeds must be at least 1"),
-            WorldError::PastLastSeed { from, seeds } => write!(
-                f,
-                "--from {from} with --seeds {seeds} runs past the last seed ({}); \
-                 at most {} seeds from there",
-                u64::MAX,
-                u64::MAX - from + 1
-            ),
+            WorldError::PastLastSeed { from, seeds } => {
+                let left = u64::MAX - from + 1;
+                let noun = if left == 1 { "seed" } else { "seeds" };
+                write!(
+                    f,
+                    "--from {from} with --seeds {seeds} runs past the last seed ({}); \
+                     at most {left} {noun} from there",
+                    u64::MAX
+                )
+            }
         }
     }
 }
