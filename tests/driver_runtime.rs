@@ -371,13 +371,10 @@ fn build_errors_are_typed() {
     assert_eq!(rt.block_on(o.flush(Duration::from_secs(5))).written, 1);
 }
 
-/// When the runtime is gone, the writer's drop gives up what is pending
-/// (counted lost under `abandoned`, S-W14) and answers every waiting
-/// caller; later waits answer at once.
-#[test]
-fn a_runtime_dropped_under_the_writer_accounts_for_everything() {
-    let rt = current_thread();
-    let sink = TestSink::new("gone");
+/// An outbox on `rt` whose sink hangs every write, with item 1 of tenant 1
+/// in flight.
+fn with_a_hung_write(rt: &Runtime, name: &str) -> (Outbox<TestSink>, TestSink) {
+    let sink = TestSink::new(name);
     sink.set_all(Act::Hang);
     let o = rt.block_on(async {
         let o = Outbox::new(sink.clone(), Config::default()).unwrap();
@@ -385,13 +382,28 @@ fn a_runtime_dropped_under_the_writer_accounts_for_everything() {
         sink.until_attempts(t(1), 1).await;
         o
     });
-    let _ = o.stage(t(1), 2);
-    let waiting = o.flush(Duration::from_secs(3600));
-    // The writer is dropped on this thread (current-thread runtime), so
-    // its one error line lands in this subscriber.
+    (o, sink)
+}
+
+/// Drops `rt` (a current-thread runtime: its tasks drop on this thread)
+/// and returns what was logged meanwhile.
+fn logs_of_dropping(rt: Runtime) -> Vec<capture::Logged> {
     let capture = capture::Capture::default();
     tracing::subscriber::with_default(capture.clone(), || drop(rt));
     let logs = capture.0.lock().unwrap().clone();
+    logs
+}
+
+/// When the runtime is gone, the writer's drop gives up what is pending
+/// (counted lost under `abandoned`, S-W14) and answers every waiting
+/// caller; later waits answer at once.
+#[test]
+fn a_runtime_dropped_under_the_writer_accounts_for_everything() {
+    let rt = current_thread();
+    let (o, _sink) = with_a_hung_write(&rt, "gone");
+    let _ = o.stage(t(1), 2);
+    let waiting = o.flush(Duration::from_secs(3600));
+    let logs = logs_of_dropping(rt);
     let gone: Vec<_> = logs
         .iter()
         .filter(|l| l.message.contains("writer task was dropped"))
@@ -430,9 +442,7 @@ fn a_runtime_dropped_under_an_idle_writer_logs_no_loss() {
         assert_eq!(o.flush(Duration::from_secs(5)).await.written, 1);
         o
     });
-    let capture = capture::Capture::default();
-    tracing::subscriber::with_default(capture.clone(), || drop(rt));
-    let logs = capture.0.lock().unwrap().clone();
+    let logs = logs_of_dropping(rt);
     assert!(
         logs.iter().all(|l| l.level != Some(tracing::Level::ERROR)),
         "{logs:?}"
@@ -443,20 +453,11 @@ fn a_runtime_dropped_under_an_idle_writer_logs_no_loss() {
     // Everything was already given up by `abandon` (S-A7), a write still
     // in flight: the runtime's drop adds no loss, so no line either.
     let rt = current_thread();
-    let sink = TestSink::new("abandoned");
-    sink.set_all(Act::Hang);
-    let o = rt.block_on(async {
-        let o = Outbox::new(sink.clone(), Config::default()).unwrap();
-        let _ = o.stage(t(1), 1);
-        sink.until_attempts(t(1), 1).await;
-        let _ = o.stage(t(1), 2);
-        assert_eq!(o.abandon(), [(t(1), vec![2])]);
-        o
-    });
+    let (o, _sink) = with_a_hung_write(&rt, "abandoned");
+    let _ = o.stage(t(1), 2);
+    assert_eq!(o.abandon(), [(t(1), vec![2])]);
     assert_eq!(o.counters().lost_for(LostReason::Abandoned), 2);
-    let capture = capture::Capture::default();
-    tracing::subscriber::with_default(capture.clone(), || drop(rt));
-    let logs = capture.0.lock().unwrap().clone();
+    let logs = logs_of_dropping(rt);
     assert!(
         logs.iter()
             .all(|l| !l.message.contains("writer task was dropped")),
