@@ -1,5 +1,5 @@
 //! Everything a run draws from its seed: the engine's config, the workload
-//! and the fault plan (SPEC S-B4: a run is reproducible from its seed).
+//! and the fault plan (S-B4: a run is reproducible from its seed).
 //!
 //! One ChaCha8 generator per run, seeded with `seed_from_u64(seed)`, is the
 //! only source of randomness; draws use integer arithmetic only, so a seed

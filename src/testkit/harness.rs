@@ -1,5 +1,5 @@
 //! Drives an [`Engine`] with [`Op`]s and checks the invariants after every
-//! op (SPEC I2-I5, I7-I9 and the order half of I1): the one checker the
+//! op (I2-I5, I7-I9 and the order half of I1): the one checker the
 //! fuzz target, the model test and the simulation's fast world share.
 //!
 //! The harness keeps its own account of every item (pending, written,
