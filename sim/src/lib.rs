@@ -24,4 +24,5 @@ pub mod svg;
 pub mod timeline;
 pub mod world;
 
-pub use world::{replay_command, run_seed, Failure, RunOptions, RunResult, WorldError, WorldKind};
+pub use outbox::testkit::Violation;
+pub use world::{replay_command, run_seed, RunOptions, RunResult, WorldError, WorldKind};
