@@ -37,7 +37,7 @@ use outbox::{Config, Outbox, Staged, TenantId};
 use rand::Rng;
 
 use super::book::{self, ms, Admit, End, Ev, ItemRec, SharedBook};
-use super::check::Ending;
+use super::check::{self, Ending};
 use super::faults::NetFaults;
 use super::metrics::SimRecorder;
 use super::sink::{Item, NetSink};
@@ -223,15 +223,12 @@ fn stage(outbox: &Net, book: &SharedBook, tenant: u32, size: u32) -> Staged {
         handed_back: false,
     });
     b.record(book::now(), Ev::Stage { tenant, id, admit });
-    if !c.balanced() {
-        b.fail("I3", format!("the counters do not balance: {c:?}"));
-    }
-    if c.staged != b.items.len() as u64 {
-        let n = b.items.len();
-        b.fail(
-            "I3",
-            format!("{n} items staged, the counters say {}", c.staged),
-        );
+    let n = b.items.len();
+    for (rule, detail) in check::i3::counters_balance(&c)
+        .into_iter()
+        .chain(check::i3::every_stage_counted(&c, n))
+    {
+        b.fail(rule, detail);
     }
     staged
 }
@@ -271,8 +268,8 @@ async fn sample(outbox: Net, book: SharedBook, recorder: SimRecorder, until: Dur
         let c = outbox.counters();
         let mismatch = recorder.mismatch(&c);
         let mut b = book::lock(&book);
-        if !c.balanced() {
-            b.fail("I3", format!("the counters do not balance: {c:?}"));
+        if let Some((rule, detail)) = check::i3::counters_balance(&c) {
+            b.fail(rule, detail);
         }
         if let Some(m) = mismatch {
             b.fail("I3", m);
