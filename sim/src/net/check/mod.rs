@@ -10,6 +10,7 @@
 //! | I2 | [`i2::retry_is_identical`] | each retry's start (the sink) |
 //! | I2 | the same request bytes for a slice: `datastore::handle` | each request (the datastore) |
 //! | I3 | [`i3::counters_balance`]; the metrics against the counters, [`super::metrics::SimRecorder::mismatch`] | after every stage call, at each sample and at the end (the app) |
+//! | I3 | [`i3::counters_balance_after_exit`], [`i3::counters_never_decrease`] | after the writer exits, in the drop ending (the app) |
 //! | I4 | [`i4::one_attempt_per_slice`], [`i4::in_flight_within_bounds`] | each attempt's start (the sink) |
 //! | I5 | [`i5::stage_answers_explained`], [`i5::nothing_vanished`], [`i5::end_losses_explained`] | at the end |
 //! | I6 | the healed phase's settle (`app::healed`) and the run's time cap (`world`) | healed phase |
@@ -17,7 +18,8 @@
 //! | I8 | [`i8::nothing_starts_after_close`]; [`fates::tally`] (no attempt left running) | each attempt's start; at the end |
 //! | S-W4 | [`s_w4::slice_not_empty`] | each attempt's start (the sink) |
 //! | S-W15, I8, S-A4 | `app::judge` | each flush, settle and shutdown answer (the app) |
-//! | S-W16 | [`s_w16::nothing_pending_after_drop`]; [`fates::tally`]; `app::drop_handles` | after every handle is dropped |
+//! | S-W16 | [`s_w16::nothing_pending_after_exit`], [`s_w16::drained_what_it_held`]; the writer's exit, `app::writer_exits` | after every handle is dropped (the app) |
+//! | S-W16 | [`s_w16::nothing_pending_after_drop`]; [`fates::tally`] | at the end of a drop ending |
 //! | S-W9, S-B6, S-A7 | `app::shut_down`, `app::controls` | each shutdown and abandon (the app) |
 //!
 //! The end checks ([`end`]) read the book (what the application and the
