@@ -11,9 +11,15 @@ use outbox::core::{Time, WriteId};
 use outbox::testkit::{Fate, Harness, Op, OpOutcome, Violation};
 use rand::Rng;
 
-use crate::draw::{self, chance, gap, log_uniform, FaultPlan, SimRng, Workload};
+use crate::draw::{self, chance, gap, log_uniform, SimRng};
+
+pub mod faults;
+pub mod workload;
+
 use crate::timeline::{Attempt, AttemptEnd, ControlKind, Timeline};
 use crate::world::{RunOptions, RunResult};
+pub use faults::FaultPlan;
+pub use workload::Workload;
 
 /// What the simulated sink does with one attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
