@@ -15,7 +15,7 @@ use crate::timeline::Timeline;
 /// Which world runs a seed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum WorldKind {
-    /// The core alone under a virtual clock (`fast.rs`).
+    /// The core alone under a virtual clock (`fast`).
     #[default]
     Fast,
     /// The tokio driver and a sink over turmoil's simulated network

@@ -28,8 +28,8 @@ impl Backoff {
 
     /// The wait after the `failures`-th failure in a row (1-based):
     /// `initial * 2^(failures-1)`, capped at `max`, then shortened by a
-    /// uniform share of up to `jitter` of it. Never above `max` (S-W7; scenario 28
-    /// of docs/scenarios.md).
+    /// uniform share of up to `jitter` of it. Never above `max` (S-W7;
+    /// scenario 28 of docs/scenarios.md).
     pub(crate) fn wait(&mut self, failures: u32) -> Duration {
         let doublings = failures.saturating_sub(1).min(64);
         let initial = self.initial.as_nanos();

@@ -72,8 +72,8 @@ impl std::error::Error for ConfigError {}
 /// value in a `Config` has been validated, so the engine never has to.
 ///
 /// Defaults: unbounded, each write takes the tenant's whole backlog, no
-/// linger, backoff 50 ms doubling to 5 s, retry
-/// forever, no write timeout, concurrency 8.
+/// linger, backoff 50 ms doubling to 5 s, retry forever, no write timeout,
+/// concurrency 8.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     pub(crate) concurrency: usize,

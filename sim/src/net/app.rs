@@ -668,7 +668,7 @@ async fn drop_handles(
     // its shutdown, after applying the outcomes it had joined: none of the
     // attempts ending then was given up, and none can end later (they are
     // cancelled). Else the deadline fires in a later round, before any
-    // outcome of that round is applied (see `check::end`).
+    // outcome of that round is applied (see `check::fates::tally`).
     let gave_up_at = recorder
         .first_counted(names::EVENTS_LOST, Some(LostReason::Deadline.as_str()))
         .filter(|_| !deadline.is_zero());
