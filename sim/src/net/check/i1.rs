@@ -19,9 +19,42 @@ pub fn store_holds_what_was_written(
     c: &Counters,
     fates: &Fates,
 ) -> Result<(), Broken> {
-    let n = book.items.len();
-    let written = &fates.written;
-    let mut stored = vec![false; n];
+    let stored = rows_are_staged_once_in_order(book, store, &fates.written)?;
+    let mut count = 0u64;
+    for (id, (&written, &stored)) in fates.written.iter().zip(&stored).enumerate() {
+        if written {
+            count += 1;
+            if !stored {
+                return Err((
+                    "I1",
+                    format!(
+                        "item #{id}'s write was answered committed, but it is not in the store"
+                    ),
+                ));
+            }
+        }
+    }
+    if count != c.written {
+        return Err((
+            "I1",
+            format!(
+                "the sink saw {count} items committed (not given up), the counters say {} written",
+                c.written
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Every row of the store is an item staged and accepted, under its own
+/// tenant, once; the `written` ones are in staging order. Which items the
+/// store holds, by id.
+fn rows_are_staged_once_in_order(
+    book: &Book,
+    store: &Durable,
+    written: &[bool],
+) -> Result<Vec<bool>, Broken> {
+    let mut stored = vec![false; book.items.len()];
     for (tenant, rows) in &store.by_tenant {
         let mut last_written: Option<u64> = None;
         for &id in rows {
@@ -64,30 +97,7 @@ pub fn store_holds_what_was_written(
             }
         }
     }
-    let mut count = 0u64;
-    for id in 0..n {
-        if written[id] {
-            count += 1;
-            if !stored[id] {
-                return Err((
-                    "I1",
-                    format!(
-                        "item #{id}'s write was answered committed, but it is not in the store"
-                    ),
-                ));
-            }
-        }
-    }
-    if count != c.written {
-        return Err((
-            "I1",
-            format!(
-                "the sink saw {count} items committed (not given up), the counters say {} written",
-                c.written
-            ),
-        ));
-    }
-    Ok(())
+    Ok(stored)
 }
 
 /// At an attempt's start: the slice carries items of its own tenant only
