@@ -139,11 +139,12 @@ async fn discarding_more_than_the_slice_is_clamped() {
     // S-W12: a sink saying it discarded more than it got.
     struct Over;
     impl Sink for Over {
+        type Tenant = TenantId;
         type Item = u32;
         fn name(&self) -> &str {
             "rev-over"
         }
-        async fn write(&self, _: TenantId, _: &[u32]) -> Result<Written, WriteError> {
+        async fn write(&self, _: &TenantId, _: &[u32]) -> Result<Written, WriteError> {
             Ok(Written::discarding(usize::MAX))
         }
     }
@@ -526,11 +527,12 @@ impl Drop for Boom {
 #[derive(Clone, Default)]
 struct BoomSink(Arc<std::sync::Mutex<Vec<u32>>>);
 impl Sink for BoomSink {
+    type Tenant = TenantId;
     type Item = Boom;
     fn name(&self) -> &str {
         "rev-boom"
     }
-    async fn write(&self, _: TenantId, items: &[Boom]) -> Result<Written, WriteError> {
+    async fn write(&self, _: &TenantId, items: &[Boom]) -> Result<Written, WriteError> {
         self.0.lock().unwrap().extend(items.iter().map(|b| b.id));
         Ok(Written::ALL)
     }
@@ -581,11 +583,12 @@ struct HangingBoomSink {
     attempts: Arc<AtomicU64>,
 }
 impl Sink for HangingBoomSink {
+    type Tenant = TenantId;
     type Item = Boom;
     fn name(&self) -> &str {
         "rev-boom-hang"
     }
-    async fn write(&self, _: TenantId, _: &[Boom]) -> Result<Written, WriteError> {
+    async fn write(&self, _: &TenantId, _: &[Boom]) -> Result<Written, WriteError> {
         self.attempts.fetch_add(1, Ordering::SeqCst);
         std::future::pending().await
     }
@@ -685,11 +688,12 @@ fn an_item_dropped_at_stage_time_may_read_the_outbox() {
     }
     struct ReSink;
     impl Sink for ReSink {
+        type Tenant = TenantId;
         type Item = Reentrant;
         fn name(&self) -> &str {
             "rev-reentrant"
         }
-        async fn write(&self, _: TenantId, _: &[Reentrant]) -> Result<Written, WriteError> {
+        async fn write(&self, _: &TenantId, _: &[Reentrant]) -> Result<Written, WriteError> {
             std::future::pending().await
         }
     }

@@ -10,14 +10,13 @@ use tokio::sync::oneshot;
 
 use super::answer::{Answer, Unanswered};
 use super::contain;
-use super::shared::{Shared, Waiter};
+use super::shared::{Shared, SinkWaiter, Waiter};
 use super::writer::Writer;
 use crate::core::{
     Config, ConfigError, Counters, Engine, Report, ShutdownReport, Staged, Time, WaitId, Weigher,
 };
 use crate::sink::Sink;
 use crate::telemetry;
-use crate::TenantId;
 
 /// The default deadline of the shutdown that starts when every handle is
 /// dropped without one: 30 s (S-W16).
@@ -246,7 +245,7 @@ impl<S: Sink> Outbox<S> {
     /// dropped by a capacity limit (S-A1, S-B5, S-B7: `buffer_full`,
     /// `tenant_full`) or refused after a shutdown began (S-W9: lost under
     /// `shutdown`). Every outcome is counted; the caller need not look.
-    pub fn stage(&self, tenant: TenantId, item: S::Item) -> Staged {
+    pub fn stage(&self, tenant: S::Tenant, item: S::Item) -> Staged {
         let shared = self.shared();
         // The clock is read under the lock, and only if the engine needs
         // it; the writer is woken only if the engine says it has new work
@@ -327,7 +326,7 @@ impl<S: Sink> Outbox<S> {
     /// # Cancellation
     /// Dropping the future does not stop the shutdown; only its report is
     /// discarded, dead letters included (they stay counted lost).
-    pub fn shutdown(&self, timeout: Duration) -> Answer<ShutdownReport<TenantId, S::Item>> {
+    pub fn shutdown(&self, timeout: Duration) -> Answer<ShutdownReport<S::Tenant, S::Item>> {
         self.wait(Waiter::Shutdown, |engine, now| {
             engine.shutdown(now, now + timeout)
         })
@@ -340,7 +339,7 @@ impl<S: Sink> Outbox<S> {
     /// among them). While a shutdown is still to answer, they go to its
     /// dead letters instead ([`ShutdownReport::unwritten`]) and this returns
     /// nothing: each item is handed back once.
-    pub fn abandon(&self) -> Vec<(TenantId, Vec<S::Item>)> {
+    pub fn abandon(&self) -> Vec<(S::Tenant, Vec<S::Item>)> {
         let shared = self.shared();
         let now = shared.now();
         let held = shared.input(|st| st.engine.abandon(now));
@@ -350,8 +349,8 @@ impl<S: Sink> Outbox<S> {
 
     fn wait<T: Unanswered>(
         &self,
-        waiter: fn(oneshot::Sender<T>) -> Waiter<S::Item>,
-        start: impl FnOnce(&mut Engine<TenantId, S::Item>, Time) -> WaitId,
+        waiter: fn(oneshot::Sender<T>) -> SinkWaiter<S>,
+        start: impl FnOnce(&mut Engine<S::Tenant, S::Item>, Time) -> WaitId,
     ) -> Answer<T> {
         let shared = self.shared();
         let (tx, rx) = oneshot::channel();

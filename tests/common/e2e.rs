@@ -49,7 +49,7 @@ pub fn build<S: Sink>(sink: S, max_batch: usize, write_timeout: Duration) -> (Ou
 /// through, and what the server stores.
 #[allow(async_fn_in_trait)]
 pub trait World {
-    type Sink: Sink<Item = Envelope>;
+    type Sink: Sink<Tenant = TenantId, Item = Envelope>;
     /// What the server keeps of an item, compared by the tests.
     type Row: Clone + PartialEq + Debug + Send + 'static;
 

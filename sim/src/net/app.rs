@@ -33,14 +33,14 @@ use std::time::Duration;
 
 use outbox::core::{Counters, DropReason, LostReason, Report};
 use outbox::telemetry::names;
-use outbox::{Config, Outbox, Staged, TenantId};
+use outbox::{Config, Outbox, Staged};
 use rand::Rng;
 
 use super::book::{self, ms, Admit, End, Ev, ItemRec, SharedBook};
 use super::check::Ending;
 use super::faults::NetFaults;
 use super::metrics::SimRecorder;
-use super::sink::{Item, NetSink};
+use super::sink::{Item, NetKey, NetSink};
 use super::workload::NetWorkload;
 use crate::draw::{chance, gap, log_uniform, rng, SimRng};
 
@@ -108,12 +108,12 @@ pub struct AppEnd {
 /// The shared slot for [`AppEnd`].
 pub type SharedEnd = Arc<Mutex<AppEnd>>;
 
-type Net = Outbox<NetSink>;
+type Net<K> = Outbox<NetSink<K>>;
 
 /// The host software of the application (a turmoil client).
-pub async fn run(
+pub async fn run<K: NetKey>(
     plan: AppPlan,
-    sink: NetSink,
+    sink: NetSink<K>,
     book: SharedBook,
     end: SharedEnd,
 ) -> turmoil::Result {
@@ -206,10 +206,10 @@ fn elapsed() -> Duration {
 }
 
 /// Stages one item and logs it; checks S-W14 (I3) after the call.
-fn stage(outbox: &Net, book: &SharedBook, tenant: u32, size: u32) -> Staged {
+fn stage<K: NetKey>(outbox: &Net<K>, book: &SharedBook, tenant: u32, size: u32) -> Staged {
     let id = book::lock(book).items.len() as u64;
     let item = Item { id, tenant, size };
-    let staged = outbox.stage(TenantId::from_u128(u128::from(tenant) + 1), item);
+    let staged = outbox.stage(K::of(tenant), item);
     let admit = match staged {
         Staged::Accepted => Admit::Accepted,
         Staged::Dropped(r) => Admit::Dropped(r.as_str()),
@@ -236,7 +236,13 @@ fn stage(outbox: &Net, book: &SharedBook, tenant: u32, size: u32) -> Staged {
     staged
 }
 
-async fn stager(outbox: Net, book: SharedBook, w: NetWorkload, mut r: SimRng, until: Duration) {
+async fn stager<K: NetKey>(
+    outbox: Net<K>,
+    book: SharedBook,
+    w: NetWorkload,
+    mut r: SimRng,
+    until: Duration,
+) {
     let mut burst = 0u32;
     loop {
         let wait = if burst > 0 {
@@ -265,7 +271,12 @@ async fn stager(outbox: Net, book: SharedBook, w: NetWorkload, mut r: SimRng, un
 
 /// Every 250 ms of the faulty phase: the counters balance and the
 /// exported metrics equal them (I3, S-W11, S-W14).
-async fn sample(outbox: Net, book: SharedBook, recorder: SimRecorder, until: Duration) {
+async fn sample<K: NetKey>(
+    outbox: Net<K>,
+    book: SharedBook,
+    recorder: SimRecorder,
+    until: Duration,
+) {
     while elapsed() < until {
         tokio::time::sleep(Duration::from_millis(250)).await;
         let c = outbox.counters();
@@ -319,8 +330,8 @@ fn judge(book: &SharedBook, kind: &'static str, called: Duration, deadline: Dura
 
 /// Flushes and settles at random moments, a shutdown and an abandon when
 /// the plan says; every answer is awaited on its own task.
-async fn controls(
-    outbox: Net,
+async fn controls<K: NetKey>(
+    outbox: Net<K>,
     book: SharedBook,
     recorder: SimRecorder,
     plan: AppPlan,
@@ -448,8 +459,8 @@ async fn controls(
 
 /// Shuts down with `deadline` and checks the answer and I8. `first_call`:
 /// this call raised the fence (its report carries the accounting).
-async fn shut_down(
-    outbox: Net,
+async fn shut_down<K: NetKey>(
+    outbox: Net<K>,
     book: SharedBook,
     recorder: SimRecorder,
     deadline: Duration,
@@ -546,7 +557,12 @@ async fn shut_down(
 }
 
 /// The healed phase: I6, then a final shutdown and I8.
-async fn healed(outbox: &Net, book: &SharedBook, recorder: &SimRecorder, plan: &AppPlan) {
+async fn healed<K: NetKey>(
+    outbox: &Net<K>,
+    book: &SharedBook,
+    recorder: &SimRecorder,
+    plan: &AppPlan,
+) {
     let deadline = match plan.liveness_base {
         Some(base) => {
             *book::lock(book).faults.entry("i6_checked").or_default() += 1;
@@ -604,8 +620,8 @@ async fn healed(outbox: &Net, book: &SharedBook, recorder: &SimRecorder, plan: &
 /// no settle and no shutdown; the writer must drain until `deadline`,
 /// give up what is left, and exit. Returns the final counters, read from
 /// the exported metrics since the outbox is gone, and the ending.
-async fn drop_handles(
-    outbox: Net,
+async fn drop_handles<K: NetKey>(
+    outbox: Net<K>,
     alive: &Weak<()>,
     book: &SharedBook,
     recorder: &SimRecorder,

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, UNIX_EPOCH};
 
 use outbox::core::Time;
+use outbox::TenantId;
 use rand::RngCore;
 
 use super::app::{self, AppEnd, AppPlan};
@@ -18,7 +19,7 @@ use super::book::{self, Book, Ev, SharedBook};
 use super::check::{self, Ending};
 use super::datastore::{self, Durable, HOST};
 use super::faults::{self, NetEvent, NetFaults, DROP_STREAM};
-use super::sink::{Injected, NetSink};
+use super::sink::{Injected, KeyType, NetSink};
 use super::workload::NetWorkload;
 use crate::draw::{self, rng};
 use crate::world::{self, RunOptions, RunResult};
@@ -126,10 +127,12 @@ fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
         app::i6_bound(base, most, pick.config.concurrency(), workload.tenants)
     });
     let drop_deadline = faults::draw_drop(&mut rng(seed ^ DROP_STREAM), covers);
+    let key = KeyType::draw(seed);
     let setup = format!(
         "config {:?} weighs={} | tenants {} skew {}/2 items ~{} stagers {} gap {:?} burst 1/{} x{} \
          sizes <= {} | rates {:?} storm x{} rpc timeout {:?} latency {:?} net events {} \
-         control gap {:?} shutdown {:?} join {:?} abandon {:?} | I6 base {:?} | drop {:?}",
+         control gap {:?} shutdown {:?} join {:?} abandon {:?} | I6 base {:?} | drop {:?} | \
+         key {:?}",
         pick.config,
         pick.weighs,
         workload.tenants,
@@ -150,7 +153,8 @@ fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
         faults.shutdown_join,
         faults.abandon_at,
         liveness,
-        drop_deadline
+        drop_deadline,
+        key
     );
 
     let mut new_book = Book::new(opts.trace, pick.config.concurrency());
@@ -174,7 +178,7 @@ fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
         faults.storm_factor,
     )));
     let end = Arc::new(Mutex::new(AppEnd::default()));
-    let sink = NetSink::new(
+    let sink = NetSink::<TenantId>::new(
         Arc::clone(&book),
         rng(sink_seed),
         faults.rates,
@@ -211,10 +215,15 @@ fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
             datastore::serve(Arc::clone(&store), Arc::clone(&book))
         });
     }
-    sim.client(
-        APP,
-        app::run(plan, sink, Arc::clone(&book), Arc::clone(&end)),
-    );
+    let (app_book, app_end) = (Arc::clone(&book), Arc::clone(&end));
+    match key {
+        KeyType::TenantId => sim.client(APP, app::run(plan, sink, app_book, app_end)),
+        KeyType::U64 => sim.client(APP, app::run(plan, sink.keyed::<u64>(), app_book, app_end)),
+        KeyType::String => sim.client(
+            APP,
+            app::run(plan, sink.keyed::<String>(), app_book, app_end),
+        ),
+    }
 
     let healed_latency = faults.calm_latency.min(Duration::from_millis(5));
     let mut next = 0;
