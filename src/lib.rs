@@ -73,14 +73,14 @@
 //!     assert_eq!(staged, Staged::Accepted);
 //! }
 //!
-//! // Where the work must be durable: flush, bounded by a deadline.
+//! // Where the work must be durable: flush, waiting at most 5 s.
 //! let report = outbox.flush(Duration::from_secs(5)).await;
 //! assert_eq!((report.written, report.pending), (3, 0));
 //!
 //! // When the service stops: the fence goes up at once, pending items
-//! // drain until the deadline, the rest comes back as dead letters.
+//! // drain for at most 10 s, the rest comes back as dead letters.
 //! let report = outbox.shutdown(Duration::from_secs(10)).await;
-//! assert_eq!(report.report.lost, 0);
+//! assert_eq!(report.lost, 0);
 //! assert!(report.unwritten.is_empty());
 //! assert_eq!(outbox.stage(tenant, Usage { id: 9, units: 1 }), Staged::Refused);
 //! # Ok(())
@@ -102,6 +102,6 @@ pub use crate::core::{
     Config, ConfigBuilder, ConfigError, Counters, DropReason, ErrorPolicy, LostReason, Report,
     ShutdownReport, Staged,
 };
-pub use driver::{Answer, BuildError, Outbox, OutboxBuilder, DEFAULT_DROP_DEADLINE};
+pub use driver::{Answer, BuildError, Outbox, OutboxBuilder, DEFAULT_DROP_TIMEOUT};
 pub use sink::{BoxError, ErrorKind, Sink, WriteError, Written};
 pub use tenant::{TenantId, TenantKey};

@@ -81,7 +81,10 @@ impl Written {
 }
 
 /// Whether a failed write may be retried (S-A5).
+///
+/// Non-exhaustive: new kinds may come (a match needs a `_` arm).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ErrorKind {
     /// Retried after a backoff (or dropped under the drop policy).
     Retryable,

@@ -232,7 +232,7 @@ impl Log {
             }
             Event::ShutdownDone { report, .. } => {
                 if report.first {
-                    let r = &report.report;
+                    let r = report;
                     tracing::info!(
                         outbox,
                         written = r.written,

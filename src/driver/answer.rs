@@ -57,11 +57,7 @@ impl Unanswered for Report {
 
 impl<K, I> Unanswered for ShutdownReport<K, I> {
     fn unanswered() -> Self {
-        ShutdownReport {
-            report: Report::unanswered(),
-            first: false,
-            unwritten: Vec::new(),
-        }
+        ShutdownReport::new(Report::unanswered(), false, Vec::new())
     }
 }
 

@@ -42,8 +42,8 @@ pub(crate) struct Writer<S: Sink> {
     /// Cancels the writes in flight when the engine says so.
     cancel: CancellationToken,
     log: Log,
-    /// The deadline of the shutdown that follows the last handle's drop.
-    drop_deadline: Duration,
+    /// The timeout of the shutdown that follows the last handle's drop.
+    drop_timeout: Duration,
     /// Sink error texts of attempts joined but not yet logged.
     errors: BTreeMap<WriteId, String>,
     /// Writes joined since the last drain: every task already done is
@@ -81,7 +81,7 @@ impl<S: Sink> Drop for Writer<S> {
                     Joined::Lost(id) => drop(st.engine.finish_lost(now, id)),
                 }
             }
-            let before = st.engine.counters().lost_for(LostReason::Abandoned);
+            let before = st.engine.counters().lost(LostReason::Abandoned);
             done.extend(st.engine.abandon(now).into_iter().map(|(_, items)| items));
             for id in self.running.values() {
                 // Given up by the abandon: this only lets a waiting shutdown
@@ -114,7 +114,7 @@ impl<S: Sink> Drop for Writer<S> {
                     Waiter::Shutdown(tx) => drop(tx.send(ShutdownReport::unanswered())),
                 }
             }
-            st.engine.counters().lost_for(LostReason::Abandoned) - before
+            st.engine.counters().lost(LostReason::Abandoned) - before
         });
         contain::drop_quietly(done);
         contain::drop_quietly(unclaimed);
@@ -131,14 +131,14 @@ impl<S: Sink> Drop for Writer<S> {
 }
 
 impl<S: Sink> Writer<S> {
-    pub(crate) fn new(shared: Arc<Shared<S>>, log: Log, drop_deadline: Duration) -> Self {
+    pub(crate) fn new(shared: Arc<Shared<S>>, log: Log, drop_timeout: Duration) -> Self {
         Writer {
             shared,
             tasks: JoinSet::new(),
             running: BTreeMap::new(),
             cancel: CancellationToken::new(),
             log,
-            drop_deadline,
+            drop_timeout,
             errors: BTreeMap::new(),
             joined: Vec::new(),
         }
@@ -247,10 +247,10 @@ impl<S: Sink> Writer<S> {
             }
             if st.handles_gone && !st.engine.is_shutting_down() {
                 // S-W16: the last handle is gone without a shutdown.
-                let _ = st.engine.shutdown(now, now + self.drop_deadline);
+                let _ = st.engine.shutdown(now, now + self.drop_timeout);
                 tracing::info!(
                     outbox = self.log.name(),
-                    deadline_ms = self.drop_deadline.as_millis() as u64,
+                    timeout_ms = self.drop_timeout.as_millis() as u64,
                     "every handle dropped; draining before the writer exits"
                 );
             }
@@ -405,7 +405,7 @@ mod tests {
         let (_, done) = writer.pump();
         assert!(!done);
         let c = shared.lock().engine.counters().clone();
-        assert_eq!(c.lost_for(LostReason::JoinFailed), 1);
+        assert_eq!(c.lost(LostReason::JoinFailed), 1);
         assert_eq!(c.pending, 0);
         assert!(c.balanced());
         // The writer still works: the next item gets its own write.

@@ -367,14 +367,14 @@ pub fn assert_metrics_match(m: &Metrics, outbox: &str, c: &Counters) {
     for r in LostReason::ALL {
         assert_eq!(
             counter(m, "outbox_events_lost_total", outbox, Some(r.as_str())),
-            c.lost_for(r),
+            c.lost(r),
             "lost {r}"
         );
     }
     for r in DropReason::ALL {
         assert_eq!(
             counter(m, "outbox_items_dropped_total", outbox, Some(r.as_str())),
-            c.dropped_for(r),
+            c.dropped(r),
             "dropped {r}"
         );
     }

@@ -180,18 +180,18 @@ pub fn end(
     let buffer_full = admits(|a| *a == Admit::Dropped(DropReason::BufferFull.as_str()));
     let tenant_full = admits(|a| *a == Admit::Dropped(DropReason::TenantFull.as_str()));
     let expect = [
-        ("lost(shutdown)", c.lost_for(LostReason::Shutdown), refused),
+        ("lost(shutdown)", c.lost(LostReason::Shutdown), refused),
         (
             "dropped(buffer_full)",
-            c.dropped_for(DropReason::BufferFull),
+            c.dropped(DropReason::BufferFull),
             buffer_full,
         ),
         (
             "dropped(tenant_full)",
-            c.dropped_for(DropReason::TenantFull),
+            c.dropped(DropReason::TenantFull),
             tenant_full,
         ),
-        ("lost(join_failed)", c.lost_for(LostReason::JoinFailed), 0),
+        ("lost(join_failed)", c.lost(LostReason::JoinFailed), 0),
     ];
     for (what, got, want) in expect {
         if got != want {
@@ -231,15 +231,15 @@ pub fn end(
             .count() as u64;
         (
             "lost(deadline) + lost(retries_exhausted) + dropped(sink_error)",
-            c.lost_for(LostReason::Deadline)
-                + c.lost_for(LostReason::RetriesExhausted)
-                + c.dropped_for(DropReason::SinkError),
+            c.lost(LostReason::Deadline)
+                + c.lost(LostReason::RetriesExhausted)
+                + c.dropped(DropReason::SinkError),
             unsliced + failed + given_up,
         )
     } else {
         (
             "lost(retries_exhausted) + dropped(sink_error)",
-            c.lost_for(LostReason::RetriesExhausted) + c.dropped_for(DropReason::SinkError),
+            c.lost(LostReason::RetriesExhausted) + c.dropped(DropReason::SinkError),
             failed,
         )
     };
@@ -247,22 +247,14 @@ pub fn end(
         // Lost under `deadline` is in the row above; nobody took any back.
         ("items handed back", handed_back, 0)
     } else {
-        (
-            "lost(deadline)",
-            c.lost_for(LostReason::Deadline),
-            handed_back,
-        )
+        ("lost(deadline)", c.lost(LostReason::Deadline), handed_back)
     };
     // `abandoned` first: a writer that gave up everything as abandoned
     // would otherwise show only as a short sum.
     let expect = [
-        ("lost(abandoned)", c.lost_for(LostReason::Abandoned), 0),
-        (
-            "lost(discarded)",
-            c.lost_for(LostReason::Discarded),
-            discarded,
-        ),
-        ("lost(terminal)", c.lost_for(LostReason::Terminal), terminal),
+        ("lost(abandoned)", c.lost(LostReason::Abandoned), 0),
+        ("lost(discarded)", c.lost(LostReason::Discarded), discarded),
+        ("lost(terminal)", c.lost(LostReason::Terminal), terminal),
         failed_or_given_up,
         deadline,
     ];
@@ -311,14 +303,12 @@ mod tests {
     /// Counters with `written` items written in `writes` writes, the rest
     /// of the 4 lost under `deadline`.
     fn counters(written: u64, writes: u64) -> Counters {
-        let mut c = Counters {
-            staged: 4,
-            written,
-            writes,
-            ..Counters::default()
-        };
-        c.lost[1] = 4 - written;
-        assert_eq!(c.lost_for(LostReason::Deadline), 4 - written);
+        let mut c = Counters::default();
+        c.staged = 4;
+        c.written = written;
+        c.writes = writes;
+        c.set_lost(LostReason::Deadline, 4 - written);
+        assert_eq!(c.lost(LostReason::Deadline), 4 - written);
         c
     }
 
@@ -359,16 +349,16 @@ mod tests {
         ));
         // A loss under another reason is not the deadline's.
         let mut c = counters(3, 2);
-        c.lost = [0; 7];
-        c.lost[2] = 1;
-        assert_eq!(c.lost_for(LostReason::Abandoned), 1);
+        c.set_lost(LostReason::Deadline, 0);
+        c.set_lost(LostReason::Abandoned, 1);
+        assert_eq!(c.lost(LostReason::Abandoned), 1);
         assert!(matches!(
             end(&b, &store, &c, dropped(Some(30))),
             Some(("I5", _))
         ));
         // Still pending after the writer exited.
         let mut c = counters(3, 2);
-        c.lost = [0; 7];
+        c.set_lost(LostReason::Deadline, 0);
         c.pending = 1;
         assert!(matches!(
             end(&b, &store, &c, dropped(None)),
