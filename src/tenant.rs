@@ -17,11 +17,13 @@ use uuid::Uuid;
 /// the store (a column, a subject), so it knows which keys it can write;
 /// [`Outbox::stage`](crate::Outbox::stage) then takes that type. The
 /// engine only compares, hashes and clones keys: `Ord` decides the order
-/// of per-tenant runs in reports (dead letters, abandoned items), `Hash`
-/// the lookup of a tenant's backlog, never an order (the engine iterates
-/// no hash map). A key is cloned once per write handed out and per tenant
-/// with a backlog, so a cheap clone (`Arc<str>` rather than `String`)
-/// helps under many tenants; `Debug` renders it in logs (`tenant` field).
+/// of per-tenant runs in reports (dead letters, abandoned items); `Hash`
+/// only finds a tenant's backlog and never decides an order. The engine
+/// clones a key on every stage and for every
+/// write and event it hands out, so a key that clones cheaply (an
+/// integer, a UUID, `Arc<str>` rather than `String`) keeps
+/// [`stage`](crate::Outbox::stage) cheap; `Debug` renders it in logs (the
+/// `tenant` field).
 pub trait TenantKey: Ord + Hash + Clone + Send + Sync + fmt::Debug + 'static {}
 
 impl<T: Ord + Hash + Clone + Send + Sync + fmt::Debug + 'static> TenantKey for T {}
