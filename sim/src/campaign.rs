@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use outbox::core::Counters;
+use outbox::core::{Counters, DropReason, LostReason};
 
 use outbox::testkit::Violation;
 
@@ -63,11 +63,11 @@ impl Summary {
         s.writes += c.writes;
         s.attempts += c.attempts;
         s.failed_attempts += c.failed_attempts;
-        for (a, b) in s.lost.iter_mut().zip(c.lost) {
-            *a += b;
+        for r in LostReason::ALL {
+            s.set_lost(r, s.lost(r) + c.lost(r));
         }
-        for (a, b) in s.dropped.iter_mut().zip(c.dropped) {
-            *a += b;
+        for r in DropReason::ALL {
+            s.set_dropped(r, s.dropped(r) + c.dropped(r));
         }
     }
 }

@@ -4,7 +4,10 @@ use std::fmt;
 use std::time::Duration;
 
 /// What to do with a batch whose attempt failed (S-A5).
+///
+/// Non-exhaustive: new policies may come (a match needs a `_` arm).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ErrorPolicy {
     /// Retry the identical slice after a backoff, forever unless
     /// `max_attempts` / `max_retry_duration` say otherwise (S-W5, S-W7, S-B2).

@@ -20,4 +20,4 @@ mod task;
 mod writer;
 
 pub use answer::Answer;
-pub use outbox::{BuildError, Outbox, OutboxBuilder, DEFAULT_DROP_DEADLINE};
+pub use outbox::{BuildError, Outbox, OutboxBuilder, DEFAULT_DROP_TIMEOUT};

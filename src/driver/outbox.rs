@@ -10,18 +10,17 @@ use tokio::sync::oneshot;
 
 use super::answer::{Answer, Unanswered};
 use super::contain;
-use super::shared::{Shared, Waiter};
+use super::shared::{Shared, SinkWaiter, Waiter};
 use super::writer::Writer;
 use crate::core::{
     Config, ConfigError, Counters, Engine, Report, ShutdownReport, Staged, Time, WaitId, Weigher,
 };
 use crate::sink::Sink;
 use crate::telemetry;
-use crate::TenantId;
 
-/// The default deadline of the shutdown that starts when every handle is
-/// dropped without one: 30 s (S-W16).
-pub const DEFAULT_DROP_DEADLINE: Duration = Duration::from_secs(30);
+/// The default timeout of the shutdown that starts when every handle is
+/// dropped without one: 30 s from the last drop (S-W16).
+pub const DEFAULT_DROP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Why an [`Outbox`] could not be built.
 #[derive(Debug)]
@@ -78,7 +77,7 @@ pub struct OutboxBuilder<S: Sink> {
     sink: S,
     config: Config,
     weigher: Option<Weigher<S::Item>>,
-    drop_deadline: Duration,
+    drop_timeout: Duration,
     runtime: Option<Handle>,
 }
 
@@ -88,7 +87,7 @@ impl<S: Sink> fmt::Debug for OutboxBuilder<S> {
             .field("sink", &self.sink.name())
             .field("config", &self.config)
             .field("weigher", &self.weigher.is_some())
-            .field("drop_deadline", &self.drop_deadline)
+            .field("drop_timeout", &self.drop_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -108,12 +107,13 @@ impl<S: Sink> OutboxBuilder<S> {
         self
     }
 
-    /// The deadline of the shutdown the writer starts by itself when every
-    /// handle is dropped without a shutdown (S-W16); default
-    /// [`DEFAULT_DROP_DEADLINE`] (30 s). What is unwritten then is counted
-    /// lost under `deadline`, and logged.
-    pub fn drop_deadline(mut self, deadline: Duration) -> Self {
-        self.drop_deadline = deadline;
+    /// The timeout of the shutdown the writer starts by itself when every
+    /// handle is dropped without a shutdown (S-W16): its deadline is the
+    /// last drop plus `timeout`; default [`DEFAULT_DROP_TIMEOUT`] (30 s).
+    /// What is unwritten at that deadline is counted lost under
+    /// `deadline`, and logged.
+    pub fn drop_timeout(mut self, timeout: Duration) -> Self {
+        self.drop_timeout = timeout;
         self
     }
 
@@ -156,7 +156,7 @@ impl<S: Sink> OutboxBuilder<S> {
         let sink = Arc::new(self.sink);
         let (export, log) = telemetry::register(sink.name());
         let shared = Arc::new(Shared::new(engine, export, sink, runtime));
-        let writer = Writer::new(Arc::clone(&shared), log, self.drop_deadline);
+        let writer = Writer::new(Arc::clone(&shared), log, self.drop_timeout);
         drop(shared.runtime().spawn(writer.run()));
         // A shut-down runtime drops the task at once, and with it the
         // writer, whose drop marks it gone.
@@ -175,7 +175,7 @@ impl<S: Sink> OutboxBuilder<S> {
 /// Cheap to clone (`Send + Sync`); every clone is the same outbox. When the
 /// last clone is dropped without a [`shutdown`](Self::shutdown), the writer
 /// shuts down by itself with the builder's
-/// [`drop_deadline`](OutboxBuilder::drop_deadline) (default 30 s), then
+/// [`drop_timeout`](OutboxBuilder::drop_timeout) (default 30 s), then
 /// exits (S-W16). Dropping the runtime drops the writer: items still
 /// pending then cannot be written any more and are counted lost under
 /// `abandoned` (S-A7, S-W14), waiting callers are answered, and later
@@ -224,7 +224,7 @@ impl<S: Sink> Outbox<S> {
             sink,
             config: Config::default(),
             weigher: None,
-            drop_deadline: DEFAULT_DROP_DEADLINE,
+            drop_timeout: DEFAULT_DROP_TIMEOUT,
             runtime: None,
         }
     }
@@ -246,7 +246,7 @@ impl<S: Sink> Outbox<S> {
     /// dropped by a capacity limit (S-A1, S-B5, S-B7: `buffer_full`,
     /// `tenant_full`) or refused after a shutdown began (S-W9: lost under
     /// `shutdown`). Every outcome is counted; the caller need not look.
-    pub fn stage(&self, tenant: TenantId, item: S::Item) -> Staged {
+    pub fn stage(&self, tenant: S::Tenant, item: S::Item) -> Staged {
         let shared = self.shared();
         // The clock is read under the lock, and only if the engine needs
         // it; the writer is woken only if the engine says it has new work
@@ -282,10 +282,10 @@ impl<S: Sink> Outbox<S> {
     }
 
     /// Sends everything staged before this call at once, lingering batches
-    /// included, and answers when those items are settled or `timeout` has
-    /// passed (S-A4, S-W15). The [`Report`] says how many of them were
-    /// written, dropped and lost, how many are still pending, and whether
-    /// the deadline passed. Never overtakes earlier items; concurrent
+    /// included, and answers when those items are settled or at the
+    /// deadline, the call's time plus `timeout` (S-A4, S-W15). The
+    /// [`Report`] says how many of them were written, dropped and lost, how
+    /// many are still pending, and whether the deadline passed. Never overtakes earlier items; concurrent
     /// flushes each get their own truthful answer. Items staged after the
     /// call are not waited for.
     ///
@@ -298,8 +298,8 @@ impl<S: Sink> Outbox<S> {
         })
     }
 
-    /// Waits until everything staged before this call is settled, or
-    /// `timeout` has passed, without sending lingering batches early and
+    /// Waits until everything staged before this call is settled, or until
+    /// the deadline, the call's time plus `timeout`, without sending lingering batches early and
     /// without closing anything (S-W10). [`Report::pending`] is how many of
     /// those items are still pending (0 when everything settled).
     ///
@@ -313,21 +313,21 @@ impl<S: Sink> Outbox<S> {
     /// Shuts the outbox down (S-W9, S-B6). The fence goes up during this
     /// call, before the returned future is first polled: every later
     /// [`stage`](Self::stage) is refused and counted lost under `shutdown`.
-    /// Items staged before drain, with retries, until `timeout`; then the
-    /// writes in flight are cancelled and every unwritten item is counted
+    /// Items staged before drain, with retries, until the deadline, the
+    /// call's time plus `timeout`; then the writes in flight are cancelled and every unwritten item is counted
     /// lost under `deadline` and handed back in
     /// [`ShutdownReport::unwritten`]. After the answer nothing is pending
     /// and no write starts (I8).
     ///
     /// Called more than once (or concurrently), the first call's report
     /// carries the accounting and the others report zeros
-    /// ([`ShutdownReport::first`]); an earlier deadline of a later call
-    /// tightens the shutdown's.
+    /// ([`ShutdownReport::first`]); a later call whose deadline comes
+    /// earlier tightens the shutdown's.
     ///
     /// # Cancellation
     /// Dropping the future does not stop the shutdown; only its report is
     /// discarded, dead letters included (they stay counted lost).
-    pub fn shutdown(&self, timeout: Duration) -> Answer<ShutdownReport<TenantId, S::Item>> {
+    pub fn shutdown(&self, timeout: Duration) -> Answer<ShutdownReport<S::Tenant, S::Item>> {
         self.wait(Waiter::Shutdown, |engine, now| {
             engine.shutdown(now, now + timeout)
         })
@@ -340,7 +340,7 @@ impl<S: Sink> Outbox<S> {
     /// among them). While a shutdown is still to answer, they go to its
     /// dead letters instead ([`ShutdownReport::unwritten`]) and this returns
     /// nothing: each item is handed back once.
-    pub fn abandon(&self) -> Vec<(TenantId, Vec<S::Item>)> {
+    pub fn abandon(&self) -> Vec<(S::Tenant, Vec<S::Item>)> {
         let shared = self.shared();
         let now = shared.now();
         let held = shared.input(|st| st.engine.abandon(now));
@@ -350,8 +350,8 @@ impl<S: Sink> Outbox<S> {
 
     fn wait<T: Unanswered>(
         &self,
-        waiter: fn(oneshot::Sender<T>) -> Waiter<S::Item>,
-        start: impl FnOnce(&mut Engine<TenantId, S::Item>, Time) -> WaitId,
+        waiter: fn(oneshot::Sender<T>) -> SinkWaiter<S>,
+        start: impl FnOnce(&mut Engine<S::Tenant, S::Item>, Time) -> WaitId,
     ) -> Answer<T> {
         let shared = self.shared();
         let (tx, rx) = oneshot::channel();

@@ -420,12 +420,12 @@ impl Harness {
                     self.drain()?;
                 }
             }
-            Op::Flush { deadline_ms } | Op::Settle { deadline_ms } => {
+            Op::Flush { timeout_ms } | Op::Settle { timeout_ms } => {
                 let flush = matches!(op, Op::Flush { .. });
                 if flush {
                     self.flush_bound = self.next_item;
                 }
-                let deadline = self.now + Duration::from_millis(u64::from(deadline_ms));
+                let deadline = self.now + Duration::from_millis(u64::from(timeout_ms));
                 let check = self.wait_check(deadline);
                 let id = if flush {
                     self.engine.flush(self.now, deadline)
@@ -436,8 +436,8 @@ impl Harness {
                 self.wait_deadlines.insert((deadline, id));
                 self.drain()?;
             }
-            Op::Shutdown { deadline_ms } => {
-                let deadline = self.now + Duration::from_millis(u64::from(deadline_ms));
+            Op::Shutdown { timeout_ms } => {
+                let deadline = self.now + Duration::from_millis(u64::from(timeout_ms));
                 let check = self.wait_check(deadline);
                 let first = !self.engine.is_shutting_down();
                 let id = self.engine.shutdown(self.now, deadline);
@@ -940,7 +940,7 @@ impl Harness {
                 }
                 Event::WaitDone { id, report } => self.check_answer(id, report, None)?,
                 Event::ShutdownDone { id, report } => {
-                    self.check_answer(id, report.report, Some((report.first, report.unwritten)))?;
+                    self.check_answer(id, report.report(), Some((report.first, report.unwritten)))?;
                 }
             }
         }
@@ -1009,7 +1009,7 @@ impl Harness {
             // the shutdown) is handed back, except those of a given-up write
             // whose task was lost or that came back written (S-B6).
             let c = self.engine.counters();
-            let expected = (c.lost_for(LostReason::Deadline) + c.lost_for(LostReason::Abandoned))
+            let expected = (c.lost(LostReason::Deadline) + c.lost(LostReason::Abandoned))
                 .saturating_sub(self.given_up_task_lost);
             self.expect(handed_back == expected, "S-B6", || {
                 format!("{handed_back} dead letters handed back, {expected} items given up")
@@ -1365,7 +1365,7 @@ fn short_event(ev: &Event<u8, u64>) -> String {
             "shutdown {} done first={} {:?} unwritten runs {}",
             id.0,
             report.first,
-            report.report,
+            report.report(),
             report.unwritten.len()
         ),
     }
@@ -1441,7 +1441,7 @@ mod tests {
                 tenant: 1,
                 count: 0,
             },
-            Op::Flush { deadline_ms: 100 },
+            Op::Flush { timeout_ms: 100 },
             Op::Poll,
             Op::Stage {
                 tenant: 2,

@@ -275,7 +275,7 @@ impl FastWorld {
         self.sink.clear();
         self.due.clear();
         // I6: a settle now answers with nothing pending.
-        self.h.apply(Op::Settle { deadline_ms: 0 })?;
+        self.h.apply(Op::Settle { timeout_ms: 0 })?;
         if self.shutdown_called && !self.h.is_finished() {
             return Err(self.violation(
                 "S-W9",
@@ -473,9 +473,15 @@ impl FastWorld {
         }
         let deadline_ms = deadline.map_or(0, ms_u16);
         let op = match kind {
-            ControlKind::Flush => Op::Flush { deadline_ms },
-            ControlKind::Settle => Op::Settle { deadline_ms },
-            ControlKind::Shutdown => Op::Shutdown { deadline_ms },
+            ControlKind::Flush => Op::Flush {
+                timeout_ms: deadline_ms,
+            },
+            ControlKind::Settle => Op::Settle {
+                timeout_ms: deadline_ms,
+            },
+            ControlKind::Shutdown => Op::Shutdown {
+                timeout_ms: deadline_ms,
+            },
             ControlKind::Abandon => Op::Abandon,
         };
         self.h.apply(op)?;

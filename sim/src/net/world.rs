@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, UNIX_EPOCH};
 
 use outbox::core::Time;
+use outbox::TenantId;
 use rand::RngCore;
 
 use super::app::{self, AppEnd, AppPlan};
@@ -18,7 +19,7 @@ use super::book::{self, Book, Ev, SharedBook};
 use super::check::{self, Ending};
 use super::datastore::{self, Durable, SharedStore, HOST};
 use super::faults::{self, NetEvent, NetFaults, DROP_STREAM};
-use super::sink::{Injected, NetSink};
+use super::sink::{Injected, KeyType, NetSink};
 use super::workload::NetWorkload;
 use crate::draw::{self, rng};
 use crate::world::{self, RunOptions, RunResult};
@@ -163,6 +164,8 @@ struct Draws {
     liveness: Option<Duration>,
     /// Drawn from a stream of its own ([`DROP_STREAM`]).
     drop_deadline: Option<Duration>,
+    /// The tenant key type, drawn from a stream of its own.
+    key: KeyType,
 }
 
 impl Draws {
@@ -193,6 +196,7 @@ impl Draws {
             store_seed,
             liveness,
             drop_deadline,
+            key: KeyType::draw(seed),
         }
     }
 
@@ -202,7 +206,8 @@ impl Draws {
         format!(
             "config {:?} weighs={} | tenants {} skew {}/2 items ~{} stagers {} gap {:?} burst 1/{} x{} \
              sizes <= {} | rates {:?} storm x{} rpc timeout {:?} latency {:?} net events {} \
-             control gap {:?} shutdown {:?} join {:?} abandon {:?} | I6 base {:?} | drop {:?}",
+             control gap {:?} shutdown {:?} join {:?} abandon {:?} | I6 base {:?} | drop {:?} | \
+             key {:?}",
             pick.config,
             pick.weighs,
             workload.tenants,
@@ -223,7 +228,8 @@ impl Draws {
             faults.shutdown_join,
             faults.abandon_at,
             self.liveness,
-            self.drop_deadline
+            self.drop_deadline,
+            self.key
         )
     }
 }
@@ -257,7 +263,7 @@ fn build_sim(
     store: &SharedStore,
     end: &Arc<Mutex<AppEnd>>,
 ) -> turmoil::Sim<'static> {
-    let sink = NetSink::new(
+    let sink = NetSink::<TenantId>::new(
         Arc::clone(book),
         rng(d.sink_seed),
         d.faults.rates,
@@ -293,7 +299,15 @@ fn build_sim(
             datastore::serve(Arc::clone(&store), Arc::clone(&book))
         });
     }
-    sim.client(APP, app::run(plan, sink, Arc::clone(book), Arc::clone(end)));
+    let (app_book, app_end) = (Arc::clone(book), Arc::clone(end));
+    match d.key {
+        KeyType::TenantId => sim.client(APP, app::run(plan, sink, app_book, app_end)),
+        KeyType::U64 => sim.client(APP, app::run(plan, sink.keyed::<u64>(), app_book, app_end)),
+        KeyType::String => sim.client(
+            APP,
+            app::run(plan, sink.keyed::<String>(), app_book, app_end),
+        ),
+    }
     sim
 }
 

@@ -15,7 +15,7 @@ pub struct Start<'a> {
     /// When the attempt started.
     pub now: Time,
     /// The tenant the write was for, as the driver named it.
-    pub tenant: &'a dyn fmt::Display,
+    pub tenant: &'a dyn fmt::Debug,
     /// The tenant index of the slice's first item (`u32::MAX` if empty).
     pub tenant_ix: u32,
     /// Whether any item belongs to another tenant than `tenant`.

@@ -103,7 +103,7 @@ fn rows_are_staged_once_in_order(
 /// At an attempt's start: the slice carries items of its own tenant only
 /// (`wrong_tenant` says whether it does not), in staging order.
 pub fn slice_of_one_tenant_in_order(
-    tenant: &dyn std::fmt::Display,
+    tenant: &dyn std::fmt::Debug,
     tenant_ix: u32,
     wrong_tenant: bool,
     ids: &[u64],
@@ -112,7 +112,7 @@ pub fn slice_of_one_tenant_in_order(
     if wrong_tenant {
         broken.push((
             "I1",
-            format!("a write for tenant {tenant} carries another tenant's items"),
+            format!("a write for tenant {tenant:?} carries another tenant's items"),
         ));
     }
     if let Some(w) = ids.windows(2).find(|w| w[0] >= w[1]) {

@@ -46,14 +46,10 @@ pub fn counters_never_decrease(before: &Counters, after: &Counters) -> Option<Br
         after.failed_attempts,
     ));
     for r in LostReason::ALL {
-        shrunk.push(shrank(r.as_str(), before.lost_for(r), after.lost_for(r)));
+        shrunk.push(shrank(r.as_str(), before.lost(r), after.lost(r)));
     }
     for r in DropReason::ALL {
-        shrunk.push(shrank(
-            r.as_str(),
-            before.dropped_for(r),
-            after.dropped_for(r),
-        ));
+        shrunk.push(shrank(r.as_str(), before.dropped(r), after.dropped(r)));
     }
     let m = shrunk.into_iter().flatten().next()?;
     Some((

@@ -27,18 +27,18 @@ pub fn stage_answers_explained(book: &Book, c: &Counters) -> Result<(), Broken> 
     let buffer_full = admits(|a| *a == Admit::Dropped(DropReason::BufferFull.as_str()));
     let tenant_full = admits(|a| *a == Admit::Dropped(DropReason::TenantFull.as_str()));
     rows_match([
-        ("lost(shutdown)", c.lost_for(LostReason::Shutdown), refused),
+        ("lost(shutdown)", c.lost(LostReason::Shutdown), refused),
         (
             "dropped(buffer_full)",
-            c.dropped_for(DropReason::BufferFull),
+            c.dropped(DropReason::BufferFull),
             buffer_full,
         ),
         (
             "dropped(tenant_full)",
-            c.dropped_for(DropReason::TenantFull),
+            c.dropped(DropReason::TenantFull),
             tenant_full,
         ),
-        ("lost(join_failed)", c.lost_for(LostReason::JoinFailed), 0),
+        ("lost(join_failed)", c.lost(LostReason::JoinFailed), 0),
     ])
 }
 
@@ -79,15 +79,15 @@ pub fn end_losses_explained(
             .count() as u64;
         (
             "lost(deadline) + lost(retries_exhausted) + dropped(sink_error)",
-            c.lost_for(LostReason::Deadline)
-                + c.lost_for(LostReason::RetriesExhausted)
-                + c.dropped_for(DropReason::SinkError),
+            c.lost(LostReason::Deadline)
+                + c.lost(LostReason::RetriesExhausted)
+                + c.dropped(DropReason::SinkError),
             unsliced + fates.failed + fates.given_up,
         )
     } else {
         (
             "lost(retries_exhausted) + dropped(sink_error)",
-            c.lost_for(LostReason::RetriesExhausted) + c.dropped_for(DropReason::SinkError),
+            c.lost(LostReason::RetriesExhausted) + c.dropped(DropReason::SinkError),
             fates.failed,
         )
     };
@@ -95,24 +95,20 @@ pub fn end_losses_explained(
         // Lost under `deadline` is in the row above; nobody took any back.
         ("items handed back", handed_back, 0)
     } else {
-        (
-            "lost(deadline)",
-            c.lost_for(LostReason::Deadline),
-            handed_back,
-        )
+        ("lost(deadline)", c.lost(LostReason::Deadline), handed_back)
     };
     // `abandoned` first: a writer that gave up everything as abandoned
     // would otherwise show only as a short sum.
     rows_match([
-        ("lost(abandoned)", c.lost_for(LostReason::Abandoned), 0),
+        ("lost(abandoned)", c.lost(LostReason::Abandoned), 0),
         (
             "lost(discarded)",
-            c.lost_for(LostReason::Discarded),
+            c.lost(LostReason::Discarded),
             fates.discarded,
         ),
         (
             "lost(terminal)",
-            c.lost_for(LostReason::Terminal),
+            c.lost(LostReason::Terminal),
             fates.terminal,
         ),
         failed_or_given_up,

@@ -159,14 +159,12 @@ mod tests {
     /// Counters with `written` items written in `writes` writes, the rest
     /// of the 4 lost under `deadline`.
     fn counters(written: u64, writes: u64) -> Counters {
-        let mut c = Counters {
-            staged: 4,
-            written,
-            writes,
-            ..Counters::default()
-        };
-        c.lost[1] = 4 - written;
-        assert_eq!(c.lost_for(LostReason::Deadline), 4 - written);
+        let mut c = Counters::default();
+        c.staged = 4;
+        c.written = written;
+        c.writes = writes;
+        c.set_lost(LostReason::Deadline, 4 - written);
+        assert_eq!(c.lost(LostReason::Deadline), 4 - written);
         c
     }
 
@@ -207,16 +205,16 @@ mod tests {
         ));
         // A loss under another reason is not the deadline's.
         let mut c = counters(3, 2);
-        c.lost = [0; 7];
-        c.lost[2] = 1;
-        assert_eq!(c.lost_for(LostReason::Abandoned), 1);
+        c.set_lost(LostReason::Deadline, 0);
+        c.set_lost(LostReason::Abandoned, 1);
+        assert_eq!(c.lost(LostReason::Abandoned), 1);
         assert!(matches!(
             end(&b, &store, &c, dropped(Some(30))),
             Some(("I5", _))
         ));
         // Still pending after the writer exited.
         let mut c = counters(3, 2);
-        c.lost = [0; 7];
+        c.set_lost(LostReason::Deadline, 0);
         c.pending = 1;
         assert!(matches!(
             end(&b, &store, &c, dropped(None)),
