@@ -321,7 +321,13 @@ fn s_b5_capacity_bytes() {
     w.stage_ok(1, [10, 10]); // exactly 20: accepted
     assert_eq!(w.e.pending_bytes(), 20);
     assert_eq!(w.stage(2, 1), Staged::Dropped(DropReason::BufferFull));
-    assert_eq!(w.stage(2, 0), Staged::Accepted, "a weightless item fits");
+    // S-B8: an item weighs at least 1 byte, so `capacity_bytes` bounds the
+    // count too: a weightless item does not slip past a full buffer.
+    assert_eq!(
+        w.stage(2, 0),
+        Staged::Dropped(DropReason::BufferFull),
+        "a weightless item weighs 1 byte"
+    );
     let a = w.poll();
     assert_eq!(w.e.pending_bytes(), 20, "in flight still counts");
     for x in a {
@@ -329,7 +335,7 @@ fn s_b5_capacity_bytes() {
     }
     assert_eq!(w.e.pending_bytes(), 0);
     assert_eq!(w.stage(2, 20), Staged::Accepted);
-    assert_eq!(w.dropped(DropReason::BufferFull), 1);
+    assert_eq!(w.dropped(DropReason::BufferFull), 2);
 }
 
 #[test]

@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use super::write::Failure;
+
 /// Why items were lost: accepted, then given up (SPEC "lost").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum LostReason {
@@ -100,6 +102,11 @@ impl fmt::Display for DropReason {
 ///
 /// S-W14: `staged == written + pending + lost_total() + dropped_total()` at
 /// every instant; every field but `pending` only grows.
+///
+/// S-W18: every attempt ends in exactly one counted outcome, so
+/// `attempts == writes + failed_attempts + (attempts in flight)` at every
+/// instant, and `attempts == writes + failed_attempts` at every quiet point
+/// (nothing in flight); `failed_attempts` is the sum of `failed`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Counters {
     /// Items offered to `stage`, accepted or not.
@@ -108,12 +115,15 @@ pub struct Counters {
     pub pending: u64,
     /// Items written by a successful write.
     pub written: u64,
-    /// Successful writes (batches).
+    /// Attempts that ended written (batches), a write the engine had given
+    /// up but that committed anyway included (S-W18).
     pub writes: u64,
     /// Attempts started (first tries and retries).
     pub attempts: u64,
-    /// Attempts that failed: sink error, panic, timeout, terminal rejection (S-W11).
+    /// Attempts that ended failed, of any kind (S-W11, S-W18).
     pub failed_attempts: u64,
+    /// Failed attempts by kind, indexed like [`Failure::ALL`] (S-W18).
+    pub failed: [u64; 6],
     /// Items lost, indexed like [`LostReason::ALL`].
     pub lost: [u64; 7],
     /// Items dropped, indexed like [`DropReason::ALL`].
@@ -137,6 +147,15 @@ impl Counters {
     pub fn dropped_total(&self) -> u64 {
         self.dropped.iter().sum()
     }
+    /// Failed attempts of `kind` (S-W18).
+    pub fn failed_for(&self, kind: Failure) -> u64 {
+        self.failed[kind.index()]
+    }
+    /// Attempts that have ended, written or failed (S-W18): equal to
+    /// `attempts` whenever nothing is in flight.
+    pub fn attempts_ended(&self) -> u64 {
+        self.writes + self.failed_attempts
+    }
     /// Whether S-W14 holds: every staged item is in exactly one state.
     pub fn balanced(&self) -> bool {
         self.staged == self.written + self.pending + self.lost_total() + self.dropped_total()
@@ -149,6 +168,12 @@ impl Counters {
         let before = *slot;
         *slot += n;
         log_due(before, *slot)
+    }
+
+    /// Counts one failed attempt of `kind` (S-W18).
+    pub(crate) fn add_failed(&mut self, kind: Failure) {
+        self.failed_attempts += 1;
+        self.failed[kind.index()] += 1;
     }
 
     /// Counts `n` dropped items; returns whether to log (S-A6).
