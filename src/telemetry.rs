@@ -8,15 +8,17 @@
 //! | `outbox_pending` | gauge | items accepted and not yet written, lost or dropped; equals [`Outbox::pending`](crate::Outbox::pending) whenever the writer is at rest |
 //! | `outbox_items_written_total` | counter | items written by successful writes |
 //! | `outbox_writes_total` | counter | successful writes (batches) |
+//! | `outbox_attempts_total` | counter | attempts started, first tries and retries (S-W18) |
 //! | `outbox_write_failures_total{kind}` | counter | failed attempts, by [`Failure`] kind: `error`, `panic`, `timeout`, `rejected` (terminal), `cancelled` (at a shutdown deadline or by an abandon), `task_lost` |
 //! | `outbox_events_lost_total{reason}` | counter | items lost, by [`LostReason`] |
 //! | `outbox_items_dropped_total{reason}` | counter | items dropped, by [`DropReason`] |
 //! | `outbox_write_latency_seconds` | histogram | seconds from an attempt's start to its end, one sample per ended attempt whatever its outcome: written, failed by any kind, given up at a deadline or by an abandon, or its task lost (then up to when the loss was seen) |
 //!
 //! S-W18: every attempt ends in exactly one counted outcome, so whenever
-//! no write is in flight, `outbox_writes_total` plus the sum over `kind`
-//! of `outbox_write_failures_total` equals the attempts started, which is
-//! also the latency histogram's sample count. A write the engine had given
+//! no write is in flight, `outbox_attempts_total` equals
+//! `outbox_writes_total` plus the sum over `kind` of
+//! `outbox_write_failures_total`, which is also the latency histogram's
+//! sample count. A write the engine had given
 //! up that commits anyway counts in `outbox_writes_total` while its items
 //! stay counted lost.
 //!
@@ -46,6 +48,8 @@ pub mod names {
     pub const ITEMS_WRITTEN: &str = "outbox_items_written_total";
     /// Counter: successful writes.
     pub const WRITES: &str = "outbox_writes_total";
+    /// Counter: attempts started (S-W18).
+    pub const ATTEMPTS: &str = "outbox_attempts_total";
     /// Counter: failed attempts, label `kind`.
     pub const WRITE_FAILURES: &str = "outbox_write_failures_total";
     /// Counter: items lost, label `reason`.
@@ -69,6 +73,7 @@ pub(crate) struct Export {
     pending: Gauge,
     written: Counter,
     writes: Counter,
+    attempts: Counter,
     failures: [Counter; Failure::ALL.len()],
     lost: [Counter; LostReason::ALL.len()],
     dropped: [Counter; DropReason::ALL.len()],
@@ -99,6 +104,7 @@ pub(crate) fn register(name: &str) -> (Export, Log) {
         pending,
         written: metrics::counter!(ITEMS_WRITTEN, LABEL_OUTBOX => label.clone()),
         writes: metrics::counter!(WRITES, LABEL_OUTBOX => label.clone()),
+        attempts: metrics::counter!(ATTEMPTS, LABEL_OUTBOX => label.clone()),
         failures: Failure::ALL.map(|k| {
             metrics::counter!(WRITE_FAILURES, LABEL_OUTBOX => label.clone(), LABEL_KIND => k.as_str())
         }),
@@ -127,6 +133,7 @@ impl Export {
         let last = &self.last;
         add(&self.written, last.written, now.written);
         add(&self.writes, last.writes, now.writes);
+        add(&self.attempts, last.attempts, now.attempts);
         for (i, c) in self.failures.iter().enumerate() {
             add(c, last.failed[i], now.failed[i]);
         }
@@ -281,6 +288,7 @@ mod tests {
             c.written = 4;
             c.pending = 0;
             c.lost[LostReason::Terminal as usize] = 1;
+            c.attempts = 4;
             c.add_failed(Failure::Cancelled);
             c.add_failed(Failure::Cancelled);
             c.add_failed(Failure::TaskLost);
@@ -299,6 +307,7 @@ mod tests {
             let expected = match (key.name(), reason) {
                 ("outbox_items_written_total", None) => DebugValue::Counter(4),
                 ("outbox_writes_total", None) => DebugValue::Counter(1),
+                ("outbox_attempts_total", None) => DebugValue::Counter(4),
                 ("outbox_write_failures_total", Some("cancelled")) => DebugValue::Counter(2),
                 ("outbox_write_failures_total", Some("task_lost")) => DebugValue::Counter(1),
                 ("outbox_write_failures_total", Some(_)) => DebugValue::Counter(0),
@@ -312,6 +321,6 @@ mod tests {
             assert_eq!(value, expected, "{}", key.name());
             seen += 1;
         }
-        assert_eq!(seen, 3 + 6 + 7 + 3, "every series but the histogram");
+        assert_eq!(seen, 4 + 6 + 7 + 3, "every series but the histogram");
     }
 }

@@ -18,6 +18,7 @@
 //! goes into the [`book`], whose hash is the determinism self-check.
 
 pub mod app;
+pub mod attempts;
 pub mod book;
 pub mod check;
 pub mod datastore;
