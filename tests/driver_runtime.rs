@@ -258,6 +258,13 @@ fn dropping_every_handle_with_a_hung_sink_gives_up_at_the_drop_deadline() {
             l
         },
         attempts: 1,
+        // S-W18: the hung attempt, cancelled at the drop deadline.
+        failed_attempts: 1,
+        failed: {
+            let mut f = [0; 6];
+            f[outbox::core::Failure::Cancelled as usize] = 1;
+            f
+        },
         ..Default::default()
     };
     assert_metrics_match(&m, "drop-hung", &c);

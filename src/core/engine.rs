@@ -6,7 +6,7 @@ use std::fmt;
 use std::hash::{BuildHasherDefault, DefaultHasher, Hash};
 use std::mem;
 
-use super::accounting::{Counters, DropReason, LostReason};
+use super::accounting::{Counters, DropReason, LostReason, LOG_EVERY};
 use super::backlog::{Phase, Retry, Tenant};
 use super::backoff::Backoff;
 use super::config::{Config, ConfigError, ErrorPolicy};
@@ -172,13 +172,48 @@ pub struct Engine<K, I> {
     /// Events taken by `poll_event` so far: with `events.len()`, places
     /// an event by its sequence number.
     popped: u64,
-    /// Per stage-time refusal reason (see [`Refusal`]), the sequence number
-    /// of its last event: while that event is queued, later refusals for
-    /// the same reason add to it (S-B8).
-    refusals: [Option<u64>; 3],
+    /// Per stage-time refusal reason (see [`Refusal`]), its last event:
+    /// while that event is queued, later refusals for the same reason add
+    /// to it (S-B8).
+    refusals: [Option<Coalesced>; 3],
     /// Items let go of and not handed back by a return value (see
     /// [`Engine::take_released`]): the engine never drops an item itself.
     released: Vec<I>,
+}
+
+/// A queued refusal event that later refusals add to (S-B8).
+#[derive(Clone, Copy, Debug)]
+struct Coalesced {
+    /// Its sequence number (see `Engine::popped`).
+    seq: u64,
+    /// Its reason's counter before its first item: with its `items`, which
+    /// log points (S-A6) it spans.
+    before: u64,
+}
+
+impl Coalesced {
+    /// If its `items` span two log points or more (S-A6: the 1st, then
+    /// every 1,000th), cuts off the part before the second one, which
+    /// holds exactly one, and returns its size; the rest stays queued.
+    fn cut(&mut self, items: &mut u64) -> Option<u64> {
+        let first = if self.before == 0 {
+            1
+        } else {
+            (self.before / LOG_EVERY + 1) * LOG_EVERY
+        };
+        let second = if first == 1 {
+            LOG_EVERY
+        } else {
+            first + LOG_EVERY
+        };
+        if second > self.before + *items {
+            return None;
+        }
+        let part = second - 1 - self.before;
+        *items -= part;
+        self.before += part;
+        Some(part)
+    }
 }
 
 /// Why a stage was refused: the reasons whose events coalesce (S-B8).
@@ -796,10 +831,52 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
 
     /// The next event to export or act on; call until `None` after every input.
     pub fn poll_event(&mut self) -> Option<Event<K, I>> {
+        if let Some(part) = self.split_refusals() {
+            return Some(part);
+        }
         let event = self.events.pop_front()?;
         self.popped += 1;
         shrink::deque(&mut self.events);
         Some(event)
+    }
+
+    /// Coalesced refusals at the front of the queue that span more than
+    /// one log point (S-A6: the first, then every 1,000th per reason) are
+    /// handed out one log point at a time: the part before the second log
+    /// point goes now, the rest stays in front. So the log keeps its rate
+    /// while the queue holds one event per reason (S-B8).
+    fn split_refusals(&mut self) -> Option<Event<K, I>> {
+        let popped = self.popped;
+        let c = self
+            .refusals
+            .iter_mut()
+            .flatten()
+            .find(|c| c.seq == popped)?;
+        Some(match self.events.front_mut()? {
+            Event::Dropped {
+                tenant,
+                items,
+                reason,
+                ..
+            } => Event::Dropped {
+                items: c.cut(items)?,
+                tenant: tenant.clone(),
+                reason: *reason,
+                log: true,
+            },
+            Event::Lost {
+                tenant,
+                items,
+                reason,
+                ..
+            } => Event::Lost {
+                items: c.cut(items)?,
+                tenant: tenant.clone(),
+                reason: *reason,
+                log: true,
+            },
+            _ => return None,
+        })
     }
 
     /// When the next timer falls due (linger, backoff, deadline), if any.
@@ -906,7 +983,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         };
         let slot = &mut self.refusals[refusal.slot()];
         let queued = slot
-            .and_then(|seq| seq.checked_sub(self.popped))
+            .and_then(|c| c.seq.checked_sub(self.popped))
             .and_then(|at| self.events.get_mut(at as usize));
         if let Some(
             Event::Dropped {
@@ -921,7 +998,14 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             *logs |= log;
             return;
         }
-        *slot = Some(self.popped + self.events.len() as u64);
+        let before = match refusal {
+            Refusal::Dropped(reason) => self.counters.dropped_for(reason),
+            Refusal::Shutdown => self.counters.lost_for(LostReason::Shutdown),
+        } - 1;
+        *slot = Some(Coalesced {
+            seq: self.popped + self.events.len() as u64,
+            before,
+        });
         self.events.push_back(match refusal {
             Refusal::Dropped(reason) => Event::Dropped {
                 tenant,
