@@ -523,3 +523,132 @@ fn stages_after_the_runtime_is_gone_leave_nothing_behind() {
         (100_000, 0, 100_000, 100_000)
     );
 }
+
+/// A sink whose attempts fail while `failing` is set.
+struct Flaky(std::sync::atomic::AtomicBool);
+
+impl Sink for Flaky {
+    type Item = u64;
+    fn name(&self) -> &str {
+        "flaky"
+    }
+    async fn write(&self, _: TenantId, _: &[u64]) -> Result<Written, WriteError> {
+        if self.0.load(std::sync::atomic::Ordering::Relaxed) {
+            Err(WriteError::retryable(std::io::Error::other("down")))
+        } else {
+            Ok(Written::ALL)
+        }
+    }
+}
+
+/// One step of a caller of the driver.
+#[derive(Clone, Debug)]
+enum Call {
+    /// `n` stages for `tenant` without yielding: the writer does not run.
+    Stage { tenant: u8, n: u16 },
+    /// The writer runs for `ms` milliseconds (paused clock).
+    Run { ms: u16 },
+    /// The sink fails or recovers.
+    Sink { failing: bool },
+    /// A flush, not awaited (its answer is dropped).
+    Flush,
+}
+
+fn call() -> impl Strategy<Value = Call> {
+    prop_oneof![
+        4 => (any::<u8>(), 1..3_000u16).prop_map(|(tenant, n)| Call::Stage { tenant, n }),
+        3 => (0..100u16).prop_map(|ms| Call::Run { ms }),
+        1 => any::<bool>().prop_map(|failing| Call::Sink { failing }),
+        1 => Just(Call::Flush),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// S-B8 through the driver, on a paused current-thread runtime: a
+    /// caller that stages in bursts the writer cannot keep up with (it
+    /// does not run between them), a sink that fails at times; the bytes
+    /// held stay within the bound (the engine's, plus the runtime's tasks
+    /// and timers for the writes in flight), and after a settle they are
+    /// back within a small constant of the fresh outbox's.
+    #[test]
+    fn driver_memory_stays_bounded_and_is_given_back(
+        capacity in prop_oneof![Just(1usize), Just(64), Just(500)],
+        calls in proptest::collection::vec(call(), 1..40),
+    ) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let _in = rt.enter();
+        let config = Config::builder()
+            .capacity(capacity)
+            .concurrency(2)
+            .initial_backoff(Duration::from_millis(5))
+            .max_backoff(Duration::from_millis(20))
+            .build()
+            .unwrap();
+        let sink = std::sync::Arc::new(Flaky(false.into()));
+        // Warm the runtime's timer and task machinery up first.
+        rt.block_on(tokio::time::sleep(Duration::from_millis(1)));
+        let start = held();
+        let o = Outbox::new(FlakyRef(sink.clone()), config.clone()).unwrap();
+        rt.block_on(tokio::time::sleep(Duration::from_millis(1)));
+        let fresh = held() - start;
+        let bound = Bound::new(&config, 256).bytes(0) + DRIVER_FIXED;
+        let mut flushes = 0;
+        for (i, c) in calls.iter().enumerate() {
+            match *c {
+                Call::Stage { tenant, n } => {
+                    for k in 0..n {
+                        let _ = o.stage(TenantId::from_u128(u128::from(tenant)), u64::from(k));
+                    }
+                }
+                Call::Run { ms } => {
+                    rt.block_on(tokio::time::sleep(Duration::from_millis(u64::from(ms))));
+                }
+                Call::Sink { failing } => {
+                    sink.0.store(failing, std::sync::atomic::Ordering::Relaxed);
+                }
+                Call::Flush => {
+                    flushes += 1;
+                    drop(o.flush(Duration::from_millis(50)));
+                }
+            }
+            let bytes = (held() - start) as u64;
+            let limit = bound + Bound::PER_WAIT * flushes * 257;
+            prop_assert!(bytes <= limit, "call {i} ({c:?}): {bytes} bytes > {limit}");
+        }
+        sink.0.store(false, std::sync::atomic::Ordering::Relaxed);
+        let r = rt.block_on(o.settle(Duration::from_secs(60)));
+        prop_assert_eq!(r.pending, 0);
+        rt.block_on(tokio::time::sleep(Duration::from_millis(100)));
+        let c = o.counters();
+        prop_assert!(c.balanced());
+        prop_assert_eq!(c.attempts, c.attempts_ended());
+        let settled = held() - start;
+        prop_assert!(
+            settled - fresh <= SETTLED_SLACK,
+            "after the settle {settled} bytes held, the fresh outbox {fresh}"
+        );
+    }
+}
+
+/// What the runtime holds for the writer beyond the engine: its task, its
+/// timer, the tasks and timers of the writes in flight.
+const DRIVER_FIXED: u64 = 32 * 1024;
+
+/// A shared [`Flaky`] sink.
+struct FlakyRef(std::sync::Arc<Flaky>);
+
+impl Sink for FlakyRef {
+    type Item = u64;
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    async fn write(&self, tenant: TenantId, items: &[u64]) -> Result<Written, WriteError> {
+        self.0.write(tenant, items).await
+    }
+}
