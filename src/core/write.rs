@@ -286,15 +286,7 @@ mod tests {
 
     #[test]
     fn failures_have_their_log_names() {
-        let names = [
-            Failure::Error,
-            Failure::Panic,
-            Failure::Timeout,
-            Failure::Rejected,
-            Failure::Cancelled,
-            Failure::TaskLost,
-        ]
-        .map(Failure::as_str);
+        let names = Failure::ALL.map(Failure::as_str);
         assert_eq!(
             names,
             [
