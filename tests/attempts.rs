@@ -93,3 +93,43 @@ fn attempts_equal_writes_plus_failures_by_kind_at_a_quiet_point() {
     assert_metrics_match(&m, "w18-kinds", &counters);
     assert_eq!(latency_samples(&m, "w18-kinds"), 5, "one per attempt");
 }
+
+/// S-W18 when the runtime is dropped under a write in flight: its task is
+/// lost with the runtime, and the attempt is counted failed (`task_lost`),
+/// exported with its kind and sampled by the histogram, like any other.
+#[test]
+fn an_attempt_in_flight_when_the_runtime_is_dropped_is_counted_failed() {
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snap = recorder.snapshotter();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let (o, sink) = {
+        let _in = rt.enter();
+        let sink = TestSink::new("w18-rt");
+        sink.set_all(Act::Hang);
+        let o = metrics::with_local_recorder(&recorder, || {
+            Outbox::new(sink.clone(), Config::default()).unwrap()
+        });
+        (o, sink)
+    };
+    let _ = o.stage(t(1), 1);
+    rt.block_on(sink.until_attempts(t(1), 1));
+    drop(rt);
+    let c = o.counters();
+    assert_eq!(
+        (
+            c.attempts,
+            c.writes,
+            c.failed_attempts,
+            c.failed_for(Failure::TaskLost),
+            c.lost_for(LostReason::Abandoned),
+        ),
+        (1, 0, 1, 1, 1)
+    );
+    let m = snapshot(&snap);
+    assert_metrics_match(&m, "w18-rt", &c);
+    assert_eq!(latency_samples(&m, "w18-rt"), 1);
+}
