@@ -1550,9 +1550,19 @@ fn s_b8_refusals_coalesce_per_reason_while_their_event_is_queued() {
 
 #[test]
 fn s_b8_coalesced_refusals_keep_the_log_rate_of_s_a6() {
+    // 1,000 refusals span two log points, the last item being the second:
+    // two events, (1..=999) and (1,000).
+    let config = Config::builder().capacity(1).build().unwrap();
+    let mut e: Engine<u8, u32> = Engine::new(config.clone()).unwrap();
+    for i in 0..=1_000 {
+        let _ = e.stage_with(|| Time::ZERO, 1, i);
+    }
+    assert_eq!(
+        refusal_events(&mut e),
+        [(1, 999, "buffer_full", true), (1, 1, "buffer_full", true)]
+    );
     // 2,500 refusals queued as one event come out one log point at a time
     // (the 1st, the 1,000th, the 2,000th), however many pile up meanwhile.
-    let config = Config::builder().capacity(1).build().unwrap();
     let mut e: Engine<u8, u32> = Engine::new(config).unwrap();
     for i in 0..=2_500 {
         let _ = e.stage_with(|| Time::ZERO, 1, i);
