@@ -27,6 +27,7 @@ mod backoff;
 mod config;
 mod engine;
 mod schedule;
+mod shrink;
 mod time;
 mod wait;
 mod write;
