@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox::core::{Engine, Event, Outcome, Time};
-use outbox::{Config, LostReason, Outbox, Report, Sink, Staged, TenantId, WriteError, Written};
+use outbox::{
+    Config, DropReason, LostReason, Outbox, Report, Sink, Staged, TenantId, WriteError, Written,
+};
 use support::*;
 use tokio::time::Instant;
 
@@ -178,11 +180,14 @@ async fn max_batch_bytes_smaller_than_every_item_writes_each_alone() {
     assert_eq!(sink.stored(t(1)), ids(0..5));
 }
 
+/// S-B8: a weightless item counts 1 byte, so a byte capacity bounds the
+/// count too (it once let zero-weight items grow without bound), and a
+/// byte batch still never loops or stays empty.
 #[tokio::test(start_paused = true)]
-async fn weigher_returning_zero_never_fills_a_byte_batch() {
+async fn weigher_returning_zero_counts_one_byte_an_item() {
     let sink = TestSink::new("rev-w0");
     let config = Config::builder()
-        .max_batch_bytes(10)
+        .max_batch_bytes(4)
         .capacity_bytes(10)
         .build()
         .unwrap();
@@ -192,10 +197,17 @@ async fn weigher_returning_zero_never_fills_a_byte_batch() {
         .build()
         .unwrap();
     for i in 0..1000 {
-        assert_eq!(o.stage(t(1), i), Staged::Accepted);
+        let expected = if i < 10 {
+            Staged::Accepted
+        } else {
+            Staged::Dropped(DropReason::BufferFull)
+        };
+        assert_eq!(o.stage(t(1), i), expected);
     }
-    assert_eq!(o.flush(Duration::from_secs(1)).await.written, 1000);
-    assert_eq!(sink.stored(t(1)), ids(0..1000));
+    assert_eq!(o.flush(Duration::from_secs(1)).await.written, 10);
+    assert_eq!(sink.stored(t(1)), ids(0..10));
+    let sizes: Vec<usize> = sink.attempts().iter().map(|a| a.items.len()).collect();
+    assert_eq!(sizes, [4, 4, 2], "4 bytes a batch, 1 an item");
 }
 
 /// BUG: a weigher returning `u64::MAX` (or any weights whose sum passes
