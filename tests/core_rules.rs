@@ -1654,3 +1654,69 @@ fn s_w18_every_given_up_attempt_ends_in_one_counted_outcome() {
     assert_eq!((k.written, k.lost(LostReason::Abandoned)), (0, 3));
     assert!(k.balanced());
 }
+
+// ----- the wake-up hint of `stage_with` ----------------------------------
+
+#[test]
+fn stage_with_asks_for_a_drain_only_when_one_is_needed() {
+    // The hint is what the driver's stage path wakes the writer on: a
+    // `false` that hides work is a lost wake-up (the harness checks that),
+    // a `true` that hides none is a wasted wake-up (checked here).
+    let reads = Cell::new(0);
+    let clock = || {
+        reads.set(reads.get() + 1);
+        Time::ZERO
+    };
+    let config = Config::builder().concurrency(1).build().unwrap();
+    let mut e: Engine<u8, u32> = Engine::new(config).unwrap();
+    assert_eq!(
+        e.stage_with(clock, 1, 0),
+        (Staged::Accepted, true),
+        "first ready"
+    );
+    assert_eq!(
+        e.stage_with(clock, 1, 1),
+        (Staged::Accepted, false),
+        "already ready"
+    );
+    let w = e.poll_write(Time::ZERO).unwrap();
+    while e.poll_event().is_some() {}
+    assert_eq!(
+        e.stage_with(clock, 2, 2),
+        (Staged::Accepted, false),
+        "no slot free: the write coming back drains"
+    );
+    assert_eq!(
+        e.stage_with(clock, 3, 3),
+        (Staged::Accepted, false),
+        "2 goes first"
+    );
+    assert_eq!(reads.get(), 0, "no linger: the clock is not read");
+    drop(e.finish(Time::ZERO, w, Outcome::WRITTEN));
+
+    let config = Config::builder()
+        .linger(dur(10))
+        .max_batch(2)
+        .build()
+        .unwrap();
+    let mut e: Engine<u8, u32> = Engine::new(config).unwrap();
+    let at = Cell::new(ms(0));
+    let clock = || at.get();
+    assert_eq!(
+        e.stage_with(clock, 1, 0),
+        (Staged::Accepted, true),
+        "earliest timer"
+    );
+    at.set(ms(2));
+    assert_eq!(
+        e.stage_with(clock, 2, 1),
+        (Staged::Accepted, false),
+        "a later linger: the armed timer comes first"
+    );
+    assert_eq!(e.poll_timeout(), Some(ms(10)));
+    assert_eq!(
+        e.stage_with(clock, 2, 2),
+        (Staged::Accepted, true),
+        "a full batch ends the linger with a slot free"
+    );
+}
