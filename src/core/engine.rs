@@ -43,6 +43,24 @@ pub enum Staged {
     Refused,
 }
 
+/// What [`Engine::stage_lazy`] decided, and whether the driver must
+/// drain the engine because of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "`wake` says whether the driver must drain the engine"]
+pub struct LazyStaged {
+    /// Whether the item was accepted, as [`Engine::stage`] returns it.
+    pub staged: Staged,
+    /// Whether the driver must drain the engine
+    /// ([`poll_write`](Engine::poll_write), [`poll_event`](Engine::poll_event),
+    /// [`poll_timeout`](Engine::poll_timeout)) because of this stage: a
+    /// tenant became ready while a write slot is free and nothing else was
+    /// ready, an event was queued with none before it, or the next timeout
+    /// moved earlier. When `false`, a drain already due (after the previous
+    /// such `true`, or after the write that holds the slots comes back)
+    /// covers this item, provided the driver drains fully each time.
+    pub wake: bool,
+}
+
 /// `finish` was given a write the engine does not know, or one whose item
 /// count differs from what was handed out: a driver bug. The write comes
 /// back whole so nothing is silently leaked, and the engine is unchanged.
@@ -228,6 +246,14 @@ enum Refusal {
 }
 
 impl Refusal {
+    /// What the stager is told.
+    fn staged(self) -> Staged {
+        match self {
+            Refusal::Dropped(reason) => Staged::Dropped(reason),
+            Refusal::Shutdown => Staged::Refused,
+        }
+    }
+
     /// Its slot in `Engine::refusals`.
     fn slot(self) -> usize {
         match self {
@@ -381,7 +407,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// dropped item is kept for [`take_released`](Self::take_released).
     pub fn stage(&mut self, now: Time, tenant: K, item: I) -> Staged {
         self.advance(now);
-        self.stage_at_now(tenant, item).0
+        self.stage_at_now(tenant, item).staged
     }
 
     /// Stages like [`stage`](Self::stage), for a driver whose clock read
@@ -391,61 +417,67 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// the latest time seen, which nothing reads without a linger (S-A3),
     /// and timers fire at the driver's next input.
     ///
-    /// Also says whether the driver must drain the engine
-    /// ([`poll_write`](Self::poll_write), [`poll_event`](Self::poll_event),
-    /// [`poll_timeout`](Self::poll_timeout)) because of this stage: a
-    /// tenant became ready while a write slot is free and nothing else was
-    /// ready, an event was queued with none before it, or the next timeout
-    /// moved earlier. When it says `false`, a drain already due (after the
-    /// previous such `true`, or after the write that holds the slots comes
-    /// back) covers this item, provided the driver drains fully each time.
-    pub fn stage_with(
-        &mut self,
-        clock: impl FnOnce() -> Time,
-        tenant: K,
-        item: I,
-    ) -> (Staged, bool) {
+    /// Also says, in [`LazyStaged::wake`], whether the driver must drain
+    /// the engine because of this stage.
+    pub fn stage_lazy(&mut self, clock: impl FnOnce() -> Time, tenant: K, item: I) -> LazyStaged {
         if !self.config.linger.is_zero() {
             self.advance(clock());
         }
         self.stage_at_now(tenant, item)
     }
 
-    /// `stage` at `self.now`; returns whether the driver must drain.
-    fn stage_at_now(&mut self, tenant: K, item: I) -> (Staged, bool) {
+    /// `stage` at `self.now`: admission, then the item joins its tenant.
+    fn stage_at_now(&mut self, tenant: K, item: I) -> LazyStaged {
         self.counters.staged += 1;
-        let quiet = self.events.is_empty();
-        if self.life != Life::Open {
-            self.count_refusal(tenant, Refusal::Shutdown);
-            self.released.push(item);
-            return (Staged::Refused, quiet);
+        // A refusal needs a drain only if its event is the first queued.
+        let no_event_queued = self.events.is_empty();
+        match self.admit(&tenant, &item) {
+            Ok(weight) => LazyStaged {
+                staged: Staged::Accepted,
+                wake: self.enqueue(tenant, item, weight),
+            },
+            Err(refusal) => {
+                self.count_refusal(tenant, refusal);
+                self.released.push(item);
+                LazyStaged {
+                    staged: refusal.staged(),
+                    wake: no_event_queued,
+                }
+            }
         }
-        let weight = self.weigh(&item);
-        let full = self
-            .config
+    }
+
+    /// Whether an item may be staged now (S-W9, S-A1, S-B5, S-B7): its
+    /// weight if so, else why not.
+    fn admit(&self, tenant: &K, item: &I) -> Result<u64, Refusal> {
+        if self.life != Life::Open {
+            return Err(Refusal::Shutdown);
+        }
+        let weight = self.weigh(item);
+        let cfg = &self.config;
+        let buffer_full = cfg
             .capacity
             .is_some_and(|cap| self.counters.pending >= cap as u64)
-            || self
-                .config
+            || cfg
                 .capacity_bytes
                 .is_some_and(|cap| self.pending_bytes.saturating_add(weight) > cap);
-        let reason = if full {
-            Some(DropReason::BufferFull)
-        } else if self
-            .config
-            .tenant_capacity
-            .is_some_and(|cap| self.tenants.get(&tenant).is_some_and(|t| t.pending >= cap))
-        {
-            Some(DropReason::TenantFull)
-        } else {
-            None
-        };
-        if let Some(reason) = reason {
-            self.count_refusal(tenant, Refusal::Dropped(reason));
-            self.released.push(item);
-            return (Staged::Dropped(reason), quiet);
+        if buffer_full {
+            return Err(Refusal::Dropped(DropReason::BufferFull));
         }
+        let tenant_full = cfg
+            .tenant_capacity
+            .is_some_and(|cap| self.tenants.get(tenant).is_some_and(|t| t.pending >= cap));
+        if tenant_full {
+            return Err(Refusal::Dropped(DropReason::TenantFull));
+        }
+        Ok(weight)
+    }
 
+    /// Makes an admitted item pending at the back of its tenant's backlog
+    /// and places the tenant. Returns whether the driver must drain: a
+    /// tenant became ready while a write slot is free and nothing else was
+    /// ready, or the next timeout moved earlier.
+    fn enqueue(&mut self, tenant: K, item: I, weight: u64) -> bool {
         self.counters.pending += 1;
         self.pending_bytes = self.pending_bytes.saturating_add(weight);
         let now = self.now;
@@ -464,7 +496,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             .entry(tenant.clone())
             .or_insert_with(|| Tenant::new(now));
         // The new item comes after every open wait (S-A4).
-        waits.touch(&mut t.seen, t.pending as u64);
+        waits.catch_up(&mut t.wait_marks, t.pending as u64);
         if t.items.is_empty() {
             t.waiting_since = now;
         }
@@ -472,14 +504,14 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         t.bytes = t.bytes.saturating_add(weight);
         t.pending += 1;
         let first_ready = slot_free && !sched.has_ready();
-        let drain = match t.phase {
+        match t.phase {
             Phase::Idle => {
                 // An idle tenant had nothing pending, so this item is its
-                // only one: staged after every flush, never hurried (and
+                // only one: staged after every flush, never skipping linger (and
                 // the engine is open, or the stage was refused above).
-                debug_assert!(t.pending == 1 && !waits.hurried(&t.seen));
+                debug_assert!(t.pending == 1 && !waits.skips_linger(&t.wait_marks));
                 let next = sched.next_timeout();
-                place(tenant, t, config, now, false, sched);
+                ready_or_linger(tenant, t, config, now, false, sched);
                 match t.phase {
                     Phase::Lingering(key) => next.is_none_or(|at| key.0 < at),
                     _ => first_ready,
@@ -491,8 +523,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                 first_ready
             }
             _ => false,
-        };
-        (Staged::Accepted, drain)
+        }
     }
 
     /// Hands out the next write to start, if a concurrency slot is free and
@@ -935,9 +966,16 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             }
             return;
         }
-        self.waits.touch(&mut t.seen, t.pending as u64);
-        let hurry = self.life != Life::Open || self.waits.hurried(&t.seen);
-        place(tenant, t, &self.config, self.now, hurry, &mut self.sched);
+        self.waits.catch_up(&mut t.wait_marks, t.pending as u64);
+        let skip_linger = self.life != Life::Open || self.waits.skips_linger(&t.wait_marks);
+        ready_or_linger(
+            tenant,
+            t,
+            &self.config,
+            self.now,
+            skip_linger,
+            &mut self.sched,
+        );
     }
 
     /// A flush or shutdown sends lingering batches at once (S-A3, S-A4), in
@@ -1031,9 +1069,9 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             .tenants
             .get_mut(tenant)
             .expect("a settling tenant exists");
-        self.waits.touch(&mut t.seen, t.pending as u64);
+        self.waits.catch_up(&mut t.wait_marks, t.pending as u64);
         t.pending -= n;
-        for id in self.waits.settle(&mut t.seen, n, how) {
+        for id in self.waits.settle(&mut t.wait_marks, n, how) {
             self.answer_wait(id);
         }
     }
@@ -1202,19 +1240,19 @@ fn batch_full<I>(t: &Tenant<I>, config: &Config) -> bool {
 
 /// Places an idle tenant with waiting items (S-A3): ready at once when
 /// there is no linger, the batch is full, its linger has run out, or a
-/// flush or shutdown is waiting for its items (`hurry`); else lingering
+/// flush or shutdown is waiting for its items (`skip_linger`); else lingering
 /// until `linger` after its oldest waiting item.
-fn place<K, I>(
+fn ready_or_linger<K, I>(
     tenant: K,
     t: &mut Tenant<I>,
     config: &Config,
     now: Time,
-    hurry: bool,
+    skip_linger: bool,
     sched: &mut Schedule<K>,
 ) {
     debug_assert!(t.phase == Phase::Idle && !t.items.is_empty());
     let until = t.waiting_since + config.linger;
-    if hurry || config.linger.is_zero() || until <= now || batch_full(t, config) {
+    if skip_linger || config.linger.is_zero() || until <= now || batch_full(t, config) {
         sched.ready(tenant, &mut t.phase);
     } else {
         sched.linger(tenant, &mut t.phase, until);

@@ -251,12 +251,11 @@ impl<S: Sink> Outbox<S> {
         // The clock is read under the lock, and only if the engine needs
         // it; the writer is woken only if the engine says it has new work
         // (both cost more than the rest of a stage).
-        let (staged, drain) =
-            shared.input(|st| st.engine.stage_with(|| shared.now(), tenant, item));
-        if drain {
+        let stage = shared.input(|st| st.engine.stage_lazy(|| shared.now(), tenant, item));
+        if stage.wake {
             shared.wake();
         }
-        staged
+        stage.staged
     }
 
     /// Items accepted and not yet written, lost or dropped (S-W14); the
