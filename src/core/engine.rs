@@ -114,11 +114,33 @@ struct Shutdown<K, I> {
     /// Set once the first wait settled: the report to send when the last
     /// given-up write has come back.
     settled: Option<Report>,
-    /// Dead letters: (tenant, rank, items); rank orders one tenant's runs
-    /// (0 in flight, 1 retry, 2 backlog), which is their staging order.
-    unwritten: Vec<(K, u8, Vec<I>)>,
+    /// Dead letters, in runs: handed back sorted by tenant, then
+    /// [`HeldIn`].
+    unwritten: Vec<HeldRun<K, I>>,
     /// The first caller has been answered.
     reported: bool,
+}
+
+/// Where a run of given-up items was held. One tenant's runs sort in
+/// this order, which is their staging order: a tenant has a write in
+/// flight or a retry slice, never both, and either holds items older than
+/// its backlog.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum HeldIn {
+    /// A write in flight, given up, that came back unwritten.
+    InFlight,
+    /// A failed write's slice, backing off before its retry.
+    Retry,
+    /// The backlog waiting for a write.
+    Backlog,
+}
+
+/// A run of one tenant's given-up items, oldest first.
+#[derive(Debug)]
+struct HeldRun<K, I> {
+    tenant: K,
+    held_in: HeldIn,
+    items: Vec<I>,
 }
 
 /// The tenant map's hasher: SipHash with fixed keys. Lookups only; nothing
@@ -615,68 +637,56 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         if rec.given_up {
             return Ok(self.finish_given_up(write, &rec, outcome));
         }
-        let now = self.now;
-        let latency = now - rec.started;
+        Ok(match (outcome, Failure::of(outcome)) {
+            (_, Some(failure)) => self.finish_failed(write, rec, failure),
+            (Outcome::Written { discarded }, None) => self.finish_written(write, rec, discarded),
+            // `Failure::of` is `None` for a write only.
+            (_, None) => self.finish_written(write, rec, 0),
+        })
+    }
+
+    /// A write committed, `discarded` of its items refused by the store
+    /// (counted lost under `discarded`). Returns its items to drop.
+    fn finish_written(&mut self, write: Write<K, I>, rec: InFlight<K>, discarded: usize) -> Vec<I> {
         let n = write.items.len();
-        let failure = match outcome {
-            Outcome::Written { discarded } => {
-                let discarded = discarded.min(n);
-                let written = (n - discarded) as u64;
-                self.counters.written += written;
-                self.counters.writes += 1;
-                self.events.push_back(Event::Written {
-                    id: write.id,
-                    tenant: rec.tenant.clone(),
-                    items: n,
-                    attempt: rec.attempt,
-                    latency,
-                    given_up: false,
-                });
-                if discarded > 0 {
-                    self.count_lost(&rec.tenant, LostReason::Discarded, discarded as u64);
-                }
-                self.settle_slice(&rec.tenant, n, rec.bytes, |i| {
-                    if i < n - discarded {
-                        Settled::Written
-                    } else {
-                        Settled::Lost
-                    }
-                });
-                self.schedule_after_write(rec.tenant);
-                return Ok(write.items);
+        let discarded = discarded.min(n);
+        self.counters.written += (n - discarded) as u64;
+        self.counters.writes += 1;
+        self.events.push_back(Event::Written {
+            id: write.id,
+            tenant: rec.tenant.clone(),
+            items: n,
+            attempt: rec.attempt,
+            latency: self.now - rec.started,
+            given_up: false,
+        });
+        if discarded > 0 {
+            self.count_lost(&rec.tenant, LostReason::Discarded, discarded as u64);
+        }
+        self.settle_slice(&rec.tenant, n, rec.bytes, |i| {
+            if i < n - discarded {
+                Settled::Written
+            } else {
+                Settled::Lost
             }
-            Outcome::Failed => Failure::Error,
-            Outcome::Panicked => Failure::Panic,
-            Outcome::TimedOut => Failure::Timeout,
-            Outcome::Rejected => Failure::Rejected,
-            Outcome::Cancelled => Failure::Cancelled,
-        };
+        });
+        self.schedule_after_write(rec.tenant);
+        write.items
+    }
+
+    /// A write attempt failed: its items are kept for a retry with the
+    /// identical slice (S-W5), or dropped or lost as [`Self::after_failure`]
+    /// decides. Returns the items to drop (none when kept).
+    fn finish_failed(&mut self, write: Write<K, I>, rec: InFlight<K>, failure: Failure) -> Vec<I> {
         self.counters.add_failed(failure);
-        let exhausted = self
-            .config
-            .max_attempts
-            .is_some_and(|max| rec.attempt >= max)
-            || self
-                .config
-                .max_retry_duration
-                .is_some_and(|max| now - rec.first_started >= max);
-        let next = if failure == Failure::Rejected {
-            self.count_lost(&rec.tenant, LostReason::Terminal, n as u64);
-            Next::Lost
-        } else if self.config.error_policy == ErrorPolicy::Drop {
-            self.count_dropped(&rec.tenant, DropReason::SinkError, n as u64);
-            Next::Dropped
-        } else if exhausted {
-            self.count_lost(&rec.tenant, LostReason::RetriesExhausted, n as u64);
-            Next::Lost
-        } else {
-            Next::RetryIn(self.backoff.wait(rec.attempt))
-        };
+        let next = self.after_failure(&rec, failure);
         self.attempt_failed(write.id, &rec, failure, next);
-        match next {
+        let n = write.items.len();
+        let settled = match next {
             Next::RetryIn(wait) => {
                 let t = self.tenants.get_mut(&rec.tenant).expect("tenant in flight");
-                self.sched.backoff(rec.tenant, &mut t.phase, now + wait);
+                self.sched
+                    .backoff(rec.tenant, &mut t.phase, self.now + wait);
                 t.retry = Some(Box::new(Retry {
                     id: write.id,
                     items: write.items,
@@ -684,18 +694,41 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                     attempts: rec.attempt,
                     first_started: rec.first_started,
                 }));
-                Ok(Vec::new())
+                return Vec::new();
             }
-            Next::Dropped => {
-                self.settle_slice(&rec.tenant, n, rec.bytes, |_| Settled::Dropped);
-                self.schedule_after_write(rec.tenant);
-                Ok(write.items)
-            }
-            Next::Lost | Next::GivenUp => {
-                self.settle_slice(&rec.tenant, n, rec.bytes, |_| Settled::Lost);
-                self.schedule_after_write(rec.tenant);
-                Ok(write.items)
-            }
+            Next::Dropped => Settled::Dropped,
+            Next::Lost | Next::GivenUp => Settled::Lost,
+        };
+        self.settle_slice(&rec.tenant, n, rec.bytes, |_| settled);
+        self.schedule_after_write(rec.tenant);
+        write.items
+    }
+
+    /// What becomes of a failed attempt's items, counted: lost if the
+    /// store rejected them (S-B2), dropped under the `drop` error policy
+    /// (S-A5), lost once retries are exhausted (S-A5), else retried after
+    /// a backoff (S-W5).
+    fn after_failure(&mut self, rec: &InFlight<K>, failure: Failure) -> Next {
+        let n = rec.len as u64;
+        let exhausted = self
+            .config
+            .max_attempts
+            .is_some_and(|max| rec.attempt >= max)
+            || self
+                .config
+                .max_retry_duration
+                .is_some_and(|max| self.now - rec.first_started >= max);
+        if failure == Failure::Rejected {
+            self.count_lost(&rec.tenant, LostReason::Terminal, n);
+            Next::Lost
+        } else if self.config.error_policy == ErrorPolicy::Drop {
+            self.count_dropped(&rec.tenant, DropReason::SinkError, n);
+            Next::Dropped
+        } else if exhausted {
+            self.count_lost(&rec.tenant, LostReason::RetriesExhausted, n);
+            Next::Lost
+        } else {
+            Next::RetryIn(self.backoff.wait(rec.attempt))
         }
     }
 
@@ -710,7 +743,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         self.counters.add_failed(Failure::TaskLost);
         if rec.given_up {
             self.attempt_failed(id, &rec, Failure::TaskLost, Next::GivenUp);
-            self.forget_if_empty(&rec.tenant);
+            self.end_given_up_write(&rec.tenant);
             self.maybe_finish_shutdown();
             return true;
         }
@@ -749,11 +782,11 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             Some(failure) => {
                 self.counters.add_failed(failure);
                 self.attempt_failed(write.id, rec, failure, Next::GivenUp);
-                self.dead_letter(write.tenant.clone(), 0, write.items);
+                self.dead_letter(write.tenant.clone(), write.items);
                 Vec::new()
             }
         };
-        self.forget_if_empty(&write.tenant);
+        self.end_given_up_write(&write.tenant);
         self.maybe_finish_shutdown();
         done
     }
@@ -854,7 +887,9 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         self.advance(now);
         let held = self.give_up_all(LostReason::Abandoned);
         self.close();
-        held.into_iter().map(|(k, _, v)| (k, v)).collect()
+        held.into_iter()
+            .map(|run| (run.tenant, run.items))
+            .collect()
     }
 
     // ----- outputs ------------------------------------------------------
@@ -960,10 +995,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         t.phase = Phase::Idle;
         if t.items.is_empty() || self.life == Life::Closed {
             // Nothing waits, or given up already and nothing may start (I8).
-            if t.is_empty() {
-                self.tenants.remove(&tenant);
-                shrink::map(&mut self.tenants);
-            }
+            self.forget_if_empty(&tenant);
             return;
         }
         self.waits.catch_up(&mut t.wait_marks, t.pending as u64);
@@ -1108,15 +1140,24 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         }
     }
 
-    fn forget_if_empty(&mut self, tenant: &K) {
+    /// A given-up write of `tenant` came back: the tenant is no longer in
+    /// flight (its items were settled when it was given up).
+    fn end_given_up_write(&mut self, tenant: &K) {
         if let Some(t) = self.tenants.get_mut(tenant) {
             if matches!(t.phase, Phase::InFlight(_)) {
                 t.phase = Phase::Idle;
             }
-            if t.is_empty() {
-                self.tenants.remove(tenant);
-                shrink::map(&mut self.tenants);
-            }
+        }
+        self.forget_if_empty(tenant);
+    }
+
+    /// Forgets a tenant that holds nothing and has nothing scheduled: the
+    /// one place a tenant leaves the map, so the map holds only tenants
+    /// with items or a write in flight (S-B8).
+    fn forget_if_empty(&mut self, tenant: &K) {
+        if self.tenants.get(tenant).is_some_and(Tenant::is_empty) {
+            self.tenants.remove(tenant);
+            shrink::map(&mut self.tenants);
         }
     }
 
@@ -1129,9 +1170,10 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// Gives up every pending item for `reason` (S-W9 deadline, S-A7):
     /// in-flight writes are marked and the driver is told to cancel them;
     /// retry slices and backlogs are taken out. The items taken out go to a
-    /// shutdown still to be answered (its dead letters), or are returned as
-    /// (first seq, tenant, items) when there is none.
-    fn give_up_all(&mut self, reason: LostReason) -> Vec<(K, u8, Vec<I>)> {
+    /// shutdown still to be answered (its dead letters), or are returned,
+    /// tenant by tenant in key order, when there is none. Tenants left
+    /// with nothing are forgotten.
+    fn give_up_all(&mut self, reason: LostReason) -> Vec<HeldRun<K, I>> {
         let mut held = Vec::new();
         // Per tenant, oldest first: in flight, then retry, then backlog.
         let mut settle: Vec<(K, usize, u64)> = Vec::new();
@@ -1145,19 +1187,27 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         // Tenant by tenant in key order, so the run is reproducible (S-C1).
         let mut keys: Vec<K> = self.tenants.keys().cloned().collect();
         keys.sort_unstable();
-        for tenant in keys {
-            let t = self.tenants.get_mut(&tenant).expect("key just listed");
+        for tenant in &keys {
+            let t = self.tenants.get_mut(tenant).expect("key just listed");
             self.sched.unschedule(&mut t.phase);
             if t.phase == Phase::Ready {
                 t.phase = Phase::Idle;
             }
             if let Some(r) = t.retry.take() {
                 settle.push((tenant.clone(), r.items.len(), r.bytes));
-                held.push((tenant.clone(), 1, r.items));
+                held.push(HeldRun {
+                    tenant: tenant.clone(),
+                    held_in: HeldIn::Retry,
+                    items: r.items,
+                });
             }
             if !t.items.is_empty() {
                 settle.push((tenant.clone(), t.items.len(), mem::take(&mut t.bytes)));
-                held.push((tenant.clone(), 2, t.items.drain(..).collect()));
+                held.push(HeldRun {
+                    tenant: tenant.clone(),
+                    held_in: HeldIn::Backlog,
+                    items: t.items.drain(..).collect(),
+                });
                 shrink::deque(&mut t.items);
             }
         }
@@ -1170,16 +1220,21 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             self.count_lost(&tenant, reason, n as u64);
             self.settle_slice(&tenant, n, bytes, |_| Settled::Lost);
         }
-        self.tenants.retain(|_, t| !t.is_empty());
-        shrink::map(&mut self.tenants);
+        for tenant in &keys {
+            self.forget_if_empty(tenant);
+        }
         held
     }
 
     /// Files items that came back from a given-up write: dead letters of a
     /// shutdown still to be answered, else released (already counted lost).
-    fn dead_letter(&mut self, tenant: K, rank: u8, items: Vec<I>) {
+    fn dead_letter(&mut self, tenant: K, items: Vec<I>) {
         match self.shutdown.as_mut().filter(|sd| !sd.reported) {
-            Some(sd) => sd.unwritten.push((tenant, rank, items)),
+            Some(sd) => sd.unwritten.push(HeldRun {
+                tenant,
+                held_in: HeldIn::InFlight,
+                items,
+            }),
             None => self.released.extend(items),
         }
     }
@@ -1199,7 +1254,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         sd.settled = None;
         sd.reported = true;
         let mut unwritten = mem::take(&mut sd.unwritten);
-        unwritten.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+        unwritten.sort_by(|a, b| (&a.tenant, a.held_in).cmp(&(&b.tenant, b.held_in)));
         let first = sd.first;
         let joined = mem::take(&mut sd.joined);
         self.events.push_back(Event::ShutdownDone {
@@ -1207,7 +1262,10 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             report: ShutdownReport::new(
                 report,
                 true,
-                unwritten.into_iter().map(|(k, _, v)| (k, v)).collect(),
+                unwritten
+                    .into_iter()
+                    .map(|run| (run.tenant, run.items))
+                    .collect(),
             ),
         });
         for id in joined {
