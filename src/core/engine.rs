@@ -321,18 +321,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     }
 
     fn build(config: Config, weigher: Option<Weigher<I>>) -> Result<Self, ConfigError> {
-        if weigher.is_none() {
-            if config.max_batch_bytes.is_some() {
-                return Err(ConfigError::WeigherRequired {
-                    field: "max_batch_bytes",
-                });
-            }
-            if config.capacity_bytes.is_some() {
-                return Err(ConfigError::WeigherRequired {
-                    field: "capacity_bytes",
-                });
-            }
-        }
+        config.check_weigher(weigher.is_some())?;
         let backoff = Backoff::new(
             config.initial_backoff,
             config.max_backoff,
