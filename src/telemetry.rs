@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram};
 
-use crate::core::{Counters, DropReason, Event, Failure, LostReason, Next, WriteId};
+use crate::core::{AfterFailure, Counters, DropReason, Event, Failure, LostReason, WriteId};
 
 /// The metric names (S-W11).
 pub mod names {
@@ -296,7 +296,7 @@ impl<'a, K: Debug> WriteLog<'a, K> {
 
     /// The attempt failed with `failure`; `next` says what became of its
     /// items.
-    fn failed(&self, failure: Failure, next: Next, error: &str) {
+    fn failed(&self, failure: Failure, next: AfterFailure, error: &str) {
         let WriteLog {
             outbox,
             id,
@@ -306,20 +306,20 @@ impl<'a, K: Debug> WriteLog<'a, K> {
         } = self;
         let reason = failure.as_str();
         match next {
-            Next::RetryIn(backoff) => tracing::warn!(
+            AfterFailure::RetryIn(backoff) => tracing::warn!(
                 outbox, ?tenant, write = %id, items, attempt, reason,
                 backoff_ms = backoff.as_secs_f64() * 1e3, error,
                 "write attempt failed; retrying the same items after the backoff"
             ),
-            Next::Dropped => tracing::warn!(
+            AfterFailure::Dropped => tracing::warn!(
                 outbox, ?tenant, write = %id, items, attempt, reason, error,
                 "write attempt failed; items dropped (error policy `drop`)"
             ),
-            Next::Lost => tracing::warn!(
+            AfterFailure::Lost => tracing::warn!(
                 outbox, ?tenant, write = %id, items, attempt, reason, error,
                 "write attempt failed; items lost"
             ),
-            Next::GivenUp => tracing::debug!(
+            AfterFailure::GivenUp => tracing::debug!(
                 outbox, ?tenant, write = %id, items, attempt, reason, error,
                 "a write given up (already counted lost) ended"
             ),

@@ -9,8 +9,8 @@ use std::cmp::Ordering;
 
 use core_world::{dur, ms, World};
 use outbox::core::{
-    Config, DropReason, Engine, ErrorPolicy, Event, Failure, LostReason, Next, Outcome, Report,
-    Staged, Time, WriteId,
+    AfterFailure, Config, DropReason, Engine, ErrorPolicy, Event, Failure, LostReason, Outcome,
+    Report, Staged, Time, WriteId,
 };
 
 // ----- S-W3 -------------------------------------------------------------
@@ -460,7 +460,7 @@ fn s_a5_terminal_rejection_is_lost_under_either_policy() {
         assert!(w.events.iter().any(|e| matches!(
             e,
             Event::AttemptFailed {
-                next: Next::Lost,
+                next: AfterFailure::Lost,
                 ..
             }
         )));
@@ -1636,7 +1636,12 @@ fn s_w18_every_given_up_attempt_ends_in_one_counted_outcome() {
                 next,
                 latency,
                 ..
-            } => Some((*tenant, failure.as_str(), *next == Next::GivenUp, *latency)),
+            } => Some((
+                *tenant,
+                failure.as_str(),
+                *next == AfterFailure::GivenUp,
+                *latency,
+            )),
             _ => None,
         })
         .collect();

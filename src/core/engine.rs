@@ -13,8 +13,10 @@ use super::config::{Config, ConfigError, ErrorPolicy};
 use super::schedule::{Due, Schedule};
 use super::shrink;
 use super::time::Time;
-use super::wait::{Settled, WaitKind, Waits};
-use super::write::{Event, Failure, Next, Outcome, Report, ShutdownReport, WaitId, Write, WriteId};
+use super::wait::{SettledAs, WaitKind, Waits};
+use super::write::{
+    AfterFailure, Event, Failure, Outcome, Report, ShutdownReport, WaitId, Write, WriteId,
+};
 
 /// Measures an item in bytes for `max_batch_bytes` and `capacity_bytes`
 /// (S-B5). It must be pure: the same item always weighs the same. A weight
@@ -83,11 +85,16 @@ impl<K: fmt::Debug, I: fmt::Debug> std::error::Error for UnknownWrite<K, I> {}
 #[derive(Debug)]
 struct InFlight<K> {
     tenant: K,
-    /// Items in the slice.
+    /// Items in the slice: the write must come back with as many (S-C2).
     len: usize,
+    /// Their weight, released from `pending_bytes` when they settle.
     bytes: u64,
+    /// This attempt's number, 1 for the first.
     attempt: u32,
+    /// When this attempt started: its latency runs from here.
     started: Time,
+    /// When the slice's first attempt started: `max_retry_duration` runs
+    /// from here (S-A5).
     first_started: Time,
     /// Given up by a shutdown deadline or abandon: its items are already
     /// counted lost; when they come back they go to the dead-letter hand-off.
@@ -110,7 +117,7 @@ struct Shutdown<K, I> {
     /// The first caller's wait; its report carries the accounting.
     first: WaitId,
     /// Later callers, answered with zeros (S-W9).
-    joined: Vec<WaitId>,
+    later: Vec<WaitId>,
     /// Set once the first wait settled: the report to send when the last
     /// given-up write has come back.
     settled: Option<Report>,
@@ -152,16 +159,27 @@ type Tenants<K, I> = HashMap<K, Tenant<I>, BuildHasherDefault<DefaultHasher>>;
 /// `K` is the tenant key (the driver uses [`TenantId`](crate::TenantId));
 /// its `Ord`, `Eq` and `Hash` must agree, as for any map key. `I` is the
 /// item. Feed it inputs, each with the current [`Time`]:
-/// [`stage`](Self::stage), [`finish`](Self::finish) /
-/// [`finish_lost`](Self::finish_lost), [`flush`](Self::flush),
-/// [`settle`](Self::settle), [`shutdown`](Self::shutdown),
-/// [`abandon`](Self::abandon), [`handle_timeout`](Self::handle_timeout).
-/// After every input, drain its outputs in this order:
+/// [`stage`](Self::stage) / [`stage_lazy`](Self::stage_lazy),
+/// [`finish`](Self::finish) / [`finish_lost`](Self::finish_lost),
+/// [`flush`](Self::flush), [`settle`](Self::settle),
+/// [`shutdown`](Self::shutdown), [`abandon`](Self::abandon),
+/// [`handle_timeout`](Self::handle_timeout).
+/// Some inputs return items the engine is done with
+/// ([`finish`](Self::finish), [`abandon`](Self::abandon)). After every
+/// input, drain its outputs in this order:
 /// 1. [`poll_write`](Self::poll_write) until `None`: writes to start;
 /// 2. [`poll_event`](Self::poll_event) until `None`: what to count, log and
-///    answer (including [`Event::CancelInFlight`]);
+///    answer (including [`Event::CancelInFlight`]); refusals coalesced
+///    under S-B8 come out one log point at a time;
 /// 3. [`poll_timeout`](Self::poll_timeout): when to call
-///    [`handle_timeout`](Self::handle_timeout) next.
+///    [`handle_timeout`](Self::handle_timeout) next;
+/// 4. [`take_released`](Self::take_released): the items let go of (refused,
+///    dropped, given up), already counted, for the driver to drop outside
+///    its lock. It may be taken at any point of the drain; what matters is
+///    that it is taken after every input.
+///
+/// [`stage_lazy`](Self::stage_lazy) also says whether that stage needs a
+/// drain at all ([`LazyStaged::wake`]).
 ///
 /// Every input first handles the timers due at its `now`, so a driver that
 /// is late with `handle_timeout` loses nothing (S-W17). Time never runs
@@ -199,17 +217,29 @@ type Tenants<K, I> = HashMap<K, Tenant<I>, BuildHasherDefault<DefaultHasher>>;
 ///   holds a small constant more than a fresh one.
 pub struct Engine<K, I> {
     config: Config,
+    /// Measures items for the byte limits; `None` when none is set.
     weigher: Option<Weigher<I>>,
     backoff: Backoff,
+    /// The latest time seen (time never runs backwards).
     now: Time,
     life: Life,
     counters: Counters,
+    /// The weight of every pending item (in flight and backing off too),
+    /// saturating.
     pending_bytes: u64,
+    /// Per tenant holding items or a write in flight: its backlog, retry
+    /// slice, phase and wait marks. Nothing else is kept per tenant.
     tenants: Tenants<K, I>,
+    /// Which tenants are ready, lingering or backing off, and the wait
+    /// deadlines: every timer the engine has.
     sched: Schedule<K>,
     in_flight: BTreeMap<WriteId, InFlight<K>>,
+    /// The id of the next new write (a retry keeps its write's id).
     next_write: u64,
+    /// The open flushes, settles and shutdowns, and what each covers.
     waits: Waits,
+    /// The shutdown, from the fence on; never cleared (its `reported` says
+    /// whether it has answered).
     shutdown: Option<Shutdown<K, I>>,
     events: VecDeque<Event<K, I>>,
     /// Events taken by `poll_event` so far: with `events.len()`, places
@@ -654,9 +684,9 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         }
         self.settle_slice(&rec.tenant, n, rec.bytes, |i| {
             if i < n - discarded {
-                Settled::Written
+                SettledAs::Written
             } else {
-                Settled::Lost
+                SettledAs::Lost
             }
         });
         self.schedule_after_write(rec.tenant);
@@ -672,7 +702,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         self.attempt_failed(write.id, &rec, failure, next);
         let n = write.items.len();
         let settled = match next {
-            Next::RetryIn(wait) => {
+            AfterFailure::RetryIn(wait) => {
                 let t = self.tenants.get_mut(&rec.tenant).expect("tenant in flight");
                 self.sched
                     .backoff(rec.tenant, &mut t.phase, self.now + wait);
@@ -685,8 +715,8 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                 }));
                 return Vec::new();
             }
-            Next::Dropped => Settled::Dropped,
-            Next::Lost | Next::GivenUp => Settled::Lost,
+            AfterFailure::Dropped => SettledAs::Dropped,
+            AfterFailure::Lost | AfterFailure::GivenUp => SettledAs::Lost,
         };
         self.settle_slice(&rec.tenant, n, rec.bytes, |_| settled);
         self.schedule_after_write(rec.tenant);
@@ -697,7 +727,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// store rejected them (S-B2), dropped under the `drop` error policy
     /// (S-A5), lost once retries are exhausted (S-A5), else retried after
     /// a backoff (S-W5).
-    fn after_failure(&mut self, rec: &InFlight<K>, failure: Failure) -> Next {
+    fn after_failure(&mut self, rec: &InFlight<K>, failure: Failure) -> AfterFailure {
         let n = rec.len as u64;
         let exhausted = self
             .config
@@ -709,15 +739,15 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                 .is_some_and(|max| self.now - rec.first_started >= max);
         if failure == Failure::Rejected {
             self.count_lost(&rec.tenant, LostReason::Terminal, n);
-            Next::Lost
+            AfterFailure::Lost
         } else if self.config.error_policy == ErrorPolicy::Drop {
             self.count_dropped(&rec.tenant, DropReason::SinkError, n);
-            Next::Dropped
+            AfterFailure::Dropped
         } else if exhausted {
             self.count_lost(&rec.tenant, LostReason::RetriesExhausted, n);
-            Next::Lost
+            AfterFailure::Lost
         } else {
-            Next::RetryIn(self.backoff.wait(rec.attempt))
+            AfterFailure::RetryIn(self.backoff.wait(rec.attempt))
         }
     }
 
@@ -731,14 +761,14 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         };
         self.counters.add_failed(Failure::TaskLost);
         if rec.given_up {
-            self.attempt_failed(id, &rec, Failure::TaskLost, Next::GivenUp);
+            self.attempt_failed(id, &rec, Failure::TaskLost, AfterFailure::GivenUp);
             self.end_given_up_write(&rec.tenant);
             self.maybe_finish_shutdown();
             return true;
         }
         self.count_lost(&rec.tenant, LostReason::JoinFailed, rec.len as u64);
-        self.attempt_failed(id, &rec, Failure::TaskLost, Next::Lost);
-        self.settle_slice(&rec.tenant, rec.len, rec.bytes, |_| Settled::Lost);
+        self.attempt_failed(id, &rec, Failure::TaskLost, AfterFailure::Lost);
+        self.settle_slice(&rec.tenant, rec.len, rec.bytes, |_| SettledAs::Lost);
         self.schedule_after_write(rec.tenant);
         true
     }
@@ -770,7 +800,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             }
             Some(failure) => {
                 self.counters.add_failed(failure);
-                self.attempt_failed(write.id, rec, failure, Next::GivenUp);
+                self.attempt_failed(write.id, rec, failure, AfterFailure::GivenUp);
                 self.dead_letter(write.tenant.clone(), write.items);
                 Vec::new()
             }
@@ -781,7 +811,13 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     }
 
     /// Queues the event of a failed attempt (S-W18: one per attempt).
-    fn attempt_failed(&mut self, id: WriteId, rec: &InFlight<K>, failure: Failure, next: Next) {
+    fn attempt_failed(
+        &mut self,
+        id: WriteId,
+        rec: &InFlight<K>,
+        failure: Failure,
+        next: AfterFailure,
+    ) {
         self.events.push_back(Event::AttemptFailed {
             id,
             tenant: rec.tenant.clone(),
@@ -834,7 +870,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             Life::Closing => {
                 let sd = self.shutdown.as_mut().expect("closing has a shutdown");
                 let id = self.waits.next_id();
-                sd.joined.push(id);
+                sd.later.push(id);
                 let first = sd.first;
                 if let Some(old) = self.waits.deadline_key(first) {
                     if deadline < old.0 {
@@ -852,7 +888,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                 let id = self.waits.next_id();
                 self.shutdown = Some(Shutdown {
                     first: id,
-                    joined: Vec::new(),
+                    later: Vec::new(),
                     settled: None,
                     unwritten: Vec::new(),
                     reported: false,
@@ -1081,9 +1117,11 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     }
 
     /// The tenant's `n` oldest pending items (weighing `bytes`) left the
-    /// pending state, their counters already moved: release the pending
-    /// counts and tell the waits.
-    fn settle_slice(&mut self, tenant: &K, n: usize, bytes: u64, how: impl Fn(usize) -> Settled) {
+    /// pending state, `how(i)` saying how the i-th did; the caller has
+    /// counted them written, dropped or lost. Takes them off the pending
+    /// count and bytes, counts them into the waits that cover them, and
+    /// answers the waits that completes.
+    fn settle_slice(&mut self, tenant: &K, n: usize, bytes: u64, how: impl Fn(usize) -> SettledAs) {
         self.counters.pending -= n as u64;
         self.pending_bytes = self.pending_bytes.saturating_sub(bytes);
         let t = self
@@ -1207,7 +1245,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         }
         for (tenant, n, bytes) in settle {
             self.count_lost(&tenant, reason, n as u64);
-            self.settle_slice(&tenant, n, bytes, |_| Settled::Lost);
+            self.settle_slice(&tenant, n, bytes, |_| SettledAs::Lost);
         }
         for tenant in &keys {
             self.forget_if_empty(tenant);
@@ -1245,7 +1283,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         let mut unwritten = mem::take(&mut sd.unwritten);
         unwritten.sort_by(|a, b| (&a.tenant, a.held_in).cmp(&(&b.tenant, b.held_in)));
         let first = sd.first;
-        let joined = mem::take(&mut sd.joined);
+        let later = mem::take(&mut sd.later);
         self.events.push_back(Event::ShutdownDone {
             id: first,
             report: ShutdownReport::new(
@@ -1257,7 +1295,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                     .collect(),
             ),
         });
-        for id in joined {
+        for id in later {
             self.events.push_back(Event::ShutdownDone {
                 id,
                 report: ShutdownReport::new(

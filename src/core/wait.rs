@@ -25,7 +25,7 @@ pub(crate) enum WaitKind {
 
 /// How one item left the pending state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Settled {
+pub(crate) enum SettledAs {
     Written,
     Dropped,
     Lost,
@@ -138,7 +138,7 @@ impl Waits {
         &mut self,
         marks: &mut WaitMarks,
         n: usize,
-        how: impl Fn(usize) -> Settled,
+        how: impl Fn(usize) -> SettledAs,
     ) -> Vec<WaitId> {
         let mut done = Vec::new();
         for c in &mut marks.covers {
@@ -150,9 +150,9 @@ impl Waits {
             let covered = c.items.min(n as u64);
             for i in 0..covered as usize {
                 match how(i) {
-                    Settled::Written => w.report.written += 1,
-                    Settled::Dropped => w.report.dropped += 1,
-                    Settled::Lost => w.report.lost += 1,
+                    SettledAs::Written => w.report.written += 1,
+                    SettledAs::Dropped => w.report.dropped += 1,
+                    SettledAs::Lost => w.report.lost += 1,
                 }
             }
             c.items -= covered;

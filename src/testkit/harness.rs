@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use super::op::{weight_of, Op, OpOutcome};
 use crate::core::{
-    Config, Counters, DropReason, Engine, ErrorPolicy, Event, Failure, LazyStaged, LostReason,
-    Next, Outcome, Report, Staged, Time, WaitId, Write, WriteId,
+    AfterFailure, Config, Counters, DropReason, Engine, ErrorPolicy, Event, Failure, LazyStaged,
+    LostReason, Outcome, Report, Staged, Time, WaitId, Write, WriteId,
 };
 
 /// A broken invariant, with the rule it breaks and what was seen: the one
@@ -922,7 +922,7 @@ impl Harness {
                     self.failed_seen
                         [Failure::ALL.iter().position(|f| *f == failure).unwrap_or(0)] += 1;
                     self.discard.remove(&id);
-                    let given_up = next == Next::GivenUp;
+                    let given_up = next == AfterFailure::GivenUp;
                     let returning = self.returning == Some(id);
                     self.expect(given_up == returning, "S-W18", || {
                         format!("write {id} ended {next:?}; given up: {returning}")
@@ -931,8 +931,8 @@ impl Harness {
                         self.returning = None;
                     }
                     match next {
-                        Next::GivenUp => {}
-                        Next::RetryIn(wait) => {
+                        AfterFailure::GivenUp => {}
+                        AfterFailure::RetryIn(wait) => {
                             self.expect(
                                 self.config.error_policy() == ErrorPolicy::Retry,
                                 "S-A5",
@@ -972,7 +972,7 @@ impl Harness {
                                 s.retry_not_before = Some(now + wait);
                             }
                         }
-                        Next::Dropped => {
+                        AfterFailure::Dropped => {
                             self.expect(
                                 self.config.error_policy() == ErrorPolicy::Drop,
                                 "I5",
@@ -982,7 +982,7 @@ impl Harness {
                                 self.set_fates(&s.items, Fate::Dropped);
                             }
                         }
-                        Next::Lost => {
+                        AfterFailure::Lost => {
                             let s = self.slices.remove(&id);
                             let cause = failure == Failure::Rejected
                                 || failure == Failure::TaskLost
