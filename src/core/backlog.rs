@@ -54,8 +54,10 @@ pub(crate) struct Tenant<I> {
     /// Items of this tenant not yet settled: waiting, kept for a retry, or
     /// in flight (S-B7).
     pub(crate) pending: usize,
+    /// Idle, lingering, ready, in flight or backing off.
     pub(crate) phase: Phase,
-    /// Boxed: most tenants never hold one, and the tenant map stays small.
+    /// A failed write's slice, kept whole for its retry (S-W5). Boxed:
+    /// most tenants never hold one, and the tenant map stays small.
     pub(crate) retry: Option<Box<Retry<I>>>,
     /// Which waits cover which of its items (S-A4).
     pub(crate) wait_marks: WaitMarks,

@@ -656,11 +656,9 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         if rec.given_up {
             return Ok(self.finish_given_up(write, &rec, outcome));
         }
-        Ok(match (outcome, Failure::of(outcome)) {
-            (_, Some(failure)) => self.finish_failed(write, rec, failure),
-            (Outcome::Written { discarded }, None) => self.finish_written(write, rec, discarded),
-            // `Failure::of` is `None` for a write only.
-            (_, None) => self.finish_written(write, rec, 0),
+        Ok(match Failure::of(outcome) {
+            None => self.finish_written(write, rec, outcome.discarded()),
+            Some(failure) => self.finish_failed(write, rec, failure),
         })
     }
 

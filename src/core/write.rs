@@ -71,6 +71,14 @@ pub enum Outcome {
 impl Outcome {
     /// A write committed in full.
     pub const WRITTEN: Outcome = Outcome::Written { discarded: 0 };
+
+    /// Items the store discarded: 0 unless written.
+    pub(crate) const fn discarded(self) -> usize {
+        match self {
+            Outcome::Written { discarded } => discarded,
+            _ => 0,
+        }
+    }
 }
 
 /// The kind of a failed attempt, as events, logs and the `kind` label of
