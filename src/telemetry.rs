@@ -278,49 +278,39 @@ impl<'a, K: Debug> WriteLog<'a, K> {
 
     /// The attempt committed; `given_up`: after the engine gave it up.
     fn written(&self, latency: Duration, given_up: bool) {
-        let WriteLog {
-            outbox,
-            id,
-            tenant,
-            items,
-            attempt,
-        } = self;
+        let (outbox, tenant, items, attempt) = (self.outbox, self.tenant, self.items, self.attempt);
+        let write = self.id;
         if given_up {
-            tracing::warn!(outbox, ?tenant, write = %id, items, attempt,
+            tracing::warn!(outbox, ?tenant, %write, items, attempt,
                 "a write given up at the shutdown deadline or by an abandon committed \
                  after all; its items stay counted lost and are not handed back");
             return;
         }
-        tracing::debug!(outbox, ?tenant, write = %id, items, attempt, latency_ms = latency.as_secs_f64() * 1e3, "write committed");
+        tracing::debug!(outbox, ?tenant, %write, items, attempt, latency_ms = latency.as_secs_f64() * 1e3, "write committed");
     }
 
     /// The attempt failed with `failure`; `next` says what became of its
     /// items.
     fn failed(&self, failure: Failure, next: AfterFailure, error: &str) {
-        let WriteLog {
-            outbox,
-            id,
-            tenant,
-            items,
-            attempt,
-        } = self;
+        let (outbox, tenant, items, attempt) = (self.outbox, self.tenant, self.items, self.attempt);
+        let write = self.id;
         let reason = failure.as_str();
         match next {
             AfterFailure::RetryIn(backoff) => tracing::warn!(
-                outbox, ?tenant, write = %id, items, attempt, reason,
+                outbox, ?tenant, %write, items, attempt, reason,
                 backoff_ms = backoff.as_secs_f64() * 1e3, error,
                 "write attempt failed; retrying the same items after the backoff"
             ),
             AfterFailure::Dropped => tracing::warn!(
-                outbox, ?tenant, write = %id, items, attempt, reason, error,
+                outbox, ?tenant, %write, items, attempt, reason, error,
                 "write attempt failed; items dropped (error policy `drop`)"
             ),
             AfterFailure::Lost => tracing::warn!(
-                outbox, ?tenant, write = %id, items, attempt, reason, error,
+                outbox, ?tenant, %write, items, attempt, reason, error,
                 "write attempt failed; items lost"
             ),
             AfterFailure::GivenUp => tracing::debug!(
-                outbox, ?tenant, write = %id, items, attempt, reason, error,
+                outbox, ?tenant, %write, items, attempt, reason, error,
                 "a write given up (already counted lost) ended"
             ),
         }
