@@ -41,7 +41,10 @@ use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram};
 
-use crate::core::{AfterFailure, Counters, DropReason, Event, Failure, LostReason, WriteId};
+use crate::core::{
+    AfterFailure, Counters, DropReason, Event, Failure, LostReason, Report, ShutdownReport, WaitId,
+    WriteId,
+};
 
 /// The metric names (S-W11).
 pub mod names {
@@ -227,32 +230,38 @@ impl Log {
             Event::CancelInFlight => {
                 tracing::debug!(outbox, "cancelling the writes in flight");
             }
-            Event::WaitDone { id, report } => {
-                tracing::debug!(
-                    outbox,
-                    wait = id.0,
-                    written = report.written,
-                    dropped = report.dropped,
-                    lost = report.lost,
-                    pending = report.pending,
-                    deadline_passed = report.deadline_passed,
-                    "flush or settle answered"
-                );
-            }
-            Event::ShutdownDone { report, .. } => {
-                // Joined shutdowns report zeros: only the first is news.
-                if report.first {
-                    tracing::info!(
-                        outbox,
-                        written = report.written,
-                        dropped = report.dropped,
-                        lost = report.lost,
-                        deadline_passed = report.deadline_passed,
-                        "outbox shut down"
-                    );
-                }
-            }
+            Event::WaitDone { id, report } => answered(outbox, *id, report),
+            Event::ShutdownDone { report, .. } => shut_down(outbox, report),
         }
+    }
+}
+
+/// A flush or settle was answered.
+fn answered(outbox: &str, id: WaitId, report: &Report) {
+    tracing::debug!(
+        outbox,
+        wait = id.0,
+        written = report.written,
+        dropped = report.dropped,
+        lost = report.lost,
+        pending = report.pending,
+        deadline_passed = report.deadline_passed,
+        "flush or settle answered"
+    );
+}
+
+/// A shutdown was answered. Joined shutdowns report zeros: only the first
+/// is news.
+fn shut_down<K, I>(outbox: &str, report: &ShutdownReport<K, I>) {
+    if report.first {
+        tracing::info!(
+            outbox,
+            written = report.written,
+            dropped = report.dropped,
+            lost = report.lost,
+            deadline_passed = report.deadline_passed,
+            "outbox shut down"
+        );
     }
 }
 
