@@ -9,8 +9,8 @@ use std::cmp::Ordering;
 
 use core_world::{dur, ms, World};
 use outbox::core::{
-    Config, DropReason, Engine, ErrorPolicy, Event, Failure, LostReason, Next, Outcome, Report,
-    Staged, Time, WriteId,
+    AfterFailure, Config, DropReason, Engine, ErrorPolicy, Event, Failure, LostReason, Outcome,
+    Report, Staged, Time, WriteId,
 };
 
 // ----- S-W3 -------------------------------------------------------------
@@ -460,7 +460,7 @@ fn s_a5_terminal_rejection_is_lost_under_either_policy() {
         assert!(w.events.iter().any(|e| matches!(
             e,
             Event::AttemptFailed {
-                next: Next::Lost,
+                next: AfterFailure::Lost,
                 ..
             }
         )));
@@ -1506,7 +1506,10 @@ fn s_b8_refusals_coalesce_per_reason_while_their_event_is_queued() {
         .build()
         .unwrap();
     let mut e: Engine<u8, u32> = Engine::new(config).unwrap();
-    let stage = |e: &mut Engine<u8, u32>, t: u8, i: u32| e.stage_with(|| Time::ZERO, t, i);
+    let stage = |e: &mut Engine<u8, u32>, t: u8, i: u32| {
+        let s = e.stage_lazy(|| Time::ZERO, t, i);
+        (s.staged, s.wake)
+    };
     assert_eq!(stage(&mut e, 1, 0), (Staged::Accepted, true));
     // The first refusal queues an event with none before it: drain.
     assert_eq!(
@@ -1555,7 +1558,7 @@ fn s_b8_coalesced_refusals_keep_the_log_rate_of_s_a6() {
     let config = Config::builder().capacity(1).build().unwrap();
     let mut e: Engine<u8, u32> = Engine::new(config.clone()).unwrap();
     for i in 0..=1_000 {
-        let _ = e.stage_with(|| Time::ZERO, 1, i);
+        let _ = e.stage_lazy(|| Time::ZERO, 1, i);
     }
     assert_eq!(
         refusal_events(&mut e),
@@ -1565,7 +1568,7 @@ fn s_b8_coalesced_refusals_keep_the_log_rate_of_s_a6() {
     // (the 1st, the 1,000th, the 2,000th), however many pile up meanwhile.
     let mut e: Engine<u8, u32> = Engine::new(config).unwrap();
     for i in 0..=2_500 {
-        let _ = e.stage_with(|| Time::ZERO, 1, i);
+        let _ = e.stage_lazy(|| Time::ZERO, 1, i);
     }
     let first = e.poll_event();
     assert_eq!(
@@ -1579,7 +1582,7 @@ fn s_b8_coalesced_refusals_keep_the_log_rate_of_s_a6() {
     );
     // More refusals join the rest of the queued event.
     for i in 0..600 {
-        let _ = e.stage_with(|| Time::ZERO, 2, i);
+        let _ = e.stage_lazy(|| Time::ZERO, 2, i);
     }
     assert_eq!(
         refusal_events(&mut e),
@@ -1592,7 +1595,7 @@ fn s_b8_coalesced_refusals_keep_the_log_rate_of_s_a6() {
     );
     // A queued event with no log point logs nothing.
     for i in 0..5 {
-        let _ = e.stage_with(|| Time::ZERO, 3, i);
+        let _ = e.stage_lazy(|| Time::ZERO, 3, i);
     }
     assert_eq!(refusal_events(&mut e), [(3, 5, "buffer_full", false)]);
     assert_eq!(e.counters().dropped(DropReason::BufferFull), 3_105);
@@ -1633,7 +1636,12 @@ fn s_w18_every_given_up_attempt_ends_in_one_counted_outcome() {
                 next,
                 latency,
                 ..
-            } => Some((*tenant, failure.as_str(), *next == Next::GivenUp, *latency)),
+            } => Some((
+                *tenant,
+                failure.as_str(),
+                *next == AfterFailure::GivenUp,
+                *latency,
+            )),
             _ => None,
         })
         .collect();

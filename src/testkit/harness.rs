@@ -7,7 +7,7 @@
 //! it with the engine's counters, the writes it hands out and the reports
 //! it gives. Any mismatch is a [`Violation`] naming the invariant.
 //!
-//! It stages as the driver does, through [`Engine::stage_with`] (a lazy
+//! It stages as the driver does, through [`Engine::stage_lazy`] (a lazy
 //! clock and a wake-up hint), and holds the hint to its promise: a stage
 //! that says "no need to drain" when no drain is already due (an earlier
 //! "drain" or another input since the last full drain, a write holding
@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use super::op::{weight_of, Op, OpOutcome};
 use crate::core::{
-    Config, Counters, DropReason, Engine, ErrorPolicy, Event, Failure, LostReason, Next, Outcome,
-    Report, Staged, Time, WaitId, Write, WriteId,
+    AfterFailure, Config, Counters, DropReason, Engine, ErrorPolicy, Event, Failure, LazyStaged,
+    LostReason, Outcome, Report, Staged, Time, WaitId, Write, WriteId,
 };
 
 /// A broken invariant, with the rule it breaks and what was seen: the one
@@ -557,7 +557,7 @@ impl Harness {
         let pending_before = self.engine.pending();
         let tenant_pending = self.tenant_pending[usize::from(tenant)];
         let now = self.now;
-        let (staged, wake) = self.engine.stage_with(|| now, tenant, id);
+        let LazyStaged { staged, wake } = self.engine.stage_lazy(|| now, tenant, id);
         self.check_wake(wake)?;
         self.tenant_of.push(tenant);
         self.settled.push();
@@ -922,7 +922,7 @@ impl Harness {
                     self.failed_seen
                         [Failure::ALL.iter().position(|f| *f == failure).unwrap_or(0)] += 1;
                     self.discard.remove(&id);
-                    let given_up = next == Next::GivenUp;
+                    let given_up = next == AfterFailure::GivenUp;
                     let returning = self.returning == Some(id);
                     self.expect(given_up == returning, "S-W18", || {
                         format!("write {id} ended {next:?}; given up: {returning}")
@@ -931,8 +931,8 @@ impl Harness {
                         self.returning = None;
                     }
                     match next {
-                        Next::GivenUp => {}
-                        Next::RetryIn(wait) => {
+                        AfterFailure::GivenUp => {}
+                        AfterFailure::RetryIn(wait) => {
                             self.expect(
                                 self.config.error_policy() == ErrorPolicy::Retry,
                                 "S-A5",
@@ -972,7 +972,7 @@ impl Harness {
                                 s.retry_not_before = Some(now + wait);
                             }
                         }
-                        Next::Dropped => {
+                        AfterFailure::Dropped => {
                             self.expect(
                                 self.config.error_policy() == ErrorPolicy::Drop,
                                 "I5",
@@ -982,7 +982,7 @@ impl Harness {
                                 self.set_fates(&s.items, Fate::Dropped);
                             }
                         }
-                        Next::Lost => {
+                        AfterFailure::Lost => {
                             let s = self.slices.remove(&id);
                             let cause = failure == Failure::Rejected
                                 || failure == Failure::TaskLost
