@@ -9,8 +9,8 @@ use std::cmp::Ordering;
 
 use core_world::{dur, ms, World};
 use outbox::core::{
-    AfterFailure, Config, DropReason, Engine, ErrorPolicy, Event, Failure, LostReason, Outcome,
-    Report, Staged, Time, WriteId,
+    AfterFailure, Config, DropReason, Engine, ErrorPolicy, Event, Failure, LazyStaged, LostReason,
+    Outcome, Report, Staged, Time, WriteId,
 };
 
 // ----- S-W3 -------------------------------------------------------------
@@ -1663,10 +1663,10 @@ fn s_w18_every_given_up_attempt_ends_in_one_counted_outcome() {
     assert!(k.balanced());
 }
 
-// ----- the wake-up hint of `stage_with` ----------------------------------
+// ----- the wake-up hint of `stage_lazy` ----------------------------------
 
 #[test]
-fn stage_with_asks_for_a_drain_only_when_one_is_needed() {
+fn stage_lazy_asks_for_a_drain_only_when_one_is_needed() {
     // The hint is what the driver's stage path wakes the writer on: a
     // `false` that hides work is a lost wake-up (the harness checks that),
     // a `true` that hides none is a wasted wake-up (checked here).
@@ -1678,25 +1678,37 @@ fn stage_with_asks_for_a_drain_only_when_one_is_needed() {
     let config = Config::builder().concurrency(1).build().unwrap();
     let mut e: Engine<u8, u32> = Engine::new(config).unwrap();
     assert_eq!(
-        e.stage_with(clock, 1, 0),
-        (Staged::Accepted, true),
+        e.stage_lazy(clock, 1, 0),
+        LazyStaged {
+            staged: Staged::Accepted,
+            wake: true
+        },
         "first ready"
     );
     assert_eq!(
-        e.stage_with(clock, 1, 1),
-        (Staged::Accepted, false),
+        e.stage_lazy(clock, 1, 1),
+        LazyStaged {
+            staged: Staged::Accepted,
+            wake: false
+        },
         "already ready"
     );
     let w = e.poll_write(Time::ZERO).unwrap();
     while e.poll_event().is_some() {}
     assert_eq!(
-        e.stage_with(clock, 2, 2),
-        (Staged::Accepted, false),
+        e.stage_lazy(clock, 2, 2),
+        LazyStaged {
+            staged: Staged::Accepted,
+            wake: false
+        },
         "no slot free: the write coming back drains"
     );
     assert_eq!(
-        e.stage_with(clock, 3, 3),
-        (Staged::Accepted, false),
+        e.stage_lazy(clock, 3, 3),
+        LazyStaged {
+            staged: Staged::Accepted,
+            wake: false
+        },
         "2 goes first"
     );
     assert_eq!(reads.get(), 0, "no linger: the clock is not read");
@@ -1711,20 +1723,29 @@ fn stage_with_asks_for_a_drain_only_when_one_is_needed() {
     let at = Cell::new(ms(0));
     let clock = || at.get();
     assert_eq!(
-        e.stage_with(clock, 1, 0),
-        (Staged::Accepted, true),
+        e.stage_lazy(clock, 1, 0),
+        LazyStaged {
+            staged: Staged::Accepted,
+            wake: true
+        },
         "earliest timer"
     );
     at.set(ms(2));
     assert_eq!(
-        e.stage_with(clock, 2, 1),
-        (Staged::Accepted, false),
+        e.stage_lazy(clock, 2, 1),
+        LazyStaged {
+            staged: Staged::Accepted,
+            wake: false
+        },
         "a later linger: the armed timer comes first"
     );
     assert_eq!(e.poll_timeout(), Some(ms(10)));
     assert_eq!(
-        e.stage_with(clock, 2, 2),
-        (Staged::Accepted, true),
+        e.stage_lazy(clock, 2, 2),
+        LazyStaged {
+            staged: Staged::Accepted,
+            wake: true
+        },
         "a full batch ends the linger with a slot free"
     );
 }
