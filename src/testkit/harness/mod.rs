@@ -251,7 +251,7 @@ impl Harness {
     }
 
     /// How many times the engine asked the driver to cancel the writes in
-    /// flight ([`Event::CancelInFlight`]) so far.
+    /// flight ([`Event::CancelInFlight`](crate::core::Event::CancelInFlight)) so far.
     pub fn cancel_requests(&self) -> u64 {
         self.cancel_requests
     }
