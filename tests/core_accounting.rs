@@ -6,7 +6,7 @@
 mod core_world;
 
 use core_world::{dur, World};
-use outbox::core::{Config, Event, Failure, LostReason, Next, Outcome, Report};
+use outbox::core::{AfterFailure, Config, Event, Failure, LostReason, Outcome, Report};
 
 // ----- S-W11: metrics (what events carry for the driver) ----------------
 
@@ -128,7 +128,12 @@ fn s_w18_every_given_up_attempt_ends_in_one_counted_outcome() {
                 next,
                 latency,
                 ..
-            } => Some((*tenant, failure.as_str(), *next == Next::GivenUp, *latency)),
+            } => Some((
+                *tenant,
+                failure.as_str(),
+                *next == AfterFailure::GivenUp,
+                *latency,
+            )),
             _ => None,
         })
         .collect();

@@ -1,11 +1,14 @@
 //! The core's rules of the contract's "Staging" section (S-A1, S-B7, S-B5),
-//! on the engine alone with a hand-driven clock. Each test cites its rule
+//! and the wake-up hint a lazy stage gives the driver (I6), on the engine
+//! alone with a hand-driven clock. Each test cites its rule
 //! and checks both sides of the rule's conditions and its boundaries.
 
 mod core_world;
 
-use core_world::World;
-use outbox::core::{Config, DropReason, Engine, Event, Outcome, Staged};
+use std::cell::Cell;
+
+use core_world::{dur, ms, World};
+use outbox::core::{Config, DropReason, Engine, Event, Outcome, Staged, Time};
 
 // ----- S-A1: bounded mode drops instead of blocking ---------------------
 
@@ -162,4 +165,81 @@ fn s_b5_a_huge_weight_neither_overflows_nor_panics() {
     assert_eq!(a.items, [1], "heavier than a batch: alone");
     w.ok(a);
     assert_eq!(w.e.pending_bytes(), 2 * outbox::core::MAX_WEIGHT);
+}
+
+// ----- I6: the wake-up hint of a lazy stage ---------------------------
+
+#[test]
+fn i6_a_lazy_stage_asks_for_a_drain_only_when_one_is_needed() {
+    // The hint is what the driver's stage path wakes the writer on: a
+    // `false` that hides work is a lost wake-up (the harness checks that),
+    // a `true` that hides none is a wasted wake-up (checked here).
+    let reads = Cell::new(0);
+    let clock = || {
+        reads.set(reads.get() + 1);
+        Time::ZERO
+    };
+    let config = Config::builder().concurrency(1).build().unwrap();
+    let mut e: Engine<u8, u32> = Engine::new(config).unwrap();
+    assert_eq!(
+        staged_and_wake(&mut e, clock, 1, 0),
+        (Staged::Accepted, true),
+        "first ready"
+    );
+    assert_eq!(
+        staged_and_wake(&mut e, clock, 1, 1),
+        (Staged::Accepted, false),
+        "already ready"
+    );
+    let w = e.poll_write(Time::ZERO).unwrap();
+    while e.poll_event().is_some() {}
+    assert_eq!(
+        staged_and_wake(&mut e, clock, 2, 2),
+        (Staged::Accepted, false),
+        "no slot free: the write coming back drains"
+    );
+    assert_eq!(
+        staged_and_wake(&mut e, clock, 3, 3),
+        (Staged::Accepted, false),
+        "2 goes first"
+    );
+    assert_eq!(reads.get(), 0, "no linger: the clock is not read");
+    drop(e.finish(Time::ZERO, w, Outcome::WRITTEN));
+
+    let config = Config::builder()
+        .linger(dur(10))
+        .max_batch(2)
+        .build()
+        .unwrap();
+    let mut e: Engine<u8, u32> = Engine::new(config).unwrap();
+    let at = Cell::new(ms(0));
+    let clock = || at.get();
+    assert_eq!(
+        staged_and_wake(&mut e, clock, 1, 0),
+        (Staged::Accepted, true),
+        "earliest timer"
+    );
+    at.set(ms(2));
+    assert_eq!(
+        staged_and_wake(&mut e, clock, 2, 1),
+        (Staged::Accepted, false),
+        "a later linger: the armed timer comes first"
+    );
+    assert_eq!(e.poll_timeout(), Some(ms(10)));
+    assert_eq!(
+        staged_and_wake(&mut e, clock, 2, 2),
+        (Staged::Accepted, true),
+        "a full batch ends the linger with a slot free"
+    );
+}
+
+/// What a lazy stage decided, as (staged, wake).
+fn staged_and_wake(
+    e: &mut Engine<u8, u32>,
+    clock: impl FnOnce() -> Time,
+    tenant: u8,
+    item: u32,
+) -> (Staged, bool) {
+    let s = e.stage_lazy(clock, tenant, item);
+    (s.staged, s.wake)
 }

@@ -7,7 +7,8 @@ mod core_world;
 
 use core_world::{dur, ms, World};
 use outbox::core::{
-    Config, DropReason, ErrorPolicy, Event, LostReason, Next, Outcome, Staged, Time, WriteId,
+    AfterFailure, Config, DropReason, ErrorPolicy, Event, LostReason, Outcome, Staged, Time,
+    WriteId,
 };
 
 // ----- S-W3: order and concurrency --------------------------------------
@@ -311,7 +312,7 @@ fn s_a5_terminal_rejection_is_lost_under_either_policy() {
         assert!(w.events.iter().any(|e| matches!(
             e,
             Event::AttemptFailed {
-                next: Next::Lost,
+                next: AfterFailure::Lost,
                 ..
             }
         )));

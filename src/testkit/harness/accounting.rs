@@ -5,7 +5,7 @@
 
 use super::ledger::Fate;
 use super::{Harness, Violation};
-use crate::core::{Counters, Next, WriteId};
+use crate::core::{AfterFailure, Counters, WriteId};
 
 impl Harness {
     /// The checks that hold between ops, in a fixed order.
@@ -142,9 +142,9 @@ impl Harness {
     pub(super) fn check_s_w18_given_up_matches_the_return(
         &mut self,
         id: WriteId,
-        next: Next,
+        next: AfterFailure,
     ) -> Result<(), Violation> {
-        let given_up = next == Next::GivenUp;
+        let given_up = next == AfterFailure::GivenUp;
         let returning = self.returning == Some(id);
         self.expect(given_up == returning, "S-W18", || {
             format!("write {id} ended {next:?}; given up: {returning}")

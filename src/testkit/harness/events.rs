@@ -5,7 +5,8 @@
 use super::ledger::Fate;
 use super::{Harness, Violation};
 use crate::core::{
-    DropReason, Event, Failure, LostReason, Next, Report, ShutdownReport, Time, WaitId, WriteId,
+    AfterFailure, DropReason, Event, Failure, LostReason, Report, ShutdownReport, Time, WaitId,
+    WriteId,
 };
 
 impl Harness {
@@ -78,23 +79,23 @@ impl Harness {
     fn on_attempt_failed(
         &mut self,
         id: WriteId,
-        next: Next,
+        next: AfterFailure,
         failure: Failure,
     ) -> Result<(), Violation> {
         self.failed_seen[Failure::ALL.iter().position(|f| *f == failure).unwrap_or(0)] += 1;
         self.discard.remove(&id);
         self.check_s_w18_given_up_matches_the_return(id, next)?;
         match next {
-            Next::GivenUp => Ok(()),
-            Next::RetryIn(wait) => self.on_retry(id, wait, failure),
-            Next::Dropped => {
+            AfterFailure::GivenUp => Ok(()),
+            AfterFailure::RetryIn(wait) => self.on_retry(id, wait, failure),
+            AfterFailure::Dropped => {
                 self.check_i5_batch_dropped_only_under_the_drop_policy(id)?;
                 if let Some(s) = self.slices.remove(&id) {
                     self.set_fates(&s.items, Fate::Dropped);
                 }
                 Ok(())
             }
-            Next::Lost => {
+            AfterFailure::Lost => {
                 let s = self.slices.remove(&id);
                 self.check_i5_write_loss_has_its_cause(id, failure, s.as_ref())?;
                 if let Some(s) = s {

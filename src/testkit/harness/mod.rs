@@ -7,7 +7,7 @@
 //! it with the engine's counters, the writes it hands out and the reports
 //! it gives. Any mismatch is a [`Violation`] naming the invariant.
 //!
-//! It stages as the driver does, through [`Engine::stage_with`] (a lazy
+//! It stages as the driver does, through [`Engine::stage_lazy`] (a lazy
 //! clock and a wake-up hint), and holds the hint to its promise: a stage
 //! that says "no need to drain" when no drain is already due (an earlier
 //! "drain" or another input since the last full drain, a write holding

@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::ledger::Fate;
 use super::trace::fault_name;
 use super::{Harness, Violation};
-use crate::core::{Outcome, Staged, Time, Write};
+use crate::core::{LazyStaged, Outcome, Staged, Time, Write};
 use crate::testkit::op::{weight_of, Op, OpOutcome};
 
 impl Harness {
@@ -118,7 +118,7 @@ impl Harness {
         let pending_before = self.engine.pending();
         let tenant_pending = self.tenant_pending[usize::from(tenant)];
         let now = self.now;
-        let (staged, wake) = self.engine.stage_with(|| now, tenant, id);
+        let LazyStaged { staged, wake } = self.engine.stage_lazy(|| now, tenant, id);
         self.check_wake_hint(wake)?;
         self.tenant_of.push(tenant);
         self.settled.push();
