@@ -133,3 +133,46 @@ fn an_attempt_in_flight_when_the_runtime_is_dropped_is_counted_failed() {
     assert_metrics_match(&m, "w18-rt", &c);
     assert_eq!(latency_samples(&m, "w18-rt"), 1);
 }
+
+/// S-W18 for an abandon under a hung write, the runtime alive: the write
+/// is cancelled, and once the writer has handed it back (a quiet point)
+/// the attempt is counted failed as `cancelled`, in the counters, the
+/// metrics and the histogram, and its item counted lost once (abandoned).
+#[test]
+fn an_attempt_cancelled_by_an_abandon_is_counted_failed() {
+    let (counters, snap) = with_metrics(|| async {
+        let sink = TestSink::new("w18-abandon");
+        sink.set_all(Act::Hang);
+        let o = Outbox::new(sink.clone(), Config::default()).unwrap();
+        stage_all(&o, t(1), [1, 2]);
+        sink.until_attempts(t(1), 1).await;
+        let _ = o.stage(t(2), 3);
+        let held = o.abandon();
+        // The in-flight write is given up (counted lost, not handed back
+        // here); what was only pending is handed back.
+        assert_eq!(held, [(t(2), vec![3])]);
+        // Let the writer hand the cancelled write back (virtual time).
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(o.pending(), 0);
+        o.counters()
+    });
+    assert_eq!(
+        (
+            counters.attempts,
+            counters.writes,
+            counters.failed_attempts,
+            counters.failed(Failure::Cancelled),
+            counters.lost(LostReason::Abandoned),
+        ),
+        (1, 0, 1, 1, 3)
+    );
+    assert_eq!(counters.attempts, counters.attempts_ended());
+    assert!(counters.balanced());
+    let m = snapshot(&snap);
+    assert_metrics_match(&m, "w18-abandon", &counters);
+    assert_eq!(
+        latency_samples(&m, "w18-abandon"),
+        1,
+        "the cancelled attempt"
+    );
+}

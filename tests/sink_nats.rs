@@ -300,6 +300,20 @@ async fn uuid_keys_publish_to_their_hyphenated_subject() {
     n.delete().await;
 }
 
+// A token is any text without `.`, `*`, `>`, whitespace or control
+// characters: non-ASCII text and a `:` (the message id's separator) are
+// valid tokens and must publish, into the subject and the `Nats-Msg-Id`
+// header alike, not fail (a retryable failure would retry forever).
+#[tokio::test]
+async fn string_keys_with_non_ascii_text_or_a_colon_publish_to_their_own_subject() {
+    let Some(n) = setup("nats_key_utf8").await else {
+        return;
+    };
+    let subject = format!("{}.zürich:eu-ü", n.stream);
+    round_trip(&n, "zürich:eu-ü".to_owned(), &subject).await;
+    n.delete().await;
+}
+
 // A string key that is not a subject token is refused terminally before
 // anything is published: never encoded, never a panic.
 #[tokio::test]

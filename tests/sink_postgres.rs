@@ -410,3 +410,29 @@ async fn a_u64_key_above_i64_max_is_terminal_and_writes_nothing() {
     assert_eq!(n, 0);
     postgres::drop_table(&admin, &table).await;
 }
+
+// A text key holding a NUL character cannot be stored in a `text` column:
+// the server refuses it (SQLSTATE 22021, class 22), which the sink takes as
+// terminal, as its module docs say, so the tenant is not retried forever;
+// the table stays empty.
+#[tokio::test]
+async fn a_string_key_with_a_nul_is_terminal_and_writes_nothing() {
+    let Some((admin, _proxy, pool)) = postgres::connect(
+        "pg_key_nul",
+        2,
+        Duration::from_secs(2),
+        Duration::from_millis(500),
+    )
+    .await
+    else {
+        return;
+    };
+    let table = servers::unique_name("pg_key_nul");
+    let sink = PostgresSink::<Envelope, String>::new(pool, &table).expect("valid table name");
+    sink.create_table().await.expect("create the table");
+    terminal(sink.write(&"acme\0eu".to_owned(), &items("nul", 2)).await);
+    let sql = format!("SELECT count(*) FROM \"{table}\"");
+    let n: i64 = admin.query_one(&sql, &[]).await.expect("count").get(0);
+    assert_eq!(n, 0);
+    postgres::drop_table(&admin, &table).await;
+}
