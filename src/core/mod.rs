@@ -26,6 +26,7 @@ mod backlog;
 mod backoff;
 mod config;
 mod engine;
+pub mod journal;
 mod schedule;
 mod time;
 mod wait;
