@@ -86,6 +86,8 @@
 
 pub mod core;
 mod driver;
+#[cfg(feature = "journal")]
+pub mod journal;
 pub mod sink;
 pub mod sinks;
 pub mod telemetry;
