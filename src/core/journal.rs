@@ -114,6 +114,9 @@ pub struct Ledger<K> {
     deletable: BTreeSet<SegmentId>,
     /// Bytes of every existing segment.
     bytes: u64,
+    /// Pending items that are on no disk: accepted while the journal was
+    /// down, or journaled in a commit that failed (S-J5).
+    undurable: u64,
 }
 
 impl<K: Ord + Clone> Ledger<K> {
@@ -135,6 +138,7 @@ impl<K: Ord + Clone> Ledger<K> {
             marks: Vec::new(),
             deletable: BTreeSet::new(),
             bytes: 0,
+            undurable: 0,
         };
         ledger.open_segment(segment, next_seq, header_bytes);
         ledger
@@ -210,10 +214,53 @@ impl<K: Ord + Clone> Ledger<K> {
     /// Takes an item of `tenant` accepted while the journal is down: it
     /// has no record, only a place in the tenant's order (S-J5).
     pub fn unjournaled(&mut self, tenant: K) {
+        self.undurable += 1;
         self.tenants
             .entry(tenant)
             .or_default()
             .push_back(Entry::Unjournaled);
+    }
+
+    /// Pending items on no disk (S-J5): a sync barrier cannot answer that
+    /// everything before it is durable while this is above 0.
+    pub fn undurable(&self) -> u64 {
+        self.undurable
+    }
+
+    /// Whether `max_bytes` leaves room for a record of `record_bytes`
+    /// (and a new segment's header of `header_bytes`, should it roll).
+    pub fn fits(&self, record_bytes: u64, header_bytes: u64) -> bool {
+        self.limits
+            .max_bytes
+            .is_none_or(|max| self.bytes.saturating_add(record_bytes + header_bytes) <= max)
+    }
+
+    /// A commit failed: every pending item with a sequence number from
+    /// `synced` on is on no disk now (S-J5). They stay in their tenants'
+    /// order as unjournaled items and stop holding their segments. Returns
+    /// how many. Costs O(pending items); runs once per incident.
+    pub fn incident(&mut self, synced: Seq) -> u64 {
+        let mut moved = Vec::new();
+        for queue in self.tenants.values_mut() {
+            for entry in queue.iter_mut() {
+                if let Entry::At(seq) = *entry {
+                    if seq >= synced {
+                        *entry = Entry::Unjournaled;
+                        moved.push(seq);
+                    }
+                }
+            }
+        }
+        self.undurable += moved.len() as u64;
+        for seq in &moved {
+            if let Some(id) = self.segment_of(*seq) {
+                if let Some(seg) = self.segments.get_mut(&id) {
+                    seg.live = seg.live.saturating_sub(1);
+                }
+                self.check_deletable(id);
+            }
+        }
+        moved.len() as u64
     }
 
     /// `n` bytes (done marks, a seal) were appended to the current segment.
@@ -236,9 +283,12 @@ impl<K: Ord + Clone> Ledger<K> {
         let take = usize::try_from(n).unwrap_or(usize::MAX).min(queue.len());
         let mut journaled = 0;
         for entry in queue.drain(..take) {
-            if let Entry::At(seq) = entry {
-                self.marks.push(seq);
-                journaled += 1;
+            match entry {
+                Entry::At(seq) => {
+                    self.marks.push(seq);
+                    journaled += 1;
+                }
+                Entry::Unjournaled => self.undurable -= 1,
             }
         }
         if queue.is_empty() {
@@ -251,6 +301,7 @@ impl<K: Ord + Clone> Ledger<K> {
     /// an abandon): returns how many were journaled.
     pub fn settle_all(&mut self) -> u64 {
         let tenants = std::mem::take(&mut self.tenants);
+        self.undurable = 0;
         let mut journaled = 0;
         for (_, queue) in tenants {
             for entry in queue {
@@ -684,6 +735,26 @@ mod tests {
         assert_eq!(l.settle(&1, 5), 1);
         l.take_marks();
         l.append(1, 5, H).unwrap();
+    }
+
+    #[test]
+    fn an_incident_turns_unsynced_items_undurable_and_frees_their_segment() {
+        // S-J5.
+        let mut l: Ledger<u32> = Ledger::new(limits(30), 1, 1, H);
+        l.append(1, 10, H).unwrap(); // seq 1, synced
+        l.append(2, 10, H).unwrap(); // seq 2
+        l.append(1, 10, H).unwrap(); // seq 3, segment 2
+        assert_eq!(l.incident(2), 2);
+        assert_eq!(l.undurable(), 2);
+        assert_eq!(l.live(), 1);
+        assert_eq!(l.settle(&1, 2), 1, "seq 1 is journaled, seq 3 no more");
+        assert_eq!(l.undurable(), 1);
+        assert_eq!(l.take_marks(), [1]);
+        l.roll(H);
+        assert_eq!(deletions(&mut l), [1, 2], "nothing live holds them");
+        l.settle(&2, 1);
+        assert_eq!(l.undurable(), 0);
+        assert!(l.take_marks().is_empty());
     }
 
     #[test]

@@ -31,6 +31,8 @@ pub const FRAME_LEN: usize = 8;
 /// The largest record body accepted (64 MiB): a longer length field is
 /// damage, and an item that would need more is refused at stage.
 pub const MAX_BODY: usize = 64 << 20;
+/// Bytes of a seal record.
+pub const SEAL_LEN: usize = FRAME_LEN + 1 + 8;
 /// Bytes of an item record around its tenant and item bytes.
 pub const ITEM_OVERHEAD: usize = FRAME_LEN + 1 + 8 + 4;
 

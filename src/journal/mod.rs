@@ -15,15 +15,19 @@
 //! [`crate::core::journal`].
 
 mod codec;
+mod memory;
 pub mod format;
 mod recover;
+mod state;
 mod storage;
 
 use std::fmt;
 use std::io;
 
 pub use codec::{Codec, Postcard};
+pub use memory::MemStorage;
 pub use recover::{recover, Recovered, RecoveryReport};
+pub use state::{Batch, Committer, JournalState, Op};
 pub use storage::{FsStorage, Storage, LOCK_FILE};
 
 /// Why a journal could not be opened (at build) or used.
