@@ -200,7 +200,10 @@ impl<K: Ord + Clone> Ledger<K> {
             self.open_segment(id, seq, header_bytes);
             id
         });
-        let seg = self.segments.get_mut(&self.current).expect("current exists");
+        let seg = self
+            .segments
+            .get_mut(&self.current)
+            .expect("current exists");
         seg.live += 1;
         seg.bytes += record_bytes;
         self.bytes += record_bytes;
@@ -627,7 +630,13 @@ mod tests {
         assert_eq!((a.roll, b.roll, c.roll), (None, None, None));
         // 10 + 30 = 40 bytes: the next record would pass 40.
         let d = l.append(7, 10, H).unwrap();
-        assert_eq!(d, Append { seq: 4, roll: Some(2) });
+        assert_eq!(
+            d,
+            Append {
+                seq: 4,
+                roll: Some(2)
+            }
+        );
         assert_eq!(l.current(), 2);
         assert_eq!(l.segments(), 2);
         assert_eq!(l.bytes(), 40 + H + 10);
@@ -798,7 +807,10 @@ mod tests {
         let order: Vec<(Seq, u32)> = r.items.iter().map(|(s, t, _)| (*s, *t)).collect();
         assert_eq!(order, [(3, 1), (5, 2), (6, 1)]);
         assert_eq!(r.items[0].2, 300, "the payload travels with its item");
-        assert_eq!((r.unreadable, r.done, r.next_seq, r.next_segment), (0, 3, 7, 3));
+        assert_eq!(
+            (r.unreadable, r.done, r.next_seq, r.next_segment),
+            (0, 3, 7, 3)
+        );
         assert_eq!(l.current(), 3);
         assert_eq!(l.live(), 3);
         // Tenant 1's two recovered items are settled first, in order.

@@ -85,7 +85,11 @@ mod tests {
     fn postcard_round_trips_after_what_is_already_in_the_buffer() {
         let c = Postcard;
         let mut out = b"prefix".to_vec();
-        let u = Usage { id: 7, units: 3, note: "é".into() };
+        let u = Usage {
+            id: 7,
+            units: 3,
+            note: "é".into(),
+        };
         Codec::<u64, Usage>::encode_item(&c, &u, &mut out).unwrap();
         assert_eq!(&out[..6], b"prefix");
         let back: Usage = Codec::<u64, Usage>::decode_item(&c, &out[6..]).unwrap();

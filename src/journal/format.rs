@@ -353,8 +353,16 @@ mod tests {
         assert_eq!(
             scan.records,
             [
-                Record::Item { seq: 10, tenant: b"t1", item: b"hello" },
-                Record::Item { seq: 11, tenant: b"", item: b"" },
+                Record::Item {
+                    seq: 10,
+                    tenant: b"t1",
+                    item: b"hello"
+                },
+                Record::Item {
+                    seq: 11,
+                    tenant: b"",
+                    item: b""
+                },
                 Record::Done(vec![10, 11]),
                 Record::Seal(12),
             ]
@@ -366,7 +374,12 @@ mod tests {
     #[test]
     fn segment_names_round_trip_and_others_are_not_segments() {
         assert_eq!(parse_segment_name(&segment_name(0xabc)), Some(0xabc));
-        for name in ["LOCK", "segment-1.journal", "segment-000000000000000g.journal", "x"] {
+        for name in [
+            "LOCK",
+            "segment-1.journal",
+            "segment-000000000000000g.journal",
+            "x",
+        ] {
             assert_eq!(parse_segment_name(name), None, "{name}");
         }
     }
@@ -398,7 +411,10 @@ mod tests {
         let h = header(1, 1);
         assert_eq!(read_header(&h[..10]), Header::Short);
         assert_eq!(read_header(&[]), Header::Short);
-        assert_eq!(read_header(b"PK\x03\x04 a zip file, not a journal at all"), Header::Foreign);
+        assert_eq!(
+            read_header(b"PK\x03\x04 a zip file, not a journal at all"),
+            Header::Foreign
+        );
         let mut d = h;
         d[0] ^= 1;
         assert_eq!(read_header(&d), Header::Damaged);
@@ -415,10 +431,13 @@ mod tests {
     #[test]
     fn an_oversized_item_is_refused_not_framed() {
         let big = vec![0u8; MAX_BODY];
-        let r = EncodedItem::new::<()>(|_| Ok(()), |b| {
-            b.extend_from_slice(&big);
-            Ok(())
-        });
+        let r = EncodedItem::new::<()>(
+            |_| Ok(()),
+            |b| {
+                b.extend_from_slice(&big);
+                Ok(())
+            },
+        );
         assert!(matches!(r, Err(EncodeFailure::TooLarge)));
         let r = EncodedItem::new(|_| Err("no"), |_| Ok(()));
         assert!(matches!(r, Err(EncodeFailure::Codec("no"))));

@@ -76,7 +76,9 @@ impl MemStorage {
     /// Puts `bytes` in file `name` as if synced (a test's damage).
     pub fn put(&self, name: &str, bytes: Vec<u8>) {
         let synced = bytes.len();
-        self.disk().files.insert(name.to_owned(), File { bytes, synced });
+        self.disk()
+            .files
+            .insert(name.to_owned(), File { bytes, synced });
     }
 
     /// Removes file `name`.
@@ -143,7 +145,10 @@ impl Storage for MemStorage {
     fn create(&mut self, name: &str) -> io::Result<()> {
         self.mutate(name, |d| {
             if d.files.contains_key(name) {
-                return Err(io::Error::new(io::ErrorKind::AlreadyExists, name.to_owned()));
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    name.to_owned(),
+                ));
             }
             d.files.insert(name.to_owned(), File::default());
             Ok(())
@@ -169,7 +174,9 @@ impl Storage for MemStorage {
     fn truncate(&mut self, name: &str, len: u64) -> io::Result<()> {
         self.mutate(name, |d| {
             let f = d.files.get_mut(name).ok_or_else(|| missing(name))?;
-            let len = usize::try_from(len).unwrap_or(usize::MAX).min(f.bytes.len());
+            let len = usize::try_from(len)
+                .unwrap_or(usize::MAX)
+                .min(f.bytes.len());
             f.bytes.truncate(len);
             f.synced = len;
             Ok(())
@@ -177,7 +184,9 @@ impl Storage for MemStorage {
     }
 
     fn delete(&mut self, name: &str) -> io::Result<()> {
-        self.mutate(name, |d| d.files.remove(name).map(drop).ok_or_else(|| missing(name)))
+        self.mutate(name, |d| {
+            d.files.remove(name).map(drop).ok_or_else(|| missing(name))
+        })
     }
 }
 
@@ -205,7 +214,10 @@ mod tests {
         let mut s = MemStorage::new();
         s.create("a").unwrap();
         s.fail(Some(io::ErrorKind::StorageFull));
-        assert_eq!(s.append("a", b"x").unwrap_err().kind(), io::ErrorKind::StorageFull);
+        assert_eq!(
+            s.append("a", b"x").unwrap_err().kind(),
+            io::ErrorKind::StorageFull
+        );
         assert!(s.sync("a").is_err() && s.create("b").is_err() && s.delete("a").is_err());
         assert_eq!(s.read("a").unwrap(), b"", "reads still work");
         s.fail(None);

@@ -15,8 +15,8 @@
 //! [`crate::core::journal`].
 
 mod codec;
-mod memory;
 pub mod format;
+mod memory;
 mod recover;
 mod state;
 mod storage;

@@ -104,7 +104,12 @@ where
         let header = format::read_header(&bytes);
         match header {
             Header::Foreign => return Err(JournalError::Foreign { file: name }),
-            Header::Version(v) => return Err(JournalError::Version { file: name, version: v }),
+            Header::Version(v) => {
+                return Err(JournalError::Version {
+                    file: name,
+                    version: v,
+                })
+            }
             Header::Valid { id: inner, .. } if inner != id => {
                 return Err(JournalError::Foreign { file: name })
             }
@@ -148,7 +153,12 @@ where
                 Record::Seal(end) => seg.end = Some(end),
             }
         }
-        let lowest = seg.items.iter().map(|x| x.0).chain(seg.undecodable.iter().copied()).min();
+        let lowest = seg
+            .items
+            .iter()
+            .map(|x| x.0)
+            .chain(seg.undecodable.iter().copied())
+            .min();
         seg.first = match header {
             Header::Valid { first, .. } => *first,
             // A damaged header: the previous segment's end if it is the
@@ -183,7 +193,9 @@ where
     if let Some(seg) = scanned.last_mut() {
         let name = format::segment_name(seg.id);
         if let Some(len) = cut {
-            storage.truncate(&name, len).map_err(io_err("truncate", &name))?;
+            storage
+                .truncate(&name, len)
+                .map_err(io_err("truncate", &name))?;
         }
         if seg.end.is_none() {
             let end = seg

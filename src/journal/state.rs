@@ -94,6 +94,9 @@ pub struct JournalState<K> {
     down: bool,
     /// Segments written by the commit in flight (to seal after a fault).
     in_flight: BTreeSet<SegmentId>,
+    /// Where the ranges of the segments a failed commit wrote end: what
+    /// was synced before it.
+    failed_end: Seq,
 }
 
 impl<K: Ord + Clone> JournalState<K> {
@@ -108,6 +111,7 @@ impl<K: Ord + Clone> JournalState<K> {
             synced: first,
             down: false,
             in_flight: BTreeSet::new(),
+            failed_end: first,
             ledger,
         }
     }
@@ -154,7 +158,10 @@ impl<K: Ord + Clone> JournalState<K> {
             return false;
         }
         let len = item.len();
-        let Ok(step) = self.ledger.append(tenant.clone(), len as u64, HEADER_LEN as u64) else {
+        let Ok(step) = self
+            .ledger
+            .append(tenant.clone(), len as u64, HEADER_LEN as u64)
+        else {
             // Only past `max_bytes`, which the caller checked with `fits`.
             self.ledger.unjournaled(tenant);
             return false;
@@ -164,7 +171,10 @@ impl<K: Ord + Clone> JournalState<K> {
                 id: id - 1,
                 end: step.seq,
             });
-            self.ops.push(Op::Create { id, first: step.seq });
+            self.ops.push(Op::Create {
+                id,
+                first: step.seq,
+            });
             self.buffered += HEADER_LEN + SEAL_LEN;
         }
         self.buffered += len;
@@ -232,7 +242,13 @@ impl<K: Ord + Clone> JournalState<K> {
         if ok {
             self.synced = self.synced.max(upto);
             self.in_flight.clear();
+            self.down = false;
             return 0;
+        }
+        if !self.down {
+            // The first failure of an incident: the segments written since
+            // hold nothing promised past this.
+            self.failed_end = self.synced;
         }
         self.down = true;
         // Every item the buffer held since is on no disk either.
@@ -248,7 +264,7 @@ impl<K: Ord + Clone> JournalState<K> {
     /// synced) and opening a new segment. If it commits, the journal is up
     /// again; if not, call `committed(_, false)` and retry later.
     pub fn resume(&mut self) -> Batch {
-        let end = self.synced;
+        let end = self.failed_end;
         let mut ops: Vec<Op> = std::mem::take(&mut self.in_flight)
             .into_iter()
             .map(|id| Op::Seal { id, end })
@@ -259,7 +275,6 @@ impl<K: Ord + Clone> JournalState<K> {
             first: self.ledger.next_seq(),
         });
         self.in_flight = ops.iter().filter_map(Op::writes).collect();
-        self.down = false;
         Batch {
             ops,
             upto: self.ledger.next_seq(),

@@ -211,7 +211,8 @@ mod tests {
     use super::*;
 
     fn temp(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("outbox-storage-{name}-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("outbox-storage-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         dir
     }
