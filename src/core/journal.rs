@@ -32,6 +32,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+use super::{DropReason, Event, LostReason};
+
 /// An item's sequence number in the journal: from 1, in staging order
 /// across all tenants. 0 is never a sequence number.
 pub type Seq = u64;
@@ -446,6 +448,45 @@ impl<K: Ord + Clone> Ledger<K> {
     }
 }
 
+/// The tenant and count of accepted items an engine event settles
+/// (written, lost or dropped), for [`Ledger::settle`]: they are always the
+/// tenant's oldest pending items (S-W3). `None` for events that settle
+/// nothing, and for refusals at stage (`buffer_full`, `tenant_full`,
+/// `shutdown`), whose items were never accepted. A slice written with some
+/// items discarded settles once, through its `Written` event; its
+/// `discarded` loss settles nothing more.
+pub fn settled_by<K, I>(event: &Event<K, I>) -> Option<(&K, u64)> {
+    match event {
+        Event::Written { tenant, items, .. } => Some((tenant, *items as u64)),
+        Event::Dropped {
+            tenant,
+            items,
+            reason,
+            ..
+        } => match reason {
+            DropReason::SinkError => Some((tenant, *items)),
+            DropReason::BufferFull | DropReason::TenantFull => None,
+        },
+        Event::Lost {
+            tenant,
+            items,
+            reason,
+            ..
+        } => match reason {
+            LostReason::Shutdown | LostReason::Discarded => None,
+            LostReason::Deadline
+            | LostReason::Abandoned
+            | LostReason::JoinFailed
+            | LostReason::Terminal
+            | LostReason::RetriesExhausted => Some((tenant, *items)),
+        },
+        Event::AttemptFailed { .. }
+        | Event::CancelInFlight
+        | Event::WaitDone { .. }
+        | Event::ShutdownDone { .. } => None,
+    }
+}
+
 /// One segment as the driver read it back (D4).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ScannedSegment<K, P> {
@@ -844,6 +885,45 @@ mod tests {
         let (r, _) = Recovery::new(vec![s], limits(1_000), H);
         assert_eq!(r.unreadable, 1);
         assert_eq!(r.items.len(), 1);
+    }
+
+    #[test]
+    fn engine_events_settle_the_accepted_items_they_end() {
+        use crate::core::{Config, Engine, Outcome, Staged, Time};
+        // Every accepted item is settled exactly once, refusals never:
+        // a drop policy, a discard, a shutdown deadline and a refusal.
+        let config = Config::builder()
+            .capacity(3)
+            .error_policy(crate::core::ErrorPolicy::Drop)
+            .build()
+            .unwrap();
+        let mut e: Engine<u32, u32> = Engine::new(config).unwrap();
+        let t0 = Time::ZERO;
+        for i in 0..4 {
+            let s = e.stage(t0, i % 2, i);
+            assert_eq!(s == Staged::Accepted, i < 3);
+        }
+        let w = e.poll_write(t0).unwrap();
+        e.finish(t0, w, Outcome::Failed).unwrap();
+        let w = e.poll_write(t0).unwrap();
+        e.finish(t0, w, Outcome::Written { discarded: 1 }).unwrap();
+        let _ = e.stage(t0, 5, 9);
+        let _ = e.shutdown(t0, t0);
+        let _ = e.stage(t0, 6, 10);
+        let mut settled: BTreeMap<u32, u64> = BTreeMap::new();
+        while let Some(ev) = e.poll_event() {
+            if let Some((t, n)) = settled_by(&ev) {
+                *settled.entry(*t).or_default() += n;
+            }
+        }
+        let c = e.counters();
+        let total: u64 = settled.values().sum();
+        assert_eq!(
+            total,
+            c.staged - c.dropped_for(DropReason::BufferFull) - c.lost_for(LostReason::Shutdown)
+        );
+        assert_eq!(settled.get(&6), None, "refused after the fence");
+        assert_eq!(settled.get(&5), Some(&1), "lost at the deadline");
     }
 
     #[test]

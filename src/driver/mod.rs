@@ -14,6 +14,8 @@
 
 mod answer;
 mod contain;
+#[cfg(feature = "journal")]
+pub(crate) mod journal;
 mod outbox;
 mod shared;
 mod task;

@@ -15,6 +15,7 @@
 //! [`crate::core::journal`].
 
 mod codec;
+mod config;
 pub mod format;
 mod memory;
 mod recover;
@@ -25,6 +26,10 @@ use std::fmt;
 use std::io;
 
 pub use codec::{Codec, Postcard};
+pub use config::{
+    JournalConfig, DEFAULT_RETRY_INTERVAL, DEFAULT_SEGMENT_BYTES, DEFAULT_SYNC_BYTES,
+    DEFAULT_SYNC_INTERVAL, MIN_SEGMENT_BYTES,
+};
 pub use memory::MemStorage;
 pub use recover::{recover, Recovered, RecoveryReport};
 pub use state::{Batch, Committer, JournalState, Op};

@@ -259,6 +259,17 @@ impl<K: Ord + Clone> JournalState<K> {
         lost
     }
 
+    /// Starts a fresh segment now (at a clean shutdown with nothing
+    /// pending, so every older segment can go, D6).
+    pub fn roll(&mut self) {
+        let old = self.ledger.current();
+        let end = self.ledger.next_seq();
+        let id = self.ledger.roll(HEADER_LEN as u64);
+        self.ops.push(Op::Seal { id: old, end });
+        self.ops.push(Op::Create { id, first: end });
+        self.buffered += HEADER_LEN + SEAL_LEN;
+    }
+
     /// After a fault: the batch that retries the journal, sealing the
     /// segments the failed commit wrote (their range ends at what was
     /// synced) and opening a new segment. If it commits, the journal is up

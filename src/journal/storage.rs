@@ -73,6 +73,33 @@ pub trait Storage: Send + 'static {
     fn delete(&mut self, name: &str) -> io::Result<()>;
 }
 
+impl<S: Storage + ?Sized> Storage for Box<S> {
+    fn lock(&mut self) -> io::Result<()> {
+        (**self).lock()
+    }
+    fn list(&mut self) -> io::Result<Vec<String>> {
+        (**self).list()
+    }
+    fn read(&mut self, name: &str) -> io::Result<Vec<u8>> {
+        (**self).read(name)
+    }
+    fn create(&mut self, name: &str) -> io::Result<()> {
+        (**self).create(name)
+    }
+    fn append(&mut self, name: &str, bytes: &[u8]) -> io::Result<()> {
+        (**self).append(name, bytes)
+    }
+    fn sync(&mut self, name: &str) -> io::Result<()> {
+        (**self).sync(name)
+    }
+    fn truncate(&mut self, name: &str, len: u64) -> io::Result<()> {
+        (**self).truncate(name, len)
+    }
+    fn delete(&mut self, name: &str) -> io::Result<()> {
+        (**self).delete(name)
+    }
+}
+
 /// The name of the lock file in a journal directory.
 pub const LOCK_FILE: &str = "LOCK";
 
