@@ -185,10 +185,7 @@ impl<K: Ord + Clone> Ledger<K> {
         record_bytes: u64,
         header_bytes: u64,
     ) -> Result<Append, Refusal> {
-        let cur = &self.segments[&self.current];
-        let roll = cur.bytes > header_bytes
-            && cur.bytes.saturating_add(record_bytes) > self.limits.segment_bytes;
-        let extra = record_bytes + if roll { header_bytes } else { 0 };
+        let (roll, extra) = self.cost(record_bytes, header_bytes);
         if let Some(max) = self.limits.max_bytes {
             if self.bytes.saturating_add(extra) > max {
                 return Err(Refusal::Full);
@@ -235,9 +232,19 @@ impl<K: Ord + Clone> Ledger<K> {
     /// Whether `max_bytes` leaves room for a record of `record_bytes`
     /// (and a new segment's header of `header_bytes`, should it roll).
     pub fn fits(&self, record_bytes: u64, header_bytes: u64) -> bool {
+        let (_, extra) = self.cost(record_bytes, header_bytes);
         self.limits
             .max_bytes
-            .is_none_or(|max| self.bytes.saturating_add(record_bytes + header_bytes) <= max)
+            .is_none_or(|max| self.bytes.saturating_add(extra) <= max)
+    }
+
+    /// Whether appending a record of `record_bytes` rolls to a new segment,
+    /// and the bytes it adds.
+    fn cost(&self, record_bytes: u64, header_bytes: u64) -> (bool, u64) {
+        let cur = self.segments.get(&self.current).map_or(0, |s| s.bytes);
+        let roll =
+            cur > header_bytes && cur.saturating_add(record_bytes) > self.limits.segment_bytes;
+        (roll, record_bytes + if roll { header_bytes } else { 0 })
     }
 
     /// A commit failed: every pending item with a sequence number from

@@ -397,14 +397,12 @@ where
                 g.started += 1;
                 (g.state.resume(), g.started, g.closing, true)
             } else {
-                if g.closing && !g.rolled && g.state.ledger().live() == 0 {
-                    // Nothing pending: start a fresh segment so every old
-                    // one goes (D6).
-                    g.state.roll();
-                    g.rolled = true;
-                }
+                // Closing with nothing pending: a fresh segment, so every
+                // old one goes (D6); once.
+                let roll = g.closing && !g.rolled;
+                g.rolled |= roll;
                 g.started += 1;
-                (g.state.take_batch(), g.started, g.closing, false)
+                (g.state.take_batch_then(roll), g.started, g.closing, false)
             }
         };
         let started = Instant::now();
@@ -519,5 +517,206 @@ impl Storage for Gone {
     }
     fn delete(&mut self, _: &str) -> io::Result<()> {
         Err(io::Error::other("storage away"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::{MemStorage, Postcard};
+
+    type J = Journal<u64, u64>;
+
+    fn open(disk: &MemStorage) -> Opened<u64, u64> {
+        let config = JournalConfig::with_storage(disk.clone())
+            .sync_interval(Duration::from_millis(5))
+            .retry_interval(Duration::from_millis(100));
+        J::open(config, Box::new(Postcard), "test").unwrap()
+    }
+
+    fn stage(j: &J, tenant: u64, item: u64) {
+        let record = j.encode(&tenant, &item).unwrap();
+        j.admit(&record).unwrap();
+        j.append(tenant, record);
+    }
+
+    fn recovered(disk: &MemStorage) -> Vec<(u64, u64)> {
+        let copy = MemStorage::new();
+        for (name, bytes) in disk.files() {
+            if name != crate::journal::LOCK_FILE {
+                copy.put(&name, bytes);
+            }
+        }
+        copy.crash();
+        open(&copy).items
+    }
+
+    #[tokio::test]
+    async fn a_sync_answers_once_what_came_before_it_is_on_disk() {
+        // D1: what an answered sync covered survives a crash.
+        let disk = MemStorage::new();
+        let opened = open(&disk);
+        let j = Arc::clone(&opened.journal);
+        let task = tokio::spawn(Arc::clone(&j).run(opened.committer));
+        for i in 0..10 {
+            stage(&j, i % 3, i);
+        }
+        assert_eq!(j.sync().await, Ok(()));
+        let mut want: Vec<(u64, u64)> = (0..10).map(|i| (i % 3, i)).collect();
+        assert_eq!(recovered(&disk), want);
+        // Marks: tenant 0's two oldest are done; a sync makes that durable.
+        j.lock().state.settle(&0, 2);
+        assert_eq!(j.sync().await, Ok(()));
+        want.retain(|&(t, i)| !(t == 0 && i < 4));
+        assert_eq!(recovered(&disk), want);
+        j.close();
+        task.await.unwrap();
+        assert_eq!(j.sync().await, Err(SyncError::Closed));
+    }
+
+    #[tokio::test]
+    async fn a_group_commit_runs_within_the_sync_interval_without_a_sync() {
+        let disk = MemStorage::new();
+        let opened = open(&disk);
+        let j = Arc::clone(&opened.journal);
+        let task = tokio::spawn(Arc::clone(&j).run(opened.committer));
+        stage(&j, 1, 1);
+        // Real time: the commit task runs on the blocking pool.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while recovered(&disk).is_empty() {
+            assert!(std::time::Instant::now() < deadline, "never committed");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        j.close();
+        task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_clean_close_leaves_one_empty_segment() {
+        // D6: nothing pending at close, every older segment goes.
+        let disk = MemStorage::new();
+        let opened = open(&disk);
+        let j = Arc::clone(&opened.journal);
+        let task = tokio::spawn(Arc::clone(&j).run(opened.committer));
+        for i in 0..5 {
+            stage(&j, 1, i);
+        }
+        assert_eq!(j.sync().await, Ok(()));
+        j.lock().state.settle(&1, 5);
+        j.close();
+        task.await.unwrap();
+        let files = disk.files();
+        let segments: Vec<_> = files
+            .iter()
+            .filter(|(n, _)| n.starts_with("segment-"))
+            .collect();
+        assert_eq!(segments.len(), 1, "{:?}", files.keys());
+        assert_eq!(segments[0].1.len(), crate::journal::format::HEADER_LEN);
+        assert!(recovered(&disk).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_failing_disk_holds_items_in_memory_and_says_so_until_it_works() {
+        // S-J5: a commit fails; syncs say why; items staged meanwhile are
+        // unjournaled; a retry after `retry_interval` resumes journaling;
+        // a sync answers Ok again once no undurable item is pending.
+        let disk = MemStorage::new();
+        let opened = open(&disk);
+        let j = Arc::clone(&opened.journal);
+        let task = tokio::spawn(Arc::clone(&j).run(opened.committer));
+        stage(&j, 1, 1);
+        assert_eq!(j.sync().await, Ok(()));
+        disk.fail(Some(io::ErrorKind::StorageFull));
+        stage(&j, 1, 2);
+        assert_eq!(
+            j.sync().await,
+            Err(SyncError::Failed(io::ErrorKind::StorageFull))
+        );
+        stage(&j, 1, 3);
+        assert_eq!(j.sync().await, Err(SyncError::Down { undurable: 2 }));
+        disk.fail(None);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        stage(&j, 1, 4);
+        // Resumed: 4 is journaled, but 2 and 3 are pending in memory only.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let r = j.sync().await;
+            if r == Err(SyncError::Down { undurable: 2 }) && !j.lock().state.is_down() {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "never resumed: {r:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        j.lock().state.settle(&1, 3);
+        assert_eq!(j.sync().await, Ok(()));
+        assert_eq!(recovered(&disk), [(1, 4)]);
+        j.close();
+        task.await.unwrap();
+    }
+
+    #[test]
+    fn a_codec_that_fails_or_panics_refuses_the_item() {
+        struct Bad;
+        impl Codec<u64, u64> for Bad {
+            fn encode_tenant(&self, _: &u64, _: &mut Vec<u8>) -> Result<(), crate::BoxError> {
+                Ok(())
+            }
+            fn decode_tenant(&self, _: &[u8]) -> Result<u64, crate::BoxError> {
+                Ok(0)
+            }
+            fn encode_item(&self, item: &u64, _: &mut Vec<u8>) -> Result<(), crate::BoxError> {
+                match item {
+                    0 => Err("cannot".into()),
+                    1 => panic!("codec bug"),
+                    _ => Ok(()),
+                }
+            }
+            fn decode_item(&self, _: &[u8]) -> Result<u64, crate::BoxError> {
+                Ok(0)
+            }
+        }
+        let config = JournalConfig::with_storage(MemStorage::new());
+        let j = J::open(config, Box::new(Bad), "test").unwrap().journal;
+        assert_eq!(j.encode(&1, &0).err(), Some(Refusal::Encode));
+        assert_eq!(j.encode(&1, &1).err(), Some(Refusal::Encode));
+        assert!(j.encode(&1, &2).is_ok());
+    }
+
+    #[test]
+    fn max_bytes_refuses_at_stage() {
+        // S-J4.
+        let config = JournalConfig::with_storage(MemStorage::new()).max_bytes(Some(100));
+        let j = J::open(config, Box::new(Postcard), "test").unwrap().journal;
+        let mut accepted = 0;
+        loop {
+            let record = j.encode(&1, &7).unwrap();
+            match j.admit(&record) {
+                Ok(()) => {
+                    j.append(1, record);
+                    accepted += 1;
+                }
+                Err(r) => {
+                    assert_eq!(r, Refusal::Full);
+                    break;
+                }
+            }
+        }
+        // 32 header bytes + 22-byte records (8 frame, 1 kind, 8 seq, 4
+        // tenant length, 1 tenant, 1 item (postcard varints)).
+        assert_eq!(accepted, (100 - 32) / 23);
+        assert!(j.lock().state.ledger().bytes() <= 100);
+    }
+
+    #[test]
+    fn a_second_journal_on_one_directory_is_refused() {
+        let dir = std::env::temp_dir().join(format!("outbox-journal-lock-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let first = J::open(JournalConfig::new(&dir), Box::new(Postcard), "a").unwrap();
+        let err = J::open(JournalConfig::new(&dir), Box::new(Postcard), "b")
+            .err()
+            .unwrap();
+        assert!(matches!(err, JournalError::Locked(_)), "{err}");
+        drop(first);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

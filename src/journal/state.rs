@@ -213,6 +213,14 @@ impl<K: Ord + Clone> JournalState<K> {
     /// marks, then the segments that can go. Empty while the journal is
     /// down (see [`resume`](Self::resume)).
     pub fn take_batch(&mut self) -> Batch {
+        self.take_batch_then(false)
+    }
+
+    /// Like [`take_batch`](Self::take_batch); with `roll_if_idle`, and no
+    /// journaled item pending once the marks are taken, the batch also
+    /// starts a fresh segment so that every older one goes (D6: a clean
+    /// shutdown leaves one empty segment).
+    pub fn take_batch_then(&mut self, roll_if_idle: bool) -> Batch {
         if self.down {
             return Batch::default();
         }
@@ -222,6 +230,9 @@ impl<K: Ord + Clone> JournalState<K> {
             format::done(&mut b, &marks);
             self.ledger.add_bytes(b.len() as u64);
             self.push(self.ledger.current(), b);
+        }
+        if roll_if_idle && self.ledger.live() == 0 {
+            self.roll();
         }
         let mut ops = std::mem::take(&mut self.ops);
         self.buffered = 0;
@@ -259,9 +270,8 @@ impl<K: Ord + Clone> JournalState<K> {
         lost
     }
 
-    /// Starts a fresh segment now (at a clean shutdown with nothing
-    /// pending, so every older segment can go, D6).
-    pub fn roll(&mut self) {
+    /// Starts a fresh segment now.
+    fn roll(&mut self) {
         let old = self.ledger.current();
         let end = self.ledger.next_seq();
         let id = self.ledger.roll(HEADER_LEN as u64);
