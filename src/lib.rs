@@ -99,6 +99,8 @@ pub use crate::core::{
     Config, ConfigBuilder, ConfigError, Counters, DropReason, ErrorPolicy, LostReason, Report,
     ShutdownReport, Staged,
 };
+#[cfg(feature = "journal")]
+pub use driver::SyncError;
 pub use driver::{Answer, BuildError, Outbox, OutboxBuilder, DEFAULT_DROP_DEADLINE};
 pub use sink::{BoxError, ErrorKind, Sink, WriteError, Written};
 pub use tenant::TenantId;

@@ -12,6 +12,14 @@
 //! | `outbox_events_lost_total{reason}` | counter | items lost, by [`LostReason`] |
 //! | `outbox_items_dropped_total{reason}` | counter | items dropped, by [`DropReason`] |
 //! | `outbox_write_latency_seconds` | histogram | seconds from an attempt's start to its outcome, one sample per attempt that came back (success or failure) |
+//! | `outbox_items_recovered_total` | counter | items a journal recovery found pending at build (D4): staged again, or lost under `journal_unreadable` |
+//!
+//! With a journal (feature `journal`), also: `outbox_journal_bytes`
+//! (gauge, bytes in its segment files), `outbox_journal_segments` (gauge),
+//! `outbox_journal_sync_seconds` (histogram, one sample per group commit:
+//! write, then `fdatasync`), `outbox_items_unjournaled_total` (counter,
+//! items accepted while the journal was failing, held in memory only) and
+//! `outbox_journal_faults_total` (counter, failed group commits).
 //!
 //! Counters are exported as the differences between successive snapshots
 //! of the engine's [`Counters`], so they equal the engine's counters
@@ -47,6 +55,8 @@ pub mod names {
     pub const ITEMS_DROPPED: &str = "outbox_items_dropped_total";
     /// Histogram: write latency in seconds.
     pub const WRITE_LATENCY: &str = "outbox_write_latency_seconds";
+    /// Counter: items a journal recovery found pending (D4).
+    pub const ITEMS_RECOVERED: &str = "outbox_items_recovered_total";
     /// The label naming the outbox (its sink's name).
     pub const LABEL_OUTBOX: &str = "outbox";
     /// The label naming a loss or drop reason.
@@ -61,6 +71,7 @@ pub(crate) struct Export {
     written: Counter,
     writes: Counter,
     failures: Counter,
+    recovered: Counter,
     lost: [Counter; LostReason::ALL.len()],
     dropped: [Counter; DropReason::ALL.len()],
     /// The counters last exported.
@@ -91,6 +102,7 @@ pub(crate) fn register(name: &str) -> (Export, Log) {
         written: metrics::counter!(ITEMS_WRITTEN, LABEL_OUTBOX => label.clone()),
         writes: metrics::counter!(WRITES, LABEL_OUTBOX => label.clone()),
         failures: metrics::counter!(WRITE_FAILURES, LABEL_OUTBOX => label.clone()),
+        recovered: metrics::counter!(ITEMS_RECOVERED, LABEL_OUTBOX => label.clone()),
         lost,
         dropped,
         last: Counters::default(),
@@ -117,6 +129,7 @@ impl Export {
         add(&self.written, last.written, now.written);
         add(&self.writes, last.writes, now.writes);
         add(&self.failures, last.failed_attempts, now.failed_attempts);
+        add(&self.recovered, last.recovered, now.recovered);
         for (i, c) in self.lost.iter().enumerate() {
             add(c, last.lost[i], now.lost[i]);
         }

@@ -253,7 +253,7 @@ fn dropping_every_handle_with_a_hung_sink_gives_up_at_the_drop_deadline() {
     let c = outbox::Counters {
         staged: 5,
         lost: {
-            let mut l = [0; 7];
+            let mut l = [0; outbox::LostReason::ALL.len()];
             l[LostReason::Deadline as usize] = 5;
             l
         },

@@ -19,11 +19,14 @@ pub enum LostReason {
     RetriesExhausted,
     /// The sink consumed items without writing them (S-W12).
     Discarded,
+    /// A journal record that a recovery could not read back (damaged, or
+    /// not decodable by the codec), its item not known done (D4).
+    JournalUnreadable,
 }
 
 impl LostReason {
     /// Every reason, in a fixed order (the index of [`Counters::lost`]).
-    pub const ALL: [LostReason; 7] = [
+    pub const ALL: [LostReason; 8] = [
         LostReason::Shutdown,
         LostReason::Deadline,
         LostReason::Abandoned,
@@ -31,6 +34,7 @@ impl LostReason {
         LostReason::Terminal,
         LostReason::RetriesExhausted,
         LostReason::Discarded,
+        LostReason::JournalUnreadable,
     ];
 
     /// The `reason` label of `outbox_events_lost_total`.
@@ -43,6 +47,7 @@ impl LostReason {
             LostReason::Terminal => "terminal",
             LostReason::RetriesExhausted => "retries_exhausted",
             LostReason::Discarded => "discarded",
+            LostReason::JournalUnreadable => "journal_unreadable",
         }
     }
 
@@ -60,14 +65,21 @@ pub enum DropReason {
     TenantFull,
     /// An attempt failed under [`ErrorPolicy::Drop`](crate::core::ErrorPolicy::Drop) (S-A5).
     SinkError,
+    /// The journal's codec could not encode the item (an error, a panic,
+    /// or a record over 64 MiB), refused at stage (S-J8).
+    EncodeFailed,
+    /// The journal's `max_bytes` was reached, refused at stage (S-J4).
+    JournalFull,
 }
 
 impl DropReason {
     /// Every reason, in a fixed order (the index of [`Counters::dropped`]).
-    pub const ALL: [DropReason; 3] = [
+    pub const ALL: [DropReason; 5] = [
         DropReason::BufferFull,
         DropReason::TenantFull,
         DropReason::SinkError,
+        DropReason::EncodeFailed,
+        DropReason::JournalFull,
     ];
 
     /// The `reason` label of `outbox_items_dropped_total`.
@@ -76,6 +88,8 @@ impl DropReason {
             DropReason::BufferFull => "buffer_full",
             DropReason::TenantFull => "tenant_full",
             DropReason::SinkError => "sink_error",
+            DropReason::EncodeFailed => "encode_failed",
+            DropReason::JournalFull => "journal_full",
         }
     }
 
@@ -98,12 +112,16 @@ impl fmt::Display for DropReason {
 
 /// The engine's counters: a snapshot from [`Engine::counters`](crate::core::Engine::counters).
 ///
-/// S-W14: `staged == written + pending + lost_total() + dropped_total()` at
-/// every instant; every field but `pending` only grows.
+/// S-W14: `staged + recovered == written + pending + lost_total() +
+/// dropped_total()` at every instant; every field but `pending` only
+/// grows.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Counters {
     /// Items offered to `stage`, accepted or not.
     pub staged: u64,
+    /// Items a journal recovery found pending (D4): staged again, or
+    /// counted lost under `journal_unreadable`. 0 without a journal.
+    pub recovered: u64,
     /// Items accepted and not yet written, lost or dropped.
     pub pending: u64,
     /// Items written by a successful write.
@@ -115,9 +133,9 @@ pub struct Counters {
     /// Attempts that failed: sink error, panic, timeout, terminal rejection (S-W11).
     pub failed_attempts: u64,
     /// Items lost, indexed like [`LostReason::ALL`].
-    pub lost: [u64; 7],
+    pub lost: [u64; LostReason::ALL.len()],
     /// Items dropped, indexed like [`DropReason::ALL`].
-    pub dropped: [u64; 3],
+    pub dropped: [u64; DropReason::ALL.len()],
 }
 
 impl Counters {
@@ -139,7 +157,8 @@ impl Counters {
     }
     /// Whether S-W14 holds: every staged item is in exactly one state.
     pub fn balanced(&self) -> bool {
-        self.staged == self.written + self.pending + self.lost_total() + self.dropped_total()
+        self.staged + self.recovered
+            == self.written + self.pending + self.lost_total() + self.dropped_total()
     }
 
     /// Counts `n` lost items; returns whether this occurrence should be
@@ -228,7 +247,8 @@ mod tests {
                 "join_failed",
                 "terminal",
                 "retries_exhausted",
-                "discarded"
+                "discarded",
+                "journal_unreadable"
             ]
         );
         for (i, r) in LostReason::ALL.iter().enumerate() {

@@ -315,9 +315,48 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         self.stage_at_now(tenant, item)
     }
 
+    /// Stages an item that a journal recovery read back (D4): counted
+    /// under `recovered` rather than `staged`, and never refused by a
+    /// capacity (it was accepted once already; refusing it now would lose
+    /// it). Call before any new stage, per tenant in staging order (D2).
+    /// After a shutdown began it is refused like a stage (`shutdown`).
+    pub fn recover(&mut self, now: Time, tenant: K, item: I) -> Staged {
+        self.advance(now);
+        self.admit_at_now(tenant, item, true).0
+    }
+
+    /// Counts `items` that a journal recovery found but could not read
+    /// back (damaged or undecodable records) as recovered and lost under
+    /// `journal_unreadable` (D4). Their tenants are unknown, so there is no
+    /// event: the driver logs the recovery's report. Returns whether to log
+    /// (S-A6).
+    pub fn recover_unreadable(&mut self, items: u64) -> bool {
+        self.counters.recovered += items;
+        self.counters.add_lost(LostReason::JournalUnreadable, items)
+    }
+
+    /// Counts an item the driver refused before the engine saw it (the
+    /// journal could not encode it, or is full: `encode_failed`,
+    /// `journal_full`, S-J4, S-J8) as staged and dropped for `reason`.
+    pub fn refuse(&mut self, now: Time, tenant: K, reason: DropReason) -> Staged {
+        self.advance(now);
+        self.counters.staged += 1;
+        self.count_dropped(&tenant, reason, 1);
+        Staged::Dropped(reason)
+    }
+
     /// `stage` at `self.now`; returns whether the driver must drain.
     fn stage_at_now(&mut self, tenant: K, item: I) -> (Staged, bool) {
-        self.counters.staged += 1;
+        self.admit_at_now(tenant, item, false)
+    }
+
+    /// A stage, or with `recovered` a recovery's stage (no capacity).
+    fn admit_at_now(&mut self, tenant: K, item: I, recovered: bool) -> (Staged, bool) {
+        if recovered {
+            self.counters.recovered += 1;
+        } else {
+            self.counters.staged += 1;
+        }
         let quiet = self.events.is_empty();
         if self.life != Life::Open {
             let log = self.counters.add_lost(LostReason::Shutdown, 1);
@@ -339,7 +378,9 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                 .config
                 .capacity_bytes
                 .is_some_and(|cap| self.pending_bytes.saturating_add(weight) > cap);
-        let reason = if full {
+        let reason = if recovered {
+            None
+        } else if full {
             Some(DropReason::BufferFull)
         } else if self
             .config

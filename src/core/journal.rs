@@ -459,7 +459,8 @@ impl<K: Ord + Clone> Ledger<K> {
 /// (written, lost or dropped), for [`Ledger::settle`]: they are always the
 /// tenant's oldest pending items (S-W3). `None` for events that settle
 /// nothing, and for refusals at stage (`buffer_full`, `tenant_full`,
-/// `shutdown`), whose items were never accepted. A slice written with some
+/// `encode_failed`, `journal_full`, `shutdown`), whose items were never
+/// accepted. A slice written with some
 /// items discarded settles once, through its `Written` event; its
 /// `discarded` loss settles nothing more.
 pub fn settled_by<K, I>(event: &Event<K, I>) -> Option<(&K, u64)> {
@@ -472,7 +473,10 @@ pub fn settled_by<K, I>(event: &Event<K, I>) -> Option<(&K, u64)> {
             ..
         } => match reason {
             DropReason::SinkError => Some((tenant, *items)),
-            DropReason::BufferFull | DropReason::TenantFull => None,
+            DropReason::BufferFull
+            | DropReason::TenantFull
+            | DropReason::EncodeFailed
+            | DropReason::JournalFull => None,
         },
         Event::Lost {
             tenant,
@@ -480,7 +484,9 @@ pub fn settled_by<K, I>(event: &Event<K, I>) -> Option<(&K, u64)> {
             reason,
             ..
         } => match reason {
-            LostReason::Shutdown | LostReason::Discarded => None,
+            // Refused after the fence; part of a written slice; never
+            // journaled in this process.
+            LostReason::Shutdown | LostReason::Discarded | LostReason::JournalUnreadable => None,
             LostReason::Deadline
             | LostReason::Abandoned
             | LostReason::JoinFailed

@@ -299,12 +299,6 @@ where
         }
     }
 
-    /// Every pending item is done (an abandon handed them back).
-    pub(crate) fn settle_all(&self) {
-        self.lock().state.settle_all();
-        self.soon.notify_one();
-    }
-
     /// A durability barrier (D1): answers once every item staged before
     /// the call, and every done mark taken before it, is on disk; or why
     /// not. Registered at the call.

@@ -22,4 +22,6 @@ mod task;
 mod writer;
 
 pub use answer::Answer;
+#[cfg(feature = "journal")]
+pub use journal::SyncError;
 pub use outbox::{BuildError, Outbox, OutboxBuilder, DEFAULT_DROP_DEADLINE};

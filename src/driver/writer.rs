@@ -159,6 +159,10 @@ impl<S: Sink> Writer<S> {
             let (timeout, done) = self.pump();
             if done {
                 tracing::debug!(outbox = self.log.name(), "writer exits");
+                #[cfg(feature = "journal")]
+                if let Some(journal) = &self.shared.journal {
+                    journal.close();
+                }
                 return;
             }
             if timeout != armed {
@@ -267,6 +271,11 @@ impl<S: Sink> Writer<S> {
                 }
                 drained.events.push(event);
             }
+            // Done marks, in the engine's order, under its lock (S-J3).
+            #[cfg(feature = "journal")]
+            if let Some(journal) = &self.shared.journal {
+                journal.settle(&drained.events);
+            }
             (
                 st.engine.poll_timeout(),
                 st.engine.is_closed(),
@@ -338,16 +347,40 @@ impl<S: Sink> Writer<S> {
                 // Unclaimed dead letters (the caller dropped its answer)
                 // are dropped here, an item's `Drop` contained (S-W13).
                 match waiters.remove(&id) {
-                    Some(Waiter::Shutdown(tx)) => {
-                        if let Err(report) = tx.send(report) {
-                            contain::drop_quietly(report);
-                        }
-                    }
+                    Some(Waiter::Shutdown(tx)) => self.answer_shutdown(tx, report),
                     _ => contain::drop_quietly(report),
                 }
             }
             _ => {}
         }
+    }
+
+    /// Answers a shutdown; with a journal, once the done marks of its
+    /// items (written, or lost and handed back) are on disk, so that a
+    /// clean shutdown leaves no pending item in the journal (S-J3).
+    fn answer_shutdown(
+        &self,
+        tx: tokio::sync::oneshot::Sender<ShutdownReport<TenantId, S::Item>>,
+        report: ShutdownReport<TenantId, S::Item>,
+    ) {
+        let send = move |report| {
+            if let Err(report) = tx.send(report) {
+                contain::drop_quietly(report);
+            }
+        };
+        #[cfg(feature = "journal")]
+        if let Some(journal) = &self.shared.journal {
+            let synced = journal.sync();
+            let name = self.log.name().to_owned();
+            drop(self.shared.runtime().spawn(async move {
+                if let Err(e) = synced.await {
+                    tracing::warn!(outbox = %name, error = %e, "shutdown: the journal's last marks are not durable; a restart may write some items again");
+                }
+                send(report);
+            }));
+            return;
+        }
+        send(report);
     }
 }
 

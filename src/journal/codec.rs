@@ -70,6 +70,20 @@ where
     }
 }
 
+/// A tenant is its UUID's 16 bytes.
+impl Serialize for crate::TenantId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.as_bytes().serialize(s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for crate::TenantId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let bytes = <[u8; 16]>::deserialize(d)?;
+        Ok(crate::TenantId(uuid::Uuid::from_bytes(bytes)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,6 +111,16 @@ mod tests {
         let mut t = Vec::new();
         Codec::<u64, Usage>::encode_tenant(&c, &42, &mut t).unwrap();
         assert_eq!(Codec::<u64, Usage>::decode_tenant(&c, &t).unwrap(), 42);
+    }
+
+    #[test]
+    fn a_tenant_is_its_16_bytes() {
+        let t = crate::TenantId::from_u128(0x0102_0304_0506_0708_090a_0b0c_0d0e_0f10);
+        let mut out = Vec::new();
+        Codec::<crate::TenantId, u8>::encode_tenant(&Postcard, &t, &mut out).unwrap();
+        assert_eq!(out, (1..=16).collect::<Vec<u8>>());
+        let back = Codec::<crate::TenantId, u8>::decode_tenant(&Postcard, &out).unwrap();
+        assert_eq!(back, t);
     }
 
     #[test]

@@ -207,8 +207,8 @@ pub struct Harness {
     shutdown_first: Option<WaitId>,
     shutdown_done: bool,
     abandoned: bool,
-    lost_seen: [u64; 7],
-    dropped_seen: [u64; 3],
+    lost_seen: [u64; LostReason::ALL.len()],
+    dropped_seen: [u64; DropReason::ALL.len()],
     last: Counters,
     hasher: Fnv,
     trace: Option<Vec<String>>,
@@ -261,8 +261,8 @@ impl Harness {
             shutdown_first: None,
             shutdown_done: false,
             abandoned: false,
-            lost_seen: [0; 7],
-            dropped_seen: [0; 3],
+            lost_seen: [0; LostReason::ALL.len()],
+            dropped_seen: [0; DropReason::ALL.len()],
             last: Counters::default(),
             hasher: Fnv::default(),
             trace: None,
@@ -562,7 +562,11 @@ impl Harness {
                         .config
                         .tenant_capacity()
                         .is_some_and(|c| tenant_pending >= c),
-                    DropReason::SinkError => false,
+                    // The engine alone has no journal: it never refuses
+                    // for one.
+                    DropReason::SinkError | DropReason::EncodeFailed | DropReason::JournalFull => {
+                        false
+                    }
                 };
                 self.expect(cause, "I5", || {
                     format!("item {id} dropped under {reason} without its cause")

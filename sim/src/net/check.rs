@@ -359,7 +359,7 @@ mod tests {
         ));
         // A loss under another reason is not the deadline's.
         let mut c = counters(3, 2);
-        c.lost = [0; 7];
+        c.lost = Default::default();
         c.lost[2] = 1;
         assert_eq!(c.lost_for(LostReason::Abandoned), 1);
         assert!(matches!(
@@ -368,7 +368,7 @@ mod tests {
         ));
         // Still pending after the writer exited.
         let mut c = counters(3, 2);
-        c.lost = [0; 7];
+        c.lost = Default::default();
         c.pending = 1;
         assert!(matches!(
             end(&b, &store, &c, dropped(None)),
