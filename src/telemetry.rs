@@ -271,6 +271,7 @@ mod tests {
             c.pending = 0;
             c.lost[LostReason::Terminal as usize] = 1;
             c.failed_attempts = 2;
+            c.recovered = 3;
             t.export(&c);
             t.export(&c);
         });
@@ -284,6 +285,7 @@ mod tests {
                 ("outbox_items_written_total", None) => DebugValue::Counter(4),
                 ("outbox_writes_total", None) => DebugValue::Counter(1),
                 ("outbox_write_failures_total", None) => DebugValue::Counter(2),
+                ("outbox_items_recovered_total", None) => DebugValue::Counter(3),
                 ("outbox_events_lost_total", Some("terminal")) => DebugValue::Counter(1),
                 ("outbox_events_lost_total", Some(_)) => DebugValue::Counter(0),
                 ("outbox_items_dropped_total", Some(_)) => DebugValue::Counter(0),
@@ -294,6 +296,10 @@ mod tests {
             assert_eq!(value, expected, "{}", key.name());
             seen += 1;
         }
-        assert_eq!(seen, 4 + 7 + 3, "every series but the histogram");
+        assert_eq!(
+            seen,
+            5 + LostReason::ALL.len() + DropReason::ALL.len(),
+            "every series but the histogram"
+        );
     }
 }

@@ -84,6 +84,24 @@ impl<'de> serde::Deserialize<'de> for crate::TenantId {
     }
 }
 
+/// An envelope is its id's 16 bytes and its payload's bytes, so that the
+/// reference sinks' item journals with the default codec.
+impl Serialize for crate::sinks::Envelope {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        (self.id.as_bytes(), self.payload.as_slice()).serialize(s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for crate::sinks::Envelope {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let (id, payload) = <([u8; 16], Vec<u8>)>::deserialize(d)?;
+        Ok(crate::sinks::Envelope::with_id(
+            uuid::Uuid::from_bytes(id),
+            payload,
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,6 +139,16 @@ mod tests {
         assert_eq!(out, (1..=16).collect::<Vec<u8>>());
         let back = Codec::<crate::TenantId, u8>::decode_tenant(&Postcard, &out).unwrap();
         assert_eq!(back, t);
+    }
+
+    #[test]
+    fn an_envelope_round_trips() {
+        let e = crate::sinks::Envelope::with_id(uuid::Uuid::from_u128(7), b"{}".to_vec());
+        let mut out = Vec::new();
+        Codec::<u8, crate::sinks::Envelope>::encode_item(&Postcard, &e, &mut out).unwrap();
+        assert_eq!(out.len(), 16 + 1 + 2);
+        let back = Codec::<u8, crate::sinks::Envelope>::decode_item(&Postcard, &out).unwrap();
+        assert_eq!(back, e);
     }
 
     #[test]

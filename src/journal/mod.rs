@@ -1,14 +1,82 @@
-//! The optional write-ahead journal (feature `journal`; SPEC D1-D6):
-//! pending items survive a crash of the process (`kill -9`, OOM, abort)
-//! and are staged again when the outbox is built on the same directory.
+//! The optional write-ahead journal (feature `journal`; SPEC D1-D6,
+//! S-J1..S-J8): pending items survive a crash of the process (`kill -9`,
+//! an OOM kill, `panic = "abort"`, a power cut) and are staged again when
+//! an outbox is built on the same directory. Off by default; turned on
+//! with [`OutboxBuilder::journal`](crate::OutboxBuilder::journal).
 //!
-//! - [`Storage`]: the file IO, behind a small trait so a simulated disk
-//!   can stand in for the real one; [`FsStorage`] is `std::fs`.
+//! # What survives a crash
+//! - Every item staged before a [`sync`](crate::Outbox::sync) that
+//!   answered `Ok` is written after the restart, exactly once in a store
+//!   that absorbs repeats (the [`Sink`](crate::Sink)'s idempotency duty)
+//!   (D1), each tenant's items in staging order (D2). Nothing is written
+//!   that was never staged (D3).
+//! - Without a `sync`, an item is on disk within about
+//!   [`sync_interval`](JournalConfig::sync_interval) (default 5 ms) of its
+//!   stage: a crash in that window loses it, uncounted (the counters die
+//!   with the process). This is the price of a `stage` that never waits
+//!   for a disk (S-W1).
+//! - Done marks are lazy: an item written just before a crash whose mark
+//!   was not yet synced is staged again and written twice; the sink's
+//!   idempotency absorbs the repeat (S-J3).
+//! - Recovery (at build, before any new stage) counts every item it stages
+//!   again under `recovered` ([`Counters::recovered`](crate::Counters),
+//!   `outbox_items_recovered_total`); a record that cannot be read back
+//!   (damaged, or not decodable) is counted lost under
+//!   `journal_unreadable` (D4). The accounting identity holds with
+//!   recovered items as input: `staged + recovered = written + pending +
+//!   lost + dropped`.
+//!
+//! # Group commit
+//! `stage` encodes the item with the [`Codec`] on the caller's thread,
+//! outside the outbox's lock, and appends the record to an in-memory
+//! buffer under it. The journal's own task writes the buffer and calls
+//! `fdatasync` (a group commit) `sync_interval` after the first record
+//! of a round, at once when [`sync_bytes`](JournalConfig::sync_bytes)
+//! are buffered or a `sync` waits; the IO runs on tokio's blocking pool,
+//! never on the caller's thread and never under the outbox's lock (S-J1).
+//!
+//! # Disk use (D6)
+//! Records go to segment files of about
+//! [`segment_bytes`](JournalConfig::segment_bytes); a segment is deleted
+//! once all its items are done (written, lost or dropped) and no other
+//! segment's items depend on its done marks (S-J2). A clean shutdown
+//! leaves one empty segment. [`max_bytes`](JournalConfig::max_bytes)
+//! bounds the total: a stage that would pass it is dropped and counted
+//! under `journal_full` (S-J4).
+//!
+//! # Faults at run time (S-J5)
+//! When a group commit fails (disk full, EIO, a permission lost), the
+//! journal stops: the error is logged once per incident and counted in
+//! `outbox_journal_faults_total`; the items of the failed commit and every
+//! item staged until the journal works again are still accepted and
+//! written, but held in memory only, counted in
+//! `outbox_items_unjournaled_total`; `sync` answers
+//! [`SyncError::Down`](crate::SyncError::Down) while any of them is
+//! pending. Every [`retry_interval`](JournalConfig::retry_interval)
+//! (default 1 s) the journal seals the segments the failed commit touched
+//! and opens a new one; once that works it journals again. Nothing
+//! panics, nothing is lost silently: a crash during the incident loses the
+//! unjournaled items, which `sync` said were not durable.
+//!
+//! # Damage (S-J7)
+//! Every record carries a crc32c. At recovery a torn record at the end of
+//! the last segment (a crash mid-write, never synced) is cut; a damaged
+//! record elsewhere is skipped and its item, if not known done, counted
+//! lost under `journal_unreadable`; a file that is not the journal's, or of
+//! another format version, is a [`JournalError`] at build, never a guess.
+//! Two processes on one directory: the second gets
+//! [`JournalError::Locked`] (an advisory lock, S-J6).
+//!
+//! # Parts
+//! - [`Storage`]: the file IO, behind a small trait so that a simulated
+//!   disk can stand in for the real one; [`FsStorage`] is `std::fs`,
+//!   [`MemStorage`] a disk in memory with faults and crashes for tests.
 //! - [`format`]: segment files of checksummed records, and the scanner
 //!   that reads them back through damage.
 //! - [`Codec`]: how tenants and items become bytes; [`Postcard`] for serde
-//!   types.
-//! - [`recover`]: reading a directory back at build.
+//!   types (the default).
+//! - [`recover`]: reading a directory back; [`JournalState`] and
+//!   [`Committer`]: the buffer and the group commit.
 //!
 //! The decisions (sequence numbers, done marks, which segment can go, what
 //! a recovery stages again and counts lost) are the core's:
