@@ -212,7 +212,7 @@ fn records_covered_by_a_sync_survive_kill_9_exactly_once_in_order() {
     for run in 0..KILLS as u64 {
         let mut r = spawn(&url, &table, &dir, run, false);
         let ready = until(&r, Duration::from_secs(60), |l| {
-            if let Some(rest) = l.strip_prefix("READY ") {
+            if let Some(rest) = after(l, "READY ") {
                 let n: u64 = rest.split(' ').nth(1).unwrap().parse().unwrap();
                 recovered_total += n;
                 true
@@ -238,7 +238,7 @@ fn records_covered_by_a_sync_survive_kill_9_exactly_once_in_order() {
     let last = spawn(&url, &table, &dir, KILLS as u64, true);
     let mut done = None;
     let ok = until(&last, Duration::from_secs(180), |l| {
-        if let Some(rest) = l.strip_prefix("DONE ") {
+        if let Some(rest) = after(l, "DONE ") {
             done = Some(rest.to_owned());
             true
         } else {
@@ -307,8 +307,14 @@ fn records_covered_by_a_sync_survive_kill_9_exactly_once_in_order() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// What follows `tag` in a line of the child (the test harness may print
+/// `test child ... ` before its first line).
+fn after<'a>(line: &'a str, tag: &str) -> Option<&'a str> {
+    line.find(tag).map(|at| &line[at + tag.len()..])
+}
+
 fn record_sync(line: &str, covered: &mut BTreeMap<u64, u64>) {
-    if let Some(rest) = line.strip_prefix("SYNCED ") {
+    if let Some(rest) = after(line, "SYNCED ") {
         let mut p = rest.split(' ');
         let run: u64 = p.next().unwrap().parse().unwrap();
         let n: u64 = p.next().unwrap().parse().unwrap();
