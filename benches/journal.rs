@@ -75,6 +75,23 @@ fn stage(c: &mut Criterion, samples: &Samples) {
     group.finish();
 }
 
+/// An outbox on `journal` that holds every item (its tenants linger an
+/// hour for a batch that never fills): everything staged stays pending,
+/// so the journal's bytes are all it wrote. Built in a runtime.
+fn holding(journal: JournalConfig) -> Outbox<Counting> {
+    let config = Config::builder()
+        .concurrency(1)
+        .linger(Duration::from_secs(3600))
+        .max_batch(usize::MAX)
+        .build()
+        .unwrap();
+    Outbox::builder(Counting::default())
+        .config(config)
+        .journal(journal)
+        .build()
+        .unwrap()
+}
+
 /// Stages `SUSTAINED` items and syncs; returns the time, the journal's
 /// bytes written (segment file sizes before cleanup) and its commits.
 fn sustained_journal() -> (Duration, u64, u64) {
@@ -84,20 +101,7 @@ fn sustained_journal() -> (Duration, u64, u64) {
     let rt = runtime();
     let (d, bytes) = metrics::with_local_recorder(&recorder, || {
         rt.block_on(async {
-            // The sink never writes: every item stays pending, so the bytes
-            // on disk are all the journal wrote.
-            let outbox = Outbox::builder(Counting::default())
-                .config(
-                    Config::builder()
-                        .concurrency(1)
-                        .linger(Duration::from_secs(3600))
-                        .max_batch(usize::MAX)
-                        .build()
-                        .unwrap(),
-                )
-                .journal(JournalConfig::new(&dir).segment_bytes(1 << 30))
-                .build()
-                .unwrap();
+            let outbox = holding(JournalConfig::new(&dir).segment_bytes(1 << 30));
             let start = Instant::now();
             for i in 0..SUSTAINED {
                 let _ = outbox.stage(tenant(i % TENANTS), i);
@@ -154,18 +158,7 @@ fn recovery() -> (Duration, u64) {
     {
         let rt = runtime();
         rt.block_on(async {
-            let outbox = Outbox::builder(Counting::default())
-                .config(
-                    Config::builder()
-                        .concurrency(1)
-                        .linger(Duration::from_secs(3600))
-                        .max_batch(usize::MAX)
-                        .build()
-                        .unwrap(),
-                )
-                .journal(JournalConfig::new(&dir))
-                .build()
-                .unwrap();
+            let outbox = holding(JournalConfig::new(&dir));
             for i in 0..RECOVERY {
                 let _ = outbox.stage(tenant(i % TENANTS), i);
             }
