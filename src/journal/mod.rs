@@ -95,8 +95,8 @@ use std::io;
 
 pub use codec::{Codec, Postcard};
 pub use config::{
-    JournalConfig, DEFAULT_RETRY_INTERVAL, DEFAULT_SEGMENT_BYTES, DEFAULT_SYNC_BYTES,
-    DEFAULT_SYNC_INTERVAL, MIN_SEGMENT_BYTES,
+    JournalConfig, DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_RETRY_INTERVAL, DEFAULT_SEGMENT_BYTES,
+    DEFAULT_SYNC_BYTES, DEFAULT_SYNC_INTERVAL, MIN_SEGMENT_BYTES,
 };
 pub use memory::MemStorage;
 pub use recover::{recover, Recovered, RecoveryReport};
