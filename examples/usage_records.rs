@@ -186,19 +186,19 @@ async fn run() -> Result<bool, BoxError> {
     );
     println!(
         "shutdown (items pending at the fence): written {}, lost {}, dropped {}, deadline passed {}, dead letters {}",
-        report.report.written,
-        report.report.lost,
-        report.report.dropped,
-        report.report.deadline_passed,
+        report.written,
+        report.lost,
+        report.dropped,
+        report.deadline_passed,
         report.unwritten.iter().map(|(_, v)| v.len()).sum::<usize>()
     );
     let lost: Vec<String> = LostReason::ALL
         .iter()
-        .map(|&r| format!("{r}={}", c.lost_for(r)))
+        .map(|&r| format!("{r}={}", c.lost(r)))
         .collect();
     let dropped: Vec<String> = DropReason::ALL
         .iter()
-        .map(|&r| format!("{r}={}", c.dropped_for(r)))
+        .map(|&r| format!("{r}={}", c.dropped(r)))
         .collect();
     println!(
         "accounting: staged {} = written {} + pending {} + lost {} + dropped {}",

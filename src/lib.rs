@@ -10,9 +10,14 @@
 //!   and never fails (S-W1); one writer task writes each tenant's items in
 //!   staging order through your [`Sink`], retrying failed writes with the
 //!   identical slice (S-W5) after a backoff (S-W7).
-//! - [`Sink`]: where items go; its `write` must be idempotent.
+//! - [`Sink`]: where items go; its `write` must be idempotent. The sink
+//!   chooses the tenant key ([`Sink::Tenant`]): any [`TenantKey`], e.g.
+//!   `u64`, `i64`, `String`, `Arc<str>`, [`Uuid`](uuid::Uuid) or the
+//!   ready-made [`TenantId`].
 //! - [`core`]: the sans-IO engine, where every decision is made; configure
 //!   it with [`Config`].
+//! - [`contract`]: the rules the crate keeps; every rule id cited in these
+//!   docs (S-W1, S-W5, I3, ...) is defined there.
 //! - [`telemetry`]: the metrics and logs an outbox exports.
 //! - [`sinks`]: reference sinks, PostgreSQL (feature `postgres`) and NATS
 //!   JetStream (feature `nats`).
@@ -30,12 +35,13 @@
 //! use std::sync::Mutex;
 //! use std::time::Duration;
 //!
-//! use outbox::{Config, Outbox, Sink, Staged, TenantId, WriteError, Written};
+//! use outbox::{Config, Outbox, Sink, Staged, WriteError, Written};
 //!
 //! /// A tiny in-memory sink: one row per (tenant, usage record id), so a
-//! /// repeated attempt leaves one copy (the idempotency duty).
+//! /// repeated attempt leaves one copy (the idempotency duty). Tenants are
+//! /// the service's own organisation ids, `i64`.
 //! #[derive(Default)]
-//! struct Memory(Mutex<BTreeMap<(TenantId, u64), u64>>);
+//! struct Memory(Mutex<BTreeMap<(i64, u64), u64>>);
 //!
 //! struct Usage {
 //!     id: u64,
@@ -43,14 +49,15 @@
 //! }
 //!
 //! impl Sink for Memory {
+//!     type Tenant = i64;
 //!     type Item = Usage;
 //!     fn name(&self) -> &str {
 //!         "memory"
 //!     }
-//!     async fn write(&self, tenant: TenantId, items: &[Usage]) -> Result<Written, WriteError> {
+//!     async fn write(&self, tenant: &i64, items: &[Usage]) -> Result<Written, WriteError> {
 //!         let mut rows = self.0.lock().unwrap();
 //!         for u in items {
-//!             rows.insert((tenant, u.id), u.units);
+//!             rows.insert((*tenant, u.id), u.units);
 //!         }
 //!         Ok(Written::ALL)
 //!     }
@@ -66,20 +73,20 @@
 //! let outbox = Outbox::new(Memory::default(), config)?;
 //!
 //! // In a request handler: never waits, never fails.
-//! let tenant = TenantId::from_u128(42);
+//! let tenant: i64 = 42;
 //! for id in 0..3 {
 //!     let staged = outbox.stage(tenant, Usage { id, units: 10 * id });
 //!     assert_eq!(staged, Staged::Accepted);
 //! }
 //!
-//! // Where the work must be durable: flush, bounded by a deadline.
+//! // Where the work must be durable: flush, waiting at most 5 s.
 //! let report = outbox.flush(Duration::from_secs(5)).await;
 //! assert_eq!((report.written, report.pending), (3, 0));
 //!
 //! // When the service stops: the fence goes up at once, pending items
-//! // drain until the deadline, the rest comes back as dead letters.
+//! // drain for at most 10 s, the rest comes back as dead letters.
 //! let report = outbox.shutdown(Duration::from_secs(10)).await;
-//! assert_eq!(report.report.lost, 0);
+//! assert_eq!(report.lost, 0);
 //! assert!(report.unwritten.is_empty());
 //! assert_eq!(outbox.stage(tenant, Usage { id: 9, units: 1 }), Staged::Refused);
 //! # Ok(())
@@ -88,6 +95,7 @@
 
 #![warn(missing_docs)]
 
+pub mod contract;
 pub mod core;
 mod driver;
 #[cfg(feature = "journal")]
@@ -105,6 +113,6 @@ pub use crate::core::{
 };
 #[cfg(feature = "journal")]
 pub use driver::SyncError;
-pub use driver::{Answer, BuildError, Outbox, OutboxBuilder, DEFAULT_DROP_DEADLINE};
+pub use driver::{Answer, BuildError, Outbox, OutboxBuilder, DEFAULT_DROP_TIMEOUT};
 pub use sink::{BoxError, ErrorKind, Sink, WriteError, Written};
-pub use tenant::TenantId;
+pub use tenant::{TenantId, TenantKey};

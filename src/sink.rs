@@ -1,11 +1,11 @@
-//! The destination of items: the `Sink` trait and its errors (SPEC S-A5,
+//! The destination of items: the `Sink` trait and its errors (S-A5,
 //! S-W5, S-W12).
 
 use std::error::Error as StdError;
 use std::fmt;
 use std::future::Future;
 
-use crate::tenant::TenantId;
+use crate::tenant::TenantKey;
 
 /// A boxed error from a sink.
 pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
@@ -37,6 +37,13 @@ pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 /// (S-B3) or at the shutdown deadline (S-W9). A dropped write must leave
 /// the store as if it either committed or never ran.
 pub trait Sink: Send + Sync + 'static {
+    /// The tenant key: [`TenantId`](crate::TenantId), [`Uuid`](uuid::Uuid),
+    /// `u64`, `i64`, `String`, `Arc<str>`, or any type of the application's
+    /// that is a [`TenantKey`]. The sink chooses it because the sink maps a
+    /// tenant to the store; [`Outbox::stage`](crate::Outbox::stage) takes
+    /// this type.
+    type Tenant: TenantKey;
+
     /// What is written.
     type Item: Send + 'static;
 
@@ -50,7 +57,7 @@ pub trait Sink: Send + Sync + 'static {
     /// [`WriteError`]: retryable or terminal, see the trait docs.
     fn write(
         &self,
-        tenant: TenantId,
+        tenant: &Self::Tenant,
         items: &[Self::Item],
     ) -> impl Future<Output = Result<Written, WriteError>> + Send;
 }
@@ -74,7 +81,10 @@ impl Written {
 }
 
 /// Whether a failed write may be retried (S-A5).
+///
+/// Non-exhaustive: new kinds may come (a match needs a `_` arm).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ErrorKind {
     /// Retried after a backoff (or dropped under the drop policy).
     Retryable,

@@ -1,4 +1,4 @@
-//! Metrics and logs of an outbox (SPEC S-W11, S-A6, I3).
+//! Metrics and logs of an outbox (S-W11, S-A6, I3).
 //!
 //! Every metric goes through the [`metrics`] facade and carries the label
 //! `outbox` = [`Sink::name`](crate::Sink::name):
@@ -28,16 +28,18 @@
 //! local to the building thread); every reason's series exists from the
 //! start, at zero.
 //!
-//! Logs go through [`tracing`] with the fields `outbox`, `tenant`, `items`,
+//! Logs go through [`tracing`] with the fields `outbox`, `tenant` (the
+//! key's `Debug`), `items`,
 //! `attempt`, `backoff_ms`, `reason`: successful writes at `DEBUG`, failed
 //! attempts at `WARN`, drops and losses at `WARN`/`ERROR` but only when the
 //! engine's rate limit says so (S-A6: the first, then every 1,000th per
 //! reason), shutdown reports at `INFO`.
 
+use std::fmt::Debug;
+
 use metrics::{Counter, Gauge, Histogram};
 
 use crate::core::{Counters, DropReason, Event, LostReason, Next};
-use crate::TenantId;
 
 /// The metric names (S-W11).
 pub mod names {
@@ -153,7 +155,7 @@ impl Log {
     /// Logs one engine event and records write latency. `error` is the
     /// sink's error text for an [`Event::AttemptFailed`], when the writer
     /// has it.
-    pub(crate) fn event<I>(&self, event: &Event<TenantId, I>, error: Option<&str>) {
+    pub(crate) fn event<K: Debug, I>(&self, event: &Event<K, I>, error: Option<&str>) {
         let outbox = self.name();
         match event {
             Event::Written {
@@ -164,7 +166,7 @@ impl Log {
                 latency,
             } => {
                 self.latency.record(latency.as_secs_f64());
-                tracing::debug!(outbox, %tenant, write = %id, items, attempt, latency_ms = latency.as_secs_f64() * 1e3, "write committed");
+                tracing::debug!(outbox, ?tenant, write = %id, items, attempt, latency_ms = latency.as_secs_f64() * 1e3, "write committed");
             }
             Event::AttemptFailed {
                 id,
@@ -180,16 +182,16 @@ impl Log {
                 let error = error.unwrap_or("");
                 match next {
                     Next::RetryIn(backoff) => tracing::warn!(
-                        outbox, %tenant, write = %id, items, attempt, reason,
+                        outbox, ?tenant, write = %id, items, attempt, reason,
                         backoff_ms = backoff.as_secs_f64() * 1e3, error,
                         "write attempt failed; retrying the same items after the backoff"
                     ),
                     Next::Dropped => tracing::warn!(
-                        outbox, %tenant, write = %id, items, attempt, reason, error,
+                        outbox, ?tenant, write = %id, items, attempt, reason, error,
                         "write attempt failed; items dropped (error policy `drop`)"
                     ),
                     Next::Lost => tracing::warn!(
-                        outbox, %tenant, write = %id, items, attempt, reason, error,
+                        outbox, ?tenant, write = %id, items, attempt, reason, error,
                         "write attempt failed; items lost"
                     ),
                 }
@@ -201,8 +203,13 @@ impl Log {
                 log,
             } => {
                 if *log {
-                    tracing::warn!(outbox, %tenant, items, reason = reason.as_str(),
-                        "items dropped (logged for the first, then every 1000th per reason)");
+                    tracing::warn!(
+                        outbox,
+                        ?tenant,
+                        items,
+                        reason = reason.as_str(),
+                        "items dropped (logged for the first, then every 1000th per reason)"
+                    );
                 }
             }
             Event::Lost {
@@ -212,8 +219,13 @@ impl Log {
                 log,
             } => {
                 if *log {
-                    tracing::error!(outbox, %tenant, items, reason = reason.as_str(),
-                        "items lost (logged for the first, then every 1000th per reason)");
+                    tracing::error!(
+                        outbox,
+                        ?tenant,
+                        items,
+                        reason = reason.as_str(),
+                        "items lost (logged for the first, then every 1000th per reason)"
+                    );
                 }
             }
             Event::CancelInFlight => {
@@ -233,7 +245,7 @@ impl Log {
             }
             Event::ShutdownDone { report, .. } => {
                 if report.first {
-                    let r = &report.report;
+                    let r = report;
                     tracing::info!(
                         outbox,
                         written = r.written,

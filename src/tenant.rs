@@ -1,13 +1,36 @@
-//! The tenant key.
+//! The tenant key: any type of the application's ([`TenantKey`]), with
+//! [`TenantId`] as one ready-made choice.
 
 use std::fmt;
 use std::hash::{Hash, Hasher};
 
 use uuid::Uuid;
 
-/// A tenant: the key items are grouped, ordered and written by (SPEC Terms).
-/// A UUID v7 newtype, so ids sort by creation time and compare cheaply.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+/// What a tenant key must be: the key items are grouped, ordered and
+/// written by (contract: Terms). Implemented for every type that is
+/// `Ord + Hash + Clone + Send + Sync + Debug + 'static`, so a service uses
+/// the key it already has: [`TenantId`], [`Uuid`], `u64`, `i64`, `String`,
+/// `Arc<str>`, or a type of its own.
+///
+/// The [`Sink`](crate::Sink) chooses the key, as its associated type
+/// [`Sink::Tenant`](crate::Sink::Tenant): the sink is what maps a tenant to
+/// the store (a column, a subject), so it knows which keys it can write;
+/// [`Outbox::stage`](crate::Outbox::stage) then takes that type. The
+/// engine only compares, hashes and clones keys: `Ord` decides the order
+/// of per-tenant runs in reports (dead letters, abandoned items); `Hash`
+/// only finds a tenant's backlog and never decides an order. The engine
+/// clones a key on every stage and for every
+/// write and event it hands out, so a key that clones cheaply (an
+/// integer, a UUID, `Arc<str>` rather than `String`) keeps
+/// [`stage`](crate::Outbox::stage) cheap; `Debug` renders it in logs (the
+/// `tenant` field).
+pub trait TenantKey: Ord + Hash + Clone + Send + Sync + fmt::Debug + 'static {}
+
+impl<T: Ord + Hash + Clone + Send + Sync + fmt::Debug + 'static> TenantKey for T {}
+
+/// A tenant as a UUID v7 newtype, so ids sort by creation time and compare
+/// cheaply: one [`TenantKey`] among others.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct TenantId(pub Uuid);
 
 /// One 128-bit write: `Uuid` hashes as a byte slice (a length, then 16
@@ -43,6 +66,14 @@ impl From<Uuid> for TenantId {
     }
 }
 
+/// The bare hyphenated UUID, as [`Display`](fmt::Display): logs render a
+/// tenant key with `Debug`, and a UUID reads best as itself.
+impl fmt::Debug for TenantId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
 impl fmt::Display for TenantId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(&self.0, f)
@@ -63,6 +94,7 @@ mod tests {
             "width passes through"
         );
         assert_eq!(TenantId::from(*t.as_uuid()), t);
+        assert_eq!(format!("{t:?}"), t.to_string(), "logs show the bare UUID");
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! One test (or a few) per rule of SPEC.md that the scenarios do not cover,
+//! One test (or a few) per rule of docs/contract.md that the scenarios do not cover,
 //! on the core alone with a hand-driven clock. Each cites its rule id and
 //! checks both sides of the rule's conditions and its boundaries.
 
@@ -610,7 +610,7 @@ fn s_w9_fence_releases_lingering_batches_and_refuses_late_stages() {
     let a = w.poll_one();
     assert_eq!(a.items, [1], "sent at once, not after its linger");
     w.ok(a);
-    assert_eq!(w.shutdown_done(sd).unwrap().report.written, 1);
+    assert_eq!(w.shutdown_done(sd).unwrap().written, 1);
     assert!(w.e.is_closed());
     assert_eq!(w.e.pending(), 0);
 }
@@ -621,7 +621,7 @@ fn s_w9_shutdown_with_nothing_pending_answers_at_once() {
     let sd = w.shutdown(1_000);
     let r = w.shutdown_done(sd).expect("at once");
     assert!(r.first);
-    assert_eq!(r.report, Report::default());
+    assert_eq!(r.report(), Report::default());
     assert!(w.e.is_closed());
 }
 
@@ -662,7 +662,7 @@ fn s_w9_deadline_gives_up_everything_once_and_hands_it_back() {
     let r = w.shutdown_done(sd).expect("answered");
     assert!(r.first);
     assert_eq!(
-        r.report,
+        r.report(),
         Report {
             lost: 5,
             deadline_passed: true,
@@ -676,13 +676,13 @@ fn s_w9_deadline_gives_up_everything_once_and_hands_it_back() {
     );
     let r2 = w.shutdown_done(late).expect("the other caller too");
     assert!(!r2.first);
-    assert_eq!(r2.report.lost, 0, "exactly one caller reports the loss");
-    assert!(r2.report.deadline_passed);
+    assert_eq!(r2.lost, 0, "exactly one caller reports the loss");
+    assert!(r2.deadline_passed);
     assert!(r2.unwritten.is_empty());
     // After it: answered at once with zeros.
     let again = w.shutdown(10_000);
     let r3 = w.shutdown_done(again).unwrap();
-    assert!(!r3.first && r3.report == Report::default());
+    assert!(!r3.first && r3.report() == Report::default());
     assert_eq!(w.c().lost_total(), 5);
 }
 
@@ -702,7 +702,7 @@ fn s_w9_a_second_caller_with_an_earlier_deadline_tightens_it() {
     let reports: Vec<_> = [sd, second, third]
         .iter()
         .map(|id| w.shutdown_done(*id).expect("every caller answered"))
-        .map(|r| (r.first, r.report.lost))
+        .map(|r| (r.first, r.lost))
         .collect();
     assert_eq!(reports, [(true, 1), (false, 0), (false, 0)]);
 }
@@ -717,7 +717,7 @@ fn s_w9_deadline_already_past_gives_up_at_once() {
     let r = w
         .shutdown_done(sd)
         .expect("nothing in flight: answered at once");
-    assert!(r.report.deadline_passed);
+    assert!(r.deadline_passed);
     assert_eq!(r.unwritten, [(1, vec![1])]);
     assert!(w.poll().is_empty());
 }
@@ -920,7 +920,7 @@ fn s_a7_abandon_during_shutdown_reports_through_the_shutdown() {
     assert!(held.is_empty(), "the shutdown's report hands them back");
     w.finish(a, Outcome::Cancelled);
     let r = w.shutdown_done(sd).expect("answered");
-    assert_eq!(r.report.lost, 2);
+    assert_eq!(r.lost, 2);
     assert_eq!(r.unwritten, [(1, vec![1]), (2, vec![2])]);
     assert_eq!(w.lost(LostReason::Abandoned), 2);
     assert_eq!(w.lost(LostReason::Deadline), 0);
@@ -1451,7 +1451,7 @@ fn s_w13_items_let_go_of_are_released_not_dropped() {
     w.finish(a, Outcome::Failed);
     w.finish(b, Outcome::Failed);
     assert_eq!(w.e.take_released(), [1, 3], "no shutdown takes them");
-    assert_eq!(w.e.counters().lost_for(LostReason::Abandoned), 2);
+    assert_eq!(w.e.counters().lost(LostReason::Abandoned), 2);
 
     // During a shutdown, the given-up write's items are its dead letters.
     let mut w = World::new(Config::builder());

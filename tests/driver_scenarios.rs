@@ -1,5 +1,5 @@
-//! Every scenario of `cases/scenarios.md`, run through the tokio driver on
-//! tokio's paused clock. Rule ids cite SPEC.md.
+//! Every scenario of `docs/scenarios.md`, run through the tokio driver on
+//! tokio's paused clock. Rule ids refer to docs/contract.md.
 
 mod support;
 
@@ -35,7 +35,7 @@ fn stage_all(o: &Outbox<TestSink>, tenant: TenantId, items: impl IntoIterator<It
     }
 }
 
-// ----- from the reference outbox ---------------------------------------
+// ----- retries, order, isolation and shutdown (scenarios 1-9) -----------
 
 #[tokio::test(start_paused = true)]
 async fn scenario_01_failed_write_retried_in_order() {
@@ -135,7 +135,7 @@ async fn scenario_05_shutdown_keeps_retrying_until_the_deadline() {
     let r = shutdown.await;
     assert!(r.first);
     assert_eq!(
-        r.report,
+        r.report(),
         Report {
             written: 1,
             ..Report::default()
@@ -145,7 +145,7 @@ async fn scenario_05_shutdown_keeps_retrying_until_the_deadline() {
     assert_eq!(sink.stored(t(1)), [1]);
     assert_eq!(o.stage(t(1), 2), Staged::Refused);
     assert_eq!(o.pending(), 0);
-    assert_eq!(o.counters().lost_for(LostReason::Shutdown), 1);
+    assert_eq!(o.counters().lost(LostReason::Shutdown), 1);
 }
 
 #[test]
@@ -161,7 +161,7 @@ fn scenario_06_shutdown_counts_what_is_unwritten_at_the_deadline() {
         let r = o.shutdown(200 * MS).await;
         assert_near(start.elapsed(), 200 * MS, 1);
         assert_eq!(
-            r.report,
+            r.report(),
             Report {
                 lost: 3,
                 deadline_passed: true,
@@ -174,7 +174,7 @@ fn scenario_06_shutdown_counts_what_is_unwritten_at_the_deadline() {
         assert_eq!(o.pending(), 0);
         o.counters()
     });
-    assert_eq!(counters.lost_for(LostReason::Deadline), 3);
+    assert_eq!(counters.lost(LostReason::Deadline), 3);
     assert_eq!(counters.lost_total(), 3);
     let m = snapshot(&snap);
     assert_metrics_match(&m, "s06", &counters); // gauge 0, lost 3
@@ -226,12 +226,12 @@ async fn scenario_09_shutdown_fences_admission() {
     let shutdown = o.shutdown(Duration::from_secs(10));
     // S-W9: refused and counted lost at once.
     assert_eq!(o.stage(t(1), 3), Staged::Refused);
-    assert_eq!(o.counters().lost_for(LostReason::Shutdown), 1);
+    assert_eq!(o.counters().lost(LostReason::Shutdown), 1);
     assert_eq!(o.pending(), 2);
     sink.release();
     let r = shutdown.await;
     assert_eq!(
-        r.report,
+        r.report(),
         Report {
             written: 2,
             ..Report::default()
@@ -241,7 +241,7 @@ async fn scenario_09_shutdown_fences_admission() {
     assert_eq!(o.pending(), 0);
 }
 
-// ----- from the reference batching sink (bounded mode) -------------------
+// ----- batching and bounded mode (scenarios 10-15) -----------------------
 
 #[tokio::test(start_paused = true)]
 async fn scenario_10_batches_not_one_by_one() {
@@ -298,12 +298,12 @@ async fn scenario_12_stalled_sink_drops_instead_of_blocking() {
         .chain(&more)
         .all(|s| *s == Staged::Dropped(DropReason::BufferFull)));
     let c = o.counters();
-    assert_eq!(c.dropped_for(DropReason::BufferFull), 36);
+    assert_eq!(c.dropped(DropReason::BufferFull), 36);
     assert_eq!(c.pending, 4);
     assert!(sink.store().is_empty(), "nothing written yet");
     assert!(c.balanced());
     let r = o.shutdown(100 * MS).await;
-    assert_eq!(r.report.lost, 4);
+    assert_eq!(r.lost, 4);
 }
 
 #[tokio::test(start_paused = true)]
@@ -348,7 +348,7 @@ async fn scenario_14_flush_on_a_failing_sink_drop_policy() {
             ..Report::default()
         }
     );
-    assert_eq!(o.counters().dropped_for(DropReason::SinkError), 1);
+    assert_eq!(o.counters().dropped(DropReason::SinkError), 1);
     assert_eq!(sink.attempts().len(), 1);
 }
 
@@ -368,7 +368,7 @@ async fn scenario_15_abandon_counts_every_queued_item() {
     let held = o.abandon();
     assert_eq!(held, [(t(2), vec![2, 3]), (t(2), vec![4])]);
     let c = o.counters();
-    assert_eq!(c.lost_for(LostReason::Abandoned), 4);
+    assert_eq!(c.lost(LostReason::Abandoned), 4);
     assert_eq!(c.pending, 0);
     assert_eq!(
         flush.await,
@@ -379,7 +379,7 @@ async fn scenario_15_abandon_counts_every_queued_item() {
     );
     assert_eq!(o.stage(t(3), 5), Staged::Refused);
     let r = o.shutdown(Duration::from_secs(1)).await;
-    assert_eq!(r.report, Report::default(), "nothing left to report");
+    assert_eq!(r.report(), Report::default(), "nothing left to report");
     assert!(sink.store().is_empty());
     // The hung write was cancelled: the writer exits once the handle goes.
     drop(o);
@@ -400,7 +400,7 @@ async fn scenario_16_shutdown_deadline_with_a_hung_in_flight_write() {
     // S-W15: the deadline bounds the wait for an in-flight write.
     assert_near(start.elapsed(), 500 * MS, 1);
     assert_eq!(
-        r.report,
+        r.report(),
         Report {
             lost: 1,
             deadline_passed: true,
@@ -525,8 +525,8 @@ async fn scenario_21_one_tenants_flood_vs_anothers_trickle() {
     // S-B7: T1 fills its own quota only.
     assert!(others.iter().all(|s| *s == Staged::Accepted));
     let c = o.counters();
-    assert_eq!(c.dropped_for(DropReason::TenantFull), 190);
-    assert_eq!(c.dropped_for(DropReason::BufferFull), 0);
+    assert_eq!(c.dropped(DropReason::TenantFull), 190);
+    assert_eq!(c.dropped(DropReason::BufferFull), 0);
     let r = o.settle(Duration::from_secs(1)).await;
     assert_eq!(r.pending, 10, "only T1's quota is left");
     for n in 2..=5 {
@@ -610,20 +610,20 @@ fn scenario_23_every_drop_path_is_counted() {
         let pending_at_fence = o.pending();
         let r = o.shutdown(Duration::from_secs(1)).await;
         check(&o);
-        let r = r.report;
+        let r = r.report();
         assert_eq!(r.written + r.dropped + r.lost + r.pending, pending_at_fence);
         assert_eq!(o.stage(t(5), 99), Staged::Refused);
         check(&o);
         (o.counters(), ob.counters())
     });
     // Every path was taken.
-    assert!(a.dropped_for(DropReason::BufferFull) > 0);
-    assert!(a.lost_for(LostReason::Terminal) > 0);
-    assert!(a.lost_for(LostReason::RetriesExhausted) > 0);
-    assert!(a.lost_for(LostReason::Deadline) > 0);
-    assert_eq!(a.lost_for(LostReason::Shutdown), 1);
-    assert!(a.lost_for(LostReason::Discarded) > 0);
-    assert_eq!(b.dropped_for(DropReason::SinkError), 11);
+    assert!(a.dropped(DropReason::BufferFull) > 0);
+    assert!(a.lost(LostReason::Terminal) > 0);
+    assert!(a.lost(LostReason::RetriesExhausted) > 0);
+    assert!(a.lost(LostReason::Deadline) > 0);
+    assert_eq!(a.lost(LostReason::Shutdown), 1);
+    assert!(a.lost(LostReason::Discarded) > 0);
+    assert_eq!(b.dropped(DropReason::SinkError), 11);
     let m = snapshot(&snap);
     assert_metrics_match(&m, "s23a", &a);
     assert_metrics_match(&m, "s23b", &b);
@@ -651,8 +651,8 @@ async fn scenario_24_shutdown_with_every_tenant_in_backoff() {
     let r = o.shutdown(Duration::from_secs(2)).await;
     // S-W15: a backoff does not hold the shutdown past its deadline.
     assert_near(start.elapsed(), Duration::from_secs(2), 1);
-    assert_eq!(r.report.lost, 15);
-    assert_eq!(o.counters().lost_for(LostReason::Deadline), 15);
+    assert_eq!(r.lost, 15);
+    assert_eq!(o.counters().lost(LostReason::Deadline), 15);
     let dead: usize = r.unwritten.iter().map(|(_, v)| v.len()).sum();
     assert_eq!(dead, 15);
     assert_eq!(o.pending(), 0);
@@ -675,7 +675,7 @@ async fn scenario_25_retries_exhausted() {
         }
     );
     let c = o.counters();
-    assert_eq!(c.lost_for(LostReason::RetriesExhausted), 4);
+    assert_eq!(c.lost(LostReason::RetriesExhausted), 4);
     assert_eq!(c.lost_total(), 4);
     assert_eq!(c.failed_attempts, 3);
     assert_eq!(slices(&sink.attempts()), vec![ids(0..4); 3]);

@@ -93,7 +93,7 @@ async fn child_run(url: String, table: String, dir: PathBuf, run: u64, last: boo
         let report = outbox.settle(Duration::from_secs(120)).await;
         assert_eq!(report.pending, 0, "the last run settles");
         let report = outbox.shutdown(Duration::from_secs(30)).await;
-        assert_eq!(report.report.lost, 0);
+        assert_eq!(report.lost, 0);
         let c = outbox.counters();
         assert!(c.balanced(), "{c:?}");
         println!("DONE {} {}", c.recovered, c.written);

@@ -80,7 +80,7 @@ fn what_a_sync_covered_is_written_after_a_crash_per_tenant_in_order() {
         let o = build(&sink, &disk);
         let c = o.counters();
         assert!(c.recovered >= 100, "{c:?}");
-        assert_eq!(c.lost_for(LostReason::JournalUnreadable), 0);
+        assert_eq!(c.lost(LostReason::JournalUnreadable), 0);
         assert_eq!(c.staged, 0);
         balanced(&c);
         let after = stage(&o, 5, 1_000, 10);
@@ -97,7 +97,7 @@ fn what_a_sync_covered_is_written_after_a_crash_per_tenant_in_order() {
         assert_eq!(c.written, c.recovered + 10);
         balanced(&c);
         let report = o.shutdown(5 * S).await;
-        assert_eq!(report.report.lost, 0);
+        assert_eq!(report.lost, 0);
     });
     // A clean shutdown leaves nothing pending in the journal (S-J3).
     let sink = TestSink::new("third");
@@ -129,7 +129,7 @@ fn dead_letters_handed_back_at_shutdown_are_not_recovered() {
         let o = build(&sink, &disk);
         stage(&o, 3, 0, 9);
         let report = o.shutdown(Duration::from_millis(20)).await;
-        assert_eq!(report.report.lost, 9);
+        assert_eq!(report.lost, 9);
         let back: usize = report.unwritten.iter().map(|(_, v)| v.len()).sum();
         assert_eq!(back, 9, "in flight and waiting, all handed back");
     });
@@ -232,7 +232,7 @@ fn an_item_the_codec_cannot_encode_is_dropped_and_counted() {
         assert_eq!(o.stage(t(1), 3), Staged::Dropped(DropReason::EncodeFailed));
         o.flush(S).await;
         let c = o.counters();
-        assert_eq!((c.written, c.dropped_for(DropReason::EncodeFailed)), (1, 1));
+        assert_eq!((c.written, c.dropped(DropReason::EncodeFailed)), (1, 1));
         balanced(&c);
         o.shutdown(S).await;
     });
@@ -255,10 +255,7 @@ fn a_full_journal_drops_at_stage() {
             .filter(|s| **s == Staged::Dropped(DropReason::JournalFull))
             .count();
         assert!(full > 0 && full < 20, "{staged:?}");
-        assert_eq!(
-            o.counters().dropped_for(DropReason::JournalFull),
-            full as u64
-        );
+        assert_eq!(o.counters().dropped(DropReason::JournalFull), full as u64);
         balanced(&o.counters());
         o.abandon();
     });

@@ -162,14 +162,6 @@ struct Model {
     out: Out,
 }
 
-fn lost_idx(r: LostReason) -> usize {
-    LostReason::ALL.iter().position(|x| *x == r).expect("known")
-}
-
-fn dropped_idx(r: DropReason) -> usize {
-    DropReason::ALL.iter().position(|x| *x == r).expect("known")
-}
-
 impl Model {
     fn new(draw: ConfigDraw, tenant_count: u8) -> Self {
         let c = draw.config();
@@ -222,12 +214,12 @@ impl Model {
     }
 
     fn lose(&mut self, t: u8, r: LostReason, n: u64) {
-        self.c.lost[lost_idx(r)] += n;
+        self.c.set_lost(r, self.c.lost(r) + n);
         *self.out.losses.entry((t, "lost", r.as_str())).or_default() += n;
     }
 
     fn drop_(&mut self, t: u8, r: DropReason, n: u64) {
-        self.c.dropped[dropped_idx(r)] += n;
+        self.c.set_dropped(r, self.c.dropped(r) + n);
         *self
             .out
             .losses
@@ -279,15 +271,15 @@ impl Model {
                     self.fire_due();
                 }
             }
-            Op::Flush { deadline_ms } | Op::Settle { deadline_ms } => {
+            Op::Flush { timeout_ms } | Op::Settle { timeout_ms } => {
                 self.fire_due();
                 let id = self.next_wait;
                 self.next_wait += 1;
-                self.open_wait(id, deadline_ms);
+                self.open_wait(id, timeout_ms);
             }
-            Op::Shutdown { deadline_ms } => {
+            Op::Shutdown { timeout_ms } => {
                 self.fire_due();
-                self.shutdown(deadline_ms);
+                self.shutdown(timeout_ms);
             }
             Op::Abandon => {
                 self.fire_due();
@@ -523,8 +515,8 @@ impl Model {
         }
     }
 
-    fn open_wait(&mut self, id: u64, deadline_ms: u16) {
-        let deadline = self.now + Duration::from_millis(u64::from(deadline_ms));
+    fn open_wait(&mut self, id: u64, timeout_ms: u16) {
+        let deadline = self.now + Duration::from_millis(u64::from(timeout_ms));
         let key = self.key(deadline);
         let items: Vec<u64> = self
             .fate
@@ -569,7 +561,7 @@ impl Model {
         }
     }
 
-    fn shutdown(&mut self, deadline_ms: u16) {
+    fn shutdown(&mut self, timeout_ms: u16) {
         let id = self.next_wait;
         self.next_wait += 1;
         match self.life {
@@ -579,7 +571,7 @@ impl Model {
                     .insert(id, (Report::default(), Some((false, Vec::new()))));
             }
             Life::Closing => {
-                let deadline = self.now + Duration::from_millis(u64::from(deadline_ms));
+                let deadline = self.now + Duration::from_millis(u64::from(timeout_ms));
                 let sd = self.shutdown.as_mut().expect("closing");
                 sd.joined.push(id);
                 let first = sd.first;
@@ -601,7 +593,7 @@ impl Model {
                     unwritten: Vec::new(),
                     reported: false,
                 });
-                self.open_wait(id, deadline_ms);
+                self.open_wait(id, timeout_ms);
             }
         }
     }
@@ -767,9 +759,9 @@ fn op() -> impl Strategy<Value = Op> {
         20 => (0u16..300).prop_map(|ms| Op::Advance { ms }),
         2 => (300u16..5_000).prop_map(|ms| Op::Advance { ms }),
         12 => Just(Op::AdvanceToTimeout),
-        5 => (0u16..400).prop_map(|deadline_ms| Op::Flush { deadline_ms }),
-        4 => (0u16..400).prop_map(|deadline_ms| Op::Settle { deadline_ms }),
-        3 => (0u16..600).prop_map(|deadline_ms| Op::Shutdown { deadline_ms }),
+        5 => (0u16..400).prop_map(|timeout_ms| Op::Flush { timeout_ms }),
+        4 => (0u16..400).prop_map(|timeout_ms| Op::Settle { timeout_ms }),
+        3 => (0u16..600).prop_map(|timeout_ms| Op::Shutdown { timeout_ms }),
         1 => Just(Op::Abandon),
     ]
 }
@@ -809,7 +801,7 @@ struct Sut {
 }
 
 /// Cases started, and whether a failure was already reported (to say how
-/// many cases it took to catch a bug; see the report of issue 2).
+/// many cases it took to catch a bug, for judging how strong the model is).
 static CASES: AtomicUsize = AtomicUsize::new(0);
 static REPORTED: AtomicBool = AtomicBool::new(false);
 
@@ -897,16 +889,16 @@ impl StateMachineTest for ModelTest {
                     e.handle_timeout(s.now);
                 }
             }
-            Op::Flush { deadline_ms } => {
-                let d = s.now + Duration::from_millis(u64::from(deadline_ms));
+            Op::Flush { timeout_ms } => {
+                let d = s.now + Duration::from_millis(u64::from(timeout_ms));
                 e.flush(s.now, d);
             }
-            Op::Settle { deadline_ms } => {
-                let d = s.now + Duration::from_millis(u64::from(deadline_ms));
+            Op::Settle { timeout_ms } => {
+                let d = s.now + Duration::from_millis(u64::from(timeout_ms));
                 e.settle(s.now, d);
             }
-            Op::Shutdown { deadline_ms } => {
-                let d = s.now + Duration::from_millis(u64::from(deadline_ms));
+            Op::Shutdown { timeout_ms } => {
+                let d = s.now + Duration::from_millis(u64::from(timeout_ms));
                 e.shutdown(s.now, d);
             }
             Op::Abandon => {
@@ -942,12 +934,13 @@ impl StateMachineTest for ModelTest {
                     }
                 }
                 Event::ShutdownDone { id, report } => {
-                    let answer = (report.report, Some((report.first, report.unwritten)));
+                    let answer = (report.report(), Some((report.first, report.unwritten)));
                     if out.answers.insert(id.0, answer).is_some() {
                         fail(step, "answered twice", &id, &"once");
                     }
                 }
                 Event::Written { .. } | Event::AttemptFailed { .. } | Event::CancelInFlight => {}
+                other => fail(step, "an event the model does not know", &other, &"none"),
             }
         }
         let want = &model.out;

@@ -1,5 +1,5 @@
 //! Review: edge cases and races against the public API (`Outbox`,
-//! `core::Engine`, `Sink`). Rule ids cite SPEC.md.
+//! `core::Engine`, `Sink`). Rule ids refer to docs/contract.md.
 
 mod support;
 
@@ -35,7 +35,7 @@ async fn duration_max_everywhere_is_accepted_and_works() {
         .unwrap();
     let o = Outbox::builder(sink.clone())
         .config(config)
-        .drop_deadline(Duration::MAX)
+        .drop_timeout(Duration::MAX)
         .build()
         .unwrap();
     for i in 0..10 {
@@ -46,7 +46,7 @@ async fn duration_max_everywhere_is_accepted_and_works() {
     assert_eq!((r.written, r.pending, r.deadline_passed), (10, 0, false));
     assert_eq!(o.settle(Duration::MAX).await.pending, 0);
     let r = o.shutdown(Duration::MAX).await;
-    assert_eq!(r.report, Report::default());
+    assert_eq!(r.report(), Report::default());
     assert_eq!(sink.stored(t(1)), ids(0..10));
 }
 
@@ -75,7 +75,7 @@ async fn a_hung_sink_with_duration_max_shutdown_is_ended_by_abandon() {
         .await
         .expect("the shutdown is answered once abandon cancelled the hung writes");
     assert!(r.first);
-    assert_eq!(r.report.lost, 3);
+    assert_eq!(r.lost, 3);
     let dead: usize = r.unwritten.iter().map(|(_, v)| v.len()).sum();
     assert_eq!(dead, 3, "{:?}", r.unwritten);
     assert_eq!(
@@ -83,7 +83,7 @@ async fn a_hung_sink_with_duration_max_shutdown_is_ended_by_abandon() {
         [(t(1), vec![1]), (t(1), vec![3]), (t(2), vec![2])]
     );
     let c = o.counters();
-    assert_eq!(c.lost_for(LostReason::Abandoned), 3);
+    assert_eq!(c.lost(LostReason::Abandoned), 3);
     assert!(c.balanced());
     assert_eq!(o.pending(), 0);
 }
@@ -103,14 +103,14 @@ async fn second_shutdown_with_earlier_deadline_tightens_later_one_does_not_exten
         let (a, b) = tokio::join!(a, b);
         assert!(a.first && !b.first);
         assert_eq!(start.elapsed(), Duration::from_secs(expect));
-        assert_eq!((a.report.lost, b.report.lost), (1, 0));
-        assert!(a.report.deadline_passed && b.report.deadline_passed);
+        assert_eq!((a.lost, b.lost), (1, 0));
+        assert!(a.deadline_passed && b.deadline_passed);
         assert_eq!(a.unwritten, [(t(1), vec![1])]);
         assert!(b.unwritten.is_empty());
         // And a third, after the end: zeros at once.
         let c = o.shutdown(Duration::from_secs(5)).await;
         assert!(!c.first);
-        assert_eq!(c.report.lost, 0);
+        assert_eq!(c.lost, 0);
     }
 }
 
@@ -139,11 +139,12 @@ async fn discarding_more_than_the_slice_is_clamped() {
     // S-W12: a sink saying it discarded more than it got.
     struct Over;
     impl Sink for Over {
+        type Tenant = TenantId;
         type Item = u32;
         fn name(&self) -> &str {
             "rev-over"
         }
-        async fn write(&self, _: TenantId, _: &[u32]) -> Result<Written, WriteError> {
+        async fn write(&self, _: &TenantId, _: &[u32]) -> Result<Written, WriteError> {
             Ok(Written::discarding(usize::MAX))
         }
     }
@@ -154,7 +155,7 @@ async fn discarding_more_than_the_slice_is_clamped() {
     let r = o.flush(Duration::from_secs(1)).await;
     assert_eq!((r.written, r.lost, r.pending), (0, 3, 0));
     let c = o.counters();
-    assert_eq!(c.lost_for(LostReason::Discarded), 3);
+    assert_eq!(c.lost(LostReason::Discarded), 3);
     assert!(c.balanced());
 }
 
@@ -338,20 +339,20 @@ fn staging_from_a_plain_thread_after_the_runtime_is_gone() {
     std::thread::spawn(move || {
         assert_eq!(o2.stage(t(1), 99), Staged::Refused);
         let c = o2.counters();
-        assert_eq!(c.lost_for(LostReason::Shutdown), 1);
+        assert_eq!(c.lost(LostReason::Shutdown), 1);
         assert_eq!(c.pending, 0);
         assert!(c.balanced(), "{c:?}");
         // Answers come at once, without a runtime to drive them.
         let r = futures_block_on(o2.flush(Duration::from_secs(1)));
         assert!(r.deadline_passed);
         let r = futures_block_on(o2.shutdown(Duration::from_secs(1)));
-        assert_eq!(r.report.pending, 0);
+        assert_eq!(r.pending, 0);
         assert!(o2.abandon().is_empty());
     })
     .join()
     .unwrap();
     let c = o.counters();
-    assert_eq!(c.lost_for(LostReason::Abandoned), 4);
+    assert_eq!(c.lost(LostReason::Abandoned), 4);
     assert!(c.balanced());
 }
 
@@ -447,7 +448,7 @@ fn concurrent_stage_flush_shutdown_abandon_stay_balanced() {
                     .unwrap();
             }
             assert!(r1.first && !r2.first, "round {round}");
-            assert_eq!(r1.report.pending, 0);
+            assert_eq!(r1.pending, 0);
             let c = o.counters();
             assert_eq!(c.pending, 0, "round {round}: {c:?}");
             assert_eq!(o.pending(), 0);
@@ -469,7 +470,7 @@ fn concurrent_stage_flush_shutdown_abandon_stay_balanced() {
             // stored yet counted lost: see
             // `a_given_up_write_that_came_back_written_is_still_a_dead_letter`.
             let stored: u64 = sink.store().values().map(|v| v.len() as u64).sum();
-            let given_up = c.lost_for(LostReason::Abandoned) + c.lost_for(LostReason::Deadline);
+            let given_up = c.lost(LostReason::Abandoned) + c.lost(LostReason::Deadline);
             assert!(
                 stored >= c.written && stored <= c.written + given_up,
                 "round {round}: stored {stored}, {c:?}"
@@ -505,7 +506,7 @@ fn a_given_up_write_that_came_back_written_is_not_a_dead_letter() {
         r.unwritten.is_empty(),
         "the sink said it wrote item 7, yet it is handed back: {:?} (lost {})",
         r.unwritten,
-        r.report.lost
+        r.lost
     );
 }
 
@@ -526,11 +527,12 @@ impl Drop for Boom {
 #[derive(Clone, Default)]
 struct BoomSink(Arc<std::sync::Mutex<Vec<u32>>>);
 impl Sink for BoomSink {
+    type Tenant = TenantId;
     type Item = Boom;
     fn name(&self) -> &str {
         "rev-boom"
     }
-    async fn write(&self, _: TenantId, items: &[Boom]) -> Result<Written, WriteError> {
+    async fn write(&self, _: &TenantId, items: &[Boom]) -> Result<Written, WriteError> {
         self.0.lock().unwrap().extend(items.iter().map(|b| b.id));
         Ok(Written::ALL)
     }
@@ -581,11 +583,12 @@ struct HangingBoomSink {
     attempts: Arc<AtomicU64>,
 }
 impl Sink for HangingBoomSink {
+    type Tenant = TenantId;
     type Item = Boom;
     fn name(&self) -> &str {
         "rev-boom-hang"
     }
-    async fn write(&self, _: TenantId, _: &[Boom]) -> Result<Written, WriteError> {
+    async fn write(&self, _: &TenantId, _: &[Boom]) -> Result<Written, WriteError> {
         self.attempts.fetch_add(1, Ordering::SeqCst);
         std::future::pending().await
     }
@@ -622,7 +625,7 @@ async fn unclaimed_dead_letters_that_panic_in_drop_keep_the_writer() {
         "answered at the first deadline"
     );
     let c = o.counters();
-    assert_eq!((c.lost_for(LostReason::Deadline), c.pending), (4, 0));
+    assert_eq!((c.lost(LostReason::Deadline), c.pending), (4, 0));
     // The writer lives: a flush on the closed outbox answers at once, in time.
     let f = o.flush(Duration::from_secs(1)).await;
     assert_eq!(f, Report::default(), "the writer died: {f:?}");
@@ -647,7 +650,7 @@ async fn abandoned_in_flight_items_that_panic_in_drop_keep_the_writer() {
     }
     let f = o.flush(Duration::from_secs(1)).await;
     assert_eq!(f, Report::default(), "the writer died: {f:?}");
-    assert_eq!(o.counters().lost_for(LostReason::Abandoned), 1);
+    assert_eq!(o.counters().lost(LostReason::Abandoned), 1);
 }
 
 /// Regression (second review, P3): an item refused at stage time is
@@ -663,7 +666,7 @@ fn a_refused_item_that_panics_in_drop_does_not_panic_stage() {
         assert_eq!(staged.ok(), Some(Staged::Refused));
         o.counters()
     });
-    assert_eq!(counters.lost_for(LostReason::Shutdown), 1);
+    assert_eq!(counters.lost(LostReason::Shutdown), 1);
     assert_metrics_match(&snapshot(&snap), "rev-boom", &counters);
 }
 
@@ -685,11 +688,12 @@ fn an_item_dropped_at_stage_time_may_read_the_outbox() {
     }
     struct ReSink;
     impl Sink for ReSink {
+        type Tenant = TenantId;
         type Item = Reentrant;
         fn name(&self) -> &str {
             "rev-reentrant"
         }
-        async fn write(&self, _: TenantId, _: &[Reentrant]) -> Result<Written, WriteError> {
+        async fn write(&self, _: &TenantId, _: &[Reentrant]) -> Result<Written, WriteError> {
             std::future::pending().await
         }
     }

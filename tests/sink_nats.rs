@@ -84,13 +84,13 @@ impl Nats {
 fn expected(sink: &NatsSink<Envelope>, tenant: TenantId, items: &[Envelope]) -> Stored {
     items
         .iter()
-        .map(|e| (sink.subject(tenant), e.payload.clone()))
+        .map(|e| (sink.subject(&tenant).unwrap(), e.payload.clone()))
         .collect()
 }
 
 /// Writes with retries, as the driver would (S-W5, S-W7).
 async fn write_retrying(sink: &NatsSink<Envelope>, tenant: TenantId, slice: &[Envelope]) {
-    common::sink::write_retrying(sink, tenant, slice, 6).await;
+    common::sink::write_retrying(sink, &tenant, slice, 6).await;
 }
 
 // S-W5, I1: the server stores every message but the acks are lost; the
@@ -104,7 +104,7 @@ async fn retry_after_lost_acks_leaves_one_copy() {
     let slice = items("a", 10);
 
     n.proxy.set_mode(Mode::DropReplies);
-    let e = retryable(n.sink.write(tenant, &slice).await);
+    let e = retryable(n.sink.write(&tenant, &slice).await);
     eprintln!("acks lost: {e}");
     eventually("the first attempt to be stored", DEADLINE, || async {
         (n.count().await == 10).then_some(())
@@ -132,18 +132,18 @@ async fn order_per_tenant_holds_with_pipelined_publishes() {
     for round in 0..3 {
         let s1 = items(&format!("t1-r{round}"), 20);
         let s2 = items(&format!("t2-r{round}"), 20);
-        n.sink.write(t1, &s1).await.unwrap();
-        n.sink.write(t2, &s2).await.unwrap();
-        n.sink.write(t1, &s1).await.unwrap();
+        n.sink.write(&t1, &s1).await.unwrap();
+        n.sink.write(&t2, &s2).await.unwrap();
+        n.sink.write(&t1, &s1).await.unwrap();
         want1.extend(expected(&n.sink, t1, &s1));
         want2.extend(expected(&n.sink, t2, &s2));
     }
-    assert_eq!(n.sink.write(t1, &[]).await.unwrap(), Written::ALL);
+    assert_eq!(n.sink.write(&t1, &[]).await.unwrap(), Written::ALL);
 
     let stored = n.stored().await;
     assert_eq!(stored.len(), 120, "one copy of each");
     let of = |t: TenantId| -> Stored {
-        let subject = n.sink.subject(t);
+        let subject = n.sink.subject(&t).unwrap();
         stored.iter().filter(|m| m.0 == subject).cloned().collect()
     };
     assert_eq!(of(t1), want1);
@@ -166,7 +166,7 @@ async fn a_write_during_an_outage_fails_retryably_and_a_later_one_succeeds() {
 
     n.proxy.set_mode(Mode::Refuse);
     n.proxy.cut_all();
-    let e = retryable(n.sink.write(tenant, &first).await);
+    let e = retryable(n.sink.write(&tenant, &first).await);
     eprintln!("refused: {e}");
 
     n.proxy.set_mode(Mode::Pass);
@@ -174,7 +174,7 @@ async fn a_write_during_an_outage_fails_retryably_and_a_later_one_succeeds() {
     write_retrying(&n.sink, tenant, &first).await;
 
     n.proxy.set_mode(Mode::Stall);
-    let e = retryable(n.sink.write(tenant, &second).await);
+    let e = retryable(n.sink.write(&tenant, &second).await);
     eprintln!("stalled: {e}");
     n.proxy.set_mode(Mode::Pass);
     write_retrying(&n.sink, tenant, &second).await;
@@ -201,7 +201,7 @@ async fn oversized_messages_are_terminal_and_a_missing_stream_retryable() {
     // Over the server's max_payload: refused before anything is published.
     let max = n.client.server_info().max_payload;
     let huge = vec![Envelope::new(vec![b'x'; max + 1])];
-    let e = terminal(n.sink.write(tenant, &huge).await);
+    let e = terminal(n.sink.write(&tenant, &huge).await);
     assert!(e.to_string().contains("max_payload"), "{e}");
 
     // Over the stream's max_message_size: JetStream error 10054.
@@ -221,7 +221,7 @@ async fn oversized_messages_are_terminal_and_a_missing_stream_retryable() {
         .expect("create the small stream");
     let e = terminal(
         small_sink
-            .write(tenant, &[Envelope::new(vec![b'y'; 200])])
+            .write(&tenant, &[Envelope::new(vec![b'y'; 200])])
             .await,
     );
     eprintln!("too large for the stream: {e}");
@@ -231,9 +231,89 @@ async fn oversized_messages_are_terminal_and_a_missing_stream_retryable() {
     let nowhere = NatsSink::<Envelope>::new(n.client.clone(), &format!("{}_none", n.stream))
         .unwrap()
         .ack_timeout(ACK_TIMEOUT);
-    let e = retryable(nowhere.write(tenant, &items("x", 1)).await);
+    let e = retryable(nowhere.write(&tenant, &items("x", 1)).await);
     eprintln!("no stream: {e}");
 
+    assert_eq!(n.count().await, 0);
+    n.delete().await;
+}
+
+/// Writes two slices for `tenant` through a sink keyed by `K` on the
+/// test's stream, the first twice (the repeat absorbed by the message
+/// ids), and checks the stream holds one copy of each on `subject`.
+async fn round_trip<K: outbox::sinks::nats::NatsTenant>(n: &Nats, tenant: K, subject: &str) {
+    let sink = NatsSink::<Envelope, K>::new(n.client.clone(), &n.stream)
+        .expect("valid prefix")
+        .ack_timeout(ACK_TIMEOUT);
+    assert_eq!(sink.subject(&tenant).unwrap(), subject);
+    let (first, second) = (items("k1", 3), items("k2", 2));
+    for slice in [&first, &first, &second] {
+        assert_eq!(sink.write(&tenant, slice).await.unwrap(), Written::ALL);
+    }
+    let want: Stored = first
+        .iter()
+        .chain(&second)
+        .map(|e| (subject.to_owned(), e.payload.clone()))
+        .collect();
+    assert_eq!(n.stored().await, want, "one copy of each, in order");
+}
+
+// The tenant key is the user's type: each maps to its subject token.
+#[tokio::test]
+async fn u64_keys_publish_to_their_decimal_subject() {
+    let Some(n) = setup("nats_key_u64").await else {
+        return;
+    };
+    let subject = format!("{}.18446744073709551615", n.stream);
+    round_trip(&n, u64::MAX, &subject).await;
+    n.delete().await;
+}
+
+#[tokio::test]
+async fn i64_keys_publish_to_their_decimal_subject() {
+    let Some(n) = setup("nats_key_i64").await else {
+        return;
+    };
+    let subject = format!("{}.-42", n.stream);
+    round_trip(&n, -42i64, &subject).await;
+    n.delete().await;
+}
+
+#[tokio::test]
+async fn string_keys_publish_to_their_own_subject() {
+    let Some(n) = setup("nats_key_string").await else {
+        return;
+    };
+    let subject = format!("{}.acme-eu_1", n.stream);
+    round_trip(&n, "acme-eu_1".to_owned(), &subject).await;
+    n.delete().await;
+}
+
+#[tokio::test]
+async fn uuid_keys_publish_to_their_hyphenated_subject() {
+    let Some(n) = setup("nats_key_uuid").await else {
+        return;
+    };
+    let id = uuid::Uuid::from_u128(0x0192_3456_789a_7bcd_8ef0_1234_5678_9abc);
+    let subject = format!("{}.01923456-789a-7bcd-8ef0-123456789abc", n.stream);
+    round_trip(&n, id, &subject).await;
+    n.delete().await;
+}
+
+// A string key that is not a subject token is refused terminally before
+// anything is published: never encoded, never a panic.
+#[tokio::test]
+async fn a_string_key_that_is_not_a_token_is_terminal_and_publishes_nothing() {
+    let Some(n) = setup("nats_key_bad").await else {
+        return;
+    };
+    let sink = NatsSink::<Envelope, String>::new(n.client.clone(), &n.stream)
+        .expect("valid prefix")
+        .ack_timeout(ACK_TIMEOUT);
+    for bad in ["", "acme.eu", "a*", ">", "a b"] {
+        let e = terminal(sink.write(&bad.to_owned(), &items("bad", 2)).await);
+        assert!(e.to_string().contains("subject token"), "{e}");
+    }
     assert_eq!(n.count().await, 0);
     n.delete().await;
 }

@@ -76,7 +76,7 @@ fn expected(items: &[Envelope]) -> Vec<(Uuid, Vec<u8>)> {
 /// After a cut, a pooled connection may fail once before the pool notices
 /// it is closed.
 async fn write_retrying(sink: &PostgresSink<Envelope>, tenant: TenantId, slice: &[Envelope]) {
-    common::sink::write_retrying(sink, tenant, slice, 5).await;
+    common::sink::write_retrying(sink, &tenant, slice, 5).await;
 }
 
 /// Writes `n` items, cutting the connection on the server's reply
@@ -93,7 +93,7 @@ async fn cut_commit_reply_then_retry(
     let slice = items("a", n);
 
     let cut = pg.proxy.cut_reply_on(pattern);
-    retryable(pg.sink.write(tenant, &slice).await);
+    retryable(pg.sink.write(&tenant, &slice).await);
     cut.fired(DEADLINE).await;
     assert_eq!(
         pg.rows(tenant).await,
@@ -101,7 +101,7 @@ async fn cut_commit_reply_then_retry(
         "the first attempt committed"
     );
 
-    assert_eq!(pg.sink.write(tenant, &slice).await.unwrap(), Written::ALL);
+    assert_eq!(pg.sink.write(&tenant, &slice).await.unwrap(), Written::ALL);
     assert_eq!(
         pg.rows(tenant).await,
         expected(&slice),
@@ -145,7 +145,7 @@ async fn a_cut_inside_the_transaction_writes_nothing_then_the_retry_writes_all()
     let slice = items("b", 12);
 
     let cut = pg.proxy.cut_reply_on(b"INSERT 0 5\0");
-    retryable(pg.sink.write(tenant, &slice).await);
+    retryable(pg.sink.write(&tenant, &slice).await);
     cut.fired(DEADLINE).await;
     assert_eq!(
         pg.count().await,
@@ -153,7 +153,7 @@ async fn a_cut_inside_the_transaction_writes_nothing_then_the_retry_writes_all()
         "nothing of the cut transaction is visible"
     );
 
-    pg.sink.write(tenant, &slice).await.unwrap();
+    pg.sink.write(&tenant, &slice).await.unwrap();
     assert_eq!(pg.rows(tenant).await, expected(&slice));
     pg.drop_table().await;
 }
@@ -177,22 +177,22 @@ async fn order_per_tenant_holds_across_statements_and_writes() {
     for round in 0..3 {
         let s1 = items(&format!("t1-r{round}"), 25);
         let s2 = items(&format!("t2-r{round}"), 25);
-        pg.sink.write(t1, &s1).await.unwrap();
-        pg.sink.write(t2, &s2).await.unwrap();
+        pg.sink.write(&t1, &s1).await.unwrap();
+        pg.sink.write(&t2, &s2).await.unwrap();
         // A repeat of the same slice is absorbed and moves nothing.
-        pg.sink.write(t1, &s1).await.unwrap();
+        pg.sink.write(&t1, &s1).await.unwrap();
         want1.extend(expected(&s1));
         want2.extend(expected(&s2));
     }
     // An id repeated inside one slice: the first occurrence stays.
     let first = Envelope::new(b"dup-first".to_vec());
     let again = Envelope::with_id(first.id, b"dup-second".to_vec());
-    pg.sink.write(t2, &[first.clone(), again]).await.unwrap();
+    pg.sink.write(&t2, &[first.clone(), again]).await.unwrap();
     want2.push((first.id, first.payload.clone()));
 
     assert_eq!(pg.rows(t1).await, want1);
     assert_eq!(pg.rows(t2).await, want2);
-    assert_eq!(pg.sink.write(t1, &[]).await.unwrap(), Written::ALL);
+    assert_eq!(pg.sink.write(&t1, &[]).await.unwrap(), Written::ALL);
     pg.drop_table().await;
 }
 
@@ -208,12 +208,12 @@ async fn a_write_during_an_outage_fails_retryably_and_a_later_one_succeeds() {
 
     pg.proxy.set_mode(Mode::Refuse);
     pg.proxy.cut_all();
-    let e = retryable(pg.sink.write(tenant, &slice).await);
+    let e = retryable(pg.sink.write(&tenant, &slice).await);
     eprintln!("refused: {e}");
 
     // Accepted but silent: the pool's create timeout turns it into an error.
     pg.proxy.set_mode(Mode::Stall);
-    let e = retryable(pg.sink.write(tenant, &slice).await);
+    let e = retryable(pg.sink.write(&tenant, &slice).await);
     eprintln!("stalled: {e}");
     assert_eq!(pg.count().await, 0);
 
@@ -235,12 +235,12 @@ async fn a_write_cancelled_on_a_stall_then_retried_leaves_one_copy() {
     let tenant = TenantId::new_v7();
     let slow = items("slow", 3);
     pg.proxy.set_mode(Mode::Delay(Duration::from_millis(20)));
-    pg.sink.write(tenant, &slow).await.unwrap();
+    pg.sink.write(&tenant, &slow).await.unwrap();
 
     let slice = items("d", 8);
     pg.proxy.set_mode(Mode::Stall);
     let hung =
-        tokio::time::timeout(Duration::from_millis(300), pg.sink.write(tenant, &slice)).await;
+        tokio::time::timeout(Duration::from_millis(300), pg.sink.write(&tenant, &slice)).await;
     assert!(hung.is_err(), "a stalled write does not finish");
 
     pg.proxy.set_mode(Mode::Pass);
@@ -274,24 +274,139 @@ async fn data_errors_are_terminal_and_schema_errors_retryable() {
         Envelope::new(b"ok".to_vec()),
         Envelope::new(b"far too long".to_vec()),
     ];
-    let e = terminal(pg.sink.write(tenant, &slice).await);
+    let e = terminal(pg.sink.write(&tenant, &slice).await);
     assert!(e.to_string().contains("short_payload"), "{e}");
     assert_eq!(pg.count().await, 0, "all-or-nothing");
 
     // 23505 on a unique key other than (tenant, item_id).
     pg.sink
-        .write(tenant, &[Envelope::new(b"same".to_vec())])
+        .write(&tenant, &[Envelope::new(b"same".to_vec())])
         .await
         .unwrap();
     terminal(
         pg.sink
-            .write(tenant, &[Envelope::new(b"same".to_vec())])
+            .write(&tenant, &[Envelope::new(b"same".to_vec())])
             .await,
     );
     assert_eq!(pg.count().await, 1);
 
     // 42P01 undefined_table: retryable (an operator creates it).
     pg.drop_table().await;
-    let e = retryable(pg.sink.write(tenant, &[Envelope::new(b"x".to_vec())]).await);
+    let e = retryable(
+        pg.sink
+            .write(&tenant, &[Envelope::new(b"x".to_vec())])
+            .await,
+    );
     assert!(e.to_string().contains("does not exist"), "{e}");
+}
+
+/// Writes two slices for `tenant` through a sink keyed by `K` on a fresh
+/// table, the first twice (the repeat absorbed), and returns what the
+/// table holds for it: `(tenant as text, item id, payload)` in `seq`
+/// order, with the `tenant` column's SQL type.
+async fn round_trip<K>(test: &str, tenant: K) -> Option<(String, Vec<(String, Uuid, Vec<u8>)>)>
+where
+    K: outbox::sinks::postgres::PgTenant,
+{
+    let (admin, _proxy, pool) =
+        postgres::connect(test, 2, Duration::from_secs(2), Duration::from_millis(500)).await?;
+    let table = servers::unique_name(test);
+    let sink = PostgresSink::<Envelope, K>::new(pool, &table).expect("valid table name");
+    sink.create_table().await.expect("create the table");
+    let (first, second) = (items("k1", 3), items("k2", 2));
+    for slice in [&first, &first, &second] {
+        assert_eq!(sink.write(&tenant, slice).await.unwrap(), Written::ALL);
+    }
+    let column: String = admin
+        .query_one(
+            "SELECT data_type FROM information_schema.columns \
+             WHERE table_name = $1 AND column_name = 'tenant'",
+            &[&table],
+        )
+        .await
+        .expect("the tenant column")
+        .get(0);
+    let sql = format!("SELECT tenant::text, item_id, payload FROM \"{table}\" ORDER BY seq");
+    let rows = admin
+        .query(&sql, &[])
+        .await
+        .expect("read back")
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect::<Vec<(String, Uuid, Vec<u8>)>>();
+    let want: Vec<_> = first
+        .iter()
+        .chain(&second)
+        .map(|e| (rows[0].0.clone(), e.id, e.payload.clone()))
+        .collect();
+    assert_eq!(rows, want, "one copy of each, in order, one tenant");
+    postgres::drop_table(&admin, &table).await;
+    Some((column, rows))
+}
+
+// The tenant key is the user's type: each maps to its column type and
+// round-trips as the same tenant.
+#[tokio::test]
+async fn u64_keys_use_a_bigint_column() {
+    let Some((column, rows)) = round_trip("pg_key_u64", u64::try_from(i64::MAX).unwrap()).await
+    else {
+        return;
+    };
+    assert_eq!(column, "bigint");
+    assert_eq!(rows[0].0, i64::MAX.to_string());
+}
+
+#[tokio::test]
+async fn i64_keys_use_a_bigint_column() {
+    let Some((column, rows)) = round_trip("pg_key_i64", -42i64).await else {
+        return;
+    };
+    assert_eq!(column, "bigint");
+    assert_eq!(rows[0].0, "-42");
+}
+
+#[tokio::test]
+async fn string_keys_use_a_text_column() {
+    let Some((column, rows)) = round_trip("pg_key_string", "acme.eu/1 ü".to_owned()).await else {
+        return;
+    };
+    assert_eq!(column, "text");
+    assert_eq!(rows[0].0, "acme.eu/1 ü");
+}
+
+#[tokio::test]
+async fn uuid_keys_use_a_uuid_column() {
+    let id = Uuid::from_u128(0x0192_3456_789a_7bcd_8ef0_1234_5678_9abc);
+    let Some((column, rows)) = round_trip("pg_key_uuid", id).await else {
+        return;
+    };
+    assert_eq!(column, "uuid");
+    assert_eq!(rows[0].0, "01923456-789a-7bcd-8ef0-123456789abc");
+}
+
+// A u64 key above i64::MAX is refused before any I/O, never wrapped into
+// a negative bigint; the table stays empty.
+#[tokio::test]
+async fn a_u64_key_above_i64_max_is_terminal_and_writes_nothing() {
+    let Some((admin, _proxy, pool)) = postgres::connect(
+        "pg_key_u64_over",
+        2,
+        Duration::from_secs(2),
+        Duration::from_millis(500),
+    )
+    .await
+    else {
+        return;
+    };
+    let table = servers::unique_name("pg_key_u64_over");
+    let sink = PostgresSink::<Envelope, u64>::new(pool, &table).expect("valid table name");
+    sink.create_table().await.expect("create the table");
+    let e = terminal(sink.write(&u64::MAX, &items("over", 2)).await);
+    assert!(e.to_string().contains("i64::MAX"), "{e}");
+    let over = u64::try_from(i64::MAX).unwrap() + 1;
+    terminal(sink.write(&over, &items("over", 1)).await);
+    let sql = format!("SELECT count(*) FROM \"{table}\"");
+    let n: i64 = admin.query_one(&sql, &[]).await.expect("count").get(0);
+    assert_eq!(n, 0);
+    postgres::drop_table(&admin, &table).await;
 }

@@ -96,11 +96,12 @@ pub struct Counting {
 }
 
 impl Sink for Counting {
+    type Tenant = TenantId;
     type Item = u64;
     fn name(&self) -> &str {
         "bench"
     }
-    async fn write(&self, _: TenantId, items: &[u64]) -> Result<Written, WriteError> {
+    async fn write(&self, _: &TenantId, items: &[u64]) -> Result<Written, WriteError> {
         self.written
             .fetch_add(items.len() as u64, Ordering::Relaxed);
         Ok(Written::ALL)
@@ -116,13 +117,14 @@ pub struct Failing {
 }
 
 impl Sink for Failing {
+    type Tenant = TenantId;
     type Item = u64;
     fn name(&self) -> &str {
         "bench-failing"
     }
-    async fn write(&self, tenant: TenantId, items: &[u64]) -> Result<Written, WriteError> {
+    async fn write(&self, tenant: &TenantId, items: &[u64]) -> Result<Written, WriteError> {
         self.attempts.fetch_add(1, Ordering::Relaxed);
-        if (self.failing)(tenant) {
+        if (self.failing)(*tenant) {
             return Err(WriteError::retryable("always failing"));
         }
         self.written

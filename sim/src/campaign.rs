@@ -5,9 +5,11 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use outbox::core::Counters;
+use outbox::core::{Counters, DropReason, LostReason};
 
-use crate::world::{run_seed, Failure, RunOptions, WorldError, WorldKind};
+use outbox::testkit::Violation;
+
+use crate::world::{run_seed, RunOptions, WorldError, WorldKind};
 
 /// Every 64th seed (and every replay) runs twice to check determinism.
 pub const DETERMINISM_EVERY: u64 = 64;
@@ -47,7 +49,7 @@ pub struct Summary {
     /// Faults and controls injected, by kind.
     pub faults: BTreeMap<&'static str, u64>,
     /// Failing seeds, in seed order.
-    pub failures: Vec<(u64, Failure)>,
+    pub failures: Vec<(u64, Violation)>,
     /// Wall-clock time (for the printout only).
     pub elapsed: Duration,
 }
@@ -61,11 +63,11 @@ impl Summary {
         s.writes += c.writes;
         s.attempts += c.attempts;
         s.failed_attempts += c.failed_attempts;
-        for (a, b) in s.lost.iter_mut().zip(c.lost) {
-            *a += b;
+        for r in LostReason::ALL {
+            s.set_lost(r, s.lost(r) + c.lost(r));
         }
-        for (a, b) in s.dropped.iter_mut().zip(c.dropped) {
-            *a += b;
+        for r in DropReason::ALL {
+            s.set_dropped(r, s.dropped(r) + c.dropped(r));
         }
     }
 }

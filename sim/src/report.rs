@@ -57,11 +57,11 @@ pub fn summary(s: &Summary) -> String {
     row(&mut o, "pending at the end", num(c.pending));
     row(&mut o, "lost", num(c.lost_total()));
     for r in LostReason::ALL {
-        row(&mut o, &format!("  {}", r.as_str()), num(c.lost_for(r)));
+        row(&mut o, &format!("  {}", r.as_str()), num(c.lost(r)));
     }
     row(&mut o, "dropped", num(c.dropped_total()));
     for r in DropReason::ALL {
-        row(&mut o, &format!("  {}", r.as_str()), num(c.dropped_for(r)));
+        row(&mut o, &format!("  {}", r.as_str()), num(c.dropped(r)));
     }
     let _ = writeln!(o, "speed");
     row(&mut o, "wall time", format!("{secs:.2} s"));

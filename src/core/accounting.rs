@@ -1,9 +1,12 @@
-//! Exact accounting: where every staged item is (SPEC S-W14, S-A6).
+//! Exact accounting: where every staged item is (S-W14, S-A6).
 
 use std::fmt;
 
-/// Why items were lost: accepted, then given up (SPEC "lost").
+/// Why items were lost: accepted, then given up (contract: "lost").
+///
+/// Non-exhaustive: new reasons will come (a match needs a `_` arm).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum LostReason {
     /// Staged after the shutdown fence (S-W9).
     Shutdown,
@@ -25,7 +28,7 @@ pub enum LostReason {
 }
 
 impl LostReason {
-    /// Every reason, in a fixed order (the index of [`Counters::lost`]).
+    /// Every reason, in a fixed order; the array grows with new reasons.
     pub const ALL: [LostReason; 8] = [
         LostReason::Shutdown,
         LostReason::Deadline,
@@ -57,7 +60,10 @@ impl LostReason {
 }
 
 /// Why items were dropped: refused or discarded by a configured policy.
+///
+/// Non-exhaustive: new reasons will come (a match needs a `_` arm).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum DropReason {
     /// `capacity` or `capacity_bytes` was reached (S-A1, S-B5).
     BufferFull,
@@ -73,7 +79,7 @@ pub enum DropReason {
 }
 
 impl DropReason {
-    /// Every reason, in a fixed order (the index of [`Counters::dropped`]).
+    /// Every reason, in a fixed order; the array grows with new reasons.
     pub const ALL: [DropReason; 5] = [
         DropReason::BufferFull,
         DropReason::TenantFull,
@@ -113,9 +119,17 @@ impl fmt::Display for DropReason {
 /// The engine's counters: a snapshot from [`Engine::counters`](crate::core::Engine::counters).
 ///
 /// S-W14: `staged + recovered == written + pending + lost_total() +
-/// dropped_total()` at every instant; every field but `pending` only
+/// dropped_total()` at every instant; every count but `pending` only
 /// grows.
+///
+/// The totals are fields; the counts by reason are read through
+/// [`lost`](Self::lost) and [`dropped`](Self::dropped), so new reasons
+/// (and new fields: the struct is non-exhaustive) break no caller. A
+/// snapshot is a plain value: [`Counters::default`] and the setters build
+/// one by hand (expected values in tests, counters rebuilt from exported
+/// metrics) without touching any engine.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct Counters {
     /// Items offered to `stage`, accepted or not.
     pub staged: u64,
@@ -132,20 +146,29 @@ pub struct Counters {
     pub attempts: u64,
     /// Attempts that failed: sink error, panic, timeout, terminal rejection (S-W11).
     pub failed_attempts: u64,
-    /// Items lost, indexed like [`LostReason::ALL`].
-    pub lost: [u64; LostReason::ALL.len()],
-    /// Items dropped, indexed like [`DropReason::ALL`].
-    pub dropped: [u64; DropReason::ALL.len()],
+    /// Items lost, indexed like [`LostReason::ALL`]: read with [`lost`](Self::lost).
+    pub(crate) lost: [u64; LostReason::ALL.len()],
+    /// Items dropped, indexed like [`DropReason::ALL`]: read with [`dropped`](Self::dropped).
+    pub(crate) dropped: [u64; DropReason::ALL.len()],
 }
 
 impl Counters {
     /// Items lost for `reason`.
-    pub fn lost_for(&self, reason: LostReason) -> u64 {
+    pub fn lost(&self, reason: LostReason) -> u64 {
         self.lost[reason.index()]
     }
     /// Items dropped for `reason`.
-    pub fn dropped_for(&self, reason: DropReason) -> u64 {
+    pub fn dropped(&self, reason: DropReason) -> u64 {
         self.dropped[reason.index()]
+    }
+    /// Sets the items lost for `reason` (a snapshot built by hand; the
+    /// engine's own counters are never written through this).
+    pub fn set_lost(&mut self, reason: LostReason, items: u64) {
+        self.lost[reason.index()] = items;
+    }
+    /// Sets the items dropped for `reason` (a snapshot built by hand).
+    pub fn set_dropped(&mut self, reason: DropReason, items: u64) {
+        self.dropped[reason.index()] = items;
     }
     /// Items lost for any reason.
     pub fn lost_total(&self) -> u64 {
@@ -200,7 +223,7 @@ mod tests {
             .filter(|_| c.add_dropped(DropReason::BufferFull, 1))
             .collect();
         assert_eq!(logged.len(), 4, "1st, 1000th, 2000th, 3000th");
-        assert_eq!(c.dropped_for(DropReason::BufferFull), 3_000);
+        assert_eq!(c.dropped(DropReason::BufferFull), 3_000);
         // Another reason has its own count.
         assert!(c.add_lost(LostReason::Terminal, 5));
         assert!(!c.add_lost(LostReason::Terminal, 5));

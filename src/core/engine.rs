@@ -1,5 +1,5 @@
 //! The engine: every batching, retry, drop, loss, flush and shutdown
-//! decision, as a sans-IO state machine (SPEC S-C1).
+//! decision, as a sans-IO state machine (S-C1).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
@@ -26,7 +26,10 @@ pub type Weigher<I> = Box<dyn Fn(&I) -> u64 + Send + Sync>;
 pub const MAX_WEIGHT: u64 = 1 << 40;
 
 /// Whether `stage` accepted the item (S-W1, S-A1). The caller need not look.
+///
+/// Non-exhaustive: new outcomes may come (a match needs a `_` arm).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 #[must_use = "the decision is informational; use `let _ =` to ignore it"]
 pub enum Staged {
     /// The item is pending and will be written.
@@ -694,11 +697,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                 let id = self.waits.next_id();
                 self.events.push_back(Event::ShutdownDone {
                     id,
-                    report: ShutdownReport {
-                        report: Report::default(),
-                        first: false,
-                        unwritten: Vec::new(),
-                    },
+                    report: ShutdownReport::new(Report::default(), false, Vec::new()),
                 });
                 id
             }
@@ -993,23 +992,23 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         let joined = mem::take(&mut sd.joined);
         self.events.push_back(Event::ShutdownDone {
             id: first,
-            report: ShutdownReport {
+            report: ShutdownReport::new(
                 report,
-                first: true,
-                unwritten: unwritten.into_iter().map(|(k, _, v)| (k, v)).collect(),
-            },
+                true,
+                unwritten.into_iter().map(|(k, _, v)| (k, v)).collect(),
+            ),
         });
         for id in joined {
             self.events.push_back(Event::ShutdownDone {
                 id,
-                report: ShutdownReport {
-                    report: Report {
+                report: ShutdownReport::new(
+                    Report {
                         deadline_passed: report.deadline_passed,
                         ..Report::default()
                     },
-                    first: false,
-                    unwritten: Vec::new(),
-                },
+                    false,
+                    Vec::new(),
+                ),
             });
         }
     }

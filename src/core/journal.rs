@@ -973,7 +973,7 @@ mod tests {
         let total: u64 = settled.values().sum();
         assert_eq!(
             total,
-            c.staged - c.dropped_for(DropReason::BufferFull) - c.lost_for(LostReason::Shutdown)
+            c.staged - c.dropped(DropReason::BufferFull) - c.lost(LostReason::Shutdown)
         );
         assert_eq!(settled.get(&6), None, "refused after the fence");
         assert_eq!(settled.get(&5), Some(&1), "lost at the deadline");

@@ -74,7 +74,10 @@ impl Outcome {
 }
 
 /// The kind of a failed attempt, as events and logs name it.
+///
+/// Non-exhaustive: new kinds may come (a match needs a `_` arm).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Failure {
     /// The sink's retryable error.
     Error,
@@ -102,7 +105,10 @@ impl Failure {
 }
 
 /// What became of a failed attempt's slice.
+///
+/// Non-exhaustive: new fates may come (a match needs a `_` arm).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Next {
     /// Retried after this wait (S-W7), identical slice (S-W5).
     RetryIn(Duration),
@@ -133,13 +139,27 @@ pub struct Report {
     pub deadline_passed: bool,
 }
 
-/// The answer to a shutdown (S-W9, S-B6).
+/// The answer to a shutdown (S-W9, S-B6): the accounting of the items
+/// pending at the fence, read directly (`report.lost`), and the dead
+/// letters.
+///
+/// Only the first shutdown caller is given the accounting; a concurrent or
+/// later caller gets zeros, so a loss is reported exactly once (S-W9).
+/// Non-exhaustive: fields may be added.
 #[derive(Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct ShutdownReport<K, I> {
-    /// The accounting of the items pending at the fence. Only the first
-    /// shutdown caller is given it; a concurrent or later caller gets zeros,
-    /// so a loss is reported exactly once (S-W9).
-    pub report: Report,
+    /// Of the items pending at the fence, how many were written.
+    pub written: u64,
+    /// How many were dropped.
+    pub dropped: u64,
+    /// How many were lost (those unwritten at the deadline among them).
+    pub lost: u64,
+    /// How many are still pending: always 0, a shutdown answers only when
+    /// nothing is (I8).
+    pub pending: u64,
+    /// Whether the deadline passed before every item was settled.
+    pub deadline_passed: bool,
     /// Whether this caller is the one that started the shutdown.
     pub first: bool,
     /// The dead-letter hand-off (S-B6): every item given up at the deadline,
@@ -150,9 +170,45 @@ pub struct ShutdownReport<K, I> {
     pub unwritten: Vec<(K, Vec<I>)>,
 }
 
+impl<K, I> ShutdownReport<K, I> {
+    /// A report with the accounting `report`.
+    pub(crate) fn new(report: Report, first: bool, unwritten: Vec<(K, Vec<I>)>) -> Self {
+        let Report {
+            written,
+            dropped,
+            lost,
+            pending,
+            deadline_passed,
+        } = report;
+        ShutdownReport {
+            written,
+            dropped,
+            lost,
+            pending,
+            deadline_passed,
+            first,
+            unwritten,
+        }
+    }
+
+    /// The accounting alone, in the shape of a flush's [`Report`].
+    pub fn report(&self) -> Report {
+        Report {
+            written: self.written,
+            dropped: self.dropped,
+            lost: self.lost,
+            pending: self.pending,
+            deadline_passed: self.deadline_passed,
+        }
+    }
+}
+
 /// What the driver must export or act on, drained with
 /// [`Engine::poll_event`](super::Engine::poll_event).
+///
+/// Non-exhaustive: new events will come (a match needs a `_` arm).
 #[derive(Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Event<K, I> {
     /// Items refused or discarded by policy (S-A1, S-B7, S-A5).
     Dropped {

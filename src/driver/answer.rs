@@ -1,4 +1,4 @@
-//! The future a flush, settle or shutdown caller awaits (SPEC S-A4, S-W10,
+//! The future a flush, settle or shutdown caller awaits (S-A4, S-W10,
 //! S-W9, S-B6).
 
 use std::fmt;
@@ -9,7 +9,6 @@ use std::task::{Context, Poll};
 use tokio::sync::oneshot;
 
 use crate::core::{Report, ShutdownReport};
-use crate::TenantId;
 
 /// The answer to a [`flush`](crate::Outbox::flush),
 /// [`settle`](crate::Outbox::settle) or [`shutdown`](crate::Outbox::shutdown)
@@ -56,13 +55,9 @@ impl Unanswered for Report {
     }
 }
 
-impl<I> Unanswered for ShutdownReport<TenantId, I> {
+impl<K, I> Unanswered for ShutdownReport<K, I> {
     fn unanswered() -> Self {
-        ShutdownReport {
-            report: Report::unanswered(),
-            first: false,
-            unwritten: Vec::new(),
-        }
+        ShutdownReport::new(Report::unanswered(), false, Vec::new())
     }
 }
 

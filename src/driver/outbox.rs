@@ -1,4 +1,4 @@
-//! The `Outbox` handle and its builder (SPEC S-W1, S-A1, S-A4, S-W10,
+//! The `Outbox` handle and its builder (S-W1, S-A1, S-A4, S-W10,
 //! S-W9, S-B6, S-A7, S-W16).
 
 use std::fmt;
@@ -10,18 +10,17 @@ use tokio::sync::oneshot;
 
 use super::answer::{Answer, Unanswered};
 use super::contain;
-use super::shared::{Shared, Waiter};
+use super::shared::{Shared, SinkWaiter, Waiter};
 use super::writer::Writer;
 use crate::core::{
     Config, ConfigError, Counters, Engine, Report, ShutdownReport, Staged, Time, WaitId, Weigher,
 };
 use crate::sink::Sink;
 use crate::telemetry;
-use crate::TenantId;
 
-/// The default deadline of the shutdown that starts when every handle is
-/// dropped without one: 30 s (S-W16).
-pub const DEFAULT_DROP_DEADLINE: Duration = Duration::from_secs(30);
+/// The default timeout of the shutdown that starts when every handle is
+/// dropped without one: 30 s from the last drop (S-W16).
+pub const DEFAULT_DROP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Why an [`Outbox`] could not be built.
 #[derive(Debug)]
@@ -87,17 +86,17 @@ pub struct OutboxBuilder<S: Sink> {
     sink: S,
     config: Config,
     weigher: Option<Weigher<S::Item>>,
-    drop_deadline: Duration,
+    drop_timeout: Duration,
     runtime: Option<Handle>,
     #[cfg(feature = "journal")]
-    journal: Option<JournalSetup<S::Item>>,
+    journal: Option<JournalSetup<S::Tenant, S::Item>>,
 }
 
 /// A journal to open at build: where, and with which codec.
 #[cfg(feature = "journal")]
-type JournalSetup<I> = (
+type JournalSetup<K, I> = (
     crate::journal::JournalConfig,
-    Box<dyn crate::journal::Codec<TenantId, I>>,
+    Box<dyn crate::journal::Codec<K, I>>,
 );
 
 impl<S: Sink> fmt::Debug for OutboxBuilder<S> {
@@ -106,7 +105,7 @@ impl<S: Sink> fmt::Debug for OutboxBuilder<S> {
             .field("sink", &self.sink.name())
             .field("config", &self.config)
             .field("weigher", &self.weigher.is_some())
-            .field("drop_deadline", &self.drop_deadline)
+            .field("drop_timeout", &self.drop_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -126,12 +125,13 @@ impl<S: Sink> OutboxBuilder<S> {
         self
     }
 
-    /// The deadline of the shutdown the writer starts by itself when every
-    /// handle is dropped without a shutdown (S-W16); default
-    /// [`DEFAULT_DROP_DEADLINE`] (30 s). What is unwritten then is counted
-    /// lost under `deadline`, and logged.
-    pub fn drop_deadline(mut self, deadline: Duration) -> Self {
-        self.drop_deadline = deadline;
+    /// The timeout of the shutdown the writer starts by itself when every
+    /// handle is dropped without a shutdown (S-W16): its deadline is the
+    /// last drop plus `timeout`; default [`DEFAULT_DROP_TIMEOUT`] (30 s).
+    /// What is unwritten at that deadline is counted lost under
+    /// `deadline`, and logged.
+    pub fn drop_timeout(mut self, timeout: Duration) -> Self {
+        self.drop_timeout = timeout;
         self
     }
 
@@ -156,6 +156,7 @@ impl<S: Sink> OutboxBuilder<S> {
     #[cfg(feature = "journal")]
     pub fn journal(self, config: crate::journal::JournalConfig) -> Self
     where
+        S::Tenant: serde::Serialize + serde::de::DeserializeOwned,
         S::Item: serde::Serialize + serde::de::DeserializeOwned,
     {
         self.journal_with_codec(config, crate::journal::Postcard)
@@ -166,7 +167,7 @@ impl<S: Sink> OutboxBuilder<S> {
     pub fn journal_with_codec(
         mut self,
         config: crate::journal::JournalConfig,
-        codec: impl crate::journal::Codec<TenantId, S::Item>,
+        codec: impl crate::journal::Codec<S::Tenant, S::Item>,
     ) -> Self {
         self.journal = Some((config, Box::new(codec)));
         self
@@ -226,7 +227,7 @@ impl<S: Sink> OutboxBuilder<S> {
         if let (Some(journal), Some(committer)) = (&shared.journal, committer) {
             drop(shared.runtime().spawn(Arc::clone(journal).run(committer)));
         }
-        let writer = Writer::new(Arc::clone(&shared), log, self.drop_deadline);
+        let writer = Writer::new(Arc::clone(&shared), log, self.drop_timeout);
         drop(shared.runtime().spawn(writer.run()));
         // A shut-down runtime drops the task at once, and with it the
         // writer, whose drop marks it gone.
@@ -241,20 +242,20 @@ impl<S: Sink> OutboxBuilder<S> {
 
 /// An open journal and the committer its task runs.
 #[cfg(feature = "journal")]
-type OpenedJournal<I> = (
-    Arc<super::journal::Journal<TenantId, I>>,
+type OpenedJournal<K, I> = (
+    Arc<super::journal::Journal<K, I>>,
     crate::journal::Committer<Box<dyn crate::journal::Storage>>,
 );
 
 /// Opens a journal and stages what it recovers into `engine`, per tenant
 /// in staging order, before any new stage (D2, D4).
 #[cfg(feature = "journal")]
-fn open_journal<I: Send + 'static>(
+fn open_journal<K: crate::TenantKey, I: Send + 'static>(
     config: crate::journal::JournalConfig,
-    codec: Box<dyn crate::journal::Codec<TenantId, I>>,
+    codec: Box<dyn crate::journal::Codec<K, I>>,
     name: &str,
-    engine: &mut Engine<TenantId, I>,
-) -> Result<OpenedJournal<I>, BuildError> {
+    engine: &mut Engine<K, I>,
+) -> Result<OpenedJournal<K, I>, BuildError> {
     let dir = config.dir.display().to_string();
     let opened = super::journal::Journal::open(config, codec, name).map_err(BuildError::Journal)?;
     let r = &opened.report;
@@ -293,7 +294,7 @@ fn open_journal<I: Send + 'static>(
 /// Cheap to clone (`Send + Sync`); every clone is the same outbox. When the
 /// last clone is dropped without a [`shutdown`](Self::shutdown), the writer
 /// shuts down by itself with the builder's
-/// [`drop_deadline`](OutboxBuilder::drop_deadline) (default 30 s), then
+/// [`drop_timeout`](OutboxBuilder::drop_timeout) (default 30 s), then
 /// exits (S-W16). Dropping the runtime drops the writer: items still
 /// pending then cannot be written any more and are counted lost under
 /// `abandoned` (S-A7, S-W14), waiting callers are answered, and later
@@ -342,7 +343,7 @@ impl<S: Sink> Outbox<S> {
             sink,
             config: Config::default(),
             weigher: None,
-            drop_deadline: DEFAULT_DROP_DEADLINE,
+            drop_timeout: DEFAULT_DROP_TIMEOUT,
             runtime: None,
             #[cfg(feature = "journal")]
             journal: None,
@@ -366,7 +367,7 @@ impl<S: Sink> Outbox<S> {
     /// dropped by a capacity limit (S-A1, S-B5, S-B7: `buffer_full`,
     /// `tenant_full`) or refused after a shutdown began (S-W9: lost under
     /// `shutdown`). Every outcome is counted; the caller need not look.
-    pub fn stage(&self, tenant: TenantId, item: S::Item) -> Staged {
+    pub fn stage(&self, tenant: S::Tenant, item: S::Item) -> Staged {
         let shared = self.shared();
         #[cfg(feature = "journal")]
         if let Some(journal) = &shared.journal {
@@ -390,8 +391,8 @@ impl<S: Sink> Outbox<S> {
     #[cfg(feature = "journal")]
     fn stage_journaled(
         &self,
-        journal: &super::journal::Journal<TenantId, S::Item>,
-        tenant: TenantId,
+        journal: &super::journal::Journal<S::Tenant, S::Item>,
+        tenant: S::Tenant,
         item: S::Item,
     ) -> Staged {
         use crate::core::DropReason;
@@ -409,9 +410,10 @@ impl<S: Sink> Outbox<S> {
                     let staged = st.engine.refuse(now, tenant, DropReason::JournalFull);
                     return (staged, true, Some(item));
                 }
+                let key = tenant.clone();
                 let (staged, drain) = st.engine.stage_with(|| shared.now(), tenant, item);
                 if staged == Staged::Accepted {
-                    journal.append(tenant, record);
+                    journal.append(key, record);
                 }
                 (staged, drain, None)
             }),
@@ -474,10 +476,10 @@ impl<S: Sink> Outbox<S> {
     }
 
     /// Sends everything staged before this call at once, lingering batches
-    /// included, and answers when those items are settled or `timeout` has
-    /// passed (S-A4, S-W15). The [`Report`] says how many of them were
-    /// written, dropped and lost, how many are still pending, and whether
-    /// the deadline passed. Never overtakes earlier items; concurrent
+    /// included, and answers when those items are settled or at the
+    /// deadline, the call's time plus `timeout` (S-A4, S-W15). The
+    /// [`Report`] says how many of them were written, dropped and lost, how
+    /// many are still pending, and whether the deadline passed. Never overtakes earlier items; concurrent
     /// flushes each get their own truthful answer. Items staged after the
     /// call are not waited for.
     ///
@@ -490,8 +492,8 @@ impl<S: Sink> Outbox<S> {
         })
     }
 
-    /// Waits until everything staged before this call is settled, or
-    /// `timeout` has passed, without sending lingering batches early and
+    /// Waits until everything staged before this call is settled, or until
+    /// the deadline, the call's time plus `timeout`, without sending lingering batches early and
     /// without closing anything (S-W10). [`Report::pending`] is how many of
     /// those items are still pending (0 when everything settled).
     ///
@@ -505,21 +507,21 @@ impl<S: Sink> Outbox<S> {
     /// Shuts the outbox down (S-W9, S-B6). The fence goes up during this
     /// call, before the returned future is first polled: every later
     /// [`stage`](Self::stage) is refused and counted lost under `shutdown`.
-    /// Items staged before drain, with retries, until `timeout`; then the
-    /// writes in flight are cancelled and every unwritten item is counted
+    /// Items staged before drain, with retries, until the deadline, the
+    /// call's time plus `timeout`; then the writes in flight are cancelled and every unwritten item is counted
     /// lost under `deadline` and handed back in
     /// [`ShutdownReport::unwritten`]. After the answer nothing is pending
     /// and no write starts (I8).
     ///
     /// Called more than once (or concurrently), the first call's report
     /// carries the accounting and the others report zeros
-    /// ([`ShutdownReport::first`]); an earlier deadline of a later call
-    /// tightens the shutdown's.
+    /// ([`ShutdownReport::first`]); a later call whose deadline comes
+    /// earlier tightens the shutdown's.
     ///
     /// # Cancellation
     /// Dropping the future does not stop the shutdown; only its report is
     /// discarded, dead letters included (they stay counted lost).
-    pub fn shutdown(&self, timeout: Duration) -> Answer<ShutdownReport<TenantId, S::Item>> {
+    pub fn shutdown(&self, timeout: Duration) -> Answer<ShutdownReport<S::Tenant, S::Item>> {
         self.wait(Waiter::Shutdown, |engine, now| {
             engine.shutdown(now, now + timeout)
         })
@@ -532,7 +534,7 @@ impl<S: Sink> Outbox<S> {
     /// among them). While a shutdown is still to answer, they go to its
     /// dead letters instead ([`ShutdownReport::unwritten`]) and this returns
     /// nothing: each item is handed back once.
-    pub fn abandon(&self) -> Vec<(TenantId, Vec<S::Item>)> {
+    pub fn abandon(&self) -> Vec<(S::Tenant, Vec<S::Item>)> {
         let shared = self.shared();
         let now = shared.now();
         let held = shared.input(|st| st.engine.abandon(now));
@@ -542,8 +544,8 @@ impl<S: Sink> Outbox<S> {
 
     fn wait<T: Unanswered>(
         &self,
-        waiter: fn(oneshot::Sender<T>) -> Waiter<S::Item>,
-        start: impl FnOnce(&mut Engine<TenantId, S::Item>, Time) -> WaitId,
+        waiter: fn(oneshot::Sender<T>) -> SinkWaiter<S>,
+        start: impl FnOnce(&mut Engine<S::Tenant, S::Item>, Time) -> WaitId,
     ) -> Answer<T> {
         let shared = self.shared();
         let (tx, rx) = oneshot::channel();

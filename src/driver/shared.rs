@@ -1,6 +1,6 @@
 //! The state the handles and the writer share: the engine and the callers
 //! waiting for a flush, settle or shutdown, behind one short-held lock
-//! (SPEC S-C3, S-W15).
+//! (S-C3, S-W15).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -13,21 +13,23 @@ use super::contain;
 use crate::core::{Engine, Report, ShutdownReport, Time, WaitId};
 use crate::sink::Sink;
 use crate::telemetry::Export;
-use crate::TenantId;
 
 /// A caller waiting for its answer.
-pub(crate) enum Waiter<I> {
+pub(crate) enum Waiter<K, I> {
     /// A flush or settle.
     Report(oneshot::Sender<Report>),
     /// A shutdown.
-    Shutdown(oneshot::Sender<ShutdownReport<TenantId, I>>),
+    Shutdown(oneshot::Sender<ShutdownReport<K, I>>),
 }
 
-pub(crate) struct State<I> {
-    pub(crate) engine: Engine<TenantId, I>,
+/// The waiter of an outbox over the sink `S`.
+pub(crate) type SinkWaiter<S> = Waiter<<S as Sink>::Tenant, <S as Sink>::Item>;
+
+pub(crate) struct State<K, I> {
+    pub(crate) engine: Engine<K, I>,
     /// Callers waiting, by the engine's wait id. A `BTreeMap`, so anything
     /// done for all of them happens in one order every run.
-    pub(crate) waiters: BTreeMap<WaitId, Waiter<I>>,
+    pub(crate) waiters: BTreeMap<WaitId, Waiter<K, I>>,
     /// Every `Outbox` handle is gone: the writer drains and exits (S-W16).
     pub(crate) handles_gone: bool,
     /// The writer task is gone (its runtime shut down): nobody will answer
@@ -37,7 +39,7 @@ pub(crate) struct State<I> {
     export: Export,
 }
 
-impl<I> State<I> {
+impl<K: Ord + std::hash::Hash + Clone, I> State<K, I> {
     /// Exports the engine's counters (I3: after every step).
     pub(crate) fn export(&mut self) {
         self.export.export(self.engine.counters());
@@ -45,7 +47,7 @@ impl<I> State<I> {
 }
 
 pub(crate) struct Shared<S: Sink> {
-    state: Mutex<State<S::Item>>,
+    state: Mutex<State<S::Tenant, S::Item>>,
     /// Wakes the writer after an input (a stage, a control call).
     pub(crate) wake: Notify,
     pub(crate) sink: Arc<S>,
@@ -56,12 +58,12 @@ pub(crate) struct Shared<S: Sink> {
     /// The write-ahead journal, if configured (D1-D6). Its lock is taken
     /// inside the state's, never the other way round.
     #[cfg(feature = "journal")]
-    pub(crate) journal: Option<Arc<super::journal::Journal<TenantId, S::Item>>>,
+    pub(crate) journal: Option<Arc<super::journal::Journal<S::Tenant, S::Item>>>,
 }
 
 impl<S: Sink> Shared<S> {
     pub(crate) fn new(
-        engine: Engine<TenantId, S::Item>,
+        engine: Engine<S::Tenant, S::Item>,
         export: Export,
         sink: Arc<S>,
         runtime: Handle,
@@ -92,7 +94,7 @@ impl<S: Sink> Shared<S> {
     /// after the lock: an item's `Drop` is application code, which may be
     /// slow, read the outbox or panic (S-W13); a panic there is swallowed,
     /// the item being already counted.
-    pub(crate) fn input<R>(&self, f: impl FnOnce(&mut State<S::Item>) -> R) -> R {
+    pub(crate) fn input<R>(&self, f: impl FnOnce(&mut State<S::Tenant, S::Item>) -> R) -> R {
         let mut st = self.lock();
         let out = f(&mut st);
         st.export();
@@ -106,7 +108,7 @@ impl<S: Sink> Shared<S> {
 
     /// Locks the state. The engine is never left half-changed by a panic
     /// (it has none on valid input), so a poisoned lock is taken as is.
-    pub(crate) fn lock(&self) -> MutexGuard<'_, State<S::Item>> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State<S::Tenant, S::Item>> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 

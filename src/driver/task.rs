@@ -1,4 +1,4 @@
-//! One attempt of one write, run as its own task (SPEC S-W5, S-B3, S-W9,
+//! One attempt of one write, run as its own task (S-W5, S-B3, S-W9,
 //! S-C2): the sink's future under panic containment, a write timeout and
 //! the writer's cancellation; the items always travel back with the outcome.
 
@@ -10,17 +10,19 @@ use tokio_util::sync::CancellationToken;
 use super::contain::{self, Contained};
 use crate::core::{Outcome, Write};
 use crate::sink::{Sink, WriteError};
-use crate::TenantId;
 
 /// What a write task hands back to the writer: the write with its very
 /// items (S-C2), how the attempt ended, and the sink's error as text for
 /// the log (rendered inside the task, under containment).
 #[derive(Debug)]
-pub(crate) struct Finished<I> {
-    pub(crate) write: Write<TenantId, I>,
+pub(crate) struct Finished<K, I> {
+    pub(crate) write: Write<K, I>,
     pub(crate) outcome: Outcome,
     pub(crate) error: Option<String>,
 }
+
+/// What a write task of the sink `S` hands back.
+pub(crate) type SinkFinished<S> = Finished<<S as Sink>::Tenant, <S as Sink>::Item>;
 
 /// Runs one attempt of `write` on `sink`.
 ///
@@ -36,13 +38,13 @@ pub(crate) struct Finished<I> {
 ///   (S-W9 deadline, S-A7).
 pub(crate) async fn run<S: Sink>(
     sink: Arc<S>,
-    write: Write<TenantId, S::Item>,
+    write: Write<S::Tenant, S::Item>,
     deadline: Option<Instant>,
     cancel: CancellationToken,
-) -> Finished<S::Item> {
+) -> Finished<S::Tenant, S::Item> {
     // Only the sink's future (`Send` by the trait) may hold a borrow of the
     // items across an await, so `Item` need not be `Sync`.
-    let (outcome, error) = match contain::call(|| sink.write(write.tenant, &write.items)) {
+    let (outcome, error) = match contain::call(|| sink.write(&write.tenant, &write.items)) {
         Err(contain::Panicked) => (
             Outcome::Panicked,
             Some("the sink panicked creating the write".to_owned()),

@@ -1,6 +1,6 @@
 //! The writer task: the one place that drains the engine, spawns sink
 //! writes, joins them, arms the engine's timer and answers waiting callers
-//! (SPEC S-C3, S-W13, S-W15, S-W16, S-W17).
+//! (S-C3, S-W13, S-W15, S-W16, S-W17).
 
 use std::collections::BTreeMap;
 use std::mem;
@@ -13,44 +13,43 @@ use tokio_util::sync::CancellationToken;
 use super::answer::Unanswered;
 use super::contain;
 use super::shared::{Shared, Waiter};
-use super::task::{self as write_task, Finished};
+use super::task::{self as write_task, SinkFinished};
 use crate::core::{Event, LostReason, Report, ShutdownReport, Time, WaitId, Write, WriteId};
 use crate::sink::Sink;
 use crate::telemetry::Log;
-use crate::TenantId;
 
 /// A write task's end, applied to the engine in the next drain.
-enum Joined<I> {
+enum Joined<K, I> {
     /// The write came back with its outcome (S-C2).
-    Finished(Write<TenantId, I>, crate::core::Outcome),
+    Finished(Write<K, I>, crate::core::Outcome),
     /// The task ended without giving the items back (S-W13).
     Lost(WriteId),
 }
 
 /// What one round of draining the engine found.
-struct Drained<I> {
-    writes: Vec<Write<TenantId, I>>,
-    events: Vec<Event<TenantId, I>>,
-    waiters: BTreeMap<WaitId, Waiter<I>>,
+struct Drained<K, I> {
+    writes: Vec<Write<K, I>>,
+    events: Vec<Event<K, I>>,
+    waiters: BTreeMap<WaitId, Waiter<K, I>>,
 }
 
 pub(crate) struct Writer<S: Sink> {
     shared: Arc<Shared<S>>,
-    tasks: JoinSet<Finished<S::Item>>,
+    tasks: JoinSet<SinkFinished<S>>,
     /// Which write each running task carries, to count a task that could
     /// not be joined (S-W13).
     running: BTreeMap<task::Id, WriteId>,
     /// Cancels the writes in flight when the engine says so.
     cancel: CancellationToken,
     log: Log,
-    /// The deadline of the shutdown that follows the last handle's drop.
-    drop_deadline: Duration,
+    /// The timeout of the shutdown that follows the last handle's drop.
+    drop_timeout: Duration,
     /// Sink error texts of attempts joined but not yet logged.
     errors: BTreeMap<WriteId, String>,
     /// Writes joined since the last drain: every task already done is
     /// joined first and all go to the engine under the drain's one lock,
     /// rather than one lock per write (the callers contend for it).
-    joined: Vec<Joined<S::Item>>,
+    joined: Vec<Joined<S::Tenant, S::Item>>,
 }
 
 /// The writer task ended, or was dropped with its runtime (possibly
@@ -82,7 +81,7 @@ impl<S: Sink> Drop for Writer<S> {
                     Joined::Lost(id) => drop(st.engine.finish_lost(now, id)),
                 }
             }
-            let before = st.engine.counters().lost_for(LostReason::Abandoned);
+            let before = st.engine.counters().lost(LostReason::Abandoned);
             done.extend(st.engine.abandon(now).into_iter().map(|(_, items)| items));
             for id in self.running.values() {
                 // Given up by the abandon: this only lets a waiting shutdown
@@ -115,7 +114,7 @@ impl<S: Sink> Drop for Writer<S> {
                     Waiter::Shutdown(tx) => drop(tx.send(ShutdownReport::unanswered())),
                 }
             }
-            st.engine.counters().lost_for(LostReason::Abandoned) - before
+            st.engine.counters().lost(LostReason::Abandoned) - before
         });
         contain::drop_quietly(done);
         contain::drop_quietly(unclaimed);
@@ -132,14 +131,14 @@ impl<S: Sink> Drop for Writer<S> {
 }
 
 impl<S: Sink> Writer<S> {
-    pub(crate) fn new(shared: Arc<Shared<S>>, log: Log, drop_deadline: Duration) -> Self {
+    pub(crate) fn new(shared: Arc<Shared<S>>, log: Log, drop_timeout: Duration) -> Self {
         Writer {
             shared,
             tasks: JoinSet::new(),
             running: BTreeMap::new(),
             cancel: CancellationToken::new(),
             log,
-            drop_deadline,
+            drop_timeout,
             errors: BTreeMap::new(),
             joined: Vec::new(),
         }
@@ -195,7 +194,7 @@ impl<S: Sink> Writer<S> {
     /// A write task ended: its outcome goes to the engine with its items
     /// (S-C2), or, if the task panicked past containment or was aborted,
     /// its items are counted lost (S-W13); both in the next drain.
-    fn joined(&mut self, joined: Result<(task::Id, Finished<S::Item>), JoinError>) {
+    fn joined(&mut self, joined: Result<(task::Id, SinkFinished<S>), JoinError>) {
         match joined {
             Ok((task, finished)) => {
                 self.running.remove(&task);
@@ -252,10 +251,10 @@ impl<S: Sink> Writer<S> {
             }
             if st.handles_gone && !st.engine.is_shutting_down() {
                 // S-W16: the last handle is gone without a shutdown.
-                let _ = st.engine.shutdown(now, now + self.drop_deadline);
+                let _ = st.engine.shutdown(now, now + self.drop_timeout);
                 tracing::info!(
                     outbox = self.log.name(),
-                    deadline_ms = self.drop_deadline.as_millis() as u64,
+                    timeout_ms = self.drop_timeout.as_millis() as u64,
                     "every handle dropped; draining before the writer exits"
                 );
             }
@@ -310,7 +309,7 @@ impl<S: Sink> Writer<S> {
         (timeout, done)
     }
 
-    fn spawn(&mut self, write: Write<TenantId, S::Item>) {
+    fn spawn(&mut self, write: Write<S::Tenant, S::Item>) {
         let deadline = write.deadline.map(|at| self.shared.instant(at));
         let id = write.id;
         let run = write_task::run(
@@ -325,8 +324,8 @@ impl<S: Sink> Writer<S> {
 
     fn act(
         &mut self,
-        event: Event<TenantId, S::Item>,
-        waiters: &mut BTreeMap<WaitId, Waiter<S::Item>>,
+        event: Event<S::Tenant, S::Item>,
+        waiters: &mut BTreeMap<WaitId, Waiter<S::Tenant, S::Item>>,
     ) {
         let error = match &event {
             Event::AttemptFailed { id, .. } => self.errors.get(id).map(String::as_str),
@@ -360,8 +359,8 @@ impl<S: Sink> Writer<S> {
     /// clean shutdown leaves no pending item in the journal (S-J3).
     fn answer_shutdown(
         &self,
-        tx: tokio::sync::oneshot::Sender<ShutdownReport<TenantId, S::Item>>,
-        report: ShutdownReport<TenantId, S::Item>,
+        tx: tokio::sync::oneshot::Sender<ShutdownReport<S::Tenant, S::Item>>,
+        report: ShutdownReport<S::Tenant, S::Item>,
     ) {
         let send = move |report| {
             if let Err(report) = tx.send(report) {
@@ -389,14 +388,16 @@ mod tests {
     use super::*;
     use crate::core::{Config, Engine, Staged};
     use crate::sink::{WriteError, Written};
+    use crate::TenantId;
 
     struct Never;
     impl Sink for Never {
+        type Tenant = TenantId;
         type Item = u32;
         fn name(&self) -> &str {
             "never"
         }
-        async fn write(&self, _: TenantId, _: &[u32]) -> Result<Written, WriteError> {
+        async fn write(&self, _: &TenantId, _: &[u32]) -> Result<Written, WriteError> {
             std::future::pending().await
         }
     }
@@ -437,7 +438,7 @@ mod tests {
         let (_, done) = writer.pump();
         assert!(!done);
         let c = shared.lock().engine.counters().clone();
-        assert_eq!(c.lost_for(LostReason::JoinFailed), 1);
+        assert_eq!(c.lost(LostReason::JoinFailed), 1);
         assert_eq!(c.pending, 0);
         assert!(c.balanced());
         // The writer still works: the next item gets its own write.

@@ -4,7 +4,7 @@
 //! Both write [`Record`]s: an item that carries its own id (a UUID, minted
 //! once when the item is created, e.g. [`Envelope::new`]) and a payload of
 //! bytes. The pair (tenant, item id) is the item's **idempotency key**: the
-//! engine may repeat a write after an outcome it could not see (SPEC S-W5,
+//! engine may repeat a write after an outcome it could not see (S-W5,
 //! the idempotency duty of [`Sink`](crate::Sink)), and the store absorbs
 //! the repeat by that key, so a slice written twice leaves one copy (I1):
 //!
@@ -19,6 +19,25 @@
 //! content within a tenant: the second item would be taken for a repeat of
 //! the first and silently absorbed.
 //!
+//! # Tenant keys
+//! Each sink is generic over its tenant key `K` (the
+//! [`Sink::Tenant`](crate::Sink::Tenant) it declares), [`TenantId`] by
+//! default, and maps it to the store through a small trait:
+//!
+//! | key | `postgres` column ([`PgTenant`](postgres::PgTenant)) | `nats` subject token and message id ([`NatsTenant`](nats::NatsTenant)) |
+//! | --- | --- | --- |
+//! | [`TenantId`], [`Uuid`] | `uuid` | the hyphenated UUID |
+//! | `i64` | `bigint` | the decimal number, e.g. `-7` |
+//! | `u64` | `bigint`; a key above `i64::MAX` is rejected terminally ([`InvalidTenant`]) | the decimal number |
+//! | `String`, `Arc<str>` | `text` | the text itself, if it is a valid subject token, else rejected terminally ([`InvalidTenant`]) |
+//!
+//! A key the store cannot hold is never changed to fit (no wrap, no
+//! truncation, no encoding that could make two tenants one): the write is
+//! rejected as [terminal](crate::WriteError::terminal) with an
+//! [`InvalidTenant`] cause before any I/O, so the slice is counted lost
+//! under `terminal` and logged. Check keys up front where they are minted
+//! ([`postgres::PgTenant::param`], [`nats::NatsTenant::token`]).
+//!
 //! Errors follow the [`Sink`](crate::Sink) contract (S-A5): what may pass
 //! (a lost connection, a timeout, a serialization failure, an outage) is
 //! [retryable](crate::WriteError::retryable); what the data itself makes
@@ -31,7 +50,56 @@ pub mod nats;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 
+use std::error::Error as StdError;
+use std::fmt;
+
 use uuid::Uuid;
+
+#[cfg(doc)]
+use crate::TenantId;
+
+/// A tenant key a sink cannot map to its store (a `u64` above `i64::MAX`
+/// for a `bigint` column, a string that is not a NATS subject token): the
+/// cause of a terminal [`WriteError`](crate::WriteError), raised before any
+/// I/O.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidTenant {
+    tenant: String,
+    reason: &'static str,
+}
+
+impl InvalidTenant {
+    /// `tenant` (rendered with `Debug`) cannot be stored, because of
+    /// `reason`.
+    pub fn new(tenant: &impl fmt::Debug, reason: &'static str) -> Self {
+        InvalidTenant {
+            tenant: format!("{tenant:?}"),
+            reason,
+        }
+    }
+
+    /// The tenant, as `Debug` renders it.
+    pub fn tenant(&self) -> &str {
+        &self.tenant
+    }
+
+    /// Why it cannot be stored.
+    pub fn reason(&self) -> &str {
+        self.reason
+    }
+}
+
+impl fmt::Display for InvalidTenant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "tenant {} cannot be stored: {}",
+            self.tenant, self.reason
+        )
+    }
+}
+
+impl StdError for InvalidTenant {}
 
 /// What the reference sinks write: an item with an id and a payload.
 ///

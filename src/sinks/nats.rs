@@ -3,10 +3,14 @@
 //! stream's duplicate window absorbs repeats.
 //!
 //! # Subjects, ids, the stream
-//! - Subject: `{prefix}.{tenant}`, the tenant as a hyphenated UUID (e.g.
-//!   `usage.0190c4e5-…`); `prefix` is one or more dot-separated tokens.
-//! - Message id (header `Nats-Msg-Id`): `{tenant}:{item_id}`, both
-//!   hyphenated UUIDs ([`message_id`]). JetStream drops a message whose id
+//! - Subject: `{prefix}.{tenant}`, the tenant as its subject token (see
+//!   [`NatsTenant`]: a [`TenantId`] or [`Uuid`] as a hyphenated UUID, e.g.
+//!   `usage.0190c4e5-…`; an integer in decimal, `usage.42`; a string as
+//!   itself, `usage.acme`); `prefix` is one or more dot-separated tokens.
+//! - Message id (header `Nats-Msg-Id`): `{tenant}:{item_id}`, the tenant's
+//!   token and the item's hyphenated UUID ([`message_id`]); the UUID has a
+//!   fixed length, so a `:` in a string key cannot make two ids one.
+//!   JetStream drops a message whose id
 //!   it saw within the stream's `duplicate_window` (2 minutes by default)
 //!   and acknowledges it as a duplicate, so a repeated write leaves one
 //!   copy as long as the retry comes within the window *of the first
@@ -21,6 +25,14 @@
 //!   be stored), never duplicated. A `max_backoff` below the window alone
 //!   does not suffice.
 //! - Body: the [payload](Record::payload), as is.
+//! - A tenant whose token is not a valid subject token (empty, or holding
+//!   `.`, `*`, `>`, whitespace or a control character, e.g. the string
+//!   `"acme.eu"`) is **rejected, not encoded**: the write fails as
+//!   terminal with an [`InvalidTenant`] cause before anything is
+//!   published, and its items are counted lost under `terminal`. Encoding
+//!   would hide the tenant from subject filters and invite two keys onto
+//!   one subject; check string keys where they are minted with
+//!   [`NatsTenant::token`], or map them to valid tokens first.
 //! - The stream must capture `{prefix}.*`: [`NatsSink::create_stream`]
 //!   creates one (file storage, the duplicate window you give).
 //!
@@ -28,13 +40,15 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use outbox::sinks::{nats::NatsSink, Envelope};
-//! use outbox::{Sink, TenantId};
+//! use outbox::Sink;
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 //! let client = async_nats::connect("nats://127.0.0.1:4222").await?;
-//! let sink = NatsSink::<Envelope>::new(client, "usage")?.ack_timeout(Duration::from_secs(2));
+//! // Tenants keyed by a slug: subjects `usage.acme`, `usage.globex`, ...
+//! let sink = NatsSink::<Envelope, String>::new(client, "usage")?
+//!     .ack_timeout(Duration::from_secs(2));
 //! sink.create_stream("USAGE", Duration::from_secs(10 * 60)).await?;
-//! sink.write(TenantId::new_v7(), &[Envelope::new(b"{\"units\":3}".to_vec())]).await?;
+//! sink.write(&"acme".to_owned(), &[Envelope::new(b"{\"units\":3}".to_vec())]).await?;
 //! # Ok(())
 //! # }
 //! ```
@@ -94,8 +108,8 @@ use bytes::Bytes;
 use uuid::Uuid;
 
 use crate::sink::{ErrorKind, Sink, WriteError, Written};
-use crate::sinks::Record;
-use crate::tenant::TenantId;
+use crate::sinks::{InvalidTenant, Record};
+use crate::tenant::{TenantId, TenantKey};
 
 /// Default [`NatsSink::ack_timeout`]: 5 s.
 pub const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -107,24 +121,59 @@ pub const DEFAULT_MAX_IN_FLIGHT: usize = 256;
 /// `max_payload`, in bytes.
 const HEADER_ALLOWANCE: usize = 1024;
 
-/// The `Nats-Msg-Id` of an item: `{tenant}:{item_id}`, both hyphenated
-/// UUIDs (73 bytes).
-pub fn message_id(tenant: TenantId, item_id: Uuid) -> String {
-    format!("{}:{}", tenant.as_uuid(), item_id)
+/// A tenant key the NATS sink can publish: its text (`Display`) is the
+/// subject token and the first half of the message id. Implemented for
+/// every [`TenantKey`] that is `Display`: [`TenantId`] and [`Uuid`]
+/// (hyphenated), integers (decimal), `String` and `Arc<str>` (as is).
+pub trait NatsTenant: TenantKey {
+    /// The tenant's subject token: its text, if that is a valid token (not
+    /// empty, no `.`, `*`, `>`, whitespace or control character).
+    ///
+    /// # Errors
+    /// [`InvalidTenant`] otherwise; a write for this tenant is rejected
+    /// terminally before anything is published (see the [module
+    /// docs](self#subjects-ids-the-stream)).
+    fn token(&self) -> Result<String, InvalidTenant>;
 }
 
-/// A NATS JetStream [`Sink`] for [`Record`]s: see the [module docs](self).
-pub struct NatsSink<R> {
+impl<K: TenantKey + fmt::Display> NatsTenant for K {
+    fn token(&self) -> Result<String, InvalidTenant> {
+        let token = self.to_string();
+        if is_token(&token) {
+            Ok(token)
+        } else {
+            Err(InvalidTenant::new(
+                self,
+                "its text is not a NATS subject token (empty, or holds `.`, `*`, `>`, \
+                 whitespace or a control character)",
+            ))
+        }
+    }
+}
+
+/// The `Nats-Msg-Id` of an item: `{tenant}:{item_id}`, the tenant's
+/// [token](NatsTenant::token) and the item's hyphenated UUID (73 bytes for
+/// a UUID tenant).
+///
+/// # Errors
+/// [`InvalidTenant`] for a tenant without a valid token.
+pub fn message_id<K: NatsTenant>(tenant: &K, item_id: Uuid) -> Result<String, InvalidTenant> {
+    Ok(format!("{}:{}", tenant.token()?, item_id))
+}
+
+/// A NATS JetStream [`Sink`] for [`Record`]s of tenants keyed by `K` (see
+/// [`NatsTenant`]; [`TenantId`] by default): see the [module docs](self).
+pub struct NatsSink<R, K = TenantId> {
     client: Client,
     js: Context,
     name: String,
     prefix: String,
     ack_timeout: Duration,
     max_in_flight: usize,
-    _items: PhantomData<fn(R)>,
+    _items: PhantomData<fn(R, K)>,
 }
 
-impl<R> fmt::Debug for NatsSink<R> {
+impl<R, K> fmt::Debug for NatsSink<R, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("NatsSink")
             .field("name", &self.name)
@@ -135,7 +184,7 @@ impl<R> fmt::Debug for NatsSink<R> {
     }
 }
 
-impl<R: Record> NatsSink<R> {
+impl<R: Record, K: NatsTenant> NatsSink<R, K> {
     /// A sink publishing through `client` to `{subject_prefix}.{tenant}`.
     /// The prefix is one or more dot-separated tokens, none empty, without
     /// whitespace, `*` or `>`. The sink's [name](Sink::name) is `nats:` and
@@ -184,9 +233,13 @@ impl<R: Record> NatsSink<R> {
         self
     }
 
-    /// The subject of `tenant`'s items: `{prefix}.{tenant}`.
-    pub fn subject(&self, tenant: TenantId) -> String {
-        format!("{}.{}", self.prefix, tenant.as_uuid())
+    /// The subject of `tenant`'s items: `{prefix}.{token}`.
+    ///
+    /// # Errors
+    /// [`InvalidTenant`] for a tenant without a valid
+    /// [token](NatsTenant::token).
+    pub fn subject(&self, tenant: &K) -> Result<String, InvalidTenant> {
+        Ok(format!("{}.{}", self.prefix, tenant.token()?))
     }
 
     /// The subject filter of every tenant: `{prefix}.*`.
@@ -224,10 +277,11 @@ impl<R: Record> NatsSink<R> {
             .await
     }
 
-    async fn write_slice(&self, tenant: TenantId, items: &[R]) -> Result<Written, WriteError> {
+    async fn write_slice(&self, tenant: &K, items: &[R]) -> Result<Written, WriteError> {
         if items.is_empty() {
             return Ok(Written::ALL);
         }
+        let token = tenant.token().map_err(WriteError::terminal)?;
         let max_payload = self.client.server_info().max_payload;
         if max_payload > 0 {
             let limit = max_payload.saturating_sub(HEADER_ALLOWANCE);
@@ -239,7 +293,7 @@ impl<R: Record> NatsSink<R> {
                 }));
             }
         }
-        let subject = self.subject(tenant);
+        let subject = format!("{}.{token}", self.prefix);
         let mut pending: VecDeque<PublishAckFuture> = VecDeque::new();
         let mut order = OrderCheck::default();
         for item in items {
@@ -249,7 +303,7 @@ impl<R: Record> NatsSink<R> {
                 }
             }
             let message = PublishMessage::build()
-                .message_id(message_id(tenant, item.id()))
+                .message_id(format!("{token}:{}", item.id()))
                 .payload(Bytes::copy_from_slice(item.payload()));
             let ack = self
                 .js
@@ -264,7 +318,7 @@ impl<R: Record> NatsSink<R> {
         if order.out_of_order {
             tracing::error!(
                 sink = %self.name,
-                %tenant,
+                ?tenant,
                 items = items.len(),
                 "stored out of order: a reconnect in the middle of a write let a later \
                  item be stored before an earlier one (every item is stored once); use \
@@ -275,7 +329,8 @@ impl<R: Record> NatsSink<R> {
     }
 }
 
-impl<R: Record> Sink for NatsSink<R> {
+impl<R: Record, K: NatsTenant> Sink for NatsSink<R, K> {
+    type Tenant = K;
     type Item = R;
 
     fn name(&self) -> &str {
@@ -284,7 +339,7 @@ impl<R: Record> Sink for NatsSink<R> {
 
     fn write(
         &self,
-        tenant: TenantId,
+        tenant: &K,
         items: &[R],
     ) -> impl std::future::Future<Output = Result<Written, WriteError>> + Send {
         self.write_slice(tenant, items)
@@ -339,13 +394,16 @@ fn publish_error(e: PublishError) -> WriteError {
 }
 
 fn is_subject_prefix(prefix: &str) -> bool {
-    !prefix.is_empty()
-        && prefix.split('.').all(|token| {
-            !token.is_empty()
-                && token
-                    .chars()
-                    .all(|c| !c.is_whitespace() && !c.is_control() && c != '*' && c != '>')
-        })
+    !prefix.is_empty() && prefix.split('.').all(is_token)
+}
+
+/// Whether `token` is one subject token: not empty, without `.`, `*`, `>`,
+/// whitespace or control characters.
+fn is_token(token: &str) -> bool {
+    !token.is_empty()
+        && token
+            .chars()
+            .all(|c| !c.is_whitespace() && !c.is_control() && c != '.' && c != '*' && c != '>')
 }
 
 /// A subject prefix outside the accepted grammar ([`NatsSink::new`]).
@@ -399,11 +457,32 @@ mod tests {
     #[test]
     fn message_ids_are_tenant_colon_item() {
         let t = TenantId::from_u128(1);
-        let id = message_id(t, Uuid::from_u128(2));
+        let id = message_id(&t, Uuid::from_u128(2)).unwrap();
         assert_eq!(
             id,
             "00000000-0000-0000-0000-000000000001:00000000-0000-0000-0000-000000000002"
         );
+        let item = Uuid::from_u128(2);
+        assert_eq!(
+            message_id(&u64::MAX, item).unwrap(),
+            format!("18446744073709551615:{item}")
+        );
+        assert_eq!(message_id(&-7i64, item).unwrap(), format!("-7:{item}"));
+        assert_eq!(
+            message_id(&std::sync::Arc::<str>::from("acme"), item).unwrap(),
+            format!("acme:{item}")
+        );
+    }
+
+    #[test]
+    fn string_keys_that_are_not_tokens_are_refused() {
+        assert_eq!("acme-eu_1:x".to_owned().token().unwrap(), "acme-eu_1:x");
+        for bad in ["", "a.b", "a*", ">", "a b", "a\tb", "a\u{7}"] {
+            let err = bad.to_owned().token().unwrap_err();
+            assert_eq!(err.tenant(), format!("{bad:?}"));
+            assert!(err.to_string().contains("subject token"), "{err}");
+            assert!(message_id(&bad.to_owned(), Uuid::nil()).is_err());
+        }
     }
 
     #[test]

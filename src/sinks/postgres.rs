@@ -3,7 +3,8 @@
 //!
 //! # Schema
 //! [`PostgresSink::create_table`] creates (if missing) the table below, and
-//! [`schema_sql`] returns the same statements to put in a migration:
+//! [`schema_sql`] returns the same statements to put in a migration
+//! (shown for the default key, [`TenantId`]):
 //!
 //! ```sql
 //! CREATE TABLE IF NOT EXISTS "outbox_items" (
@@ -28,6 +29,25 @@
 //!   rolled-back attempts) and are not comparable across tenants.
 //! - `written_at`: the commit's transaction time (`now()`), UTC.
 //!
+//! # The tenant column
+//! The sink's key `K` (`PostgresSink<R, K>`, [`TenantId`] by default)
+//! chooses the type of the `tenant` column through [`PgTenant`]:
+//!
+//! | key | column | value |
+//! | --- | --- | --- |
+//! | [`TenantId`], [`Uuid`] | `uuid` | the UUID |
+//! | `i64` | `bigint` | the number |
+//! | `u64` | `bigint` | the number, if at most `i64::MAX`; above, the write is rejected terminally |
+//! | `String`, `Arc<str>` | `text` | the text (a NUL character is refused by the server: SQLSTATE `22021`, terminal) |
+//!
+//! PostgreSQL has no unsigned 64-bit integer: a `u64` key above
+//! `i64::MAX` (9,223,372,036,854,775,807) is never wrapped into a negative
+//! number (two tenants could then share rows); the write fails as
+//! terminal with an [`InvalidTenant`] cause before any I/O, and its items
+//! are counted lost under `terminal`. If keys may be that large, use
+//! `i64`, `String`, or a key type of your own implementing [`PgTenant`]
+//! (e.g. `numeric`).
+//!
 //! The sink only ever inserts these three columns (`tenant`, `item_id`,
 //! `payload`); an existing table with extra columns that have defaults
 //! works as well.
@@ -51,9 +71,15 @@
 //!     .wait_timeout(Some(Duration::from_secs(5)))
 //!     .create_timeout(Some(Duration::from_secs(5)))
 //!     .build()?;
-//! let sink = PostgresSink::<Envelope>::new(pool, "usage_records")?;
+//! // Tenants keyed by the service's own `i64` organisation ids: the
+//! // `tenant` column is a `bigint`.
+//! let sink = PostgresSink::<Envelope, i64>::new(pool.clone(), "usage_records")?;
 //! sink.create_table().await?;
-//! sink.write(TenantId::new_v7(), &[Envelope::new(b"{\"units\":3}".to_vec())]).await?;
+//! sink.write(&42, &[Envelope::new(b"{\"units\":3}".to_vec())]).await?;
+//! // The default key, `TenantId`: a `uuid` column.
+//! let by_uuid = PostgresSink::<Envelope>::new(pool, "usage_records_by_uuid")?;
+//! by_uuid.create_table().await?;
+//! by_uuid.write(&TenantId::new_v7(), &[Envelope::new(b"{}".to_vec())]).await?;
 //! # Ok(())
 //! # }
 //! ```
@@ -114,9 +140,89 @@ pub use deadpool_postgres;
 pub use tokio_postgres;
 use uuid::Uuid;
 
+use tokio_postgres::types::ToSql;
+
 use crate::sink::{ErrorKind, Sink, WriteError, Written};
-use crate::sinks::Record;
-use crate::tenant::TenantId;
+use crate::sinks::{InvalidTenant, Record};
+use crate::tenant::{TenantId, TenantKey};
+
+/// A tenant key the PostgreSQL sink can write: the type of the `tenant`
+/// column and the value bound for it (see [the tenant
+/// column](self#the-tenant-column)). Implemented for [`TenantId`],
+/// [`Uuid`], `i64`, `u64`, `String` and `Arc<str>`; implement it for a key
+/// of your own.
+pub trait PgTenant: TenantKey {
+    /// The SQL type of the `tenant` column, e.g. `uuid`, `bigint`, `text`;
+    /// spliced into the statements, so a fixed name only.
+    const SQL_TYPE: &'static str;
+
+    /// The value bound for the column.
+    type Param<'a>: ToSql + Send + Sync
+    where
+        Self: 'a;
+
+    /// The value of this key for the column.
+    ///
+    /// # Errors
+    /// [`InvalidTenant`] for a key the column cannot hold (a `u64` above
+    /// `i64::MAX`): the write is rejected terminally, before any I/O.
+    fn param(&self) -> Result<Self::Param<'_>, InvalidTenant>;
+}
+
+impl PgTenant for TenantId {
+    const SQL_TYPE: &'static str = "uuid";
+    type Param<'a> = Uuid;
+    fn param(&self) -> Result<Uuid, InvalidTenant> {
+        Ok(self.0)
+    }
+}
+
+impl PgTenant for Uuid {
+    const SQL_TYPE: &'static str = "uuid";
+    type Param<'a> = Uuid;
+    fn param(&self) -> Result<Uuid, InvalidTenant> {
+        Ok(*self)
+    }
+}
+
+impl PgTenant for i64 {
+    const SQL_TYPE: &'static str = "bigint";
+    type Param<'a> = i64;
+    fn param(&self) -> Result<i64, InvalidTenant> {
+        Ok(*self)
+    }
+}
+
+/// `bigint` is signed: a key above `i64::MAX` is refused, never wrapped.
+impl PgTenant for u64 {
+    const SQL_TYPE: &'static str = "bigint";
+    type Param<'a> = i64;
+    fn param(&self) -> Result<i64, InvalidTenant> {
+        i64::try_from(*self).map_err(|_| {
+            InvalidTenant::new(
+                self,
+                "a u64 key above i64::MAX does not fit a bigint column (PostgreSQL has no \
+                 unsigned 64-bit type)",
+            )
+        })
+    }
+}
+
+impl PgTenant for String {
+    const SQL_TYPE: &'static str = "text";
+    type Param<'a> = &'a str;
+    fn param(&self) -> Result<&str, InvalidTenant> {
+        Ok(self)
+    }
+}
+
+impl PgTenant for std::sync::Arc<str> {
+    const SQL_TYPE: &'static str = "text";
+    type Param<'a> = &'a str;
+    fn param(&self) -> Result<&str, InvalidTenant> {
+        Ok(self)
+    }
+}
 
 /// Default [`PostgresSink::max_rows_per_statement`]: 1,000 rows.
 pub const DEFAULT_MAX_ROWS_PER_STATEMENT: usize = 1_000;
@@ -132,19 +238,20 @@ pub const MAX_PAYLOAD_BYTES: usize = (1 << 30) - 1;
 /// inside the protocol's 2 GiB per parameter.
 const MAX_BYTES_PER_STATEMENT_CAP: usize = 512 << 20;
 
-/// A PostgreSQL [`Sink`] for [`Record`]s: see the [module docs](self) for
+/// A PostgreSQL [`Sink`] for [`Record`]s of tenants keyed by `K` (see
+/// [`PgTenant`]; [`TenantId`] by default): see the [module docs](self) for
 /// the schema, the transaction and the error table.
-pub struct PostgresSink<R> {
+pub struct PostgresSink<R, K = TenantId> {
     pool: Pool,
     name: String,
     table: QualifiedName,
     insert_sql: String,
     max_rows: usize,
     max_bytes: usize,
-    _items: PhantomData<fn(R)>,
+    _items: PhantomData<fn(R, K)>,
 }
 
-impl<R> fmt::Debug for PostgresSink<R> {
+impl<R, K> fmt::Debug for PostgresSink<R, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PostgresSink")
             .field("name", &self.name)
@@ -155,7 +262,7 @@ impl<R> fmt::Debug for PostgresSink<R> {
     }
 }
 
-impl<R: Record> PostgresSink<R> {
+impl<R: Record, K: PgTenant> PostgresSink<R, K> {
     /// A sink writing into `table` (`name` or `schema.name`, each part an
     /// unquoted SQL identifier: ASCII letters, digits, `_` and `$`, not
     /// starting with a digit, at most 63 bytes; it is quoted in every
@@ -169,11 +276,12 @@ impl<R: Record> PostgresSink<R> {
         let table = QualifiedName::parse(table)?;
         let insert_sql = format!(
             "INSERT INTO {t} (tenant, item_id, payload) \
-             SELECT $1::uuid, u.item_id, u.payload \
+             SELECT $1::{k}, u.item_id, u.payload \
              FROM UNNEST($2::uuid[], $3::bytea[]) WITH ORDINALITY AS u(item_id, payload, ord) \
              ORDER BY u.ord \
              ON CONFLICT (tenant, item_id) DO NOTHING",
-            t = table.quoted
+            t = table.quoted,
+            k = K::SQL_TYPE,
         );
         Ok(PostgresSink {
             pool,
@@ -228,13 +336,13 @@ impl<R: Record> PostgresSink<R> {
     pub async fn create_table(&self) -> Result<(), WriteError> {
         let mut client = self.pool.get().await.map_err(pool_error)?;
         let tx = client.transaction().await.map_err(pg_error)?;
-        tx.batch_execute(&schema_for(&self.table))
+        tx.batch_execute(&schema_for(&self.table, K::SQL_TYPE))
             .await
             .map_err(pg_error)?;
         tx.commit().await.map_err(pg_error)
     }
 
-    async fn write_slice(&self, tenant: TenantId, items: &[R]) -> Result<Written, WriteError> {
+    async fn write_slice(&self, tenant: &K, items: &[R]) -> Result<Written, WriteError> {
         if items.is_empty() {
             return Ok(Written::ALL);
         }
@@ -244,8 +352,8 @@ impl<R: Record> PostgresSink<R> {
                 len: item.payload().len(),
             }));
         }
+        let tenant = tenant.param().map_err(WriteError::terminal)?;
         let mut client = self.pool.get().await.map_err(pool_error)?;
-        let tenant = *tenant.as_uuid();
         let n = chunk_len(items, self.max_rows, self.max_bytes);
         if n == items.len() {
             // One statement is atomic on its own (an implicit transaction):
@@ -283,7 +391,8 @@ impl<R: Record> PostgresSink<R> {
     }
 }
 
-impl<R: Record> Sink for PostgresSink<R> {
+impl<R: Record, K: PgTenant> Sink for PostgresSink<R, K> {
+    type Tenant = K;
     type Item = R;
 
     fn name(&self) -> &str {
@@ -292,7 +401,7 @@ impl<R: Record> Sink for PostgresSink<R> {
 
     fn write(
         &self,
-        tenant: TenantId,
+        tenant: &K,
         items: &[R],
     ) -> impl std::future::Future<Output = Result<Written, WriteError>> + Send {
         self.write_slice(tenant, items)
@@ -317,19 +426,21 @@ fn chunk_len<R: Record>(items: &[R], max_rows: usize, max_bytes: usize) -> usize
 }
 
 /// The `CREATE TABLE` and `CREATE INDEX` statements (`IF NOT EXISTS`) for
-/// `table` (the grammar of [`PostgresSink::new`]), as run by
-/// [`PostgresSink::create_table`]: for migrations.
+/// `table` (the grammar of [`PostgresSink::new`]) with a `tenant` column
+/// for keys `K` ([`PgTenant::SQL_TYPE`]), as run by
+/// [`PostgresSink::create_table`]: for migrations, e.g.
+/// `schema_sql::<TenantId>("usage_records")`.
 ///
 /// # Errors
 /// [`InvalidTableName`] for a name outside the grammar.
-pub fn schema_sql(table: &str) -> Result<String, InvalidTableName> {
-    QualifiedName::parse(table).map(|t| schema_for(&t))
+pub fn schema_sql<K: PgTenant>(table: &str) -> Result<String, InvalidTableName> {
+    QualifiedName::parse(table).map(|t| schema_for(&t, K::SQL_TYPE))
 }
 
-fn schema_for(table: &QualifiedName) -> String {
+fn schema_for(table: &QualifiedName, tenant_type: &str) -> String {
     format!(
         "CREATE TABLE IF NOT EXISTS {t} (\n    \
-             tenant     uuid        NOT NULL,\n    \
+             tenant     {tenant_type:<11} NOT NULL,\n    \
              item_id    uuid        NOT NULL,\n    \
              seq        bigint      GENERATED ALWAYS AS IDENTITY,\n    \
              payload    bytea       NOT NULL,\n    \
@@ -556,7 +667,7 @@ mod tests {
 
     #[test]
     fn schema_mentions_every_column_and_the_key() {
-        let sql = schema_sql("s.t").unwrap();
+        let sql = schema_sql::<TenantId>("s.t").unwrap();
         for needle in [
             "CREATE TABLE IF NOT EXISTS \"s\".\"t\"",
             "tenant     uuid",
@@ -569,6 +680,31 @@ mod tests {
         ] {
             assert!(sql.contains(needle), "{needle} in {sql}");
         }
+    }
+
+    #[test]
+    fn keys_map_to_their_column_and_u64_never_wraps() {
+        for (sql, ty) in [
+            (schema_sql::<TenantId>("t").unwrap(), "uuid"),
+            (schema_sql::<Uuid>("t").unwrap(), "uuid"),
+            (schema_sql::<i64>("t").unwrap(), "bigint"),
+            (schema_sql::<u64>("t").unwrap(), "bigint"),
+            (schema_sql::<String>("t").unwrap(), "text"),
+            (schema_sql::<std::sync::Arc<str>>("t").unwrap(), "text"),
+        ] {
+            assert!(
+                sql.contains(&format!("tenant     {ty:<11} NOT NULL")),
+                "{ty}: {sql}"
+            );
+        }
+        assert_eq!(i64::MAX.unsigned_abs().param(), Ok(i64::MAX));
+        assert_eq!((-3i64).param(), Ok(-3));
+        let over = u64::try_from(i64::MAX).unwrap() + 1;
+        let err = over.param().unwrap_err();
+        assert_eq!(err.tenant(), "9223372036854775808");
+        assert!(err.to_string().contains("i64::MAX"), "{err}");
+        assert_eq!(u64::MAX.param().unwrap_err().tenant(), u64::MAX.to_string());
+        assert_eq!("acme".to_owned().param(), Ok("acme"));
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! Drives an [`Engine`] with [`Op`]s and checks the invariants after every
-//! op (SPEC I2-I5, I7-I9 and the order half of I1): the one checker the
+//! op (I2-I5, I7-I9 and the order half of I1): the one checker the
 //! fuzz target, the model test and the simulation's fast world share.
 //!
 //! The harness keeps its own account of every item (pending, written,
@@ -18,14 +18,18 @@ use crate::core::{
     Staged, Time, WaitId, Write, WriteId,
 };
 
-/// A broken invariant, with the rule it breaks and what was seen.
+/// A broken invariant, with the rule it breaks and what was seen: the one
+/// failure type of the harness and of both simulation worlds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Violation {
-    /// The invariant or rule id, e.g. `"I2"` or `"S-A4"`.
+    /// The invariant or rule id of docs/contract.md, e.g. `"I2"` or
+    /// `"S-A4"`; the simulation also uses `"panic"` (a panic escaped the
+    /// run) and `"determinism"` (two runs of a seed differ).
     pub rule: &'static str,
     /// What was seen.
     pub detail: String,
-    /// The op index at which it was seen.
+    /// Where it was seen: the op index in the harness, the step of the run
+    /// in the simulation.
     pub step: usize,
 }
 
@@ -416,12 +420,12 @@ impl Harness {
                     self.drain()?;
                 }
             }
-            Op::Flush { deadline_ms } | Op::Settle { deadline_ms } => {
+            Op::Flush { timeout_ms } | Op::Settle { timeout_ms } => {
                 let flush = matches!(op, Op::Flush { .. });
                 if flush {
                     self.flush_bound = self.next_item;
                 }
-                let deadline = self.now + Duration::from_millis(u64::from(deadline_ms));
+                let deadline = self.now + Duration::from_millis(u64::from(timeout_ms));
                 let check = self.wait_check(deadline);
                 let id = if flush {
                     self.engine.flush(self.now, deadline)
@@ -432,8 +436,8 @@ impl Harness {
                 self.wait_deadlines.insert((deadline, id));
                 self.drain()?;
             }
-            Op::Shutdown { deadline_ms } => {
-                let deadline = self.now + Duration::from_millis(u64::from(deadline_ms));
+            Op::Shutdown { timeout_ms } => {
+                let deadline = self.now + Duration::from_millis(u64::from(timeout_ms));
                 let check = self.wait_check(deadline);
                 let first = !self.engine.is_shutting_down();
                 let id = self.engine.shutdown(self.now, deadline);
@@ -940,7 +944,7 @@ impl Harness {
                 }
                 Event::WaitDone { id, report } => self.check_answer(id, report, None)?,
                 Event::ShutdownDone { id, report } => {
-                    self.check_answer(id, report.report, Some((report.first, report.unwritten)))?;
+                    self.check_answer(id, report.report(), Some((report.first, report.unwritten)))?;
                 }
             }
         }
@@ -1009,7 +1013,7 @@ impl Harness {
             // the shutdown) is handed back, except those of a given-up write
             // whose task was lost or that came back written (S-B6).
             let c = self.engine.counters();
-            let expected = (c.lost_for(LostReason::Deadline) + c.lost_for(LostReason::Abandoned))
+            let expected = (c.lost(LostReason::Deadline) + c.lost(LostReason::Abandoned))
                 .saturating_sub(self.given_up_task_lost);
             self.expect(handed_back == expected, "S-B6", || {
                 format!("{handed_back} dead letters handed back, {expected} items given up")
@@ -1365,7 +1369,7 @@ fn short_event(ev: &Event<u8, u64>) -> String {
             "shutdown {} done first={} {:?} unwritten runs {}",
             id.0,
             report.first,
-            report.report,
+            report.report(),
             report.unwritten.len()
         ),
     }
@@ -1441,7 +1445,7 @@ mod tests {
                 tenant: 1,
                 count: 0,
             },
-            Op::Flush { deadline_ms: 100 },
+            Op::Flush { timeout_ms: 100 },
             Op::Poll,
             Op::Stage {
                 tenant: 2,

@@ -77,20 +77,20 @@ pub enum Op {
     },
     /// Jump to the engine's next timeout, if any.
     AdvanceToTimeout,
-    /// Flush with a deadline `deadline_ms` from now (S-A4).
+    /// Flush, the deadline `timeout_ms` from now (S-A4).
     Flush {
-        /// Milliseconds.
-        deadline_ms: u16,
+        /// Milliseconds from now to the deadline.
+        timeout_ms: u16,
     },
-    /// Settle with a deadline `deadline_ms` from now (S-W10).
+    /// Settle, the deadline `timeout_ms` from now (S-W10).
     Settle {
-        /// Milliseconds.
-        deadline_ms: u16,
+        /// Milliseconds from now to the deadline.
+        timeout_ms: u16,
     },
-    /// Shut down with a deadline `deadline_ms` from now (S-W9).
+    /// Shut down, the deadline `timeout_ms` from now (S-W9).
     Shutdown {
-        /// Milliseconds.
-        deadline_ms: u16,
+        /// Milliseconds from now to the deadline.
+        timeout_ms: u16,
     },
     /// Give up everything (S-A7).
     Abandon,

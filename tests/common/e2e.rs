@@ -49,7 +49,7 @@ pub fn build<S: Sink>(sink: S, max_batch: usize, write_timeout: Duration) -> (Ou
 /// through, and what the server stores.
 #[allow(async_fn_in_trait)]
 pub trait World {
-    type Sink: Sink<Item = Envelope>;
+    type Sink: Sink<Tenant = TenantId, Item = Envelope>;
     /// What the server keeps of an item, compared by the tests.
     type Row: Clone + PartialEq + Debug + Send + 'static;
 
@@ -225,7 +225,7 @@ pub async fn lost_past_the_deadline<W: World>(w: &W, second: &PerTenant<W::Row>)
     assert_eq!(lost, 36);
     assert!(sd.first);
     assert_eq!(
-        sd.report,
+        sd.report(),
         Report {
             written: 0,
             dropped: 0,
@@ -241,8 +241,8 @@ pub async fn lost_past_the_deadline<W: World>(w: &W, second: &PerTenant<W::Row>)
     );
 
     let c = w.outbox().counters();
-    assert_eq!(c.lost_for(LostReason::Deadline), lost);
-    assert_eq!(c.lost_for(LostReason::Shutdown), 1);
+    assert_eq!(c.lost(LostReason::Deadline), lost);
+    assert_eq!(c.lost(LostReason::Shutdown), 1);
     assert_eq!(c.lost_total(), lost + 1);
     assert_eq!((c.written, c.pending, c.staged), (30, 0, 30 + lost + 1));
     assert!(c.balanced(), "{c:?}");
@@ -275,7 +275,7 @@ pub async fn nothing_lost_when_back<W: World>(
     eprintln!("shutdown took {:?}", start.elapsed());
 
     assert_eq!(
-        sd.report,
+        sd.report(),
         Report {
             written: total(&second),
             ..Report::default()

@@ -1,7 +1,7 @@
 //! What the sink and end-to-end tests share: items, and checks of a write.
 
 use outbox::sinks::Envelope;
-use outbox::{ErrorKind, Sink, TenantId, WriteError, Written};
+use outbox::{ErrorKind, Sink, WriteError, Written};
 use std::time::Duration;
 
 /// `n` envelopes with the unique payloads `{tag}-0`, `{tag}-1`, ….
@@ -16,7 +16,7 @@ pub fn items(tag: &str, n: usize) -> Vec<Envelope> {
 /// `attempts` times.
 pub async fn write_retrying<S: Sink>(
     sink: &S,
-    tenant: TenantId,
+    tenant: &S::Tenant,
     slice: &[S::Item],
     attempts: usize,
 ) {

@@ -79,8 +79,10 @@ impl World {
                 && c.writes >= l.writes
                 && c.attempts >= l.attempts
                 && c.failed_attempts >= l.failed_attempts
-                && c.lost.iter().zip(l.lost).all(|(a, b)| *a >= b)
-                && c.dropped.iter().zip(l.dropped).all(|(a, b)| *a >= b),
+                && LostReason::ALL.iter().all(|&r| c.lost(r) >= l.lost(r))
+                && DropReason::ALL
+                    .iter()
+                    .all(|&r| c.dropped(r) >= l.dropped(r)),
             "S-W14: a counter decreased: {l:?} -> {c:?}"
         );
         self.last = c;
@@ -204,11 +206,11 @@ impl World {
     }
 
     pub fn lost(&self, r: LostReason) -> u64 {
-        self.c().lost_for(r)
+        self.c().lost(r)
     }
 
     pub fn dropped(&self, r: DropReason) -> u64 {
-        self.c().dropped_for(r)
+        self.c().dropped(r)
     }
 
     pub fn written_of(&self, tenant: Tenant) -> Vec<Item> {

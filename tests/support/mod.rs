@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, Once, Weak};
 use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
-use outbox::{Counters, DropReason, LostReason, Sink, TenantId, WriteError, Written};
+use outbox::{Counters, DropReason, LostReason, Sink, TenantId, TenantKey, WriteError, Written};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -45,38 +45,58 @@ pub enum Act {
 
 /// One attempt the sink saw.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Attempt {
-    pub tenant: TenantId,
+pub struct Attempt<K = TenantId> {
+    pub tenant: K,
     pub items: Vec<u32>,
     /// Virtual time since the sink was made.
     pub at: Duration,
     pub act: Act,
 }
 
-#[derive(Default)]
-struct Script {
-    queued: BTreeMap<TenantId, VecDeque<Act>>,
-    default: BTreeMap<TenantId, Act>,
+struct Script<K> {
+    queued: BTreeMap<K, VecDeque<Act>>,
+    default: BTreeMap<K, Act>,
     fallback: Option<Act>,
-    attempts: Vec<Attempt>,
+    attempts: Vec<Attempt<K>>,
     /// Committed slices (the idempotency key is the slice).
-    committed: BTreeSet<(TenantId, Vec<u32>)>,
-    store: BTreeMap<TenantId, Vec<u32>>,
+    committed: BTreeSet<(K, Vec<u32>)>,
+    store: BTreeMap<K, Vec<u32>>,
 }
 
-struct Inner {
+impl<K> Default for Script<K> {
+    fn default() -> Self {
+        Script {
+            queued: BTreeMap::new(),
+            default: BTreeMap::new(),
+            fallback: None,
+            attempts: Vec::new(),
+            committed: BTreeSet::new(),
+            store: BTreeMap::new(),
+        }
+    }
+}
+
+struct Inner<K> {
     name: String,
     origin: Instant,
-    script: Mutex<Script>,
+    script: Mutex<Script<K>>,
     /// Bumped on every attempt and commit.
     changed: watch::Sender<u64>,
     /// Bumped by `release`.
     released: watch::Sender<u64>,
 }
 
-/// A scriptable sink; clones share state.
-#[derive(Clone)]
-pub struct TestSink(Arc<Inner>);
+/// A scriptable sink keyed by `K`; clones share state.
+pub struct KeyedSink<K>(Arc<Inner<K>>);
+
+impl<K> Clone for KeyedSink<K> {
+    fn clone(&self) -> Self {
+        KeyedSink(Arc::clone(&self.0))
+    }
+}
+
+/// The scriptable sink keyed by [`TenantId`], as most tests use it.
+pub type TestSink = KeyedSink<TenantId>;
 
 #[derive(Debug)]
 struct BadDisplay;
@@ -105,10 +125,10 @@ pub fn quiet_sink_panics() {
     });
 }
 
-impl TestSink {
+impl<K: TenantKey> KeyedSink<K> {
     pub fn new(name: &str) -> Self {
         quiet_sink_panics();
-        TestSink(Arc::new(Inner {
+        KeyedSink(Arc::new(Inner {
             name: name.to_owned(),
             origin: Instant::now(),
             script: Mutex::new(Script::default()),
@@ -123,7 +143,7 @@ impl TestSink {
     }
 
     /// What `tenant` does from now on, once its queued acts are used up.
-    pub fn set(&self, tenant: TenantId, act: Act) {
+    pub fn set(&self, tenant: K, act: Act) {
         self.0.script.lock().unwrap().default.insert(tenant, act);
     }
 
@@ -133,7 +153,7 @@ impl TestSink {
     }
 
     /// `tenant`'s next attempts do these, in order.
-    pub fn script(&self, tenant: TenantId, acts: impl IntoIterator<Item = Act>) {
+    pub fn script(&self, tenant: K, acts: impl IntoIterator<Item = Act>) {
         self.0
             .script
             .lock()
@@ -149,11 +169,11 @@ impl TestSink {
         self.0.released.send_modify(|g| *g += 1);
     }
 
-    pub fn attempts(&self) -> Vec<Attempt> {
+    pub fn attempts(&self) -> Vec<Attempt<K>> {
         self.0.script.lock().unwrap().attempts.clone()
     }
 
-    pub fn attempts_of(&self, tenant: TenantId) -> Vec<Attempt> {
+    pub fn attempts_of(&self, tenant: K) -> Vec<Attempt<K>> {
         self.attempts()
             .into_iter()
             .filter(|a| a.tenant == tenant)
@@ -161,18 +181,18 @@ impl TestSink {
     }
 
     /// Each tenant's committed items, each committed slice once.
-    pub fn store(&self) -> BTreeMap<TenantId, Vec<u32>> {
+    pub fn store(&self) -> BTreeMap<K, Vec<u32>> {
         self.0.script.lock().unwrap().store.clone()
     }
 
-    pub fn stored(&self, tenant: TenantId) -> Vec<u32> {
+    pub fn stored(&self, tenant: K) -> Vec<u32> {
         self.store().remove(&tenant).unwrap_or_default()
     }
 
     /// Waits (on sink activity, not on time) until `cond` holds.
     /// Fails (rather than hangs) if nothing satisfies it within an hour
     /// of virtual time.
-    pub async fn until(&self, mut cond: impl FnMut(&TestSink) -> bool) {
+    pub async fn until(&self, mut cond: impl FnMut(&Self) -> bool) {
         let mut rx = self.0.changed.subscribe();
         let wait = async {
             while !cond(self) {
@@ -185,13 +205,14 @@ impl TestSink {
     }
 
     /// Waits until `tenant` has seen `n` attempts.
-    pub async fn until_attempts(&self, tenant: TenantId, n: usize) {
-        self.until(|s| s.attempts_of(tenant).len() >= n).await;
+    pub async fn until_attempts(&self, tenant: K, n: usize) {
+        self.until(|s| s.attempts_of(tenant.clone()).len() >= n)
+            .await;
     }
 
-    fn commit(&self, tenant: TenantId, items: Vec<u32>) {
+    fn commit(&self, tenant: K, items: Vec<u32>) {
         let mut s = self.0.script.lock().unwrap();
-        if s.committed.insert((tenant, items.clone())) {
+        if s.committed.insert((tenant.clone(), items.clone())) {
             s.store.entry(tenant).or_default().extend(items);
         }
         drop(s);
@@ -199,7 +220,8 @@ impl TestSink {
     }
 }
 
-impl Sink for TestSink {
+impl<K: TenantKey> Sink for KeyedSink<K> {
+    type Tenant = K;
     type Item = u32;
 
     fn name(&self) -> &str {
@@ -208,20 +230,20 @@ impl Sink for TestSink {
 
     fn write(
         &self,
-        tenant: TenantId,
+        tenant: &K,
         items: &[u32],
     ) -> impl Future<Output = Result<Written, WriteError>> + Send {
         let act = {
             let mut s = self.0.script.lock().unwrap();
             let act = s
                 .queued
-                .get_mut(&tenant)
+                .get_mut(tenant)
                 .and_then(VecDeque::pop_front)
-                .or_else(|| s.default.get(&tenant).copied())
+                .or_else(|| s.default.get(tenant).copied())
                 .or(s.fallback)
                 .unwrap_or(Act::Ok);
             s.attempts.push(Attempt {
-                tenant,
+                tenant: tenant.clone(),
                 items: items.to_vec(),
                 at: Instant::now() - self.0.origin,
                 act,
@@ -233,6 +255,7 @@ impl Sink for TestSink {
             panic!("test sink: panic creating the write");
         }
         let items = items.to_vec();
+        let tenant = tenant.clone();
         let this = self.clone();
         let mut released = self.0.released.subscribe();
         let gen = *released.borrow_and_update();
@@ -344,14 +367,14 @@ pub fn assert_metrics_match(m: &Metrics, outbox: &str, c: &Counters) {
     for r in LostReason::ALL {
         assert_eq!(
             counter(m, "outbox_events_lost_total", outbox, Some(r.as_str())),
-            c.lost_for(r),
+            c.lost(r),
             "lost {r}"
         );
     }
     for r in DropReason::ALL {
         assert_eq!(
             counter(m, "outbox_items_dropped_total", outbox, Some(r.as_str())),
-            c.dropped_for(r),
+            c.dropped(r),
             "dropped {r}"
         );
     }

@@ -146,19 +146,17 @@ impl SimRecorder {
                 names::PENDING
             ));
         }
-        let mut c = Counters {
-            staged,
-            pending,
-            written: get(names::ITEMS_WRITTEN, None),
-            writes: get(names::WRITES, None),
-            failed_attempts: get(names::WRITE_FAILURES, None),
-            ..Counters::default()
-        };
-        for (i, r) in LostReason::ALL.into_iter().enumerate() {
-            c.lost[i] = get(names::EVENTS_LOST, Some(r.as_str()));
+        let mut c = Counters::default();
+        c.staged = staged;
+        c.pending = pending;
+        c.written = get(names::ITEMS_WRITTEN, None);
+        c.writes = get(names::WRITES, None);
+        c.failed_attempts = get(names::WRITE_FAILURES, None);
+        for r in LostReason::ALL {
+            c.set_lost(r, get(names::EVENTS_LOST, Some(r.as_str())));
         }
-        for (i, r) in DropReason::ALL.into_iter().enumerate() {
-            c.dropped[i] = get(names::ITEMS_DROPPED, Some(r.as_str()));
+        for r in DropReason::ALL {
+            c.set_dropped(r, get(names::ITEMS_DROPPED, Some(r.as_str())));
         }
         Ok(c)
     }
@@ -172,10 +170,10 @@ impl SimRecorder {
             (names::WRITE_FAILURES, None, c.failed_attempts),
         ];
         for r in LostReason::ALL {
-            expect.push((names::EVENTS_LOST, Some(r.as_str()), c.lost_for(r)));
+            expect.push((names::EVENTS_LOST, Some(r.as_str()), c.lost(r)));
         }
         for r in DropReason::ALL {
-            expect.push((names::ITEMS_DROPPED, Some(r.as_str()), c.dropped_for(r)));
+            expect.push((names::ITEMS_DROPPED, Some(r.as_str()), c.dropped(r)));
         }
         for (name, reason, want) in expect {
             let got = self.counter(name, reason);

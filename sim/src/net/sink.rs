@@ -22,14 +22,16 @@
 use std::fmt;
 use std::future::Future;
 use std::io;
+use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use outbox::{Sink, TenantId, WriteError, Written};
+use outbox::{Sink, TenantId, TenantKey, WriteError, Written};
 use rand::Rng;
 use turmoil::net::TcpStream;
 
 use super::book::{self, End, Ev, SharedBook, SliceRec};
+use super::check;
 use super::datastore::{HOST, PORT};
 use super::faults::Rates;
 use super::protocol::{read_frame, write_frame, Reply, Request, WireItem};
@@ -44,6 +46,81 @@ pub struct Item {
     pub tenant: u32,
     /// Payload bytes (the weigher's weight).
     pub size: u32,
+}
+
+/// A tenant key the net world runs with (drawn per seed, see the world):
+/// tenant index `k` maps to a key and the key back to the wire's tenant,
+/// `k + 1`, so the datastore sees the same bytes whatever the key type.
+pub trait NetKey: TenantKey {
+    /// The key type's name, for the run's setup line.
+    const NAME: &'static str;
+    /// The key of tenant index `k`.
+    fn of(k: u32) -> Self;
+    /// The wire's tenant of this key (`k + 1`); `None` for a key `of`
+    /// never makes.
+    fn wire(&self) -> Option<u128>;
+}
+
+/// The key the net world was built with: `k + 1` as a UUID.
+impl NetKey for TenantId {
+    const NAME: &'static str = "TenantId";
+    fn of(k: u32) -> Self {
+        TenantId::from_u128(u128::from(k) + 1)
+    }
+    fn wire(&self) -> Option<u128> {
+        Some(self.as_uuid().as_u128())
+    }
+}
+
+/// `k + 1`: a number whose order is the UUIDs' order.
+impl NetKey for u64 {
+    const NAME: &'static str = "u64";
+    fn of(k: u32) -> Self {
+        u64::from(k) + 1
+    }
+    fn wire(&self) -> Option<u128> {
+        Some(u128::from(*self))
+    }
+}
+
+/// `tenant-{k}`: a key ordered as text (`tenant-10` before `tenant-2`),
+/// not as the index, and cloned by allocation.
+impl NetKey for String {
+    const NAME: &'static str = "String";
+    fn of(k: u32) -> Self {
+        format!("tenant-{k}")
+    }
+    fn wire(&self) -> Option<u128> {
+        let k: u32 = self.strip_prefix("tenant-")?.parse().ok()?;
+        Some(u128::from(k) + 1)
+    }
+}
+
+/// XOR-ed into the seed for [`KeyType::draw`]'s generator: a stream of
+/// its own, so the key draw shifted none of a seed's other draws.
+pub const KEY_STREAM: u64 = 0x4B45_0000_5EED;
+
+/// Which [`NetKey`] a run's outbox is keyed by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyType {
+    /// [`TenantId`], the key the net world had before keys were the user's.
+    TenantId,
+    /// `u64`.
+    U64,
+    /// `String`.
+    String,
+}
+
+impl KeyType {
+    /// Draws the key type of `seed`, one in three each, from its own
+    /// stream ([`KEY_STREAM`]).
+    pub fn draw(seed: u64) -> KeyType {
+        match crate::draw::rng(seed ^ KEY_STREAM).random_range(0..3) {
+            0 => KeyType::TenantId,
+            1 => KeyType::U64,
+            _ => KeyType::String,
+        }
+    }
 }
 
 /// The payload of a deliberate panic; the world's panic hook keeps quiet
@@ -93,8 +170,8 @@ struct Inner {
 /// How long the sink waits after a failed connect before the next.
 pub const RECONNECT_DELAY: Duration = Duration::from_millis(100);
 
-/// The sink (see the module docs).
-pub struct NetSink {
+/// The sink (see the module docs), for tenants keyed by `K`.
+pub struct NetSink<K> {
     inner: Arc<Inner>,
     /// Held by the sink the outbox was built with and by no clone: it dies
     /// with the outbox's own sink, which only the writer task (and its
@@ -102,18 +179,20 @@ pub struct NetSink {
     /// sees the writer exit (S-W16). The clones a write makes for its
     /// calls may outlive the writer and must not keep it alive.
     alive: Option<Arc<()>>,
+    _key: PhantomData<fn() -> K>,
 }
 
-impl Clone for NetSink {
+impl<K> Clone for NetSink<K> {
     fn clone(&self) -> Self {
         NetSink {
             inner: Arc::clone(&self.inner),
             alive: None,
+            _key: PhantomData,
         }
     }
 }
 
-impl NetSink {
+impl<K: NetKey> NetSink<K> {
     /// A sink logging to `book`, with client faults from `rng` at `rates`,
     /// each call bounded by `rpc_timeout`, at most `connections` calls
     /// in progress.
@@ -124,7 +203,7 @@ impl NetSink {
         storm_factor: u32,
         rpc_timeout: Duration,
         connections: usize,
-    ) -> NetSink {
+    ) -> Self {
         NetSink {
             inner: Arc::new(Inner {
                 book,
@@ -137,6 +216,17 @@ impl NetSink {
                 connect_after: Mutex::new(Duration::ZERO),
             }),
             alive: Some(Arc::new(())),
+            _key: PhantomData,
+        }
+    }
+
+    /// The same sink for tenants keyed by `K2` (the world builds it, then
+    /// keys it by the type drawn for the run).
+    pub fn keyed<K2: NetKey>(self) -> NetSink<K2> {
+        NetSink {
+            inner: self.inner,
+            alive: self.alive,
+            _key: PhantomData,
         }
     }
 
@@ -273,91 +363,33 @@ struct InFlight {
 }
 
 impl InFlight {
-    /// Logs the attempt's start and checks I2, I4, I8 and the per-tenant
-    /// order of slices.
-    fn begin(book: &SharedBook, tenant: TenantId, items: &[Item]) -> InFlight {
+    /// Logs the attempt's start, checked by [`check::attempt::on_start`]
+    /// (S-W4, I1, I2, I4, I7, I8) and [`check::i4::in_flight_within_bounds`].
+    fn begin<K: NetKey>(book: &SharedBook, tenant: &K, items: &[Item]) -> InFlight {
         let now = book::now();
         let first = items.first().map_or(u64::MAX, |i| i.id);
         let tenant_ix = items.first().map_or(u32::MAX, |i| i.tenant);
         let mut b = book::lock(book);
-        if items.is_empty() {
-            b.fail("S-W4", "the driver handed the sink an empty slice".into());
-        }
-        if TenantId::from_u128(u128::from(tenant_ix) + 1) != tenant
-            || items.iter().any(|i| i.tenant != tenant_ix)
-        {
-            b.fail(
-                "I1",
-                format!("a write for tenant {tenant} carries another tenant's items"),
-            );
-        }
-        if let Some(w) = items.windows(2).find(|w| w[0].id >= w[1].id) {
-            b.fail(
-                "I1",
-                format!(
-                    "a slice of tenant {tenant_ix} is out of staging order: #{} before #{}",
-                    w[0].id, w[1].id
-                ),
-            );
-        }
-        if let Some(at) = b.closed_at {
-            b.fail(
-                "I8",
-                format!("an attempt of slice #{first} started at {now}, after the outbox closed at {at}"),
-            );
-        }
         let ids: Vec<u64> = items.iter().map(|i| i.id).collect();
-        let (min_backoff, closing) = (b.min_backoff, b.closing);
+        let start = check::attempt::Start {
+            now,
+            tenant,
+            tenant_ix,
+            wrong_tenant: K::of(tenant_ix) != *tenant
+                || items.iter().any(|i| i.tenant != tenant_ix),
+            ids: &ids,
+            first,
+        };
+        for (rule, detail) in check::attempt::on_start(&b, &start) {
+            b.fail(rule, detail);
+        }
         let attempt = match b.slices.get_mut(&first) {
             Some(s) => {
-                if s.ids != ids {
-                    let detail = format!(
-                        "attempt {} of slice #{first} (tenant {tenant_ix}) carries {} items \
-                         {:?}.., the first attempt {} items {:?}..",
-                        s.attempts + 1,
-                        ids.len(),
-                        &ids[..ids.len().min(4)],
-                        s.ids.len(),
-                        &s.ids[..s.ids.len().min(4)]
-                    );
-                    b.fail("I2", detail);
-                } else if let Some(end) = s.ended_at.filter(|e| now < *e + min_backoff) {
-                    let detail = format!(
-                        "attempt {} of slice #{first} started {:?} after the last one ended, \
-                         the shortest backoff is {min_backoff:?}",
-                        s.attempts + 1,
-                        now - end
-                    );
-                    if !closing {
-                        b.fail("I7", detail);
-                    }
-                } else if s.last == End::Running {
-                    b.fail(
-                        "I4",
-                        format!("slice #{first} has two attempts in flight at once"),
-                    );
-                }
-                let s = b.slices.get_mut(&first).expect("present");
                 s.attempts += 1;
                 s.last = End::Running;
                 s.attempts
             }
             None => {
-                // A new slice must come after every earlier slice of its
-                // tenant (S-W3: staging order).
-                let earlier = b
-                    .slices
-                    .range(first..)
-                    .find(|(_, s)| s.tenant == tenant_ix)
-                    .map(|(f, _)| *f);
-                if let Some(later) = earlier {
-                    b.fail(
-                        "I1",
-                        format!(
-                            "tenant {tenant_ix}'s slice #{first} started after its slice #{later}"
-                        ),
-                    );
-                }
                 b.slices.insert(
                     first,
                     SliceRec {
@@ -371,25 +403,11 @@ impl InFlight {
                 1
             }
         };
-        let n = {
-            let n = b.in_flight.entry(tenant_ix).or_default();
-            *n += 1;
-            *n
-        };
+        *b.in_flight.entry(tenant_ix).or_default() += 1;
         b.in_flight_total += 1;
         b.in_flight_max = b.in_flight_max.max(b.in_flight_total);
-        if n > 1 {
-            b.fail(
-                "I4",
-                format!("tenant {tenant_ix} has {n} writes in flight in the sink"),
-            );
-        }
-        if b.in_flight_total > b.concurrency {
-            let (total, conc) = (b.in_flight_total, b.concurrency);
-            b.fail(
-                "I4",
-                format!("{total} writes in flight in the sink, concurrency is {conc}"),
-            );
+        for (rule, detail) in check::i4::in_flight_within_bounds(&b, tenant_ix) {
+            b.fail(rule, detail);
         }
         b.record(
             now,
@@ -435,7 +453,8 @@ impl Drop for InFlight {
     }
 }
 
-impl Sink for NetSink {
+impl<K: NetKey> Sink for NetSink<K> {
+    type Tenant = K;
     type Item = Item;
 
     fn name(&self) -> &str {
@@ -444,7 +463,7 @@ impl Sink for NetSink {
 
     fn write(
         &self,
-        tenant: TenantId,
+        tenant: &K,
         items: &[Item],
     ) -> impl Future<Output = Result<Written, WriteError>> + Send {
         let act = self.draw();
@@ -456,7 +475,7 @@ impl Sink for NetSink {
             std::panic::panic_any(Injected);
         }
         let frame = Request {
-            tenant: tenant.as_uuid().as_u128(),
+            tenant: tenant.wire().unwrap_or(u128::MAX),
             items: items
                 .iter()
                 .map(|i| WireItem {
@@ -536,5 +555,30 @@ impl Sink for NetSink {
             };
             result
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_type_maps_an_index_to_the_same_wire_tenant() {
+        fn check<K: NetKey>() {
+            for k in [0, 1, 9, 10, 9_999] {
+                assert_eq!(K::of(k).wire(), Some(u128::from(k) + 1), "{}", K::NAME);
+            }
+        }
+        check::<TenantId>();
+        check::<u64>();
+        check::<String>();
+        assert_eq!("other".to_owned().wire(), None);
+        assert!(
+            String::of(10) < String::of(2),
+            "text order, not the index's"
+        );
+        let kinds: std::collections::BTreeSet<_> =
+            (0..30).map(|s| format!("{:?}", KeyType::draw(s))).collect();
+        assert_eq!(kinds.len(), 3, "every key type is drawn");
     }
 }
