@@ -8,10 +8,19 @@
 //! | `outbox_pending` | gauge | items accepted and not yet written, lost or dropped; equals [`Outbox::pending`](crate::Outbox::pending) whenever the writer is at rest |
 //! | `outbox_items_written_total` | counter | items written by successful writes |
 //! | `outbox_writes_total` | counter | successful writes (batches) |
-//! | `outbox_write_failures_total` | counter | failed attempts: sink errors, panics, timeouts, terminal rejections, cancellations |
+//! | `outbox_attempts_total` | counter | attempts started, first tries and retries (S-W18) |
+//! | `outbox_write_failures_total{kind}` | counter | failed attempts, by [`Failure`] kind: `error`, `panic`, `timeout`, `rejected` (terminal), `cancelled` (at a shutdown deadline or by an abandon), `task_lost` |
 //! | `outbox_events_lost_total{reason}` | counter | items lost, by [`LostReason`] |
 //! | `outbox_items_dropped_total{reason}` | counter | items dropped, by [`DropReason`] |
-//! | `outbox_write_latency_seconds` | histogram | seconds from an attempt's start to its outcome, one sample per attempt that came back (success or failure) |
+//! | `outbox_write_latency_seconds` | histogram | seconds from an attempt's start to its end, one sample per ended attempt whatever its outcome: written, failed by any kind, given up at a deadline or by an abandon, or its task lost (then up to when the loss was seen) |
+//!
+//! S-W18: every attempt ends in exactly one counted outcome, so whenever
+//! no write is in flight, `outbox_attempts_total` equals
+//! `outbox_writes_total` plus the sum over `kind` of
+//! `outbox_write_failures_total`, which is also the latency histogram's
+//! sample count. A write the engine had given
+//! up that commits anyway counts in `outbox_writes_total` while its items
+//! stay counted lost.
 //! | `outbox_items_recovered_total` | counter | items a journal recovery found pending at build (D4): staged again, or lost under `journal_unreadable` |
 //!
 //! With a journal (feature `journal`), also: `outbox_journal_bytes`
@@ -39,7 +48,7 @@ use std::fmt::Debug;
 
 use metrics::{Counter, Gauge, Histogram};
 
-use crate::core::{Counters, DropReason, Event, LostReason, Next};
+use crate::core::{Counters, DropReason, Event, Failure, LostReason, Next};
 
 /// The metric names (S-W11).
 pub mod names {
@@ -49,7 +58,9 @@ pub mod names {
     pub const ITEMS_WRITTEN: &str = "outbox_items_written_total";
     /// Counter: successful writes.
     pub const WRITES: &str = "outbox_writes_total";
-    /// Counter: failed attempts.
+    /// Counter: attempts started (S-W18).
+    pub const ATTEMPTS: &str = "outbox_attempts_total";
+    /// Counter: failed attempts, label `kind`.
     pub const WRITE_FAILURES: &str = "outbox_write_failures_total";
     /// Counter: items lost, label `reason`.
     pub const EVENTS_LOST: &str = "outbox_events_lost_total";
@@ -63,6 +74,8 @@ pub mod names {
     pub const LABEL_OUTBOX: &str = "outbox";
     /// The label naming a loss or drop reason.
     pub const LABEL_REASON: &str = "reason";
+    /// The label naming a failed attempt's kind (S-W18).
+    pub const LABEL_KIND: &str = "kind";
 }
 
 /// The metric handles of one outbox: the counters and the pending gauge,
@@ -72,7 +85,8 @@ pub(crate) struct Export {
     pending: Gauge,
     written: Counter,
     writes: Counter,
-    failures: Counter,
+    attempts: Counter,
+    failures: [Counter; Failure::ALL.len()],
     recovered: Counter,
     lost: [Counter; LostReason::ALL.len()],
     dropped: [Counter; DropReason::ALL.len()],
@@ -103,7 +117,10 @@ pub(crate) fn register(name: &str) -> (Export, Log) {
         pending,
         written: metrics::counter!(ITEMS_WRITTEN, LABEL_OUTBOX => label.clone()),
         writes: metrics::counter!(WRITES, LABEL_OUTBOX => label.clone()),
-        failures: metrics::counter!(WRITE_FAILURES, LABEL_OUTBOX => label.clone()),
+        attempts: metrics::counter!(ATTEMPTS, LABEL_OUTBOX => label.clone()),
+        failures: Failure::ALL.map(|k| {
+            metrics::counter!(WRITE_FAILURES, LABEL_OUTBOX => label.clone(), LABEL_KIND => k.as_str())
+        }),
         recovered: metrics::counter!(ITEMS_RECOVERED, LABEL_OUTBOX => label.clone()),
         lost,
         dropped,
@@ -130,7 +147,10 @@ impl Export {
         let last = &self.last;
         add(&self.written, last.written, now.written);
         add(&self.writes, last.writes, now.writes);
-        add(&self.failures, last.failed_attempts, now.failed_attempts);
+        add(&self.attempts, last.attempts, now.attempts);
+        for (i, c) in self.failures.iter().enumerate() {
+            add(c, last.failed[i], now.failed[i]);
+        }
         add(&self.recovered, last.recovered, now.recovered);
         for (i, c) in self.lost.iter().enumerate() {
             add(c, last.lost[i], now.lost[i]);
@@ -164,8 +184,15 @@ impl Log {
                 items,
                 attempt,
                 latency,
+                given_up,
             } => {
                 self.latency.record(latency.as_secs_f64());
+                if *given_up {
+                    tracing::warn!(outbox, ?tenant, write = %id, items, attempt,
+                        "a write given up at the shutdown deadline or by an abandon committed \
+                         after all; its items stay counted lost and are not handed back");
+                    return;
+                }
                 tracing::debug!(outbox, ?tenant, write = %id, items, attempt, latency_ms = latency.as_secs_f64() * 1e3, "write committed");
             }
             Event::AttemptFailed {
@@ -193,6 +220,10 @@ impl Log {
                     Next::Lost => tracing::warn!(
                         outbox, ?tenant, write = %id, items, attempt, reason, error,
                         "write attempt failed; items lost"
+                    ),
+                    Next::GivenUp => tracing::debug!(
+                        outbox, ?tenant, write = %id, items, attempt, reason, error,
+                        "a write given up (already counted lost) ended"
                     ),
                 }
             }
@@ -282,7 +313,10 @@ mod tests {
             c.written = 4;
             c.pending = 0;
             c.lost[LostReason::Terminal as usize] = 1;
-            c.failed_attempts = 2;
+            c.attempts = 4;
+            c.add_failed(Failure::Cancelled);
+            c.add_failed(Failure::Cancelled);
+            c.add_failed(Failure::TaskLost);
             c.recovered = 3;
             t.export(&c);
             t.export(&c);
@@ -292,11 +326,17 @@ mod tests {
             let key = key.key();
             let labels: Vec<_> = key.labels().map(|l| (l.key(), l.value())).collect();
             assert!(labels.contains(&("outbox", "db")));
-            let reason = labels.iter().find(|l| l.0 == "reason").map(|l| l.1);
+            let reason = labels
+                .iter()
+                .find(|l| l.0 == "reason" || l.0 == "kind")
+                .map(|l| l.1);
             let expected = match (key.name(), reason) {
                 ("outbox_items_written_total", None) => DebugValue::Counter(4),
                 ("outbox_writes_total", None) => DebugValue::Counter(1),
-                ("outbox_write_failures_total", None) => DebugValue::Counter(2),
+                ("outbox_attempts_total", None) => DebugValue::Counter(4),
+                ("outbox_write_failures_total", Some("cancelled")) => DebugValue::Counter(2),
+                ("outbox_write_failures_total", Some("task_lost")) => DebugValue::Counter(1),
+                ("outbox_write_failures_total", Some(_)) => DebugValue::Counter(0),
                 ("outbox_items_recovered_total", None) => DebugValue::Counter(3),
                 ("outbox_events_lost_total", Some("terminal")) => DebugValue::Counter(1),
                 ("outbox_events_lost_total", Some(_)) => DebugValue::Counter(0),
@@ -310,7 +350,7 @@ mod tests {
         }
         assert_eq!(
             seen,
-            5 + LostReason::ALL.len() + DropReason::ALL.len(),
+            5 + Failure::ALL.len() + LostReason::ALL.len() + DropReason::ALL.len(),
             "every series but the histogram"
         );
     }

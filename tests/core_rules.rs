@@ -9,8 +9,8 @@ use std::cmp::Ordering;
 
 use core_world::{dur, ms, World};
 use outbox::core::{
-    Config, DropReason, Engine, ErrorPolicy, Event, LostReason, Next, Outcome, Report, Staged,
-    Time, WriteId,
+    Config, DropReason, Engine, ErrorPolicy, Event, Failure, LostReason, Next, Outcome, Report,
+    Staged, Time, WriteId,
 };
 
 // ----- S-W3 -------------------------------------------------------------
@@ -321,7 +321,13 @@ fn s_b5_capacity_bytes() {
     w.stage_ok(1, [10, 10]); // exactly 20: accepted
     assert_eq!(w.e.pending_bytes(), 20);
     assert_eq!(w.stage(2, 1), Staged::Dropped(DropReason::BufferFull));
-    assert_eq!(w.stage(2, 0), Staged::Accepted, "a weightless item fits");
+    // S-B8: an item weighs at least 1 byte, so `capacity_bytes` bounds the
+    // count too: a weightless item does not slip past a full buffer.
+    assert_eq!(
+        w.stage(2, 0),
+        Staged::Dropped(DropReason::BufferFull),
+        "a weightless item weighs 1 byte"
+    );
     let a = w.poll();
     assert_eq!(w.e.pending_bytes(), 20, "in flight still counts");
     for x in a {
@@ -329,7 +335,7 @@ fn s_b5_capacity_bytes() {
     }
     assert_eq!(w.e.pending_bytes(), 0);
     assert_eq!(w.stage(2, 20), Staged::Accepted);
-    assert_eq!(w.dropped(DropReason::BufferFull), 1);
+    assert_eq!(w.dropped(DropReason::BufferFull), 2);
 }
 
 #[test]
@@ -1466,4 +1472,185 @@ fn s_w13_items_let_go_of_are_released_not_dropped() {
         _ => None,
     });
     assert_eq!(sd, Some(vec![(1, vec![1])]));
+}
+
+// ----- S-B8 -------------------------------------------------------------
+
+/// Every event queued, in order: (tenant, items, reason, log) for drops and
+/// losses, drained from `e`.
+fn refusal_events(e: &mut Engine<u8, u32>) -> Vec<(u8, u64, &'static str, bool)> {
+    std::iter::from_fn(|| e.poll_event())
+        .filter_map(|ev| match ev {
+            Event::Dropped {
+                tenant,
+                items,
+                reason,
+                log,
+            } => Some((tenant, items, reason.as_str(), log)),
+            Event::Lost {
+                tenant,
+                items,
+                reason,
+                log,
+            } => Some((tenant, items, reason.as_str(), log)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn s_b8_refusals_coalesce_per_reason_while_their_event_is_queued() {
+    let config = Config::builder()
+        .capacity(2)
+        .tenant_capacity(1)
+        .build()
+        .unwrap();
+    let mut e: Engine<u8, u32> = Engine::new(config).unwrap();
+    let stage = |e: &mut Engine<u8, u32>, t: u8, i: u32| e.stage_with(|| Time::ZERO, t, i);
+    assert_eq!(stage(&mut e, 1, 0), (Staged::Accepted, true));
+    // The first refusal queues an event with none before it: drain.
+    assert_eq!(
+        stage(&mut e, 1, 1),
+        (Staged::Dropped(DropReason::TenantFull), true)
+    );
+    assert_eq!(stage(&mut e, 2, 2), (Staged::Accepted, false), "1 is ready");
+    for (t, i) in [(3, 3), (1, 4), (4, 5), (5, 6)] {
+        assert_eq!(
+            stage(&mut e, t, i),
+            (Staged::Dropped(DropReason::BufferFull), false),
+            "a drain is already due"
+        );
+    }
+    assert_eq!(
+        refusal_events(&mut e),
+        [(1, 1, "tenant_full", true), (3, 4, "buffer_full", true)],
+        "one event per reason, the first tenant's, counting every refusal"
+    );
+    assert_eq!(e.take_released(), [1, 3, 4, 5, 6]);
+    // Once polled, a refusal queues a new event.
+    let _ = stage(&mut e, 6, 7);
+    assert_eq!(refusal_events(&mut e), [(6, 1, "buffer_full", false)]);
+    // After the fence: lost under `shutdown`, coalesced the same way.
+    let _ = e.shutdown(Time::ZERO, Time::from_millis(10));
+    while e.poll_event().is_some() {}
+    for i in 8..11 {
+        assert_eq!(stage(&mut e, 7, i).0, Staged::Refused);
+    }
+    assert_eq!(refusal_events(&mut e), [(7, 3, "shutdown", true)]);
+    let c = e.counters();
+    assert_eq!(
+        (
+            c.dropped(DropReason::TenantFull),
+            c.dropped(DropReason::BufferFull),
+            c.lost(LostReason::Shutdown)
+        ),
+        (1, 5, 3)
+    );
+}
+
+#[test]
+fn s_b8_coalesced_refusals_keep_the_log_rate_of_s_a6() {
+    // 1,000 refusals span two log points, the last item being the second:
+    // two events, (1..=999) and (1,000).
+    let config = Config::builder().capacity(1).build().unwrap();
+    let mut e: Engine<u8, u32> = Engine::new(config.clone()).unwrap();
+    for i in 0..=1_000 {
+        let _ = e.stage_with(|| Time::ZERO, 1, i);
+    }
+    assert_eq!(
+        refusal_events(&mut e),
+        [(1, 999, "buffer_full", true), (1, 1, "buffer_full", true)]
+    );
+    // 2,500 refusals queued as one event come out one log point at a time
+    // (the 1st, the 1,000th, the 2,000th), however many pile up meanwhile.
+    let mut e: Engine<u8, u32> = Engine::new(config).unwrap();
+    for i in 0..=2_500 {
+        let _ = e.stage_with(|| Time::ZERO, 1, i);
+    }
+    let first = e.poll_event();
+    assert_eq!(
+        first,
+        Some(Event::Dropped {
+            tenant: 1,
+            items: 999,
+            reason: DropReason::BufferFull,
+            log: true
+        })
+    );
+    // More refusals join the rest of the queued event.
+    for i in 0..600 {
+        let _ = e.stage_with(|| Time::ZERO, 2, i);
+    }
+    assert_eq!(
+        refusal_events(&mut e),
+        [
+            (1, 1_000, "buffer_full", true),
+            (1, 1_000, "buffer_full", true),
+            (1, 101, "buffer_full", true)
+        ],
+        "items 1,000..=1,999, 2,000..=2,999, 3,000..=3,100"
+    );
+    // A queued event with no log point logs nothing.
+    for i in 0..5 {
+        let _ = e.stage_with(|| Time::ZERO, 3, i);
+    }
+    assert_eq!(refusal_events(&mut e), [(3, 5, "buffer_full", false)]);
+    assert_eq!(e.counters().dropped(DropReason::BufferFull), 3_105);
+}
+
+// ----- S-W18 ------------------------------------------------------------
+
+#[test]
+fn s_w18_every_given_up_attempt_ends_in_one_counted_outcome() {
+    // Abandon gives up three writes in flight; they come back written,
+    // cancelled, and with their task lost: a write, then two failures by
+    // kind, each with its event and latency, no item counted twice.
+    let mut w = World::new(Config::builder().concurrency(3));
+    w.stage_ok(1, [1]);
+    w.stage_ok(2, [2]);
+    w.stage_ok(3, [3]);
+    let [a, b, c] = <[_; 3]>::try_from(w.poll()).unwrap();
+    w.at(5);
+    let _ = w.e.abandon(w.now);
+    w.at(7);
+    w.finish(a, Outcome::WRITTEN);
+    w.finish(b, Outcome::Cancelled);
+    assert!(w.e.finish_lost(w.now, c.id));
+    w.at(7); // collects the events
+    let ends: Vec<_> = w
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Written {
+                tenant,
+                given_up,
+                latency,
+                ..
+            } => Some((*tenant, "written", *given_up, *latency)),
+            Event::AttemptFailed {
+                tenant,
+                failure,
+                next,
+                latency,
+                ..
+            } => Some((*tenant, failure.as_str(), *next == Next::GivenUp, *latency)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        ends,
+        [
+            (1, "written", true, dur(7)),
+            (2, "cancelled", true, dur(7)),
+            (3, "task_lost", true, dur(7))
+        ]
+    );
+    let k = w.e.counters();
+    assert_eq!((k.attempts, k.writes, k.failed_attempts), (3, 1, 2));
+    assert_eq!(
+        (k.failed(Failure::Cancelled), k.failed(Failure::TaskLost)),
+        (1, 1)
+    );
+    assert_eq!((k.written, k.lost(LostReason::Abandoned)), (0, 3));
+    assert!(k.balanced());
 }

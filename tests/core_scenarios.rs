@@ -186,11 +186,11 @@ fn s06_shutdown_counts_what_is_unwritten_at_the_deadline() {
     assert_eq!(r.unwritten, [(1, vec![1, 2]), (2, vec![3])]);
     assert!(w.written.is_empty(), "nothing written");
     assert_eq!(w.c().written, 0);
-    assert_eq!(
-        w.c().failed_attempts,
-        3,
-        "the cancelled, given-up write is no failed attempt"
-    );
+    // S-W18: the cancelled, given-up attempt ends counted, as cancelled.
+    let c = w.c();
+    assert_eq!(c.failed_attempts, 4, "3 sink errors and the cancellation");
+    assert_eq!(c.failed(Failure::Cancelled), 1);
+    assert_eq!(c.attempts, c.writes + c.failed_attempts);
 }
 
 /// Scenario 7: S-W5: a panicking write is retried.
@@ -370,8 +370,17 @@ fn s15_abandon_counts_every_queued_item() {
     assert!(w.events.iter().any(|e| matches!(e, Event::CancelInFlight)));
     assert!(w.e.is_closed());
     let before = w.c().clone();
-    w.finish(t1, Outcome::WRITTEN); // comes back after the cancel
-    assert_eq!(w.c(), &before, "a given-up write changes no counter");
+    // It comes back after the cancel. S-W18: the attempt ends as a write;
+    // its items stay counted lost.
+    w.finish(t1, Outcome::WRITTEN);
+    let mut after = before.clone();
+    after.writes += 1;
+    assert_eq!(
+        w.c(),
+        &after,
+        "a given-up write that commits counts a write"
+    );
+    assert_eq!(w.c().attempts, w.c().attempts_ended());
     assert!(w.poll().is_empty());
     assert_eq!(w.e.poll_timeout(), None, "no timer survives");
 }

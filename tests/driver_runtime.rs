@@ -254,6 +254,9 @@ fn dropping_every_handle_with_a_hung_sink_gives_up_at_the_drop_deadline() {
     c.staged = 5;
     c.set_lost(LostReason::Deadline, 5);
     c.attempts = 1;
+    // S-W18: the hung attempt, cancelled at the drop deadline.
+    c.failed_attempts = 1;
+    c.set_failed(outbox::core::Failure::Cancelled, 1);
     assert_metrics_match(&m, "drop-hung", &c);
     assert_eq!(DEFAULT_DROP_TIMEOUT, Duration::from_secs(30));
 }

@@ -25,8 +25,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use outbox::core::{
-    Config, Counters, DropReason, Engine, ErrorPolicy, Event, LostReason, Outcome, Report, Staged,
-    Time, Write, WriteId,
+    Config, Counters, DropReason, Engine, ErrorPolicy, Event, Failure, LostReason, Outcome, Report,
+    Staged, Time, Write, WriteId,
 };
 use outbox::testkit::{ConfigDraw, Harness, Op, OpOutcome};
 use proptest::prelude::*;
@@ -213,6 +213,11 @@ impl Model {
         })
     }
 
+    fn fail_attempt(&mut self, kind: Failure) {
+        self.c.failed_attempts += 1;
+        self.c.set_failed(kind, self.c.failed(kind) + 1);
+    }
+
     fn lose(&mut self, t: u8, r: LostReason, n: u64) {
         self.c.set_lost(r, self.c.lost(r) + n);
         *self.out.losses.entry((t, "lost", r.as_str())).or_default() += n;
@@ -395,9 +400,18 @@ impl Model {
             .remove(usize::from(pick) % self.in_flight.len());
         let t = w.tenant;
         let n = w.items.len();
+        // S-W18: every attempt ends in one counted outcome.
+        match outcome {
+            Some(OpOutcome::Written | OpOutcome::Discard(_)) => {}
+            Some(o) => self.fail_attempt(Failure::of(Outcome::from(o)).expect("a failure")),
+            None => self.fail_attempt(Failure::TaskLost),
+        }
         if w.given_up {
             // Written after all: in the store, so not a dead letter (S-B6).
             let written = matches!(outcome, Some(OpOutcome::Written | OpOutcome::Discard(_)));
+            if written {
+                self.c.writes += 1;
+            }
             if outcome.is_some() && !written {
                 if let Some(sd) = self.shutdown.as_mut().filter(|sd| !sd.reported) {
                     sd.unwritten.push((w.items[0], t, w.items));
@@ -411,7 +425,6 @@ impl Model {
             return;
         }
         let Some(outcome) = outcome else {
-            self.c.failed_attempts += 1;
             self.lose(t, LostReason::JoinFailed, n as u64);
             self.settle(&w.items, |_| Fate::Lost);
             self.after_write(t);
@@ -444,7 +457,6 @@ impl Model {
             OpOutcome::Rejected => true,
             _ => false,
         };
-        self.c.failed_attempts += 1;
         let exhausted = self.k.max_attempts.is_some_and(|m| w.attempt >= m)
             || self
                 .k
@@ -854,8 +866,12 @@ impl StateMachineTest for ModelTest {
                 for _ in 0..=count % 8 {
                     let item = s.next_item;
                     s.next_item += 1;
-                    out.staged
-                        .push(e.stage(s.now, tenant % s.tenant_count, item));
+                    // As the driver stages: a lazy clock (never read
+                    // without a linger), the wake-up hint checked by the
+                    // harness.
+                    let now = s.now;
+                    let (staged, _wake) = e.stage_with(|| now, tenant % s.tenant_count, item);
+                    out.staged.push(staged);
                 }
             }
             Op::Poll => {

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox::core::{Engine, Event, Outcome, Time};
-use outbox::{Config, LostReason, Outbox, Report, Sink, Staged, TenantId, WriteError, Written};
+use outbox::{
+    Config, DropReason, LostReason, Outbox, Report, Sink, Staged, TenantId, WriteError, Written,
+};
 use support::*;
 use tokio::time::Instant;
 
@@ -179,11 +181,14 @@ async fn max_batch_bytes_smaller_than_every_item_writes_each_alone() {
     assert_eq!(sink.stored(t(1)), ids(0..5));
 }
 
+/// S-B5, S-B8: a weigher that says 0 bytes is taken as 1 byte per item, so
+/// `capacity_bytes` still bounds how many items are held and
+/// `max_batch_bytes` how many go in one write; nothing loops.
 #[tokio::test(start_paused = true)]
-async fn weigher_returning_zero_never_fills_a_byte_batch() {
+async fn weigher_returning_zero_counts_each_item_as_one_byte() {
     let sink = TestSink::new("rev-w0");
     let config = Config::builder()
-        .max_batch_bytes(10)
+        .max_batch_bytes(4)
         .capacity_bytes(10)
         .build()
         .unwrap();
@@ -192,11 +197,18 @@ async fn weigher_returning_zero_never_fills_a_byte_batch() {
         .weigher(|_: &u32| 0)
         .build()
         .unwrap();
-    for i in 0..1000 {
-        assert_eq!(o.stage(t(1), i), Staged::Accepted);
-    }
-    assert_eq!(o.flush(Duration::from_secs(1)).await.written, 1000);
-    assert_eq!(sink.stored(t(1)), ids(0..1000));
+    // The writer does not run between these calls: the first 10 fill the
+    // byte capacity, the rest are dropped.
+    let staged: Vec<Staged> = (0..1000).map(|i| o.stage(t(1), i)).collect();
+    assert!(staged[..10].iter().all(|s| *s == Staged::Accepted));
+    assert!(staged[10..]
+        .iter()
+        .all(|s| *s == Staged::Dropped(DropReason::BufferFull)));
+    let report = o.flush(Duration::from_secs(1)).await;
+    assert_eq!((report.written, report.pending), (10, 0));
+    assert_eq!(sink.stored(t(1)), ids(0..10));
+    // 4 + 4 + 2 bytes: max_batch_bytes cuts the writes.
+    assert_eq!(o.counters().writes, 3);
 }
 
 /// BUG: a weigher returning `u64::MAX` (or any weights whose sum passes

@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use super::write::Failure;
+
 /// Why items were lost: accepted, then given up (contract: "lost").
 ///
 /// Non-exhaustive: new reasons will come (a match needs a `_` arm).
@@ -122,12 +124,19 @@ impl fmt::Display for DropReason {
 /// dropped_total()` at every instant; every count but `pending` only
 /// grows.
 ///
-/// The totals are fields; the counts by reason are read through
-/// [`lost`](Self::lost) and [`dropped`](Self::dropped), so new reasons
-/// (and new fields: the struct is non-exhaustive) break no caller. A
-/// snapshot is a plain value: [`Counters::default`] and the setters build
-/// one by hand (expected values in tests, counters rebuilt from exported
-/// metrics) without touching any engine.
+/// S-W18: every attempt ends in exactly one counted outcome, so
+/// `attempts == writes + failed_attempts + (attempts in flight)` at every
+/// instant, and `attempts == writes + failed_attempts` at every quiet point
+/// (nothing in flight); `failed_attempts` is the sum of
+/// [`failed`](Self::failed) over every kind.
+///
+/// The totals are fields; the counts by reason or kind are read through
+/// [`lost`](Self::lost), [`dropped`](Self::dropped) and
+/// [`failed`](Self::failed), so new reasons (and new fields: the struct is
+/// non-exhaustive) break no caller. A snapshot is a plain value:
+/// [`Counters::default`] and the setters build one by hand (expected values
+/// in tests, counters rebuilt from exported metrics) without touching any
+/// engine.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub struct Counters {
@@ -140,12 +149,16 @@ pub struct Counters {
     pub pending: u64,
     /// Items written by a successful write.
     pub written: u64,
-    /// Successful writes (batches).
+    /// Attempts that ended written (batches), a write the engine had given
+    /// up but that committed anyway included (S-W18).
     pub writes: u64,
     /// Attempts started (first tries and retries).
     pub attempts: u64,
-    /// Attempts that failed: sink error, panic, timeout, terminal rejection (S-W11).
+    /// Attempts that ended failed, of any kind (S-W11, S-W18).
     pub failed_attempts: u64,
+    /// Failed attempts by kind, indexed like [`Failure::ALL`]: read with
+    /// [`failed`](Self::failed) (S-W18).
+    pub(crate) failed: [u64; Failure::ALL.len()],
     /// Items lost, indexed like [`LostReason::ALL`]: read with [`lost`](Self::lost).
     pub(crate) lost: [u64; LostReason::ALL.len()],
     /// Items dropped, indexed like [`DropReason::ALL`]: read with [`dropped`](Self::dropped).
@@ -178,6 +191,20 @@ impl Counters {
     pub fn dropped_total(&self) -> u64 {
         self.dropped.iter().sum()
     }
+    /// Failed attempts of `kind` (S-W18).
+    pub fn failed(&self, kind: Failure) -> u64 {
+        self.failed[kind.index()]
+    }
+    /// Sets the failed attempts of `kind` (a snapshot built by hand); the
+    /// total `failed_attempts` is a field of its own, set apart.
+    pub fn set_failed(&mut self, kind: Failure, attempts: u64) {
+        self.failed[kind.index()] = attempts;
+    }
+    /// Attempts that have ended, written or failed (S-W18): equal to
+    /// `attempts` whenever nothing is in flight.
+    pub fn attempts_ended(&self) -> u64 {
+        self.writes + self.failed_attempts
+    }
     /// Whether S-W14 holds: every staged item is in exactly one state.
     pub fn balanced(&self) -> bool {
         self.staged + self.recovered
@@ -191,6 +218,12 @@ impl Counters {
         let before = *slot;
         *slot += n;
         log_due(before, *slot)
+    }
+
+    /// Counts one failed attempt of `kind` (S-W18).
+    pub(crate) fn add_failed(&mut self, kind: Failure) {
+        self.failed_attempts += 1;
+        self.failed[kind.index()] += 1;
     }
 
     /// Counts `n` dropped items; returns whether to log (S-A6).

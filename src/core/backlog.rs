@@ -116,6 +116,7 @@ impl<I> Tenant<I> {
             }
         }
         let items: Vec<I> = self.items.drain(..n).collect();
+        super::shrink::deque(&mut self.items);
         // Saturating: an impure weigher must not make the sums underflow.
         self.bytes = self.bytes.saturating_sub(bytes);
         if !self.items.is_empty() {

@@ -6,18 +6,20 @@ use std::fmt;
 use std::hash::{BuildHasherDefault, DefaultHasher, Hash};
 use std::mem;
 
-use super::accounting::{Counters, DropReason, LostReason};
+use super::accounting::{Counters, DropReason, LostReason, LOG_EVERY};
 use super::backlog::{Phase, Retry, Tenant};
 use super::backoff::Backoff;
 use super::config::{Config, ConfigError, ErrorPolicy};
 use super::schedule::{Due, Schedule};
+use super::shrink;
 use super::time::Time;
 use super::wait::{Settled, WaitKind, Waits};
 use super::write::{Event, Failure, Next, Outcome, Report, ShutdownReport, WaitId, Write, WriteId};
 
 /// Measures an item in bytes for `max_batch_bytes` and `capacity_bytes`
 /// (S-B5). It must be pure: the same item always weighs the same. A weight
-/// above [`MAX_WEIGHT`] is taken as `MAX_WEIGHT`.
+/// above [`MAX_WEIGHT`] is taken as `MAX_WEIGHT`, a weight of 0 as 1, so
+/// `capacity_bytes` also bounds how many items are pending (S-B8).
 pub type Weigher<I> = Box<dyn Fn(&I) -> u64 + Send + Sync>;
 
 /// The largest weight an item is given: 2^40 bytes (1 TiB). Weights are
@@ -128,6 +130,33 @@ type Tenants<K, I> = HashMap<K, Tenant<I>, BuildHasherDefault<DefaultHasher>>;
 ///
 /// Cost: O(log T) per input and per write for T tenants (S-C4), plus
 /// O(W) per touched tenant while W flushes, settles or shutdowns wait.
+///
+/// # Memory (S-B8)
+/// Beyond the items themselves (`size_of::<I>()` each, plus whatever heap
+/// an item owns), the engine holds
+///
+/// `O(1) + O(P) + O(T) + O(F) + O(W · (1 + T_W)) + O(E)`
+///
+/// where P is the items pending (at most `capacity`, or `capacity_bytes`,
+/// an item weighing at least 1 byte), T the tenants holding items or a
+/// write in flight (at most P + F), F the writes in flight (at most
+/// `concurrency`), W the flushes, settles and shutdowns open or answered
+/// and not yet polled, T_W the tenants those touched, and E the events of
+/// the inputs since the last full drain of
+/// [`poll_event`](Self::poll_event) other than stage refusals. Each term
+/// is within a factor of 4 of the live count, plus a few slots. So, with a
+/// capacity set, memory is bounded by the configuration and that state
+/// whatever the inputs:
+/// - A refused or dropped stage leaves no per-item state: it is counted,
+///   its event coalesces into one queued event per reason (see
+///   [`Event::Dropped`]), and the item waits in
+///   [`take_released`](Self::take_released) for the caller to drop.
+/// - What a burst took is given back once it drained: the tenant map, the
+///   event queue, the ready queue, each tenant's backlog and wait marks
+///   shrink when they fall below a quarter full (amortised O(1) per
+///   removal); timers and writes in flight live in B-trees, which free
+///   their nodes as they empty. After a burst has drained the engine
+///   holds a small constant more than a fresh one.
 pub struct Engine<K, I> {
     config: Config,
     weigher: Option<Weigher<I>>,
@@ -143,9 +172,71 @@ pub struct Engine<K, I> {
     waits: Waits,
     shutdown: Option<Shutdown<K, I>>,
     events: VecDeque<Event<K, I>>,
+    /// Events taken by `poll_event` so far: with `events.len()`, places
+    /// an event by its sequence number.
+    popped: u64,
+    /// Per stage-time refusal reason (see [`Refusal`]), its last event:
+    /// while that event is queued, later refusals for the same reason add
+    /// to it (S-B8).
+    refusals: [Option<Coalesced>; 3],
     /// Items let go of and not handed back by a return value (see
     /// [`Engine::take_released`]): the engine never drops an item itself.
     released: Vec<I>,
+}
+
+/// A queued refusal event that later refusals add to (S-B8).
+#[derive(Clone, Copy, Debug)]
+struct Coalesced {
+    /// Its sequence number (see `Engine::popped`).
+    seq: u64,
+    /// Its reason's counter before its first item: with its `items`, which
+    /// log points (S-A6) it spans.
+    before: u64,
+}
+
+impl Coalesced {
+    /// If its `items` span two log points or more (S-A6: the 1st, then
+    /// every 1,000th), cuts off the part before the second one, which
+    /// holds exactly one, and returns its size; the rest stays queued.
+    fn cut(&mut self, items: &mut u64) -> Option<u64> {
+        let first = if self.before == 0 {
+            1
+        } else {
+            (self.before / LOG_EVERY + 1) * LOG_EVERY
+        };
+        let second = if first == 1 {
+            LOG_EVERY
+        } else {
+            first + LOG_EVERY
+        };
+        if second > self.before + *items {
+            return None;
+        }
+        let part = second - 1 - self.before;
+        *items -= part;
+        self.before += part;
+        Some(part)
+    }
+}
+
+/// Why a stage was refused: the reasons whose events coalesce (S-B8).
+#[derive(Clone, Copy)]
+enum Refusal {
+    Dropped(DropReason),
+    /// After the shutdown fence (S-W9).
+    Shutdown,
+}
+
+impl Refusal {
+    /// Its slot in `Engine::refusals`.
+    fn slot(self) -> usize {
+        match self {
+            Refusal::Dropped(DropReason::TenantFull) => 1,
+            Refusal::Shutdown => 2,
+            // Only `buffer_full` and `tenant_full` refuse a stage.
+            Refusal::Dropped(_) => 0,
+        }
+    }
 }
 
 impl<K: fmt::Debug, I> fmt::Debug for Engine<K, I> {
@@ -215,6 +306,8 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             waits: Waits::default(),
             shutdown: None,
             events: VecDeque::new(),
+            popped: 0,
+            refusals: [None; 3],
             released: Vec::new(),
         })
     }
@@ -362,13 +455,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         }
         let quiet = self.events.is_empty();
         if self.life != Life::Open {
-            let log = self.counters.add_lost(LostReason::Shutdown, 1);
-            self.events.push_back(Event::Lost {
-                tenant,
-                items: 1,
-                reason: LostReason::Shutdown,
-                log,
-            });
+            self.count_refusal(tenant, Refusal::Shutdown);
             self.released.push(item);
             return (Staged::Refused, quiet);
         }
@@ -395,13 +482,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             None
         };
         if let Some(reason) = reason {
-            let log = self.counters.add_dropped(reason, 1);
-            self.events.push_back(Event::Dropped {
-                tenant,
-                items: 1,
-                reason,
-                log,
-            });
+            self.count_refusal(tenant, Refusal::Dropped(reason));
             self.released.push(item);
             return (Staged::Dropped(reason), quiet);
         }
@@ -479,7 +560,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                 let (items, bytes) = t.cut_batch(
                     self.config.max_batch,
                     self.config.max_batch_bytes,
-                    |i| weigher.map_or(0, |w| w(i).min(MAX_WEIGHT)),
+                    |i| weight(weigher, i),
                     now,
                 );
                 (items, bytes, 1, now)
@@ -542,15 +623,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         }
         let rec = self.in_flight.remove(&write.id).expect("just checked");
         if rec.given_up {
-            let done = if matches!(outcome, Outcome::Written { .. }) {
-                write.items
-            } else {
-                self.dead_letter(rec.tenant, 0, write.items);
-                Vec::new()
-            };
-            self.forget_if_empty(&write.tenant);
-            self.maybe_finish_shutdown();
-            return Ok(done);
+            return Ok(self.finish_given_up(write, &rec, outcome));
         }
         let now = self.now;
         let latency = now - rec.started;
@@ -567,6 +640,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                     items: n,
                     attempt: rec.attempt,
                     latency,
+                    given_up: false,
                 });
                 if discarded > 0 {
                     self.count_lost(&rec.tenant, LostReason::Discarded, discarded as u64);
@@ -587,7 +661,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             Outcome::Rejected => Failure::Rejected,
             Outcome::Cancelled => Failure::Cancelled,
         };
-        self.counters.failed_attempts += 1;
+        self.counters.add_failed(failure);
         let exhausted = self
             .config
             .max_attempts
@@ -608,15 +682,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         } else {
             Next::RetryIn(self.backoff.wait(rec.attempt))
         };
-        self.events.push_back(Event::AttemptFailed {
-            id: write.id,
-            tenant: rec.tenant.clone(),
-            items: n,
-            attempt: rec.attempt,
-            failure,
-            next,
-            latency,
-        });
+        self.attempt_failed(write.id, &rec, failure, next);
         match next {
             Next::RetryIn(wait) => {
                 let t = self.tenants.get_mut(&rec.tenant).expect("tenant in flight");
@@ -635,7 +701,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                 self.schedule_after_write(rec.tenant);
                 Ok(write.items)
             }
-            Next::Lost => {
+            Next::Lost | Next::GivenUp => {
                 self.settle_slice(&rec.tenant, n, rec.bytes, |_| Settled::Lost);
                 self.schedule_after_write(rec.tenant);
                 Ok(write.items)
@@ -651,16 +717,68 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         let Some(rec) = self.in_flight.remove(&id) else {
             return false;
         };
+        self.counters.add_failed(Failure::TaskLost);
         if rec.given_up {
+            self.attempt_failed(id, &rec, Failure::TaskLost, Next::GivenUp);
             self.forget_if_empty(&rec.tenant);
             self.maybe_finish_shutdown();
             return true;
         }
-        self.counters.failed_attempts += 1;
         self.count_lost(&rec.tenant, LostReason::JoinFailed, rec.len as u64);
+        self.attempt_failed(id, &rec, Failure::TaskLost, Next::Lost);
         self.settle_slice(&rec.tenant, rec.len, rec.bytes, |_| Settled::Lost);
         self.schedule_after_write(rec.tenant);
         true
+    }
+
+    /// A write the engine gave up (shutdown deadline, abandon) came back:
+    /// its items are already counted lost, but the attempt still ends in
+    /// one counted outcome (S-W18). Written after all, it counts as a
+    /// write and its items are in the store, so they are returned to be
+    /// dropped; otherwise it counts as failed by its kind and its items go
+    /// to the dead letters (S-B6).
+    fn finish_given_up(
+        &mut self,
+        write: Write<K, I>,
+        rec: &InFlight<K>,
+        outcome: Outcome,
+    ) -> Vec<I> {
+        let done = match Failure::of(outcome) {
+            None => {
+                self.counters.writes += 1;
+                self.events.push_back(Event::Written {
+                    id: write.id,
+                    tenant: write.tenant.clone(),
+                    items: rec.len,
+                    attempt: rec.attempt,
+                    latency: self.now - rec.started,
+                    given_up: true,
+                });
+                write.items
+            }
+            Some(failure) => {
+                self.counters.add_failed(failure);
+                self.attempt_failed(write.id, rec, failure, Next::GivenUp);
+                self.dead_letter(write.tenant.clone(), 0, write.items);
+                Vec::new()
+            }
+        };
+        self.forget_if_empty(&write.tenant);
+        self.maybe_finish_shutdown();
+        done
+    }
+
+    /// Queues the event of a failed attempt (S-W18: one per attempt).
+    fn attempt_failed(&mut self, id: WriteId, rec: &InFlight<K>, failure: Failure, next: Next) {
+        self.events.push_back(Event::AttemptFailed {
+            id,
+            tenant: rec.tenant.clone(),
+            items: rec.len,
+            attempt: rec.attempt,
+            failure,
+            next,
+            latency: self.now - rec.started,
+        });
     }
 
     /// Handles every timer due at `now`, once each, in the order they fall
@@ -753,7 +871,52 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
 
     /// The next event to export or act on; call until `None` after every input.
     pub fn poll_event(&mut self) -> Option<Event<K, I>> {
-        self.events.pop_front()
+        if let Some(part) = self.split_refusals() {
+            return Some(part);
+        }
+        let event = self.events.pop_front()?;
+        self.popped += 1;
+        shrink::deque(&mut self.events);
+        Some(event)
+    }
+
+    /// Coalesced refusals at the front of the queue that span more than
+    /// one log point (S-A6: the first, then every 1,000th per reason) are
+    /// handed out one log point at a time: the part before the second log
+    /// point goes now, the rest stays in front. So the log keeps its rate
+    /// while the queue holds one event per reason (S-B8).
+    fn split_refusals(&mut self) -> Option<Event<K, I>> {
+        let popped = self.popped;
+        let c = self
+            .refusals
+            .iter_mut()
+            .flatten()
+            .find(|c| c.seq == popped)?;
+        Some(match self.events.front_mut()? {
+            Event::Dropped {
+                tenant,
+                items,
+                reason,
+                ..
+            } => Event::Dropped {
+                items: c.cut(items)?,
+                tenant: tenant.clone(),
+                reason: *reason,
+                log: true,
+            },
+            Event::Lost {
+                tenant,
+                items,
+                reason,
+                ..
+            } => Event::Lost {
+                items: c.cut(items)?,
+                tenant: tenant.clone(),
+                reason: *reason,
+                log: true,
+            },
+            _ => return None,
+        })
     }
 
     /// When the next timer falls due (linger, backoff, deadline), if any.
@@ -787,7 +950,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     // ----- scheduling ---------------------------------------------------
 
     fn weigh(&self, item: &I) -> u64 {
-        self.weigher.as_ref().map_or(0, |w| w(item).min(MAX_WEIGHT))
+        weight(self.weigher.as_deref(), item)
     }
 
     /// A tenant whose linger or backoff ended.
@@ -809,6 +972,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             // Nothing waits, or given up already and nothing may start (I8).
             if t.is_empty() {
                 self.tenants.remove(&tenant);
+                shrink::map(&mut self.tenants);
             }
             return;
         }
@@ -848,8 +1012,56 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         });
     }
 
-    /// Items of a slice left the pending state (their counters are already
-    /// moved): release pending counts and tell the waits.
+    /// Counts one refused stage and queues its event, or adds it to the
+    /// queued event of an earlier refusal for the same reason (S-B8): a
+    /// producer that outruns a stalled driver grows no queue. Counters stay
+    /// exact and the log still comes at the first and every 1,000th (S-A6).
+    fn count_refusal(&mut self, tenant: K, refusal: Refusal) {
+        let log = match refusal {
+            Refusal::Dropped(reason) => self.counters.add_dropped(reason, 1),
+            Refusal::Shutdown => self.counters.add_lost(LostReason::Shutdown, 1),
+        };
+        let slot = &mut self.refusals[refusal.slot()];
+        let queued = slot
+            .and_then(|c| c.seq.checked_sub(self.popped))
+            .and_then(|at| self.events.get_mut(at as usize));
+        if let Some(
+            Event::Dropped {
+                items, log: logs, ..
+            }
+            | Event::Lost {
+                items, log: logs, ..
+            },
+        ) = queued
+        {
+            *items += 1;
+            *logs |= log;
+            return;
+        }
+        let before = match refusal {
+            Refusal::Dropped(reason) => self.counters.dropped(reason),
+            Refusal::Shutdown => self.counters.lost(LostReason::Shutdown),
+        } - 1;
+        *slot = Some(Coalesced {
+            seq: self.popped + self.events.len() as u64,
+            before,
+        });
+        self.events.push_back(match refusal {
+            Refusal::Dropped(reason) => Event::Dropped {
+                tenant,
+                items: 1,
+                reason,
+                log,
+            },
+            Refusal::Shutdown => Event::Lost {
+                tenant,
+                items: 1,
+                reason: LostReason::Shutdown,
+                log,
+            },
+        });
+    }
+
     /// The tenant's `n` oldest pending items (weighing `bytes`) left the
     /// pending state, their counters already moved: release the pending
     /// counts and tell the waits.
@@ -906,6 +1118,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             }
             if t.is_empty() {
                 self.tenants.remove(tenant);
+                shrink::map(&mut self.tenants);
             }
         }
     }
@@ -948,6 +1161,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             if !t.items.is_empty() {
                 settle.push((tenant.clone(), t.items.len(), mem::take(&mut t.bytes)));
                 held.push((tenant.clone(), 2, t.items.drain(..).collect()));
+                shrink::deque(&mut t.items);
             }
         }
         self.sched.clear_ready();
@@ -960,6 +1174,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             self.settle_slice(&tenant, n, bytes, |_| Settled::Lost);
         }
         self.tenants.retain(|_, t| !t.is_empty());
+        shrink::map(&mut self.tenants);
         held
     }
 
@@ -1012,6 +1227,12 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             });
         }
     }
+}
+
+/// An item's weight (S-B5): 0 without a weigher, else the weigher's
+/// clamped to `1..=MAX_WEIGHT` (S-B8: `capacity_bytes` bounds the count).
+fn weight<I>(weigher: Option<&(dyn Fn(&I) -> u64 + Send + Sync)>, item: &I) -> u64 {
+    weigher.map_or(0, |w| w(item).clamp(1, MAX_WEIGHT))
 }
 
 /// Whether the tenant's waiting backlog fills a batch (S-A3).

@@ -28,6 +28,7 @@ mod config;
 mod engine;
 pub mod journal;
 mod schedule;
+mod shrink;
 mod time;
 mod wait;
 mod write;

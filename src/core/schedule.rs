@@ -103,7 +103,9 @@ impl<K> Schedule<K> {
 
     /// The next ready tenant, first come first served (S-B1).
     pub(crate) fn pop_ready(&mut self) -> Option<K> {
-        self.ready.pop_front()
+        let tenant = self.ready.pop_front();
+        super::shrink::deque(&mut self.ready);
+        tenant
     }
 
     /// Whether a tenant is ready.
@@ -114,6 +116,7 @@ impl<K> Schedule<K> {
     /// Forgets every ready tenant (the engine closed).
     pub(crate) fn clear_ready(&mut self) {
         self.ready.clear();
+        super::shrink::deque(&mut self.ready);
     }
 
     /// Every lingering tenant, in the order their lingers would end

@@ -151,6 +151,7 @@ impl Waits {
             }
         }
         seen.marks.retain(|m| m.before > 0);
+        super::shrink::vec(&mut seen.marks);
         seen.hurried = seen.hurried.saturating_sub(n as u64);
         done
     }

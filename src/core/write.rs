@@ -63,8 +63,8 @@ pub enum Outcome {
     /// retried (S-A5).
     Rejected,
     /// The driver cancelled the attempt because the engine asked it to
-    /// ([`Event::CancelInFlight`]). Reported for a write the engine did not
-    /// give up, it counts as a failed attempt.
+    /// ([`Event::CancelInFlight`]). Like every other outcome it counts as
+    /// one failed attempt, of kind [`Failure::Cancelled`] (S-W18).
     Cancelled,
 }
 
@@ -73,10 +73,12 @@ impl Outcome {
     pub const WRITTEN: Outcome = Outcome::Written { discarded: 0 };
 }
 
-/// The kind of a failed attempt, as events and logs name it.
+/// The kind of a failed attempt, as events, logs and the `kind` label of
+/// `outbox_write_failures_total` name it (S-W18: every attempt ends written
+/// or failed by exactly one kind).
 ///
 /// Non-exhaustive: new kinds may come (a match needs a `_` arm).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[non_exhaustive]
 pub enum Failure {
     /// The sink's retryable error.
@@ -87,12 +89,28 @@ pub enum Failure {
     Timeout,
     /// A terminal rejection (S-A5).
     Rejected,
-    /// Cancelled by the driver.
+    /// Cancelled by the driver: at a shutdown deadline (S-W9) or by an
+    /// abandon (S-A7), when the engine asked ([`Event::CancelInFlight`]).
     Cancelled,
+    /// The attempt's task ended without giving its items back (S-W13,
+    /// [`Engine::finish_lost`](super::Engine::finish_lost)).
+    TaskLost,
 }
 
 impl Failure {
-    /// The name used in logs: `error`, `panic`, `timeout`, `rejected`, `cancelled`.
+    /// Every kind, in a fixed order (the index of
+    /// [`Counters::failed`](super::Counters::failed)).
+    pub const ALL: [Failure; 6] = [
+        Failure::Error,
+        Failure::Panic,
+        Failure::Timeout,
+        Failure::Rejected,
+        Failure::Cancelled,
+        Failure::TaskLost,
+    ];
+
+    /// The name used in logs and as the `kind` label: `error`, `panic`,
+    /// `timeout`, `rejected`, `cancelled`, `task_lost`.
     pub const fn as_str(self) -> &'static str {
         match self {
             Failure::Error => "error",
@@ -100,7 +118,24 @@ impl Failure {
             Failure::Timeout => "timeout",
             Failure::Rejected => "rejected",
             Failure::Cancelled => "cancelled",
+            Failure::TaskLost => "task_lost",
         }
+    }
+
+    /// The kind of a failed outcome; `None` for [`Outcome::Written`].
+    pub const fn of(outcome: Outcome) -> Option<Failure> {
+        match outcome {
+            Outcome::Written { .. } => None,
+            Outcome::Failed => Some(Failure::Error),
+            Outcome::Panicked => Some(Failure::Panic),
+            Outcome::TimedOut => Some(Failure::Timeout),
+            Outcome::Rejected => Some(Failure::Rejected),
+            Outcome::Cancelled => Some(Failure::Cancelled),
+        }
+    }
+
+    pub(crate) const fn index(self) -> usize {
+        self as usize
     }
 }
 
@@ -114,8 +149,13 @@ pub enum Next {
     RetryIn(Duration),
     /// Dropped under `sink_error` (S-A5, [`ErrorPolicy::Drop`](super::ErrorPolicy::Drop)).
     Dropped,
-    /// Lost under `terminal` or `retries_exhausted` (S-A5, S-B2).
+    /// Lost under `terminal`, `retries_exhausted` or `join_failed` (S-A5,
+    /// S-B2, S-W13).
     Lost,
+    /// The engine had given the write up (shutdown deadline S-W9, abandon
+    /// S-A7) before this attempt came back: its items were already counted
+    /// lost then, and go to the dead-letter hand-off (S-B6).
+    GivenUp,
 }
 
 /// Identifies a flush, settle or shutdown call until its report.
@@ -211,6 +251,12 @@ impl<K, I> ShutdownReport<K, I> {
 #[non_exhaustive]
 pub enum Event<K, I> {
     /// Items refused or discarded by policy (S-A1, S-B7, S-A5).
+    ///
+    /// Refusals at stage time coalesce (S-B8): while a refusal's event is
+    /// still queued, later refusals for the same reason add to its `items`
+    /// instead of queueing one event each (`tenant` is the first one's,
+    /// `log` whether any of them was due a log), so a producer that
+    /// outruns a stalled driver leaves no per-item state behind.
     Dropped {
         /// Whose items.
         tenant: K,
@@ -221,7 +267,9 @@ pub enum Event<K, I> {
         /// Whether to log this one (S-A6: the first, then every 1,000th).
         log: bool,
     },
-    /// Items given up (S-W9, S-A7, S-W13, S-A5, S-B2, S-W12).
+    /// Items given up (S-W9, S-A7, S-W13, S-A5, S-B2, S-W12). Refusals
+    /// after the shutdown fence (`shutdown`) coalesce as for
+    /// [`Event::Dropped`].
     Lost {
         /// Whose items.
         tenant: K,
@@ -232,7 +280,7 @@ pub enum Event<K, I> {
         /// Whether to log this one (S-A6).
         log: bool,
     },
-    /// A write committed.
+    /// A write committed: one per attempt that ended written (S-W18).
     Written {
         /// Which write.
         id: WriteId,
@@ -244,8 +292,13 @@ pub enum Event<K, I> {
         attempt: u32,
         /// From this attempt's start to its outcome.
         latency: Duration,
+        /// The engine had given this write up (shutdown deadline, abandon)
+        /// before it came back: its items stay counted lost, not written,
+        /// and are not handed back (S-B6); the attempt counts as a write.
+        given_up: bool,
     },
-    /// An attempt failed.
+    /// An attempt failed: one per attempt that ended failed, whatever the
+    /// kind, given-up writes and lost tasks included (S-W18).
     AttemptFailed {
         /// Which write.
         id: WriteId,
@@ -289,18 +342,21 @@ mod tests {
 
     #[test]
     fn failures_have_their_log_names() {
-        let names = [
-            Failure::Error,
-            Failure::Panic,
-            Failure::Timeout,
-            Failure::Rejected,
-            Failure::Cancelled,
-        ]
-        .map(Failure::as_str);
+        let names = Failure::ALL.map(Failure::as_str);
         assert_eq!(
             names,
-            ["error", "panic", "timeout", "rejected", "cancelled"]
+            [
+                "error",
+                "panic",
+                "timeout",
+                "rejected",
+                "cancelled",
+                "task_lost"
+            ]
         );
+        for (i, f) in Failure::ALL.iter().enumerate() {
+            assert_eq!(f.index(), i);
+        }
         assert_eq!(WriteId(7).to_string(), "w7");
     }
 }

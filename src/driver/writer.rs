@@ -68,6 +68,9 @@ impl<S: Sink> Drop for Writer<S> {
         let mut done = Vec::new();
         // Shutdown reports nobody takes any more (their dead letters).
         let mut unclaimed = Vec::new();
+        // The other events, logged after the lock: every ended attempt is
+        // sampled by the latency histogram, these too (S-W18).
+        let mut logged = Vec::new();
         let lost = self.shared.input(|st| {
             st.writer_gone = true;
             // Joined but not yet applied (only if dropped mid-round).
@@ -105,7 +108,7 @@ impl<S: Sink> Drop for Writer<S> {
                         },
                         _ => unclaimed.push(report),
                     },
-                    _ => {}
+                    other => logged.push(other),
                 }
             }
             for (_, waiter) in mem::take(&mut st.waiters) {
@@ -118,6 +121,9 @@ impl<S: Sink> Drop for Writer<S> {
         });
         contain::drop_quietly(done);
         contain::drop_quietly(unclaimed);
+        for event in &logged {
+            self.log.event(event, None);
+        }
         if lost > 0 {
             tracing::error!(
                 outbox = self.log.name(),

@@ -6,6 +6,15 @@
 //! dropped, lost) from what it did and what the engine said, and compares
 //! it with the engine's counters, the writes it hands out and the reports
 //! it gives. Any mismatch is a [`Violation`] naming the invariant.
+//!
+//! It stages as the driver does, through [`Engine::stage_with`] (a lazy
+//! clock and a wake-up hint), and holds the hint to its promise: a stage
+//! that says "no need to drain" when no drain is already due (an earlier
+//! "drain" or another input since the last full drain, a write holding
+//! every slot that will come back, a timer armed at or before now) must
+//! leave nothing a full drain would find: no write to start, no event, no
+//! earlier timeout. Otherwise it is a lost wake-up (I6). Every attempt
+//! must end in exactly one counted outcome (S-W18), checked after every op.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
@@ -14,8 +23,8 @@ use std::time::Duration;
 
 use super::op::{weight_of, Op, OpOutcome};
 use crate::core::{
-    Config, Counters, DropReason, Engine, ErrorPolicy, Event, LostReason, Next, Outcome, Report,
-    Staged, Time, WaitId, Write, WriteId,
+    Config, Counters, DropReason, Engine, ErrorPolicy, Event, Failure, LostReason, Next, Outcome,
+    Report, Staged, Time, WaitId, Write, WriteId,
 };
 
 /// A broken invariant, with the rule it breaks and what was seen: the one
@@ -222,6 +231,17 @@ pub struct Harness {
     losses: Vec<Loss>,
     /// `CancelInFlight` events seen.
     cancel_requests: u64,
+    /// A drain is due, as the driver would have one: a stage said so, or
+    /// another input came, since the last full drain (`Op::Poll`).
+    drain_due: bool,
+    /// The timeout the last full drain armed (the driver's timer).
+    armed: Option<Time>,
+    /// The given-up write being finished now, whose end the engine still
+    /// counts (S-W18).
+    returning: Option<WriteId>,
+    /// Attempt ends seen in events: written, and failed by kind (S-W18).
+    writes_seen: u64,
+    failed_seen: [u64; Failure::ALL.len()],
     /// Figures for summaries.
     pub stats: Stats,
 }
@@ -273,6 +293,11 @@ impl Harness {
             written: BTreeMap::new(),
             cancel_requests: 0,
             losses: Vec::new(),
+            drain_due: false,
+            armed: None,
+            returning: None,
+            writes_seen: 0,
+            failed_seen: [0; Failure::ALL.len()],
             stats: Stats::default(),
         }
     }
@@ -395,6 +420,10 @@ impl Harness {
         if let Some(t) = self.trace.as_mut() {
             t.push(format!("{} op {op:?}", self.now));
         }
+        if !matches!(op, Op::Stage { .. } | Op::Poll) {
+            // The driver drains fully after every input but a stage.
+            self.drain_due = true;
+        }
         match op {
             Op::Stage { tenant, count } => {
                 let tenant = tenant % self.tenants;
@@ -405,6 +434,8 @@ impl Harness {
             Op::Poll => {
                 self.poll()?;
                 self.check_work_conserving()?;
+                self.drain_due = false;
+                self.armed = self.engine.poll_timeout();
             }
             Op::Finish { pick, outcome } => self.finish(pick, outcome)?,
             Op::FinishLost { pick } => self.finish_lost(pick)?,
@@ -525,7 +556,9 @@ impl Harness {
         self.next_item += 1;
         let pending_before = self.engine.pending();
         let tenant_pending = self.tenant_pending[usize::from(tenant)];
-        let staged = self.engine.stage(self.now, tenant, id);
+        let now = self.now;
+        let (staged, wake) = self.engine.stage_with(|| now, tenant, id);
+        self.check_wake(wake)?;
         self.tenant_of.push(tenant);
         self.settled.push();
         let w = if self.weighs { weight_of(id) } else { 0 };
@@ -587,6 +620,53 @@ impl Harness {
             }
         }
         self.drain()
+    }
+
+    /// Holds a stage's wake-up hint to its promise (see the module doc):
+    /// a "no need to drain" that hides work no due drain covers is a lost
+    /// wake-up. Probes with a full drain, which finds nothing unless that
+    /// is the violation.
+    fn check_wake(&mut self, wake: bool) -> Result<(), Violation> {
+        if wake {
+            self.drain_due = true;
+            return Ok(());
+        }
+        let slots_full = self.engine.in_flight() >= self.config.concurrency();
+        let timer_due = self.armed.is_some_and(|at| at <= self.now);
+        if self.drain_due || slots_full || timer_due {
+            return Ok(());
+        }
+        if let Some(w) = self.engine.poll_write(self.now) {
+            return Err(self.violation(
+                "I6",
+                format!(
+                    "lost wake-up: a stage said no drain was needed, but write {} of tenant {} \
+                     was ready with a slot free",
+                    w.id, w.tenant
+                ),
+            ));
+        }
+        if let Some(ev) = self.engine.poll_event() {
+            return Err(self.violation(
+                "I6",
+                format!(
+                    "lost wake-up: a stage said no drain was needed, but queued {}",
+                    short_event(&ev)
+                ),
+            ));
+        }
+        let next = self.engine.poll_timeout();
+        let armed = self.armed;
+        self.expect(
+            next.is_none_or(|at| armed.is_some_and(|a| a <= at)),
+            "I6",
+            || {
+                format!(
+                    "lost wake-up: a stage said no drain was needed, but moved the next \
+                     timeout to {next:?} before the armed {armed:?}"
+                )
+            },
+        )
     }
 
     fn poll(&mut self) -> Result<(), Violation> {
@@ -732,6 +812,7 @@ impl Harness {
         let given_up = self.given_up.remove(&id);
         let len = w.items.len();
         if given_up {
+            self.returning = Some(id);
             self.slices.remove(&id);
             if matches!(outcome, Outcome::Written { .. }) {
                 // In the store after all: counted lost, not handed back (S-B6).
@@ -763,6 +844,7 @@ impl Harness {
         *self.stats.faults.entry("join_failed").or_default() += 1;
         let given_up = self.given_up.remove(&w.id);
         if given_up {
+            self.returning = Some(w.id);
             self.given_up_task_lost += w.items.len() as u64;
         }
         let slice = self.slices.remove(&w.id);
@@ -813,7 +895,17 @@ impl Harness {
                 }
             }
             match ev {
+                Event::Written {
+                    id, given_up: true, ..
+                } => {
+                    self.writes_seen += 1;
+                    let returning = self.returning.take();
+                    self.expect(returning == Some(id), "S-W18", || {
+                        format!("write {id} ended as given up, but it was not")
+                    })?;
+                }
                 Event::Written { id, items, .. } => {
+                    self.writes_seen += 1;
                     let Some(s) = self.slices.remove(&id) else {
                         return Err(self.violation("I2", format!("unknown write {id} written")));
                     };
@@ -831,8 +923,19 @@ impl Harness {
                 Event::AttemptFailed {
                     id, next, failure, ..
                 } => {
+                    self.failed_seen
+                        [Failure::ALL.iter().position(|f| *f == failure).unwrap_or(0)] += 1;
                     self.discard.remove(&id);
+                    let given_up = next == Next::GivenUp;
+                    let returning = self.returning == Some(id);
+                    self.expect(given_up == returning, "S-W18", || {
+                        format!("write {id} ended {next:?}; given up: {returning}")
+                    })?;
+                    if given_up {
+                        self.returning = None;
+                    }
                     match next {
+                        Next::GivenUp => {}
                         Next::RetryIn(wait) => {
                             self.expect(
                                 self.config.error_policy() == ErrorPolicy::Retry,
@@ -885,7 +988,8 @@ impl Harness {
                         }
                         Next::Lost => {
                             let s = self.slices.remove(&id);
-                            let cause = failure == crate::core::Failure::Rejected
+                            let cause = failure == Failure::Rejected
+                                || failure == Failure::TaskLost
                                 || s.as_ref().is_some_and(|s| {
                                     self.config.max_attempts().is_some_and(|m| s.attempts >= m)
                                         || self
@@ -1094,6 +1198,31 @@ impl Harness {
                 format!(
                     "events say lost {:?} dropped {:?}, counters say {:?} {:?}",
                     self.lost_seen, self.dropped_seen, c.lost, c.dropped
+                )
+            },
+        )?;
+        self.expect(self.returning.is_none(), "S-W18", || {
+            format!("given-up write {:?} ended uncounted", self.returning)
+        })?;
+        let in_flight = self.engine.in_flight() as u64;
+        self.expect(
+            in_flight == self.in_flight.len() as u64
+                && c.attempts == c.attempts_ended() + in_flight
+                && c.failed_attempts == c.failed.iter().sum::<u64>()
+                && c.writes == self.writes_seen
+                && c.failed == self.failed_seen,
+            "S-W18",
+            || {
+                format!(
+                    "attempts {} != writes {} + failed {} ({:?}) + in flight {in_flight} \
+                     (harness: {} in flight, events say writes {} failed {:?})",
+                    c.attempts,
+                    c.writes,
+                    c.failed_attempts,
+                    c.failed,
+                    self.in_flight.len(),
+                    self.writes_seen,
+                    self.failed_seen
                 )
             },
         )?;

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, Once, Weak};
 use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use outbox::core::Failure;
 use outbox::{Counters, DropReason, LostReason, Sink, TenantId, TenantKey, WriteError, Written};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -295,7 +296,7 @@ pub fn ids(r: std::ops::Range<u32>) -> Vec<u32> {
 
 // ----- metrics ------------------------------------------------------------
 
-/// A metrics snapshot: (name, outbox label, reason label) -> value.
+/// A metrics snapshot: (name, outbox label, reason or kind label) -> value.
 pub type Metrics = BTreeMap<(String, String, Option<String>), DebugValue>;
 
 pub fn snapshot(s: &Snapshotter) -> Metrics {
@@ -313,7 +314,7 @@ pub fn snapshot(s: &Snapshotter) -> Metrics {
                 (
                     key.name().to_owned(),
                     label("outbox").expect("every series has the outbox label"),
-                    label("reason"),
+                    label("reason").or_else(|| label("kind")),
                 ),
                 value,
             )
@@ -361,9 +362,17 @@ pub fn assert_metrics_match(m: &Metrics, outbox: &str, c: &Counters) {
     );
     assert_eq!(counter(m, "outbox_writes_total", outbox, None), c.writes);
     assert_eq!(
-        counter(m, "outbox_write_failures_total", outbox, None),
-        c.failed_attempts
+        counter(m, "outbox_attempts_total", outbox, None),
+        c.attempts
     );
+    for k in Failure::ALL {
+        assert_eq!(
+            counter(m, "outbox_write_failures_total", outbox, Some(k.as_str())),
+            c.failed(k),
+            "failed {}",
+            k.as_str()
+        );
+    }
     for r in LostReason::ALL {
         assert_eq!(
             counter(m, "outbox_events_lost_total", outbox, Some(r.as_str())),

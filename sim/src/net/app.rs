@@ -194,6 +194,7 @@ pub async fn run<K: NetKey>(
             (counters, Ending::Shutdown)
         }
     };
+    super::attempts::check_quiet(&recorder, &book).await;
     let mut e = end.lock().unwrap_or_else(PoisonError::into_inner);
     e.counters = counters;
     e.ending = ending;

@@ -1,6 +1,6 @@
 //! A small metrics recorder for the application host (I3: the exported
 //! metrics equal the driver's counters): every series the outbox registers
-//! is kept by (name, `reason` label), counters and the gauge as atomics,
+//! is kept by (name, `reason` or `kind` label), counters and the gauge as atomics,
 //! the latency histogram as a sample count. Each counter also keeps the
 //! virtual time it first counted something: once every handle is dropped
 //! (S-W16) the metrics are all that is left to read, and the moment the
@@ -18,7 +18,7 @@ use metrics::{
     Counter, CounterFn, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
     SharedString, Unit,
 };
-use outbox::core::{Counters, DropReason, LostReason, Time};
+use outbox::core::{Counters, DropReason, Failure, LostReason, Time};
 use outbox::telemetry::names;
 
 use super::book;
@@ -82,7 +82,7 @@ pub struct SimRecorder {
 fn key_of(key: &Key) -> SeriesKey {
     let reason = key
         .labels()
-        .find(|l| l.key() == names::LABEL_REASON)
+        .find(|l| l.key() == names::LABEL_REASON || l.key() == names::LABEL_KIND)
         .map(|l| l.value().to_string());
     (key.name().to_string(), reason)
 }
@@ -134,8 +134,8 @@ impl SimRecorder {
 
     /// The counters as the exported metrics tell them, for when the outbox
     /// itself is gone (S-W16): `staged` is given (the metrics do not export
-    /// it), `attempts` is not exported and stays 0, `pending` is the gauge
-    /// (a gauge that is not a count of items is an error).
+    /// it), `pending` is the gauge (a gauge that is not a count of items is
+    /// an error).
     pub fn counters(&self, staged: u64) -> Result<Counters, String> {
         let get = |name: &str, reason: Option<&str>| self.counter(name, reason).unwrap_or(0);
         let gauge = self.gauge(names::PENDING);
@@ -151,7 +151,12 @@ impl SimRecorder {
         c.pending = pending;
         c.written = get(names::ITEMS_WRITTEN, None);
         c.writes = get(names::WRITES, None);
-        c.failed_attempts = get(names::WRITE_FAILURES, None);
+        c.attempts = get(names::ATTEMPTS, None);
+        for k in Failure::ALL {
+            let n = get(names::WRITE_FAILURES, Some(k.as_str()));
+            c.set_failed(k, n);
+            c.failed_attempts += n;
+        }
         for r in LostReason::ALL {
             c.set_lost(r, get(names::EVENTS_LOST, Some(r.as_str())));
         }
@@ -167,8 +172,11 @@ impl SimRecorder {
         let mut expect: Vec<(&str, Option<&str>, u64)> = vec![
             (names::ITEMS_WRITTEN, None, c.written),
             (names::WRITES, None, c.writes),
-            (names::WRITE_FAILURES, None, c.failed_attempts),
+            (names::ATTEMPTS, None, c.attempts),
         ];
+        for k in Failure::ALL {
+            expect.push((names::WRITE_FAILURES, Some(k.as_str()), c.failed(k)));
+        }
         for r in LostReason::ALL {
             expect.push((names::EVENTS_LOST, Some(r.as_str()), c.lost(r)));
         }
@@ -179,7 +187,7 @@ impl SimRecorder {
             let got = self.counter(name, reason);
             if got != Some(want) {
                 return Some(format!(
-                    "metric {name}{{reason={}}} is {got:?}, the counters say {want}",
+                    "metric {name}{{reason/kind={}}} is {got:?}, the counters say {want}",
                     reason.unwrap_or("-")
                 ));
             }

@@ -20,6 +20,7 @@
 //! determinism self-check.
 
 pub mod app;
+pub mod attempts;
 pub mod book;
 pub mod check;
 pub mod datastore;
