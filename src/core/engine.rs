@@ -178,7 +178,7 @@ pub struct Engine<K, I> {
     /// Per stage-time refusal reason (see [`Refusal`]), its last event:
     /// while that event is queued, later refusals for the same reason add
     /// to it (S-B8).
-    refusals: [Option<Coalesced>; 3],
+    refusals: [Option<Coalesced>; 5],
     /// Items let go of and not handed back by a return value (see
     /// [`Engine::take_released`]): the engine never drops an item itself.
     released: Vec<I>,
@@ -233,7 +233,10 @@ impl Refusal {
         match self {
             Refusal::Dropped(DropReason::TenantFull) => 1,
             Refusal::Shutdown => 2,
-            // Only `buffer_full` and `tenant_full` refuse a stage.
+            // The journal's refusals (`Engine::refuse`).
+            Refusal::Dropped(DropReason::EncodeFailed) => 3,
+            Refusal::Dropped(DropReason::JournalFull) => 4,
+            // Only these refuse a stage: `sink_error` never does.
             Refusal::Dropped(_) => 0,
         }
     }
@@ -307,7 +310,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             shutdown: None,
             events: VecDeque::new(),
             popped: 0,
-            refusals: [None; 3],
+            refusals: [None; 5],
             released: Vec::new(),
         })
     }
@@ -434,10 +437,11 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// Counts an item the driver refused before the engine saw it (the
     /// journal could not encode it, or is full: `encode_failed`,
     /// `journal_full`, S-J4, S-J8) as staged and dropped for `reason`.
+    /// Its event coalesces with a queued one of the same reason (S-B8).
     pub fn refuse(&mut self, now: Time, tenant: K, reason: DropReason) -> Staged {
         self.advance(now);
         self.counters.staged += 1;
-        self.count_dropped(&tenant, reason, 1);
+        self.count_refusal(tenant, Refusal::Dropped(reason));
         Staged::Dropped(reason)
     }
 

@@ -1013,6 +1013,41 @@ mod tests {
     }
 
     #[test]
+    fn the_engine_takes_recovered_items_past_its_capacity_and_coalesces_journal_refusals() {
+        // D4, S-W14, S-B8: recovered items are input too; the journal's
+        // refusals queue one event per reason, however many.
+        use crate::core::{Config, Engine, Staged, Time};
+        let config = Config::builder().capacity(1).build().unwrap();
+        let mut e: Engine<u32, u32> = Engine::new(config).unwrap();
+        let t0 = Time::ZERO;
+        for i in 0..3 {
+            assert_eq!(e.recover(t0, 1, i), Staged::Accepted);
+        }
+        e.recover_unreadable(2);
+        assert_eq!(e.stage(t0, 1, 9), Staged::Dropped(DropReason::BufferFull));
+        for _ in 0..5 {
+            let s = e.refuse(t0, 2, DropReason::EncodeFailed);
+            assert_eq!(s, Staged::Dropped(DropReason::EncodeFailed));
+        }
+        let c = e.counters().clone();
+        assert_eq!((c.recovered, c.staged, c.pending), (5, 6, 3));
+        assert_eq!(c.lost(LostReason::JournalUnreadable), 2);
+        assert_eq!(c.dropped(DropReason::EncodeFailed), 5);
+        assert!(c.balanced(), "{c:?}");
+        let encode_events: Vec<u64> = std::iter::from_fn(|| e.poll_event())
+            .filter_map(|ev| match ev {
+                Event::Dropped {
+                    reason: DropReason::EncodeFailed,
+                    items,
+                    ..
+                } => Some(items),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(encode_events, [5]);
+    }
+
+    #[test]
     fn recovery_of_nothing_starts_at_one() {
         let (r, l) = Recovery::<u32, u64>::new(Vec::new(), limits(1_000), H);
         assert_eq!((r.next_seq, r.next_segment, r.unreadable), (1, 1, 0));
