@@ -366,7 +366,10 @@ impl<S: Sink> Outbox<S> {
     /// panics. The item is pending on return, or, as the result says,
     /// dropped by a capacity limit (S-A1, S-B5, S-B7: `buffer_full`,
     /// `tenant_full`) or refused after a shutdown began (S-W9: lost under
-    /// `shutdown`). Every outcome is counted; the caller need not look.
+    /// `shutdown`). With a journal, also dropped when the item cannot be
+    /// encoded (S-J8: `encode_failed`) or the journal is full (S-J4:
+    /// `journal_full`); the disk is never waited for (S-J1). Every outcome
+    /// is counted; the caller need not look.
     pub fn stage(&self, tenant: S::Tenant, item: S::Item) -> Staged {
         let shared = self.shared();
         #[cfg(feature = "journal")]
