@@ -339,17 +339,9 @@ impl<K: Ord + Clone> Ledger<K> {
             let Some(id) = self.segment_of(seq) else {
                 continue;
             };
-            let current = self.current;
             let seg = self.segments.get_mut(&id).expect("found above");
             seg.live = seg.live.saturating_sub(1);
-            if id != current {
-                seg.marked_by.insert(current);
-                self.segments
-                    .get_mut(&current)
-                    .expect("current exists")
-                    .marks_for
-                    .insert(id);
-            }
+            self.link_mark(id);
             self.check_deletable(id);
         }
         marks
@@ -360,21 +352,24 @@ impl<K: Ord + Clone> Ledger<K> {
     /// a failed commit: the current segment now holds marks for their
     /// segments (S-J2). Live counts are not touched again.
     pub fn remark(&mut self, seqs: &[Seq]) {
-        let current = self.current;
         for &seq in seqs {
-            let Some(id) = self.segment_of(seq) else {
-                continue;
-            };
-            if id == current {
-                continue;
+            if let Some(id) = self.segment_of(seq) {
+                self.link_mark(id);
             }
-            if let Some(seg) = self.segments.get_mut(&id) {
-                seg.marked_by.insert(current);
-                self.segments
-                    .get_mut(&current)
-                    .expect("current exists")
-                    .marks_for
-                    .insert(id);
+        }
+    }
+
+    /// The current segment holds a done mark for an item of segment `id`:
+    /// unless that is itself, it is kept while `id` is (S-J2).
+    fn link_mark(&mut self, id: SegmentId) {
+        let current = self.current;
+        if id == current {
+            return;
+        }
+        if let Some(seg) = self.segments.get_mut(&id) {
+            seg.marked_by.insert(current);
+            if let Some(cur) = self.segments.get_mut(&current) {
+                cur.marks_for.insert(id);
             }
         }
     }
