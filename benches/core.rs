@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use common::{fmt_secs, summary, tenant, Samples};
 use criterion::{criterion_group, criterion_main, Criterion};
-use outbox::core::{Config, Engine, Event, Next, Outcome, Time, Write};
+use outbox::core::{AfterFailure, Config, Engine, Event, Outcome, Time, Write};
 use outbox::TenantId;
 
 const STEPS: u64 = 100_000;
@@ -127,7 +127,9 @@ fn run_engine(mut record: Option<&mut Vec<Move>>) -> u64 {
             if let Some(r) = record.as_deref_mut() {
                 match e {
                     Event::Written { id, .. } => r.push(Move::Done(id.0)),
-                    Event::AttemptFailed { id, next, .. } if !matches!(next, Next::RetryIn(_)) => {
+                    Event::AttemptFailed { id, next, .. }
+                        if !matches!(next, AfterFailure::RetryIn(_)) =>
+                    {
                         r.push(Move::Done(id.0));
                     }
                     _ => {}

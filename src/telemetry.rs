@@ -45,10 +45,14 @@
 //! reason), shutdown reports at `INFO`.
 
 use std::fmt::Debug;
+use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram};
 
-use crate::core::{Counters, DropReason, Event, Failure, LostReason, Next};
+use crate::core::{
+    AfterFailure, Counters, DropReason, Event, Failure, LostReason, Report, ShutdownReport, WaitId,
+    WriteId,
+};
 
 /// The metric names (S-W11).
 pub mod names {
@@ -172,9 +176,10 @@ impl Log {
         &self.name
     }
 
-    /// Logs one engine event and records write latency. `error` is the
-    /// sink's error text for an [`Event::AttemptFailed`], when the writer
-    /// has it.
+    /// Logs one engine event and records write latency: every ended
+    /// attempt, written or failed, is one latency sample (S-W18). `error`
+    /// is the sink's error text for an [`Event::AttemptFailed`], when the
+    /// writer has it.
     pub(crate) fn event<K: Debug, I>(&self, event: &Event<K, I>, error: Option<&str>) {
         let outbox = self.name();
         match event {
@@ -187,13 +192,8 @@ impl Log {
                 given_up,
             } => {
                 self.latency.record(latency.as_secs_f64());
-                if *given_up {
-                    tracing::warn!(outbox, ?tenant, write = %id, items, attempt,
-                        "a write given up at the shutdown deadline or by an abandon committed \
-                         after all; its items stay counted lost and are not handed back");
-                    return;
-                }
-                tracing::debug!(outbox, ?tenant, write = %id, items, attempt, latency_ms = latency.as_secs_f64() * 1e3, "write committed");
+                let write = WriteLog::new(outbox, *id, tenant, *items, *attempt);
+                write.written(*latency, *given_up);
             }
             Event::AttemptFailed {
                 id,
@@ -205,27 +205,8 @@ impl Log {
                 latency,
             } => {
                 self.latency.record(latency.as_secs_f64());
-                let reason = failure.as_str();
-                let error = error.unwrap_or("");
-                match next {
-                    Next::RetryIn(backoff) => tracing::warn!(
-                        outbox, ?tenant, write = %id, items, attempt, reason,
-                        backoff_ms = backoff.as_secs_f64() * 1e3, error,
-                        "write attempt failed; retrying the same items after the backoff"
-                    ),
-                    Next::Dropped => tracing::warn!(
-                        outbox, ?tenant, write = %id, items, attempt, reason, error,
-                        "write attempt failed; items dropped (error policy `drop`)"
-                    ),
-                    Next::Lost => tracing::warn!(
-                        outbox, ?tenant, write = %id, items, attempt, reason, error,
-                        "write attempt failed; items lost"
-                    ),
-                    Next::GivenUp => tracing::debug!(
-                        outbox, ?tenant, write = %id, items, attempt, reason, error,
-                        "a write given up (already counted lost) ended"
-                    ),
-                }
+                let write = WriteLog::new(outbox, *id, tenant, *items, *attempt);
+                write.failed(*failure, *next, error.unwrap_or(""));
             }
             Event::Dropped {
                 tenant,
@@ -262,31 +243,98 @@ impl Log {
             Event::CancelInFlight => {
                 tracing::debug!(outbox, "cancelling the writes in flight");
             }
-            Event::WaitDone { id, report } => {
-                tracing::debug!(
-                    outbox,
-                    wait = id.0,
-                    written = report.written,
-                    dropped = report.dropped,
-                    lost = report.lost,
-                    pending = report.pending,
-                    deadline_passed = report.deadline_passed,
-                    "flush or settle answered"
-                );
-            }
-            Event::ShutdownDone { report, .. } => {
-                if report.first {
-                    let r = report;
-                    tracing::info!(
-                        outbox,
-                        written = r.written,
-                        dropped = r.dropped,
-                        lost = r.lost,
-                        deadline_passed = r.deadline_passed,
-                        "outbox shut down"
-                    );
-                }
-            }
+            Event::WaitDone { id, report } => answered(outbox, *id, report),
+            Event::ShutdownDone { report, .. } => shut_down(outbox, report),
+        }
+    }
+}
+
+/// A flush or settle was answered.
+fn answered(outbox: &str, id: WaitId, report: &Report) {
+    tracing::debug!(
+        outbox,
+        wait = id.0,
+        written = report.written,
+        dropped = report.dropped,
+        lost = report.lost,
+        pending = report.pending,
+        deadline_passed = report.deadline_passed,
+        "flush or settle answered"
+    );
+}
+
+/// A shutdown was answered. Joined shutdowns report zeros: only the first
+/// is news.
+fn shut_down<K, I>(outbox: &str, report: &ShutdownReport<K, I>) {
+    if report.first {
+        tracing::info!(
+            outbox,
+            written = report.written,
+            dropped = report.dropped,
+            lost = report.lost,
+            deadline_passed = report.deadline_passed,
+            "outbox shut down"
+        );
+    }
+}
+
+/// The fields every log line about one write attempt carries.
+struct WriteLog<'a, K> {
+    outbox: &'a str,
+    id: WriteId,
+    tenant: &'a K,
+    items: usize,
+    attempt: u32,
+}
+
+impl<'a, K: Debug> WriteLog<'a, K> {
+    fn new(outbox: &'a str, id: WriteId, tenant: &'a K, items: usize, attempt: u32) -> Self {
+        WriteLog {
+            outbox,
+            id,
+            tenant,
+            items,
+            attempt,
+        }
+    }
+
+    /// The attempt committed; `given_up`: after the engine gave it up.
+    fn written(&self, latency: Duration, given_up: bool) {
+        let (outbox, tenant, items, attempt) = (self.outbox, self.tenant, self.items, self.attempt);
+        let write = self.id;
+        if given_up {
+            tracing::warn!(outbox, ?tenant, %write, items, attempt,
+                "a write given up at the shutdown deadline or by an abandon committed \
+                 after all; its items stay counted lost and are not handed back");
+            return;
+        }
+        tracing::debug!(outbox, ?tenant, %write, items, attempt, latency_ms = latency.as_secs_f64() * 1e3, "write committed");
+    }
+
+    /// The attempt failed with `failure`; `next` says what became of its
+    /// items.
+    fn failed(&self, failure: Failure, next: AfterFailure, error: &str) {
+        let (outbox, tenant, items, attempt) = (self.outbox, self.tenant, self.items, self.attempt);
+        let write = self.id;
+        let reason = failure.as_str();
+        match next {
+            AfterFailure::RetryIn(backoff) => tracing::warn!(
+                outbox, ?tenant, %write, items, attempt, reason,
+                backoff_ms = backoff.as_secs_f64() * 1e3, error,
+                "write attempt failed; retrying the same items after the backoff"
+            ),
+            AfterFailure::Dropped => tracing::warn!(
+                outbox, ?tenant, %write, items, attempt, reason, error,
+                "write attempt failed; items dropped (error policy `drop`)"
+            ),
+            AfterFailure::Lost => tracing::warn!(
+                outbox, ?tenant, %write, items, attempt, reason, error,
+                "write attempt failed; items lost"
+            ),
+            AfterFailure::GivenUp => tracing::debug!(
+                outbox, ?tenant, %write, items, attempt, reason, error,
+                "a write given up (already counted lost) ended"
+            ),
         }
     }
 }

@@ -6,8 +6,8 @@ mod core_world;
 
 use core_world::{dur, ms, World};
 use outbox::core::{
-    Config, DropReason, ErrorPolicy, Event, Failure, LostReason, Next, Outcome, Report, Staged,
-    Time,
+    AfterFailure, Config, DropReason, ErrorPolicy, Event, Failure, LostReason, Outcome, Report,
+    Staged, Time,
 };
 
 /// Scenario 1: S-W5, S-W6: a failing tenant's items are retried and written in order.
@@ -223,7 +223,7 @@ fn panic_like_retry(outcome: Outcome) {
     } else {
         Failure::Error
     };
-    assert_eq!(failure, Some((name, Next::RetryIn(dur(50)))));
+    assert_eq!(failure, Some((name, AfterFailure::RetryIn(dur(50)))));
     w.at(50);
     let a = w.poll_one();
     assert_eq!(a.items, [1]);
@@ -596,7 +596,7 @@ fn s27_write_timeout() {
         e,
         Event::AttemptFailed {
             failure: Failure::Timeout,
-            next: Next::RetryIn(_),
+            next: AfterFailure::RetryIn(_),
             ..
         }
     )));

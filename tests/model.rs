@@ -870,7 +870,7 @@ impl StateMachineTest for ModelTest {
                     // without a linger), the wake-up hint checked by the
                     // harness.
                     let now = s.now;
-                    let (staged, _wake) = e.stage_with(|| now, tenant % s.tenant_count, item);
+                    let staged = e.stage_lazy(|| now, tenant % s.tenant_count, item).staged;
                     out.staged.push(staged);
                 }
             }

@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 
 use super::time::Time;
-use super::wait::Seen;
+use super::wait::WaitMarks;
 use super::write::WriteId;
 
 /// The key of a timer entry: its instant, then a sequence number so that
@@ -54,11 +54,13 @@ pub(crate) struct Tenant<I> {
     /// Items of this tenant not yet settled: waiting, kept for a retry, or
     /// in flight (S-B7).
     pub(crate) pending: usize,
+    /// Idle, lingering, ready, in flight or backing off.
     pub(crate) phase: Phase,
-    /// Boxed: most tenants never hold one, and the tenant map stays small.
+    /// A failed write's slice, kept whole for its retry (S-W5). Boxed:
+    /// most tenants never hold one, and the tenant map stays small.
     pub(crate) retry: Option<Box<Retry<I>>>,
     /// Which waits cover which of its items (S-A4).
-    pub(crate) seen: Seen,
+    pub(crate) wait_marks: WaitMarks,
 }
 
 impl<I> Tenant<I> {
@@ -70,7 +72,7 @@ impl<I> Tenant<I> {
             pending: 0,
             phase: Phase::Idle,
             retry: None,
-            seen: Seen::default(),
+            wait_marks: WaitMarks::default(),
         }
     }
 

@@ -120,6 +120,24 @@ impl Default for Config {
 }
 
 impl Config {
+    /// Checks what the config asks of the engine beside it: a byte limit
+    /// (`max_batch_bytes`, `capacity_bytes`) needs a weigher (S-B5). The
+    /// other rules are checked by [`ConfigBuilder::build`]; this one, by
+    /// the engine's constructors, which know whether there is a weigher.
+    pub(crate) fn check_weigher(&self, has_weigher: bool) -> Result<(), ConfigError> {
+        if has_weigher {
+            return Ok(());
+        }
+        let field = if self.max_batch_bytes.is_some() {
+            "max_batch_bytes"
+        } else if self.capacity_bytes.is_some() {
+            "capacity_bytes"
+        } else {
+            return Ok(());
+        };
+        Err(ConfigError::WeigherRequired { field })
+    }
+
     /// A builder starting from the defaults.
     pub fn builder() -> ConfigBuilder {
         ConfigBuilder {

@@ -13,8 +13,10 @@ use super::config::{Config, ConfigError, ErrorPolicy};
 use super::schedule::{Due, Schedule};
 use super::shrink;
 use super::time::Time;
-use super::wait::{Settled, WaitKind, Waits};
-use super::write::{Event, Failure, Next, Outcome, Report, ShutdownReport, WaitId, Write, WriteId};
+use super::wait::{SettledAs, WaitKind, Waits};
+use super::write::{
+    AfterFailure, Event, Failure, Outcome, Report, ShutdownReport, WaitId, Write, WriteId,
+};
 
 /// Measures an item in bytes for `max_batch_bytes` and `capacity_bytes`
 /// (S-B5). It must be pure: the same item always weighs the same. A weight
@@ -43,6 +45,24 @@ pub enum Staged {
     Refused,
 }
 
+/// What [`Engine::stage_lazy`] decided, and whether the driver must
+/// drain the engine because of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "`wake` says whether the driver must drain the engine"]
+pub struct LazyStaged {
+    /// Whether the item was accepted, as [`Engine::stage`] returns it.
+    pub staged: Staged,
+    /// Whether the driver must drain the engine
+    /// ([`poll_write`](Engine::poll_write), [`poll_event`](Engine::poll_event),
+    /// [`poll_timeout`](Engine::poll_timeout)) because of this stage: a
+    /// tenant became ready while a write slot is free and nothing else was
+    /// ready, an event was queued with none before it, or the next timeout
+    /// moved earlier. When `false`, a drain already due (after the previous
+    /// such `true`, or after the write that holds the slots comes back)
+    /// covers this item, provided the driver drains fully each time.
+    pub wake: bool,
+}
+
 /// `finish` was given a write the engine does not know, or one whose item
 /// count differs from what was handed out: a driver bug. The write comes
 /// back whole so nothing is silently leaked, and the engine is unchanged.
@@ -65,11 +85,16 @@ impl<K: fmt::Debug, I: fmt::Debug> std::error::Error for UnknownWrite<K, I> {}
 #[derive(Debug)]
 struct InFlight<K> {
     tenant: K,
-    /// Items in the slice.
+    /// Items in the slice: the write must come back with as many (S-C2).
     len: usize,
+    /// Their weight, released from `pending_bytes` when they settle.
     bytes: u64,
+    /// This attempt's number, 1 for the first.
     attempt: u32,
+    /// When this attempt started: its latency runs from here.
     started: Time,
+    /// When the slice's first attempt started: `max_retry_duration` runs
+    /// from here (S-A5).
     first_started: Time,
     /// Given up by a shutdown deadline or abandon: its items are already
     /// counted lost; when they come back they go to the dead-letter hand-off.
@@ -92,15 +117,37 @@ struct Shutdown<K, I> {
     /// The first caller's wait; its report carries the accounting.
     first: WaitId,
     /// Later callers, answered with zeros (S-W9).
-    joined: Vec<WaitId>,
+    later: Vec<WaitId>,
     /// Set once the first wait settled: the report to send when the last
     /// given-up write has come back.
     settled: Option<Report>,
-    /// Dead letters: (tenant, rank, items); rank orders one tenant's runs
-    /// (0 in flight, 1 retry, 2 backlog), which is their staging order.
-    unwritten: Vec<(K, u8, Vec<I>)>,
+    /// Dead letters, in runs: handed back sorted by tenant, then
+    /// [`HeldIn`].
+    unwritten: Vec<HeldRun<K, I>>,
     /// The first caller has been answered.
     reported: bool,
+}
+
+/// Where a run of given-up items was held. One tenant's runs sort in
+/// this order, which is their staging order: a tenant has a write in
+/// flight or a retry slice, never both, and either holds items older than
+/// its backlog.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum HeldIn {
+    /// A write in flight, given up, that came back unwritten.
+    InFlight,
+    /// A failed write's slice, backing off before its retry.
+    Retry,
+    /// The backlog waiting for a write.
+    Backlog,
+}
+
+/// A run of one tenant's given-up items, oldest first.
+#[derive(Debug)]
+struct HeldRun<K, I> {
+    tenant: K,
+    held_in: HeldIn,
+    items: Vec<I>,
 }
 
 /// The tenant map's hasher: SipHash with fixed keys. Lookups only; nothing
@@ -112,16 +159,27 @@ type Tenants<K, I> = HashMap<K, Tenant<I>, BuildHasherDefault<DefaultHasher>>;
 /// `K` is the tenant key (the driver uses [`TenantId`](crate::TenantId));
 /// its `Ord`, `Eq` and `Hash` must agree, as for any map key. `I` is the
 /// item. Feed it inputs, each with the current [`Time`]:
-/// [`stage`](Self::stage), [`finish`](Self::finish) /
-/// [`finish_lost`](Self::finish_lost), [`flush`](Self::flush),
-/// [`settle`](Self::settle), [`shutdown`](Self::shutdown),
-/// [`abandon`](Self::abandon), [`handle_timeout`](Self::handle_timeout).
-/// After every input, drain its outputs in this order:
+/// [`stage`](Self::stage) / [`stage_lazy`](Self::stage_lazy),
+/// [`finish`](Self::finish) / [`finish_lost`](Self::finish_lost),
+/// [`flush`](Self::flush), [`settle`](Self::settle),
+/// [`shutdown`](Self::shutdown), [`abandon`](Self::abandon),
+/// [`handle_timeout`](Self::handle_timeout).
+/// Some inputs return items the engine is done with
+/// ([`finish`](Self::finish), [`abandon`](Self::abandon)). After every
+/// input, drain its outputs in this order:
 /// 1. [`poll_write`](Self::poll_write) until `None`: writes to start;
 /// 2. [`poll_event`](Self::poll_event) until `None`: what to count, log and
-///    answer (including [`Event::CancelInFlight`]);
+///    answer (including [`Event::CancelInFlight`]); refusals coalesced
+///    under S-B8 come out one log point at a time;
 /// 3. [`poll_timeout`](Self::poll_timeout): when to call
-///    [`handle_timeout`](Self::handle_timeout) next.
+///    [`handle_timeout`](Self::handle_timeout) next;
+/// 4. [`take_released`](Self::take_released): the items let go of (refused,
+///    dropped, given up), already counted, for the driver to drop outside
+///    its lock. It may be taken at any point of the drain; what matters is
+///    that it is taken after every input.
+///
+/// [`stage_lazy`](Self::stage_lazy) also says whether that stage needs a
+/// drain at all ([`LazyStaged::wake`]).
 ///
 /// Every input first handles the timers due at its `now`, so a driver that
 /// is late with `handle_timeout` loses nothing (S-W17). Time never runs
@@ -159,17 +217,29 @@ type Tenants<K, I> = HashMap<K, Tenant<I>, BuildHasherDefault<DefaultHasher>>;
 ///   holds a small constant more than a fresh one.
 pub struct Engine<K, I> {
     config: Config,
+    /// Measures items for the byte limits; `None` when none is set.
     weigher: Option<Weigher<I>>,
     backoff: Backoff,
+    /// The latest time seen (time never runs backwards).
     now: Time,
     life: Life,
     counters: Counters,
+    /// The weight of every pending item (in flight and backing off too),
+    /// saturating.
     pending_bytes: u64,
+    /// Per tenant holding items or a write in flight: its backlog, retry
+    /// slice, phase and wait marks. Nothing else is kept per tenant.
     tenants: Tenants<K, I>,
+    /// Which tenants are ready, lingering or backing off, and the wait
+    /// deadlines: every timer the engine has.
     sched: Schedule<K>,
     in_flight: BTreeMap<WriteId, InFlight<K>>,
+    /// The id of the next new write (a retry keeps its write's id).
     next_write: u64,
+    /// The open flushes, settles and shutdowns, and what each covers.
     waits: Waits,
+    /// The shutdown, from the fence on; never cleared (its `reported` says
+    /// whether it has answered).
     shutdown: Option<Shutdown<K, I>>,
     events: VecDeque<Event<K, I>>,
     /// Events taken by `poll_event` so far: with `events.len()`, places
@@ -228,6 +298,14 @@ enum Refusal {
 }
 
 impl Refusal {
+    /// What the stager is told.
+    fn staged(self) -> Staged {
+        match self {
+            Refusal::Dropped(reason) => Staged::Dropped(reason),
+            Refusal::Shutdown => Staged::Refused,
+        }
+    }
+
     /// Its slot in `Engine::refusals`.
     fn slot(self) -> usize {
         match self {
@@ -276,18 +354,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     }
 
     fn build(config: Config, weigher: Option<Weigher<I>>) -> Result<Self, ConfigError> {
-        if weigher.is_none() {
-            if config.max_batch_bytes.is_some() {
-                return Err(ConfigError::WeigherRequired {
-                    field: "max_batch_bytes",
-                });
-            }
-            if config.capacity_bytes.is_some() {
-                return Err(ConfigError::WeigherRequired {
-                    field: "capacity_bytes",
-                });
-            }
-        }
+        config.check_weigher(weigher.is_some())?;
         let backoff = Backoff::new(
             config.initial_backoff,
             config.max_backoff,
@@ -384,7 +451,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// dropped item is kept for [`take_released`](Self::take_released).
     pub fn stage(&mut self, now: Time, tenant: K, item: I) -> Staged {
         self.advance(now);
-        self.stage_at_now(tenant, item).0
+        self.stage_at_now(tenant, item, false).staged
     }
 
     /// Stages like [`stage`](Self::stage), for a driver whose clock read
@@ -394,24 +461,13 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// the latest time seen, which nothing reads without a linger (S-A3),
     /// and timers fire at the driver's next input.
     ///
-    /// Also says whether the driver must drain the engine
-    /// ([`poll_write`](Self::poll_write), [`poll_event`](Self::poll_event),
-    /// [`poll_timeout`](Self::poll_timeout)) because of this stage: a
-    /// tenant became ready while a write slot is free and nothing else was
-    /// ready, an event was queued with none before it, or the next timeout
-    /// moved earlier. When it says `false`, a drain already due (after the
-    /// previous such `true`, or after the write that holds the slots comes
-    /// back) covers this item, provided the driver drains fully each time.
-    pub fn stage_with(
-        &mut self,
-        clock: impl FnOnce() -> Time,
-        tenant: K,
-        item: I,
-    ) -> (Staged, bool) {
+    /// Also says, in [`LazyStaged::wake`], whether the driver must drain
+    /// the engine because of this stage.
+    pub fn stage_lazy(&mut self, clock: impl FnOnce() -> Time, tenant: K, item: I) -> LazyStaged {
         if !self.config.linger.is_zero() {
             self.advance(clock());
         }
-        self.stage_at_now(tenant, item)
+        self.stage_at_now(tenant, item, false)
     }
 
     /// Stages an item that a journal recovery read back (D4): counted
@@ -421,7 +477,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// After a shutdown began it is refused like a stage (`shutdown`).
     pub fn recover(&mut self, now: Time, tenant: K, item: I) -> Staged {
         self.advance(now);
-        self.admit_at_now(tenant, item, true).0
+        self.stage_at_now(tenant, item, true).staged
     }
 
     /// Counts `items` that a journal recovery found but could not read
@@ -445,52 +501,68 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         Staged::Dropped(reason)
     }
 
-    /// `stage` at `self.now`; returns whether the driver must drain.
-    fn stage_at_now(&mut self, tenant: K, item: I) -> (Staged, bool) {
-        self.admit_at_now(tenant, item, false)
-    }
-
-    /// A stage, or with `recovered` a recovery's stage (no capacity).
-    fn admit_at_now(&mut self, tenant: K, item: I, recovered: bool) -> (Staged, bool) {
+    /// `stage` at `self.now`: admission, then the item joins its tenant.
+    /// With `recovered`, a recovery's stage (D4): counted as recovered and
+    /// never refused by a capacity.
+    fn stage_at_now(&mut self, tenant: K, item: I, recovered: bool) -> LazyStaged {
         if recovered {
             self.counters.recovered += 1;
         } else {
             self.counters.staged += 1;
         }
-        let quiet = self.events.is_empty();
-        if self.life != Life::Open {
-            self.count_refusal(tenant, Refusal::Shutdown);
-            self.released.push(item);
-            return (Staged::Refused, quiet);
+        // A refusal needs a drain only if its event is the first queued.
+        let no_event_queued = self.events.is_empty();
+        match self.admit(&tenant, &item, recovered) {
+            Ok(weight) => LazyStaged {
+                staged: Staged::Accepted,
+                wake: self.enqueue(tenant, item, weight),
+            },
+            Err(refusal) => {
+                self.count_refusal(tenant, refusal);
+                self.released.push(item);
+                LazyStaged {
+                    staged: refusal.staged(),
+                    wake: no_event_queued,
+                }
+            }
         }
-        let weight = self.weigh(&item);
-        let full = self
-            .config
+    }
+
+    /// Whether an item may be staged now (S-W9, S-A1, S-B5, S-B7): its
+    /// weight if so, else why not. A `recovered` item skips the capacities
+    /// (D4: it was accepted once already; refusing it now would lose it).
+    fn admit(&self, tenant: &K, item: &I, recovered: bool) -> Result<u64, Refusal> {
+        if self.life != Life::Open {
+            return Err(Refusal::Shutdown);
+        }
+        let weight = self.weigh(item);
+        if recovered {
+            return Ok(weight);
+        }
+        let cfg = &self.config;
+        let buffer_full = cfg
             .capacity
             .is_some_and(|cap| self.counters.pending >= cap as u64)
-            || self
-                .config
+            || cfg
                 .capacity_bytes
                 .is_some_and(|cap| self.pending_bytes.saturating_add(weight) > cap);
-        let reason = if recovered {
-            None
-        } else if full {
-            Some(DropReason::BufferFull)
-        } else if self
-            .config
-            .tenant_capacity
-            .is_some_and(|cap| self.tenants.get(&tenant).is_some_and(|t| t.pending >= cap))
-        {
-            Some(DropReason::TenantFull)
-        } else {
-            None
-        };
-        if let Some(reason) = reason {
-            self.count_refusal(tenant, Refusal::Dropped(reason));
-            self.released.push(item);
-            return (Staged::Dropped(reason), quiet);
+        if buffer_full {
+            return Err(Refusal::Dropped(DropReason::BufferFull));
         }
+        let tenant_full = cfg
+            .tenant_capacity
+            .is_some_and(|cap| self.tenants.get(tenant).is_some_and(|t| t.pending >= cap));
+        if tenant_full {
+            return Err(Refusal::Dropped(DropReason::TenantFull));
+        }
+        Ok(weight)
+    }
 
+    /// Makes an admitted item pending at the back of its tenant's backlog
+    /// and places the tenant. Returns whether the driver must drain: a
+    /// tenant became ready while a write slot is free and nothing else was
+    /// ready, or the next timeout moved earlier.
+    fn enqueue(&mut self, tenant: K, item: I, weight: u64) -> bool {
         self.counters.pending += 1;
         self.pending_bytes = self.pending_bytes.saturating_add(weight);
         let now = self.now;
@@ -509,7 +581,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             .entry(tenant.clone())
             .or_insert_with(|| Tenant::new(now));
         // The new item comes after every open wait (S-A4).
-        waits.touch(&mut t.seen, t.pending as u64);
+        waits.catch_up(&mut t.wait_marks, t.pending as u64);
         if t.items.is_empty() {
             t.waiting_since = now;
         }
@@ -517,14 +589,14 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         t.bytes = t.bytes.saturating_add(weight);
         t.pending += 1;
         let first_ready = slot_free && !sched.has_ready();
-        let drain = match t.phase {
+        match t.phase {
             Phase::Idle => {
                 // An idle tenant had nothing pending, so this item is its
-                // only one: staged after every flush, never hurried (and
+                // only one: staged after every flush, never skipping linger (and
                 // the engine is open, or the stage was refused above).
-                debug_assert!(t.pending == 1 && !waits.hurried(&t.seen));
+                debug_assert!(t.pending == 1 && !waits.skips_linger(&t.wait_marks));
                 let next = sched.next_timeout();
-                place(tenant, t, config, now, false, sched);
+                ready_or_linger(tenant, t, config, now, false, sched);
                 match t.phase {
                     Phase::Lingering(key) => next.is_none_or(|at| key.0 < at),
                     _ => first_ready,
@@ -536,8 +608,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                 first_ready
             }
             _ => false,
-        };
-        (Staged::Accepted, drain)
+        }
     }
 
     /// Hands out the next write to start, if a concurrency slot is free and
@@ -629,68 +700,54 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         if rec.given_up {
             return Ok(self.finish_given_up(write, &rec, outcome));
         }
-        let now = self.now;
-        let latency = now - rec.started;
+        Ok(match Failure::of(outcome) {
+            None => self.finish_written(write, rec, outcome.discarded()),
+            Some(failure) => self.finish_failed(write, rec, failure),
+        })
+    }
+
+    /// A write committed, `discarded` of its items refused by the store
+    /// (counted lost under `discarded`). Returns its items to drop.
+    fn finish_written(&mut self, write: Write<K, I>, rec: InFlight<K>, discarded: usize) -> Vec<I> {
         let n = write.items.len();
-        let failure = match outcome {
-            Outcome::Written { discarded } => {
-                let discarded = discarded.min(n);
-                let written = (n - discarded) as u64;
-                self.counters.written += written;
-                self.counters.writes += 1;
-                self.events.push_back(Event::Written {
-                    id: write.id,
-                    tenant: rec.tenant.clone(),
-                    items: n,
-                    attempt: rec.attempt,
-                    latency,
-                    given_up: false,
-                });
-                if discarded > 0 {
-                    self.count_lost(&rec.tenant, LostReason::Discarded, discarded as u64);
-                }
-                self.settle_slice(&rec.tenant, n, rec.bytes, |i| {
-                    if i < n - discarded {
-                        Settled::Written
-                    } else {
-                        Settled::Lost
-                    }
-                });
-                self.schedule_after_write(rec.tenant);
-                return Ok(write.items);
+        let discarded = discarded.min(n);
+        self.counters.written += (n - discarded) as u64;
+        self.counters.writes += 1;
+        self.events.push_back(Event::Written {
+            id: write.id,
+            tenant: rec.tenant.clone(),
+            items: n,
+            attempt: rec.attempt,
+            latency: self.now - rec.started,
+            given_up: false,
+        });
+        if discarded > 0 {
+            self.count_lost(&rec.tenant, LostReason::Discarded, discarded as u64);
+        }
+        self.settle_slice(&rec.tenant, n, rec.bytes, |i| {
+            if i < n - discarded {
+                SettledAs::Written
+            } else {
+                SettledAs::Lost
             }
-            Outcome::Failed => Failure::Error,
-            Outcome::Panicked => Failure::Panic,
-            Outcome::TimedOut => Failure::Timeout,
-            Outcome::Rejected => Failure::Rejected,
-            Outcome::Cancelled => Failure::Cancelled,
-        };
+        });
+        self.schedule_after_write(rec.tenant);
+        write.items
+    }
+
+    /// A write attempt failed: its items are kept for a retry with the
+    /// identical slice (S-W5), or dropped or lost as [`Self::after_failure`]
+    /// decides. Returns the items to drop (none when kept).
+    fn finish_failed(&mut self, write: Write<K, I>, rec: InFlight<K>, failure: Failure) -> Vec<I> {
         self.counters.add_failed(failure);
-        let exhausted = self
-            .config
-            .max_attempts
-            .is_some_and(|max| rec.attempt >= max)
-            || self
-                .config
-                .max_retry_duration
-                .is_some_and(|max| now - rec.first_started >= max);
-        let next = if failure == Failure::Rejected {
-            self.count_lost(&rec.tenant, LostReason::Terminal, n as u64);
-            Next::Lost
-        } else if self.config.error_policy == ErrorPolicy::Drop {
-            self.count_dropped(&rec.tenant, DropReason::SinkError, n as u64);
-            Next::Dropped
-        } else if exhausted {
-            self.count_lost(&rec.tenant, LostReason::RetriesExhausted, n as u64);
-            Next::Lost
-        } else {
-            Next::RetryIn(self.backoff.wait(rec.attempt))
-        };
+        let next = self.after_failure(&rec, failure);
         self.attempt_failed(write.id, &rec, failure, next);
-        match next {
-            Next::RetryIn(wait) => {
+        let n = write.items.len();
+        let settled = match next {
+            AfterFailure::RetryIn(wait) => {
                 let t = self.tenants.get_mut(&rec.tenant).expect("tenant in flight");
-                self.sched.backoff(rec.tenant, &mut t.phase, now + wait);
+                self.sched
+                    .backoff(rec.tenant, &mut t.phase, self.now + wait);
                 t.retry = Some(Box::new(Retry {
                     id: write.id,
                     items: write.items,
@@ -698,18 +755,41 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                     attempts: rec.attempt,
                     first_started: rec.first_started,
                 }));
-                Ok(Vec::new())
+                return Vec::new();
             }
-            Next::Dropped => {
-                self.settle_slice(&rec.tenant, n, rec.bytes, |_| Settled::Dropped);
-                self.schedule_after_write(rec.tenant);
-                Ok(write.items)
-            }
-            Next::Lost | Next::GivenUp => {
-                self.settle_slice(&rec.tenant, n, rec.bytes, |_| Settled::Lost);
-                self.schedule_after_write(rec.tenant);
-                Ok(write.items)
-            }
+            AfterFailure::Dropped => SettledAs::Dropped,
+            AfterFailure::Lost | AfterFailure::GivenUp => SettledAs::Lost,
+        };
+        self.settle_slice(&rec.tenant, n, rec.bytes, |_| settled);
+        self.schedule_after_write(rec.tenant);
+        write.items
+    }
+
+    /// What becomes of a failed attempt's items, counted: lost if the
+    /// store rejected them (S-B2), dropped under the `drop` error policy
+    /// (S-A5), lost once retries are exhausted (S-A5), else retried after
+    /// a backoff (S-W5).
+    fn after_failure(&mut self, rec: &InFlight<K>, failure: Failure) -> AfterFailure {
+        let n = rec.len as u64;
+        let exhausted = self
+            .config
+            .max_attempts
+            .is_some_and(|max| rec.attempt >= max)
+            || self
+                .config
+                .max_retry_duration
+                .is_some_and(|max| self.now - rec.first_started >= max);
+        if failure == Failure::Rejected {
+            self.count_lost(&rec.tenant, LostReason::Terminal, n);
+            AfterFailure::Lost
+        } else if self.config.error_policy == ErrorPolicy::Drop {
+            self.count_dropped(&rec.tenant, DropReason::SinkError, n);
+            AfterFailure::Dropped
+        } else if exhausted {
+            self.count_lost(&rec.tenant, LostReason::RetriesExhausted, n);
+            AfterFailure::Lost
+        } else {
+            AfterFailure::RetryIn(self.backoff.wait(rec.attempt))
         }
     }
 
@@ -723,14 +803,14 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         };
         self.counters.add_failed(Failure::TaskLost);
         if rec.given_up {
-            self.attempt_failed(id, &rec, Failure::TaskLost, Next::GivenUp);
-            self.forget_if_empty(&rec.tenant);
+            self.attempt_failed(id, &rec, Failure::TaskLost, AfterFailure::GivenUp);
+            self.end_given_up_write(&rec.tenant);
             self.maybe_finish_shutdown();
             return true;
         }
         self.count_lost(&rec.tenant, LostReason::JoinFailed, rec.len as u64);
-        self.attempt_failed(id, &rec, Failure::TaskLost, Next::Lost);
-        self.settle_slice(&rec.tenant, rec.len, rec.bytes, |_| Settled::Lost);
+        self.attempt_failed(id, &rec, Failure::TaskLost, AfterFailure::Lost);
+        self.settle_slice(&rec.tenant, rec.len, rec.bytes, |_| SettledAs::Lost);
         self.schedule_after_write(rec.tenant);
         true
     }
@@ -762,18 +842,24 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             }
             Some(failure) => {
                 self.counters.add_failed(failure);
-                self.attempt_failed(write.id, rec, failure, Next::GivenUp);
-                self.dead_letter(write.tenant.clone(), 0, write.items);
+                self.attempt_failed(write.id, rec, failure, AfterFailure::GivenUp);
+                self.dead_letter(write.tenant.clone(), write.items);
                 Vec::new()
             }
         };
-        self.forget_if_empty(&write.tenant);
+        self.end_given_up_write(&write.tenant);
         self.maybe_finish_shutdown();
         done
     }
 
     /// Queues the event of a failed attempt (S-W18: one per attempt).
-    fn attempt_failed(&mut self, id: WriteId, rec: &InFlight<K>, failure: Failure, next: Next) {
+    fn attempt_failed(
+        &mut self,
+        id: WriteId,
+        rec: &InFlight<K>,
+        failure: Failure,
+        next: AfterFailure,
+    ) {
         self.events.push_back(Event::AttemptFailed {
             id,
             tenant: rec.tenant.clone(),
@@ -826,7 +912,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             Life::Closing => {
                 let sd = self.shutdown.as_mut().expect("closing has a shutdown");
                 let id = self.waits.next_id();
-                sd.joined.push(id);
+                sd.later.push(id);
                 let first = sd.first;
                 if let Some(old) = self.waits.deadline_key(first) {
                     if deadline < old.0 {
@@ -844,7 +930,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                 let id = self.waits.next_id();
                 self.shutdown = Some(Shutdown {
                     first: id,
-                    joined: Vec::new(),
+                    later: Vec::new(),
                     settled: None,
                     unwritten: Vec::new(),
                     reported: false,
@@ -868,7 +954,9 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         self.advance(now);
         let held = self.give_up_all(LostReason::Abandoned);
         self.close();
-        held.into_iter().map(|(k, _, v)| (k, v)).collect()
+        held.into_iter()
+            .map(|run| (run.tenant, run.items))
+            .collect()
     }
 
     // ----- outputs ------------------------------------------------------
@@ -974,15 +1062,19 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         t.phase = Phase::Idle;
         if t.items.is_empty() || self.life == Life::Closed {
             // Nothing waits, or given up already and nothing may start (I8).
-            if t.is_empty() {
-                self.tenants.remove(&tenant);
-                shrink::map(&mut self.tenants);
-            }
+            self.forget_if_empty(&tenant);
             return;
         }
-        self.waits.touch(&mut t.seen, t.pending as u64);
-        let hurry = self.life != Life::Open || self.waits.hurried(&t.seen);
-        place(tenant, t, &self.config, self.now, hurry, &mut self.sched);
+        self.waits.catch_up(&mut t.wait_marks, t.pending as u64);
+        let skip_linger = self.life != Life::Open || self.waits.skips_linger(&t.wait_marks);
+        ready_or_linger(
+            tenant,
+            t,
+            &self.config,
+            self.now,
+            skip_linger,
+            &mut self.sched,
+        );
     }
 
     /// A flush or shutdown sends lingering batches at once (S-A3, S-A4), in
@@ -1067,18 +1159,20 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     }
 
     /// The tenant's `n` oldest pending items (weighing `bytes`) left the
-    /// pending state, their counters already moved: release the pending
-    /// counts and tell the waits.
-    fn settle_slice(&mut self, tenant: &K, n: usize, bytes: u64, how: impl Fn(usize) -> Settled) {
+    /// pending state, `how(i)` saying how the i-th did; the caller has
+    /// counted them written, dropped or lost. Takes them off the pending
+    /// count and bytes, counts them into the waits that cover them, and
+    /// answers the waits that completes.
+    fn settle_slice(&mut self, tenant: &K, n: usize, bytes: u64, how: impl Fn(usize) -> SettledAs) {
         self.counters.pending -= n as u64;
         self.pending_bytes = self.pending_bytes.saturating_sub(bytes);
         let t = self
             .tenants
             .get_mut(tenant)
             .expect("a settling tenant exists");
-        self.waits.touch(&mut t.seen, t.pending as u64);
+        self.waits.catch_up(&mut t.wait_marks, t.pending as u64);
         t.pending -= n;
-        for id in self.waits.settle(&mut t.seen, n, how) {
+        for id in self.waits.settle(&mut t.wait_marks, n, how) {
             self.answer_wait(id);
         }
     }
@@ -1115,15 +1209,24 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         }
     }
 
-    fn forget_if_empty(&mut self, tenant: &K) {
+    /// A given-up write of `tenant` came back: the tenant is no longer in
+    /// flight (its items were settled when it was given up).
+    fn end_given_up_write(&mut self, tenant: &K) {
         if let Some(t) = self.tenants.get_mut(tenant) {
             if matches!(t.phase, Phase::InFlight(_)) {
                 t.phase = Phase::Idle;
             }
-            if t.is_empty() {
-                self.tenants.remove(tenant);
-                shrink::map(&mut self.tenants);
-            }
+        }
+        self.forget_if_empty(tenant);
+    }
+
+    /// Forgets a tenant that holds nothing and has nothing scheduled: the
+    /// one place a tenant leaves the map, so the map holds only tenants
+    /// with items or a write in flight (S-B8).
+    fn forget_if_empty(&mut self, tenant: &K) {
+        if self.tenants.get(tenant).is_some_and(Tenant::is_empty) {
+            self.tenants.remove(tenant);
+            shrink::map(&mut self.tenants);
         }
     }
 
@@ -1136,9 +1239,10 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// Gives up every pending item for `reason` (S-W9 deadline, S-A7):
     /// in-flight writes are marked and the driver is told to cancel them;
     /// retry slices and backlogs are taken out. The items taken out go to a
-    /// shutdown still to be answered (its dead letters), or are returned as
-    /// (first seq, tenant, items) when there is none.
-    fn give_up_all(&mut self, reason: LostReason) -> Vec<(K, u8, Vec<I>)> {
+    /// shutdown still to be answered (its dead letters), or are returned,
+    /// tenant by tenant in key order, when there is none. Tenants left
+    /// with nothing are forgotten.
+    fn give_up_all(&mut self, reason: LostReason) -> Vec<HeldRun<K, I>> {
         let mut held = Vec::new();
         // Per tenant, oldest first: in flight, then retry, then backlog.
         let mut settle: Vec<(K, usize, u64)> = Vec::new();
@@ -1152,19 +1256,27 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         // Tenant by tenant in key order, so the run is reproducible (S-C1).
         let mut keys: Vec<K> = self.tenants.keys().cloned().collect();
         keys.sort_unstable();
-        for tenant in keys {
-            let t = self.tenants.get_mut(&tenant).expect("key just listed");
+        for tenant in &keys {
+            let t = self.tenants.get_mut(tenant).expect("key just listed");
             self.sched.unschedule(&mut t.phase);
             if t.phase == Phase::Ready {
                 t.phase = Phase::Idle;
             }
             if let Some(r) = t.retry.take() {
                 settle.push((tenant.clone(), r.items.len(), r.bytes));
-                held.push((tenant.clone(), 1, r.items));
+                held.push(HeldRun {
+                    tenant: tenant.clone(),
+                    held_in: HeldIn::Retry,
+                    items: r.items,
+                });
             }
             if !t.items.is_empty() {
                 settle.push((tenant.clone(), t.items.len(), mem::take(&mut t.bytes)));
-                held.push((tenant.clone(), 2, t.items.drain(..).collect()));
+                held.push(HeldRun {
+                    tenant: tenant.clone(),
+                    held_in: HeldIn::Backlog,
+                    items: t.items.drain(..).collect(),
+                });
                 shrink::deque(&mut t.items);
             }
         }
@@ -1175,18 +1287,23 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         }
         for (tenant, n, bytes) in settle {
             self.count_lost(&tenant, reason, n as u64);
-            self.settle_slice(&tenant, n, bytes, |_| Settled::Lost);
+            self.settle_slice(&tenant, n, bytes, |_| SettledAs::Lost);
         }
-        self.tenants.retain(|_, t| !t.is_empty());
-        shrink::map(&mut self.tenants);
+        for tenant in &keys {
+            self.forget_if_empty(tenant);
+        }
         held
     }
 
     /// Files items that came back from a given-up write: dead letters of a
     /// shutdown still to be answered, else released (already counted lost).
-    fn dead_letter(&mut self, tenant: K, rank: u8, items: Vec<I>) {
+    fn dead_letter(&mut self, tenant: K, items: Vec<I>) {
         match self.shutdown.as_mut().filter(|sd| !sd.reported) {
-            Some(sd) => sd.unwritten.push((tenant, rank, items)),
+            Some(sd) => sd.unwritten.push(HeldRun {
+                tenant,
+                held_in: HeldIn::InFlight,
+                items,
+            }),
             None => self.released.extend(items),
         }
     }
@@ -1206,18 +1323,21 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         sd.settled = None;
         sd.reported = true;
         let mut unwritten = mem::take(&mut sd.unwritten);
-        unwritten.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+        unwritten.sort_by(|a, b| (&a.tenant, a.held_in).cmp(&(&b.tenant, b.held_in)));
         let first = sd.first;
-        let joined = mem::take(&mut sd.joined);
+        let later = mem::take(&mut sd.later);
         self.events.push_back(Event::ShutdownDone {
             id: first,
             report: ShutdownReport::new(
                 report,
                 true,
-                unwritten.into_iter().map(|(k, _, v)| (k, v)).collect(),
+                unwritten
+                    .into_iter()
+                    .map(|run| (run.tenant, run.items))
+                    .collect(),
             ),
         });
-        for id in joined {
+        for id in later {
             self.events.push_back(Event::ShutdownDone {
                 id,
                 report: ShutdownReport::new(
@@ -1247,19 +1367,19 @@ fn batch_full<I>(t: &Tenant<I>, config: &Config) -> bool {
 
 /// Places an idle tenant with waiting items (S-A3): ready at once when
 /// there is no linger, the batch is full, its linger has run out, or a
-/// flush or shutdown is waiting for its items (`hurry`); else lingering
+/// flush or shutdown is waiting for its items (`skip_linger`); else lingering
 /// until `linger` after its oldest waiting item.
-fn place<K, I>(
+fn ready_or_linger<K, I>(
     tenant: K,
     t: &mut Tenant<I>,
     config: &Config,
     now: Time,
-    hurry: bool,
+    skip_linger: bool,
     sched: &mut Schedule<K>,
 ) {
     debug_assert!(t.phase == Phase::Idle && !t.items.is_empty());
     let until = t.waiting_since + config.linger;
-    if hurry || config.linger.is_zero() || until <= now || batch_full(t, config) {
+    if skip_linger || config.linger.is_zero() || until <= now || batch_full(t, config) {
         sched.ready(tenant, &mut t.phase);
     } else {
         sched.linger(tenant, &mut t.phase, until);

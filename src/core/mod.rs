@@ -35,6 +35,8 @@ mod write;
 
 pub use accounting::{Counters, DropReason, LostReason, LOG_EVERY};
 pub use config::{Config, ConfigBuilder, ConfigError, ErrorPolicy};
-pub use engine::{Engine, Staged, UnknownWrite, Weigher, MAX_WEIGHT};
+pub use engine::{Engine, LazyStaged, Staged, UnknownWrite, Weigher, MAX_WEIGHT};
 pub use time::Time;
-pub use write::{Event, Failure, Next, Outcome, Report, ShutdownReport, WaitId, Write, WriteId};
+pub use write::{
+    AfterFailure, Event, Failure, Outcome, Report, ShutdownReport, WaitId, Write, WriteId,
+};

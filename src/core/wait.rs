@@ -4,12 +4,12 @@
 //! A wait covers the items pending when it was opened. Rather than stamp
 //! every item with a sequence number (8 bytes an item) or snapshot every
 //! tenant (O(T) per flush), each tenant is caught up lazily: a tenant not
-//! touched since a wait opened has all its pending items before that wait,
-//! so the first time it is touched afterwards it records a [`Mark`] (how
-//! many of its oldest pending items the wait covers). A tenant's items
+//! caught up since a wait opened has all its pending items before that wait,
+//! so the first time it is caught up afterwards it records a [`Cover`]
+//! (how many of its oldest pending items the wait covers). A tenant's items
 //! settle oldest first, so settling n items takes them off the front of
-//! every mark. The answer is exact even when waits overlap and later items
-//! settle in between; the cost is O(open waits) per touch.
+//! every cover. The answer is exact even when waits overlap and later items
+//! settle in between; the cost is O(open waits) per catch-up.
 
 use std::collections::BTreeMap;
 
@@ -25,51 +25,63 @@ pub(crate) enum WaitKind {
 
 /// How one item left the pending state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Settled {
+pub(crate) enum SettledAs {
     Written,
     Dropped,
     Lost,
 }
 
-/// Of a tenant's oldest pending items, how many an open wait covers.
+/// One open wait's share of a tenant's backlog: the wait covers the
+/// tenant's `items` oldest pending items (those pending when it opened,
+/// less those settled since).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Mark {
+pub(crate) struct Cover {
     wait: WaitId,
-    before: u64,
+    /// How many of the tenant's oldest pending items the wait still covers;
+    /// settling n items takes min(n, items) off it.
+    items: u64,
 }
 
-/// A tenant's view of the waits: the latest wait it has caught up with and
-/// its marks. Lives in the tenant's state.
+/// A tenant's view of the waits, kept in its state: which waits it has
+/// caught up with and what each open one covers of its backlog.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Seen {
-    latest: u64,
-    marks: Vec<Mark>,
+pub(crate) struct WaitMarks {
+    /// The id of the latest wait opened when the tenant was last caught up
+    /// (see [`Waits::catch_up`]): every wait after it covers all of the
+    /// tenant's pending items and has no [`Cover`] yet.
+    caught_up_to: u64,
+    /// The open waits that cover some of its pending items, oldest first.
+    covers: Vec<Cover>,
     /// Of its oldest pending items, how many were staged before the latest
     /// flush or shutdown call: those skip linger (S-A3, S-A4), even after
     /// that call's deadline passed, since the caller asked for them to go.
-    hurried: u64,
+    skip_linger: u64,
 }
 
 #[derive(Debug)]
 struct Wait {
     /// Of the covered items, how many are still pending.
     remaining: u64,
+    /// What became of the covered items settled so far.
     report: Report,
     deadline: TimerKey,
 }
 
+/// The open waits, and the ids handed out so far.
 #[derive(Debug, Default)]
 pub(crate) struct Waits {
-    latest: u64,
-    /// The latest flush or shutdown (not settle).
-    latest_hurry: u64,
+    /// The last wait id handed out (flush, settle and shutdown alike).
+    last_id: u64,
+    /// The id of the latest flush or shutdown (not settle): a tenant not
+    /// caught up since has all its pending items skip linger.
+    last_hurrying: u64,
     open: BTreeMap<WaitId, Wait>,
 }
 
 impl Waits {
     pub(crate) fn next_id(&mut self) -> WaitId {
-        self.latest += 1;
-        WaitId(self.latest)
+        self.last_id += 1;
+        WaitId(self.last_id)
     }
 
     /// Opens a wait covering the `pending` items pending now. Returns
@@ -82,7 +94,7 @@ impl Waits {
         deadline: TimerKey,
     ) -> bool {
         if kind != WaitKind::Settle {
-            self.latest_hurry = id.0;
+            self.last_hurrying = id.0;
         }
         self.open.insert(
             id,
@@ -96,70 +108,71 @@ impl Waits {
     }
 
     /// Catches a tenant with `pending` items up on the waits opened since
-    /// it was last touched. Call before its pending count changes. A new
-    /// tenant starts from `Seen::default()`: with nothing pending, catching
-    /// up adds nothing.
-    pub(crate) fn touch(&self, seen: &mut Seen, pending: u64) {
-        if seen.latest == self.latest {
+    /// it was last caught up: each covers all `pending` items. Call before
+    /// its pending count changes. A new tenant starts from
+    /// `WaitMarks::default()`: with nothing pending, catching up adds nothing.
+    pub(crate) fn catch_up(&self, marks: &mut WaitMarks, pending: u64) {
+        if marks.caught_up_to == self.last_id {
             return;
         }
-        if seen.latest < self.latest_hurry {
-            seen.hurried = pending;
+        if marks.caught_up_to < self.last_hurrying {
+            marks.skip_linger = pending;
         }
         if pending > 0 {
             // Every open wait still waits for something: one whose items
             // all settled was answered (and closed) in the same input.
-            for (id, _) in self.open.range(WaitId(seen.latest + 1)..) {
-                seen.marks.push(Mark {
+            for (id, _) in self.open.range(WaitId(marks.caught_up_to + 1)..) {
+                marks.covers.push(Cover {
                     wait: *id,
-                    before: pending,
+                    items: pending,
                 });
             }
         }
-        seen.latest = self.latest;
+        marks.caught_up_to = self.last_id;
     }
 
     /// The tenant's `n` oldest pending items settled (`how(i)` says what
     /// became of the i-th): counts them into the waits that cover them.
-    /// The tenant must have been touched. Returns the waits it completed.
+    /// The tenant must have been caught up. Returns the waits it completed.
     pub(crate) fn settle(
         &mut self,
-        seen: &mut Seen,
+        marks: &mut WaitMarks,
         n: usize,
-        how: impl Fn(usize) -> Settled,
+        how: impl Fn(usize) -> SettledAs,
     ) -> Vec<WaitId> {
         let mut done = Vec::new();
-        for m in &mut seen.marks {
-            let Some(w) = self.open.get_mut(&m.wait) else {
-                m.before = 0;
+        for c in &mut marks.covers {
+            let Some(w) = self.open.get_mut(&c.wait) else {
+                // Answered at its deadline: nothing left to count.
+                c.items = 0;
                 continue;
             };
-            let covered = m.before.min(n as u64);
+            let covered = c.items.min(n as u64);
             for i in 0..covered as usize {
                 match how(i) {
-                    Settled::Written => w.report.written += 1,
-                    Settled::Dropped => w.report.dropped += 1,
-                    Settled::Lost => w.report.lost += 1,
+                    SettledAs::Written => w.report.written += 1,
+                    SettledAs::Dropped => w.report.dropped += 1,
+                    SettledAs::Lost => w.report.lost += 1,
                 }
             }
-            m.before -= covered;
+            c.items -= covered;
             w.remaining -= covered;
             // An open wait has something left, so reaching zero means this
             // slice settled its last item.
             if w.remaining == 0 {
-                done.push(m.wait);
+                done.push(c.wait);
             }
         }
-        seen.marks.retain(|m| m.before > 0);
-        super::shrink::vec(&mut seen.marks);
-        seen.hurried = seen.hurried.saturating_sub(n as u64);
+        marks.covers.retain(|c| c.items > 0);
+        super::shrink::vec(&mut marks.covers);
+        marks.skip_linger = marks.skip_linger.saturating_sub(n as u64);
         done
     }
 
-    /// Whether the tenant (touched) has items staged before a flush or
+    /// Whether the tenant (caught up) has items staged before a flush or
     /// shutdown call: those skip linger (S-A3, S-A4).
-    pub(crate) fn hurried(&self, seen: &Seen) -> bool {
-        seen.hurried > 0
+    pub(crate) fn skips_linger(&self, marks: &WaitMarks) -> bool {
+        marks.skip_linger > 0
     }
 
     /// Closes a wait whose items are settled; returns its report and the

@@ -71,6 +71,14 @@ pub enum Outcome {
 impl Outcome {
     /// A write committed in full.
     pub const WRITTEN: Outcome = Outcome::Written { discarded: 0 };
+
+    /// Items the store discarded: 0 unless written.
+    pub(crate) const fn discarded(self) -> usize {
+        match self {
+            Outcome::Written { discarded } => discarded,
+            _ => 0,
+        }
+    }
 }
 
 /// The kind of a failed attempt, as events, logs and the `kind` label of
@@ -144,7 +152,7 @@ impl Failure {
 /// Non-exhaustive: new fates may come (a match needs a `_` arm).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-pub enum Next {
+pub enum AfterFailure {
     /// Retried after this wait (S-W7), identical slice (S-W5).
     RetryIn(Duration),
     /// Dropped under `sink_error` (S-A5, [`ErrorPolicy::Drop`](super::ErrorPolicy::Drop)).
@@ -168,9 +176,11 @@ pub struct WaitId(pub u64);
 pub struct Report {
     /// Of those items, how many were written.
     pub written: u64,
-    /// How many were dropped.
+    /// Of those items, how many were dropped (counted under a
+    /// [`DropReason`]).
     pub dropped: u64,
-    /// How many were lost.
+    /// Of those items, how many were lost (counted under a
+    /// [`LostReason`]).
     pub lost: u64,
     /// How many are still pending (non-zero only when the deadline passed,
     /// and always zero for a shutdown).
@@ -191,9 +201,11 @@ pub struct Report {
 pub struct ShutdownReport<K, I> {
     /// Of the items pending at the fence, how many were written.
     pub written: u64,
-    /// How many were dropped.
+    /// Of those items, how many were dropped (counted under a
+    /// [`DropReason`]).
     pub dropped: u64,
-    /// How many were lost (those unwritten at the deadline among them).
+    /// Of those items, how many were lost (those unwritten at the deadline
+    /// among them).
     pub lost: u64,
     /// How many are still pending: always 0, a shutdown answers only when
     /// nothing is (I8).
@@ -258,11 +270,11 @@ pub enum Event<K, I> {
     /// `log` whether any of them was due a log), so a producer that
     /// outruns a stalled driver leaves no per-item state behind.
     Dropped {
-        /// Whose items.
+        /// The tenant of the (first) refused item.
         tenant: K,
-        /// How many.
+        /// Items dropped: more than 1 when refusals coalesced.
         items: u64,
-        /// Why.
+        /// The counter they went to.
         reason: DropReason,
         /// Whether to log this one (S-A6: the first, then every 1,000th).
         log: bool,
@@ -271,11 +283,11 @@ pub enum Event<K, I> {
     /// after the shutdown fence (`shutdown`) coalesce as for
     /// [`Event::Dropped`].
     Lost {
-        /// Whose items.
+        /// The tenant of the (first) item given up.
         tenant: K,
-        /// How many.
+        /// Items lost: more than 1 when refusals coalesced, or for a slice.
         items: u64,
-        /// Why.
+        /// The counter they went to.
         reason: LostReason,
         /// Whether to log this one (S-A6).
         log: bool,
@@ -311,7 +323,7 @@ pub enum Event<K, I> {
         /// How it failed.
         failure: Failure,
         /// What happens to the slice now.
-        next: Next,
+        next: AfterFailure,
         /// From this attempt's start to its outcome.
         latency: Duration,
     },

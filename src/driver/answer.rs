@@ -41,6 +41,10 @@ impl<T> fmt::Debug for Answer<T> {
 
 /// What a report says when the writer cannot answer: its runtime is gone,
 /// so everything was given up (abandoned) and nothing is pending.
+///
+/// The one place this is decided: whoever finds the writer gone (a call
+/// made after, or the writer's own drop) drops the caller's sender, and
+/// [`Answer`] resolves to this.
 pub(crate) trait Unanswered {
     /// A report with nothing counted, deadline passed.
     fn unanswered() -> Self;

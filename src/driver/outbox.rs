@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
-use super::answer::{Answer, Unanswered};
+use super::answer::Answer;
 use super::contain;
 use super::shared::{Shared, SinkWaiter, Waiter};
 use super::writer::Writer;
@@ -119,7 +119,8 @@ impl<S: Sink> OutboxBuilder<S> {
 
     /// Measures items in bytes for `max_batch_bytes` and `capacity_bytes`
     /// (S-B5). It must be pure: the same item always weighs the same. A
-    /// panic in it is contained and the item weighs 0.
+    /// panic in it is contained and the item weighs 1, the least weight
+    /// (the engine clamps every weight, see [`Weigher`]).
     pub fn weigher(mut self, weigher: impl Fn(&S::Item) -> u64 + Send + Sync + 'static) -> Self {
         self.weigher = Some(Box::new(weigher));
         self
@@ -222,7 +223,7 @@ impl<S: Sink> OutboxBuilder<S> {
         });
         let shared = Arc::new(shared);
         // The recovery's counts, exported before any stage (I3).
-        shared.input(|_| ());
+        shared.engine_input(|_| ());
         #[cfg(feature = "journal")]
         if let (Some(journal), Some(committer)) = (&shared.journal, committer) {
             drop(shared.runtime().spawn(Arc::clone(journal).run(committer)));
@@ -379,12 +380,11 @@ impl<S: Sink> Outbox<S> {
         // The clock is read under the lock, and only if the engine needs
         // it; the writer is woken only if the engine says it has new work
         // (both cost more than the rest of a stage).
-        let (staged, drain) =
-            shared.input(|st| st.engine.stage_with(|| shared.now(), tenant, item));
-        if drain {
+        let stage = shared.engine_input(|st| st.engine.stage_lazy(|| shared.now(), tenant, item));
+        if stage.wake {
             shared.wake();
         }
-        staged
+        stage.staged
     }
 
     /// [`stage`](Self::stage) with a journal: the item is encoded here,
@@ -403,22 +403,22 @@ impl<S: Sink> Outbox<S> {
         let (staged, drain, refused) = match journal.encode(&tenant, &item) {
             Err(_) => {
                 let now = shared.now();
-                let staged =
-                    shared.input(|st| st.engine.refuse(now, tenant, DropReason::EncodeFailed));
+                let staged = shared
+                    .engine_input(|st| st.engine.refuse(now, tenant, DropReason::EncodeFailed));
                 (staged, true, Some(item))
             }
-            Ok(record) => shared.input(|st| {
+            Ok(record) => shared.engine_input(|st| {
                 if journal.admit(&record).is_err() {
                     let now = shared.now();
                     let staged = st.engine.refuse(now, tenant, DropReason::JournalFull);
                     return (staged, true, Some(item));
                 }
                 let key = tenant.clone();
-                let (staged, drain) = st.engine.stage_with(|| shared.now(), tenant, item);
-                if staged == Staged::Accepted {
+                let stage = st.engine.stage_lazy(|| shared.now(), tenant, item);
+                if stage.staged == Staged::Accepted {
                     journal.append(key, record);
                 }
-                (staged, drain, None)
+                (stage.staged, stage.wake, None)
             }),
         };
         // An item's `Drop` is application code: after the lock (S-W13).
@@ -540,12 +540,14 @@ impl<S: Sink> Outbox<S> {
     pub fn abandon(&self) -> Vec<(S::Tenant, Vec<S::Item>)> {
         let shared = self.shared();
         let now = shared.now();
-        let held = shared.input(|st| st.engine.abandon(now));
+        let held = shared.engine_input(|st| st.engine.abandon(now));
         shared.wake();
         held
     }
 
-    fn wait<T: Unanswered>(
+    /// Starts a flush, settle or shutdown under the lock and hands the
+    /// caller its [`Answer`].
+    fn wait<T>(
         &self,
         waiter: fn(oneshot::Sender<T>) -> SinkWaiter<S>,
         start: impl FnOnce(&mut Engine<S::Tenant, S::Item>, Time) -> WaitId,
@@ -553,12 +555,14 @@ impl<S: Sink> Outbox<S> {
         let shared = self.shared();
         let (tx, rx) = oneshot::channel();
         let now = shared.now();
-        shared.input(|st| {
+        shared.engine_input(|st| {
             let id = start(&mut st.engine, now);
             if st.writer_gone {
-                // Abandoned when the writer went: nothing is pending.
+                // Abandoned when the writer went: nothing is pending, and
+                // nobody will answer. Dropping the sender gives the caller
+                // what its `Answer` gives when the writer is gone.
                 while st.engine.poll_event().is_some() {}
-                let _ = tx.send(T::unanswered());
+                drop(tx);
             } else {
                 st.waiters.insert(id, waiter(tx));
             }

@@ -94,7 +94,7 @@ impl<S: Sink> Shared<S> {
     /// after the lock: an item's `Drop` is application code, which may be
     /// slow, read the outbox or panic (S-W13); a panic there is swallowed,
     /// the item being already counted.
-    pub(crate) fn input<R>(&self, f: impl FnOnce(&mut State<S::Tenant, S::Item>) -> R) -> R {
+    pub(crate) fn engine_input<R>(&self, f: impl FnOnce(&mut State<S::Tenant, S::Item>) -> R) -> R {
         let mut st = self.lock();
         let out = f(&mut st);
         st.export();

@@ -75,7 +75,7 @@ pub(crate) async fn run<S: Sink>(
                     },
                     None,
                 ),
-                Some(Some(Ok(Err(error)))) => judge(error),
+                Some(Some(Ok(Err(error)))) => outcome_of_error(error),
             }
         }
     };
@@ -88,7 +88,7 @@ pub(crate) async fn run<S: Sink>(
 
 /// Renders a sink error for the log and picks its outcome; a panic while
 /// rendering or dropping it is a panicked attempt (S-W5).
-fn judge(error: WriteError) -> (Outcome, Option<String>) {
+fn outcome_of_error(error: WriteError) -> (Outcome, Option<String>) {
     let outcome = if error.is_terminal() {
         Outcome::Rejected
     } else {

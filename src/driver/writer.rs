@@ -10,27 +10,89 @@ use std::time::Duration;
 use tokio::task::{self, JoinError, JoinSet};
 use tokio_util::sync::CancellationToken;
 
-use super::answer::Unanswered;
 use super::contain;
-use super::shared::{Shared, Waiter};
+use super::shared::{Shared, State, Waiter};
 use super::task::{self as write_task, SinkFinished};
-use crate::core::{Event, LostReason, Report, ShutdownReport, Time, WaitId, Write, WriteId};
+use crate::core::{
+    Engine, Event, LostReason, Outcome, ShutdownReport, Time, WaitId, Write, WriteId,
+};
 use crate::sink::Sink;
 use crate::telemetry::Log;
 
-/// A write task's end, applied to the engine in the next drain.
-enum Joined<K, I> {
+/// A write task's end, handed to the engine in the next drain.
+enum TaskEnd<K, I> {
     /// The write came back with its outcome (S-C2).
-    Finished(Write<K, I>, crate::core::Outcome),
+    Finished(Write<K, I>, Outcome),
     /// The task ended without giving the items back (S-W13).
     Lost(WriteId),
 }
 
-/// What one round of draining the engine found.
+/// Hands the ended tasks' writes back to the engine (S-C2, S-W13). The
+/// items it is done with go to `done`, to be dropped after the lock; a
+/// write it did not know (a driver bug) goes there too, its id to
+/// `unknown`.
+fn hand_back<K: Ord + std::hash::Hash + Clone, I>(
+    engine: &mut Engine<K, I>,
+    now: Time,
+    ended: Vec<TaskEnd<K, I>>,
+    done: &mut Vec<Vec<I>>,
+    unknown: &mut Vec<WriteId>,
+) {
+    for end in ended {
+        match end {
+            TaskEnd::Finished(write, outcome) => match engine.finish(now, write, outcome) {
+                Ok(items) => done.push(items),
+                Err(e) => {
+                    unknown.push(e.0.id);
+                    done.push(e.0.items);
+                }
+            },
+            TaskEnd::Lost(id) => {
+                engine.finish_lost(now, id);
+            }
+        }
+    }
+}
+
+/// What one [`Writer::pump`] left to do.
+struct Pumped {
+    /// When the engine next needs time.
+    timeout: Option<Time>,
+    /// Every handle is gone, the engine closed and no task runs: the
+    /// writer exits (S-W16).
+    exit: bool,
+}
+
+/// What one round of draining the engine found: its writes to start, its
+/// events, and the callers those events answer.
 struct Drained<K, I> {
     writes: Vec<Write<K, I>>,
     events: Vec<Event<K, I>>,
     waiters: BTreeMap<WaitId, Waiter<K, I>>,
+}
+
+impl<K: Ord + std::hash::Hash + Clone, I> Drained<K, I> {
+    /// Drains the engine's writes and events (its drain order), taking
+    /// out the waiters the events answer.
+    fn take(st: &mut State<K, I>, now: Time) -> Self {
+        let mut drained = Drained {
+            writes: Vec::new(),
+            events: Vec::new(),
+            waiters: BTreeMap::new(),
+        };
+        while let Some(write) = st.engine.poll_write(now) {
+            drained.writes.push(write);
+        }
+        while let Some(event) = st.engine.poll_event() {
+            if let Event::WaitDone { id, .. } | Event::ShutdownDone { id, .. } = &event {
+                if let Some(waiter) = st.waiters.remove(id) {
+                    drained.waiters.insert(*id, waiter);
+                }
+            }
+            drained.events.push(event);
+        }
+        drained
+    }
 }
 
 pub(crate) struct Writer<S: Sink> {
@@ -46,10 +108,10 @@ pub(crate) struct Writer<S: Sink> {
     drop_timeout: Duration,
     /// Sink error texts of attempts joined but not yet logged.
     errors: BTreeMap<WriteId, String>,
-    /// Writes joined since the last drain: every task already done is
+    /// Tasks joined since the last drain: every task already done is
     /// joined first and all go to the engine under the drain's one lock,
     /// rather than one lock per write (the callers contend for it).
-    joined: Vec<Joined<S::Tenant, S::Item>>,
+    ended: Vec<TaskEnd<S::Tenant, S::Item>>,
 }
 
 /// The writer task ended, or was dropped with its runtime (possibly
@@ -57,12 +119,13 @@ pub(crate) struct Writer<S: Sink> {
 /// pending is given up as if abandoned (S-A7), so every item stays counted
 /// (S-W14); the writes in flight are dropped with the task set; every
 /// caller still waiting is answered, from the engine's own reports where
-/// it has them.
+/// it has them, else as [`Answer`](super::Answer) answers when the writer
+/// is gone.
 impl<S: Sink> Drop for Writer<S> {
     fn drop(&mut self) {
         let now = self.shared.now();
         let mut answers = Vec::new();
-        let joined = mem::take(&mut self.joined);
+        let ended = mem::take(&mut self.ended);
         // Items the engine is done with are dropped after the lock, contained:
         // an item's `Drop` is application code (S-W13).
         let mut done = Vec::new();
@@ -71,19 +134,11 @@ impl<S: Sink> Drop for Writer<S> {
         // The other events, logged after the lock: every ended attempt is
         // sampled by the latency histogram, these too (S-W18).
         let mut logged = Vec::new();
-        let lost = self.shared.input(|st| {
+        let lost = self.shared.engine_input(|st| {
             st.writer_gone = true;
-            // Joined but not yet applied (only if dropped mid-round).
-            for j in joined {
-                match j {
-                    Joined::Finished(write, outcome) => match st.engine.finish(now, write, outcome)
-                    {
-                        Ok(items) => done.push(items),
-                        Err(unknown) => done.push(unknown.0.items),
-                    },
-                    Joined::Lost(id) => drop(st.engine.finish_lost(now, id)),
-                }
-            }
+            // Joined but not yet handed back (only if dropped mid-round);
+            // an unknown write is not worth a log line here.
+            hand_back(&mut st.engine, now, ended, &mut done, &mut Vec::new());
             let before = st.engine.counters().lost(LostReason::Abandoned);
             done.extend(st.engine.abandon(now).into_iter().map(|(_, items)| items));
             for id in self.running.values() {
@@ -111,12 +166,9 @@ impl<S: Sink> Drop for Writer<S> {
                     other => logged.push(other),
                 }
             }
-            for (_, waiter) in mem::take(&mut st.waiters) {
-                match waiter {
-                    Waiter::Report(tx) => drop(tx.send(Report::unanswered())),
-                    Waiter::Shutdown(tx) => drop(tx.send(ShutdownReport::unanswered())),
-                }
-            }
+            // The rest get what a caller gets when the writer is gone (its
+            // `Answer` sees the sender dropped).
+            st.waiters.clear();
             st.engine.counters().lost(LostReason::Abandoned) - before
         });
         contain::drop_quietly(done);
@@ -146,7 +198,7 @@ impl<S: Sink> Writer<S> {
             log,
             drop_timeout,
             errors: BTreeMap::new(),
-            joined: Vec::new(),
+            ended: Vec::new(),
         }
     }
 
@@ -161,8 +213,8 @@ impl<S: Sink> Writer<S> {
         tokio::pin!(sleep);
         let mut armed: Option<Time> = None;
         loop {
-            let (timeout, done) = self.pump();
-            if done {
+            let Pumped { timeout, exit } = self.pump();
+            if exit {
                 tracing::debug!(outbox = self.log.name(), "writer exits");
                 #[cfg(feature = "journal")]
                 if let Some(journal) = &self.shared.journal {
@@ -183,9 +235,9 @@ impl<S: Sink> Writer<S> {
             tokio::select! {
                 biased;
                 Some(joined) = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => {
-                    self.joined(joined);
+                    self.task_ended(joined);
                     while let Some(joined) = self.tasks.try_join_next_with_id() {
-                        self.joined(joined);
+                        self.task_ended(joined);
                     }
                 }
                 () = shared.wake.notified() => {}
@@ -200,15 +252,15 @@ impl<S: Sink> Writer<S> {
     /// A write task ended: its outcome goes to the engine with its items
     /// (S-C2), or, if the task panicked past containment or was aborted,
     /// its items are counted lost (S-W13); both in the next drain.
-    fn joined(&mut self, joined: Result<(task::Id, SinkFinished<S>), JoinError>) {
+    fn task_ended(&mut self, joined: Result<(task::Id, SinkFinished<S>), JoinError>) {
         match joined {
             Ok((task, finished)) => {
                 self.running.remove(&task);
                 if let Some(error) = finished.error {
                     self.errors.insert(finished.write.id, error);
                 }
-                self.joined
-                    .push(Joined::Finished(finished.write, finished.outcome));
+                self.ended
+                    .push(TaskEnd::Finished(finished.write, finished.outcome));
             }
             Err(error) => {
                 let Some(id) = self.running.remove(&error.id()) else {
@@ -220,68 +272,34 @@ impl<S: Sink> Writer<S> {
                     panicked = error.is_panic(),
                     "a write task ended without giving its items back; they are counted lost"
                 );
-                self.joined.push(Joined::Lost(id));
+                self.ended.push(TaskEnd::Lost(id));
             }
         }
     }
 
-    /// Drains the engine after an input: starts its writes, exports and
-    /// acts on its events, answers callers. Returns when the engine next
-    /// needs time, and whether the writer is done.
-    fn pump(&mut self) -> (Option<Time>, bool) {
+    /// Drains the engine after an input: hands back the ended writes,
+    /// starts the writes it hands out, exports and acts on its events,
+    /// answers callers.
+    fn pump(&mut self) -> Pumped {
         let now = self.shared.now();
-        let mut drained = Drained {
-            writes: Vec::new(),
-            events: Vec::new(),
-            waiters: BTreeMap::new(),
-        };
-        let joined = mem::take(&mut self.joined);
+        let ended = mem::take(&mut self.ended);
         let mut unknown = Vec::new();
         // Items the engine is done with, dropped after the lock (see below).
         let mut done = Vec::new();
-        let (timeout, closed, handles_gone) = self.shared.input(|st| {
-            for j in joined {
-                match j {
-                    Joined::Finished(write, outcome) => match st.engine.finish(now, write, outcome)
-                    {
-                        Ok(items) => done.push(items),
-                        Err(e) => {
-                            unknown.push(e.0.id);
-                            done.push(e.0.items);
-                        }
-                    },
-                    Joined::Lost(id) => {
-                        st.engine.finish_lost(now, id);
-                    }
-                }
-            }
+        let (mut drained, timeout, closed, handles_gone) = self.shared.engine_input(|st| {
+            hand_back(&mut st.engine, now, ended, &mut done, &mut unknown);
             if st.handles_gone && !st.engine.is_shutting_down() {
-                // S-W16: the last handle is gone without a shutdown.
-                let _ = st.engine.shutdown(now, now + self.drop_timeout);
-                tracing::info!(
-                    outbox = self.log.name(),
-                    timeout_ms = self.drop_timeout.as_millis() as u64,
-                    "every handle dropped; draining before the writer exits"
-                );
+                self.shut_down_after_last_handle(&mut st.engine, now);
             }
             st.engine.handle_timeout(now);
-            while let Some(write) = st.engine.poll_write(now) {
-                drained.writes.push(write);
-            }
-            while let Some(event) = st.engine.poll_event() {
-                if let Event::WaitDone { id, .. } | Event::ShutdownDone { id, .. } = &event {
-                    if let Some(waiter) = st.waiters.remove(id) {
-                        drained.waiters.insert(*id, waiter);
-                    }
-                }
-                drained.events.push(event);
-            }
+            let drained = Drained::take(st, now);
             // Done marks, in the engine's order, under its lock (S-J3).
             #[cfg(feature = "journal")]
             if let Some(journal) = &self.shared.journal {
                 journal.settle(&drained.events);
             }
             (
+                drained,
                 st.engine.poll_timeout(),
                 st.engine.is_closed(),
                 st.handles_gone,
@@ -308,11 +326,24 @@ impl<S: Sink> Writer<S> {
             self.spawn(write);
         }
         for event in drained.events {
-            self.act(event, &mut drained.waiters);
+            self.handle_event(event, &mut drained.waiters);
         }
         self.errors.clear();
-        let done = handles_gone && closed && self.tasks.is_empty();
-        (timeout, done)
+        Pumped {
+            timeout,
+            exit: handles_gone && closed && self.tasks.is_empty(),
+        }
+    }
+
+    /// S-W16: the last handle is gone without a shutdown: shut down with
+    /// the builder's drop timeout.
+    fn shut_down_after_last_handle(&self, engine: &mut Engine<S::Tenant, S::Item>, now: Time) {
+        let _ = engine.shutdown(now, now + self.drop_timeout);
+        tracing::info!(
+            outbox = self.log.name(),
+            timeout_ms = self.drop_timeout.as_millis() as u64,
+            "every handle dropped; draining before the writer exits"
+        );
     }
 
     fn spawn(&mut self, write: Write<S::Tenant, S::Item>) {
@@ -328,7 +359,9 @@ impl<S: Sink> Writer<S> {
         self.running.insert(task, id);
     }
 
-    fn act(
+    /// Logs an event and does what it asks: cancel the writes in flight,
+    /// or answer a caller.
+    fn handle_event(
         &mut self,
         event: Event<S::Tenant, S::Item>,
         waiters: &mut BTreeMap<WaitId, Waiter<S::Tenant, S::Item>>,
@@ -440,17 +473,15 @@ mod tests {
         writer.running.insert(task, WriteId(1));
         let joined = writer.tasks.join_next_with_id().await.unwrap();
         assert!(joined.as_ref().is_err_and(JoinError::is_panic));
-        writer.joined(joined);
-        let (_, done) = writer.pump();
-        assert!(!done);
+        writer.task_ended(joined);
+        assert!(!writer.pump().exit);
         let c = shared.lock().engine.counters().clone();
         assert_eq!(c.lost(LostReason::JoinFailed), 1);
         assert_eq!(c.pending, 0);
         assert!(c.balanced());
         // The writer still works: the next item gets its own write.
         assert_eq!(shared.lock().engine.stage(now, t, 8), Staged::Accepted);
-        let (_, done) = writer.pump();
-        assert!(!done);
+        assert!(!writer.pump().exit);
         assert_eq!(writer.tasks.len(), 1);
     }
 }

@@ -24,7 +24,7 @@
 //! [`Sink::Tenant`](crate::Sink::Tenant) it declares), [`TenantId`] by
 //! default, and maps it to the store through a small trait:
 //!
-//! | key | `postgres` column ([`PgTenant`](postgres::PgTenant)) | `nats` subject token and message id ([`NatsTenant`](nats::NatsTenant)) |
+//! | key | `postgres` column (`postgres::PgTenant`) | `nats` subject token and message id (`nats::NatsTenant`) |
 //! | --- | --- | --- |
 //! | [`TenantId`], [`Uuid`] | `uuid` | the hyphenated UUID |
 //! | `i64` | `bigint` | the decimal number, e.g. `-7` |
@@ -36,7 +36,8 @@
 //! rejected as [terminal](crate::WriteError::terminal) with an
 //! [`InvalidTenant`] cause before any I/O, so the slice is counted lost
 //! under `terminal` and logged. Check keys up front where they are minted
-//! ([`postgres::PgTenant::param`], [`nats::NatsTenant::token`]).
+//! (`postgres::PgTenant::param`, `nats::NatsTenant::token`;
+//! the modules exist with their features).
 //!
 //! Errors follow the [`Sink`](crate::Sink) contract (S-A5): what may pass
 //! (a lost connection, a timeout, a serialization failure, an outage) is

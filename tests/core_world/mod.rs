@@ -223,7 +223,7 @@ impl World {
             .iter()
             .filter_map(|e| match e {
                 Event::AttemptFailed {
-                    next: outbox::core::Next::RetryIn(d),
+                    next: outbox::core::AfterFailure::RetryIn(d),
                     ..
                 } => Some(*d),
                 _ => None,

@@ -1,0 +1,245 @@
+//! The core's rules of the contract's "Staging" section (S-A1, S-B7, S-B5),
+//! and the wake-up hint a lazy stage gives the driver (I6), on the engine
+//! alone with a hand-driven clock. Each test cites its rule
+//! and checks both sides of the rule's conditions and its boundaries.
+
+mod core_world;
+
+use std::cell::Cell;
+
+use core_world::{dur, ms, World};
+use outbox::core::{Config, DropReason, Engine, Event, Outcome, Staged, Time};
+
+// ----- S-A1: bounded mode drops instead of blocking ---------------------
+
+#[test]
+fn s_a1_capacity_boundary() {
+    let mut w = World::new(Config::builder().capacity(3));
+    w.stage_ok(1, [1, 2, 3]);
+    assert_eq!(w.stage(2, 4), Staged::Dropped(DropReason::BufferFull));
+    let a = w.poll_one();
+    w.ok(a);
+    assert_eq!(w.stage(2, 5), Staged::Accepted);
+    assert_eq!(w.dropped(DropReason::BufferFull), 1);
+    assert!(w.events.iter().any(|e| matches!(
+        e,
+        Event::Dropped {
+            tenant: 2,
+            items: 1,
+            reason: DropReason::BufferFull,
+            log: true
+        }
+    )));
+}
+
+// ----- S-B7: per-tenant quota -------------------------------------------
+
+#[test]
+fn s_b7_tenant_capacity_counts_waiting_in_flight_and_retry() {
+    let mut w = World::new(Config::builder().tenant_capacity(2));
+    w.stage_ok(1, [1, 2]);
+    assert_eq!(w.stage(1, 3), Staged::Dropped(DropReason::TenantFull));
+    assert_eq!(w.stage(2, 4), Staged::Accepted, "another tenant's quota");
+    let ws = w.poll();
+    assert_eq!(
+        w.stage(1, 5),
+        Staged::Dropped(DropReason::TenantFull),
+        "in flight"
+    );
+    let mut ws = ws.into_iter();
+    let a = ws.next().unwrap();
+    w.fail(a);
+    assert_eq!(
+        w.stage(1, 6),
+        Staged::Dropped(DropReason::TenantFull),
+        "retry"
+    );
+    w.at(50);
+    let a = w.poll_one();
+    w.ok(a);
+    assert_eq!(w.stage(1, 7), Staged::Accepted);
+    assert_eq!(w.dropped(DropReason::TenantFull), 3);
+    assert_eq!(w.dropped(DropReason::BufferFull), 0);
+}
+
+#[test]
+fn s_b7_global_capacity_is_checked_first() {
+    let mut w = World::new(Config::builder().capacity(2).tenant_capacity(2));
+    w.stage_ok(1, [1, 2]);
+    assert_eq!(w.stage(1, 3), Staged::Dropped(DropReason::BufferFull));
+}
+
+// ----- S-B5: size limits ------------------------------------------------
+
+#[test]
+fn s_b5_max_batch_bytes_cuts_and_an_oversized_item_goes_alone() {
+    let mut w = World::weighed(Config::builder().max_batch_bytes(10));
+    w.stage_ok(1, [4, 6, 4, 25, 3, 3, 5]);
+    let mut batches = Vec::new();
+    while let Some(x) = w.poll().pop() {
+        batches.push(x.items.clone());
+        w.ok(x);
+    }
+    assert_eq!(
+        batches,
+        [vec![4, 6], vec![4], vec![25], vec![3, 3], vec![5]],
+        "10 bytes fit exactly; 25 alone; never an empty write"
+    );
+    assert_eq!(w.e.pending_bytes(), 0);
+    assert_eq!(w.written_of(1), [4, 6, 4, 25, 3, 3, 5]);
+}
+
+#[test]
+fn s_b5_oversized_item_first_and_max_batch_both_bind() {
+    let mut w = World::weighed(Config::builder().max_batch_bytes(10).max_batch(2));
+    w.stage_ok(1, [11, 1, 1, 1]);
+    let mut batches = Vec::new();
+    while let Some(x) = w.poll().pop() {
+        batches.push(x.items.clone());
+        w.ok(x);
+    }
+    assert_eq!(batches, [vec![11], vec![1, 1], vec![1]]);
+}
+
+#[test]
+fn s_b5_capacity_bytes() {
+    let mut w = World::weighed(Config::builder().capacity_bytes(20));
+    w.stage_ok(1, [10, 10]); // exactly 20: accepted
+    assert_eq!(w.e.pending_bytes(), 20);
+    assert_eq!(w.stage(2, 1), Staged::Dropped(DropReason::BufferFull));
+    // S-B8: an item weighs at least 1 byte, so `capacity_bytes` bounds the
+    // count too: a weightless item does not slip past a full buffer.
+    assert_eq!(
+        w.stage(2, 0),
+        Staged::Dropped(DropReason::BufferFull),
+        "a weightless item weighs 1 byte"
+    );
+    let a = w.poll();
+    assert_eq!(w.e.pending_bytes(), 20, "in flight still counts");
+    for x in a {
+        w.ok(x);
+    }
+    assert_eq!(w.e.pending_bytes(), 0);
+    assert_eq!(w.stage(2, 20), Staged::Accepted);
+    assert_eq!(w.dropped(DropReason::BufferFull), 2);
+}
+
+#[test]
+fn s_b5_pending_bytes_follow_retries_drops_and_losses() {
+    let mut w = World::weighed(Config::builder().max_attempts(2).max_batch_bytes(5));
+    w.stage_ok(1, [3, 2, 4]);
+    let a = w.poll_one();
+    assert_eq!(a.items, [3, 2]);
+    w.fail(a);
+    assert_eq!(w.e.pending_bytes(), 9);
+    w.at(50);
+    let a = w.poll_one();
+    w.fail(a); // exhausted
+    assert_eq!(w.e.pending_bytes(), 4);
+    let b = w.poll_one();
+    w.finish(b, Outcome::Rejected);
+    assert_eq!(w.e.pending_bytes(), 0);
+}
+
+#[test]
+fn s_b5_byte_limits_need_a_weigher() {
+    let c = Config::builder().max_batch_bytes(1).build().unwrap();
+    assert!(Engine::<u32, u32>::new(c).is_err());
+    let c = Config::builder().capacity_bytes(1).build().unwrap();
+    assert!(Engine::<u32, u32>::new(c).is_err());
+}
+
+#[test]
+fn s_b5_a_huge_weight_neither_overflows_nor_panics() {
+    // S-B5: weights are clamped to MAX_WEIGHT and byte sums saturate.
+    let mut w = World::with_engine(
+        outbox::core::Engine::with_weigher(
+            Config::builder().max_batch_bytes(10).build().unwrap(),
+            |_: &u32| u64::MAX,
+        )
+        .unwrap(),
+    );
+    w.stage_ok(1, [1, 2, 3]);
+    assert_eq!(w.e.pending_bytes(), 3 * outbox::core::MAX_WEIGHT);
+    let a = w.poll_one();
+    assert_eq!(a.items, [1], "heavier than a batch: alone");
+    w.ok(a);
+    assert_eq!(w.e.pending_bytes(), 2 * outbox::core::MAX_WEIGHT);
+}
+
+// ----- I6: the wake-up hint of a lazy stage ---------------------------
+
+#[test]
+fn i6_a_lazy_stage_asks_for_a_drain_only_when_one_is_needed() {
+    // The hint is what the driver's stage path wakes the writer on: a
+    // `false` that hides work is a lost wake-up (the harness checks that),
+    // a `true` that hides none is a wasted wake-up (checked here).
+    let reads = Cell::new(0);
+    let clock = || {
+        reads.set(reads.get() + 1);
+        Time::ZERO
+    };
+    let config = Config::builder().concurrency(1).build().unwrap();
+    let mut e: Engine<u8, u32> = Engine::new(config).unwrap();
+    assert_eq!(
+        staged_and_wake(&mut e, clock, 1, 0),
+        (Staged::Accepted, true),
+        "first ready"
+    );
+    assert_eq!(
+        staged_and_wake(&mut e, clock, 1, 1),
+        (Staged::Accepted, false),
+        "already ready"
+    );
+    let w = e.poll_write(Time::ZERO).unwrap();
+    while e.poll_event().is_some() {}
+    assert_eq!(
+        staged_and_wake(&mut e, clock, 2, 2),
+        (Staged::Accepted, false),
+        "no slot free: the write coming back drains"
+    );
+    assert_eq!(
+        staged_and_wake(&mut e, clock, 3, 3),
+        (Staged::Accepted, false),
+        "2 goes first"
+    );
+    assert_eq!(reads.get(), 0, "no linger: the clock is not read");
+    drop(e.finish(Time::ZERO, w, Outcome::WRITTEN));
+
+    let config = Config::builder()
+        .linger(dur(10))
+        .max_batch(2)
+        .build()
+        .unwrap();
+    let mut e: Engine<u8, u32> = Engine::new(config).unwrap();
+    let at = Cell::new(ms(0));
+    let clock = || at.get();
+    assert_eq!(
+        staged_and_wake(&mut e, clock, 1, 0),
+        (Staged::Accepted, true),
+        "earliest timer"
+    );
+    at.set(ms(2));
+    assert_eq!(
+        staged_and_wake(&mut e, clock, 2, 1),
+        (Staged::Accepted, false),
+        "a later linger: the armed timer comes first"
+    );
+    assert_eq!(e.poll_timeout(), Some(ms(10)));
+    assert_eq!(
+        staged_and_wake(&mut e, clock, 2, 2),
+        (Staged::Accepted, true),
+        "a full batch ends the linger with a slot free"
+    );
+}
+
+/// What a lazy stage decided, as (staged, wake).
+fn staged_and_wake(
+    e: &mut Engine<u8, u32>,
+    clock: impl FnOnce() -> Time,
+    tenant: u8,
+    item: u32,
+) -> (Staged, bool) {
+    let s = e.stage_lazy(clock, tenant, item);
+    (s.staged, s.wake)
+}
