@@ -1,6 +1,10 @@
 //! outbox: record derived work (usage records, audit events) without
 //! delaying the request that produced it, and write it per tenant, in
-//! order, exactly once, with every lost item counted.
+//! order, exactly once, with every lost item counted while the process
+//! lives. Pending items are held in memory: a crash of the process loses
+//! them uncounted unless the optional journal is on (feature `journal`,
+//! module `journal`), which brings back every item an answered
+//! `Outbox::sync` covered.
 //!
 //! - [`Outbox`]: the handle a service keeps. [`Outbox::stage`] never waits
 //!   and never fails (S-W1); one writer task writes each tenant's items in
@@ -94,6 +98,8 @@
 pub mod contract;
 pub mod core;
 mod driver;
+#[cfg(feature = "journal")]
+pub mod journal;
 pub mod sink;
 pub mod sinks;
 pub mod telemetry;
@@ -105,6 +111,8 @@ pub use crate::core::{
     Config, ConfigBuilder, ConfigError, Counters, DropReason, ErrorPolicy, LostReason, Report,
     ShutdownReport, Staged,
 };
+#[cfg(feature = "journal")]
+pub use driver::SyncError;
 pub use driver::{Answer, BuildError, Outbox, OutboxBuilder, DEFAULT_DROP_TIMEOUT};
 pub use sink::{BoxError, ErrorKind, Sink, WriteError, Written};
 pub use tenant::{TenantId, TenantKey};

@@ -21,6 +21,14 @@
 //! sample count. A write the engine had given
 //! up that commits anyway counts in `outbox_writes_total` while its items
 //! stay counted lost.
+//! | `outbox_items_recovered_total` | counter | items a journal recovery found pending at build (D4): staged again, or lost under `journal_unreadable` |
+//!
+//! With a journal (feature `journal`), also: `outbox_journal_bytes`
+//! (gauge, bytes in its segment files), `outbox_journal_segments` (gauge),
+//! `outbox_journal_sync_seconds` (histogram, one sample per group commit:
+//! write, then `fdatasync`), `outbox_items_unjournaled_total` (counter,
+//! items accepted while the journal was failing, held in memory only) and
+//! `outbox_journal_faults_total` (counter, failed group commits).
 //!
 //! Counters are exported as the differences between successive snapshots
 //! of the engine's [`Counters`], so they equal the engine's counters
@@ -64,6 +72,8 @@ pub mod names {
     pub const ITEMS_DROPPED: &str = "outbox_items_dropped_total";
     /// Histogram: write latency in seconds.
     pub const WRITE_LATENCY: &str = "outbox_write_latency_seconds";
+    /// Counter: items a journal recovery found pending (D4).
+    pub const ITEMS_RECOVERED: &str = "outbox_items_recovered_total";
     /// The label naming the outbox (its sink's name).
     pub const LABEL_OUTBOX: &str = "outbox";
     /// The label naming a loss or drop reason.
@@ -81,6 +91,7 @@ pub(crate) struct Export {
     writes: Counter,
     attempts: Counter,
     failures: [Counter; Failure::ALL.len()],
+    recovered: Counter,
     lost: [Counter; LostReason::ALL.len()],
     dropped: [Counter; DropReason::ALL.len()],
     /// The counters last exported.
@@ -114,6 +125,7 @@ pub(crate) fn register(name: &str) -> (Export, Log) {
         failures: Failure::ALL.map(|k| {
             metrics::counter!(WRITE_FAILURES, LABEL_OUTBOX => label.clone(), LABEL_KIND => k.as_str())
         }),
+        recovered: metrics::counter!(ITEMS_RECOVERED, LABEL_OUTBOX => label.clone()),
         lost,
         dropped,
         last: Counters::default(),
@@ -143,6 +155,7 @@ impl Export {
         for (i, c) in self.failures.iter().enumerate() {
             add(c, last.failed[i], now.failed[i]);
         }
+        add(&self.recovered, last.recovered, now.recovered);
         for (i, c) in self.lost.iter().enumerate() {
             add(c, last.lost[i], now.lost[i]);
         }
@@ -352,6 +365,7 @@ mod tests {
             c.add_failed(Failure::Cancelled);
             c.add_failed(Failure::Cancelled);
             c.add_failed(Failure::TaskLost);
+            c.recovered = 3;
             t.export(&c);
             t.export(&c);
         });
@@ -371,6 +385,7 @@ mod tests {
                 ("outbox_write_failures_total", Some("cancelled")) => DebugValue::Counter(2),
                 ("outbox_write_failures_total", Some("task_lost")) => DebugValue::Counter(1),
                 ("outbox_write_failures_total", Some(_)) => DebugValue::Counter(0),
+                ("outbox_items_recovered_total", None) => DebugValue::Counter(3),
                 ("outbox_events_lost_total", Some("terminal")) => DebugValue::Counter(1),
                 ("outbox_events_lost_total", Some(_)) => DebugValue::Counter(0),
                 ("outbox_items_dropped_total", Some(_)) => DebugValue::Counter(0),
@@ -381,6 +396,10 @@ mod tests {
             assert_eq!(value, expected, "{}", key.name());
             seen += 1;
         }
-        assert_eq!(seen, 4 + 6 + 7 + 3, "every series but the histogram");
+        assert_eq!(
+            seen,
+            5 + Failure::ALL.len() + LostReason::ALL.len() + DropReason::ALL.len(),
+            "every series but the histogram"
+        );
     }
 }

@@ -24,11 +24,14 @@ pub enum LostReason {
     RetriesExhausted,
     /// The sink consumed items without writing them (S-W12).
     Discarded,
+    /// A journal record that a recovery could not read back (damaged, or
+    /// not decodable by the codec), its item not known done (D4).
+    JournalUnreadable,
 }
 
 impl LostReason {
     /// Every reason, in a fixed order; the array grows with new reasons.
-    pub const ALL: [LostReason; 7] = [
+    pub const ALL: [LostReason; 8] = [
         LostReason::Shutdown,
         LostReason::Deadline,
         LostReason::Abandoned,
@@ -36,6 +39,7 @@ impl LostReason {
         LostReason::Terminal,
         LostReason::RetriesExhausted,
         LostReason::Discarded,
+        LostReason::JournalUnreadable,
     ];
 
     /// The `reason` label of `outbox_events_lost_total`.
@@ -48,6 +52,7 @@ impl LostReason {
             LostReason::Terminal => "terminal",
             LostReason::RetriesExhausted => "retries_exhausted",
             LostReason::Discarded => "discarded",
+            LostReason::JournalUnreadable => "journal_unreadable",
         }
     }
 
@@ -68,14 +73,21 @@ pub enum DropReason {
     TenantFull,
     /// An attempt failed under [`ErrorPolicy::Drop`](crate::core::ErrorPolicy::Drop) (S-A5).
     SinkError,
+    /// The journal's codec could not encode the item (an error, a panic,
+    /// or a record over 64 MiB), refused at stage (S-J8).
+    EncodeFailed,
+    /// The journal's `max_bytes` was reached, refused at stage (S-J4).
+    JournalFull,
 }
 
 impl DropReason {
     /// Every reason, in a fixed order; the array grows with new reasons.
-    pub const ALL: [DropReason; 3] = [
+    pub const ALL: [DropReason; 5] = [
         DropReason::BufferFull,
         DropReason::TenantFull,
         DropReason::SinkError,
+        DropReason::EncodeFailed,
+        DropReason::JournalFull,
     ];
 
     /// The `reason` label of `outbox_items_dropped_total`.
@@ -84,6 +96,8 @@ impl DropReason {
             DropReason::BufferFull => "buffer_full",
             DropReason::TenantFull => "tenant_full",
             DropReason::SinkError => "sink_error",
+            DropReason::EncodeFailed => "encode_failed",
+            DropReason::JournalFull => "journal_full",
         }
     }
 
@@ -106,8 +120,9 @@ impl fmt::Display for DropReason {
 
 /// The engine's counters: a snapshot from [`Engine::counters`](crate::core::Engine::counters).
 ///
-/// S-W14: `staged == written + pending + lost_total() + dropped_total()` at
-/// every instant; every count but `pending` only grows.
+/// S-W14: `staged + recovered == written + pending + lost_total() +
+/// dropped_total()` at every instant; every count but `pending` only
+/// grows.
 ///
 /// S-W18: every attempt ends in exactly one counted outcome, so
 /// `attempts == writes + failed_attempts + (attempts in flight)` at every
@@ -127,6 +142,9 @@ impl fmt::Display for DropReason {
 pub struct Counters {
     /// Items offered to `stage`, accepted or not.
     pub staged: u64,
+    /// Items a journal recovery found pending (D4): staged again, or
+    /// counted lost under `journal_unreadable`. 0 without a journal.
+    pub recovered: u64,
     /// Items accepted and not yet written, lost or dropped.
     pub pending: u64,
     /// Items written by a successful write.
@@ -189,7 +207,8 @@ impl Counters {
     }
     /// Whether S-W14 holds: every staged item is in exactly one state.
     pub fn balanced(&self) -> bool {
-        self.staged == self.written + self.pending + self.lost_total() + self.dropped_total()
+        self.staged + self.recovered
+            == self.written + self.pending + self.lost_total() + self.dropped_total()
     }
 
     /// Counts `n` lost items; returns whether this occurrence should be
@@ -284,7 +303,8 @@ mod tests {
                 "join_failed",
                 "terminal",
                 "retries_exhausted",
-                "discarded"
+                "discarded",
+                "journal_unreadable"
             ]
         );
         for (i, r) in LostReason::ALL.iter().enumerate() {

@@ -248,7 +248,7 @@ pub struct Engine<K, I> {
     /// Per stage-time refusal reason (see [`Refusal`]), its last event:
     /// while that event is queued, later refusals for the same reason add
     /// to it (S-B8).
-    refusals: [Option<Coalesced>; 3],
+    refusals: [Option<Coalesced>; 5],
     /// Items let go of and not handed back by a return value (see
     /// [`Engine::take_released`]): the engine never drops an item itself.
     released: Vec<I>,
@@ -311,7 +311,10 @@ impl Refusal {
         match self {
             Refusal::Dropped(DropReason::TenantFull) => 1,
             Refusal::Shutdown => 2,
-            // Only `buffer_full` and `tenant_full` refuse a stage.
+            // The journal's refusals (`Engine::refuse`).
+            Refusal::Dropped(DropReason::EncodeFailed) => 3,
+            Refusal::Dropped(DropReason::JournalFull) => 4,
+            // Only these refuse a stage: `sink_error` never does.
             Refusal::Dropped(_) => 0,
         }
     }
@@ -374,7 +377,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             shutdown: None,
             events: VecDeque::new(),
             popped: 0,
-            refusals: [None; 3],
+            refusals: [None; 5],
             released: Vec::new(),
         })
     }
@@ -448,7 +451,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// dropped item is kept for [`take_released`](Self::take_released).
     pub fn stage(&mut self, now: Time, tenant: K, item: I) -> Staged {
         self.advance(now);
-        self.stage_at_now(tenant, item).staged
+        self.stage_at_now(tenant, item, false).staged
     }
 
     /// Stages like [`stage`](Self::stage), for a driver whose clock read
@@ -464,15 +467,52 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         if !self.config.linger.is_zero() {
             self.advance(clock());
         }
-        self.stage_at_now(tenant, item)
+        self.stage_at_now(tenant, item, false)
+    }
+
+    /// Stages an item that a journal recovery read back (D4): counted
+    /// under `recovered` rather than `staged`, and never refused by a
+    /// capacity (it was accepted once already; refusing it now would lose
+    /// it). Call before any new stage, per tenant in staging order (D2).
+    /// After a shutdown began it is refused like a stage (`shutdown`).
+    pub fn recover(&mut self, now: Time, tenant: K, item: I) -> Staged {
+        self.advance(now);
+        self.stage_at_now(tenant, item, true).staged
+    }
+
+    /// Counts `items` that a journal recovery found but could not read
+    /// back (damaged or undecodable records) as recovered and lost under
+    /// `journal_unreadable` (D4). Their tenants are unknown, so there is no
+    /// event: the driver logs the recovery's report. Returns whether to log
+    /// (S-A6).
+    pub fn recover_unreadable(&mut self, items: u64) -> bool {
+        self.counters.recovered += items;
+        self.counters.add_lost(LostReason::JournalUnreadable, items)
+    }
+
+    /// Counts an item the driver refused before the engine saw it (the
+    /// journal could not encode it, or is full: `encode_failed`,
+    /// `journal_full`, S-J4, S-J8) as staged and dropped for `reason`.
+    /// Its event coalesces with a queued one of the same reason (S-B8).
+    pub fn refuse(&mut self, now: Time, tenant: K, reason: DropReason) -> Staged {
+        self.advance(now);
+        self.counters.staged += 1;
+        self.count_refusal(tenant, Refusal::Dropped(reason));
+        Staged::Dropped(reason)
     }
 
     /// `stage` at `self.now`: admission, then the item joins its tenant.
-    fn stage_at_now(&mut self, tenant: K, item: I) -> LazyStaged {
-        self.counters.staged += 1;
+    /// With `recovered`, a recovery's stage (D4): counted as recovered and
+    /// never refused by a capacity.
+    fn stage_at_now(&mut self, tenant: K, item: I, recovered: bool) -> LazyStaged {
+        if recovered {
+            self.counters.recovered += 1;
+        } else {
+            self.counters.staged += 1;
+        }
         // A refusal needs a drain only if its event is the first queued.
         let no_event_queued = self.events.is_empty();
-        match self.admit(&tenant, &item) {
+        match self.admit(&tenant, &item, recovered) {
             Ok(weight) => LazyStaged {
                 staged: Staged::Accepted,
                 wake: self.enqueue(tenant, item, weight),
@@ -489,12 +529,16 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     }
 
     /// Whether an item may be staged now (S-W9, S-A1, S-B5, S-B7): its
-    /// weight if so, else why not.
-    fn admit(&self, tenant: &K, item: &I) -> Result<u64, Refusal> {
+    /// weight if so, else why not. A `recovered` item skips the capacities
+    /// (D4: it was accepted once already; refusing it now would lose it).
+    fn admit(&self, tenant: &K, item: &I, recovered: bool) -> Result<u64, Refusal> {
         if self.life != Life::Open {
             return Err(Refusal::Shutdown);
         }
         let weight = self.weigh(item);
+        if recovered {
+            return Ok(weight);
+        }
         let cfg = &self.config;
         let buffer_full = cfg
             .capacity

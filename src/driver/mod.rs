@@ -14,10 +14,14 @@
 
 mod answer;
 mod contain;
+#[cfg(feature = "journal")]
+pub(crate) mod journal;
 mod outbox;
 mod shared;
 mod task;
 mod writer;
 
 pub use answer::Answer;
+#[cfg(feature = "journal")]
+pub use journal::SyncError;
 pub use outbox::{BuildError, Outbox, OutboxBuilder, DEFAULT_DROP_TIMEOUT};

@@ -38,6 +38,11 @@ pub enum BuildError {
     /// The runtime is shut down (a [`runtime`](OutboxBuilder::runtime)
     /// handle that outlived its runtime): the writer could not start.
     RuntimeShutDown,
+    /// The journal could not be opened: its directory is unusable, locked
+    /// by another process (S-J6), or holds a file that is not the
+    /// journal's (S-J7).
+    #[cfg(feature = "journal")]
+    Journal(crate::journal::JournalError),
 }
 
 impl fmt::Display for BuildError {
@@ -53,6 +58,8 @@ impl fmt::Display for BuildError {
             BuildError::RuntimeShutDown => f.write_str(
                 "outbox: the tokio runtime is shut down; the writer task cannot run on it",
             ),
+            #[cfg(feature = "journal")]
+            BuildError::Journal(e) => fmt::Display::fmt(e, f),
         }
     }
 }
@@ -61,6 +68,8 @@ impl std::error::Error for BuildError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             BuildError::Config(e) => Some(e),
+            #[cfg(feature = "journal")]
+            BuildError::Journal(e) => Some(e),
             _ => None,
         }
     }
@@ -79,7 +88,16 @@ pub struct OutboxBuilder<S: Sink> {
     weigher: Option<Weigher<S::Item>>,
     drop_timeout: Duration,
     runtime: Option<Handle>,
+    #[cfg(feature = "journal")]
+    journal: Option<JournalSetup<S::Tenant, S::Item>>,
 }
+
+/// A journal to open at build: where, and with which codec.
+#[cfg(feature = "journal")]
+type JournalSetup<K, I> = (
+    crate::journal::JournalConfig,
+    Box<dyn crate::journal::Codec<K, I>>,
+);
 
 impl<S: Sink> fmt::Debug for OutboxBuilder<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -125,6 +143,37 @@ impl<S: Sink> OutboxBuilder<S> {
         self
     }
 
+    /// Journals every accepted item to disk, so that pending items survive
+    /// a crash of the process and are staged again when an outbox is built
+    /// on the same directory (feature `journal`; D1-D6). Items and tenants
+    /// are encoded with [`Postcard`](crate::journal::Postcard) (serde); see
+    /// [`journal_with_codec`](Self::journal_with_codec) for another
+    /// encoding. Off by default.
+    ///
+    /// What survives: every item staged before a [`sync`](Outbox::sync)
+    /// that answered `Ok` (D1); an item staged less than
+    /// `sync_interval` before a crash may be lost uncounted. See the
+    /// [`journal`](crate::journal) module.
+    #[cfg(feature = "journal")]
+    pub fn journal(self, config: crate::journal::JournalConfig) -> Self
+    where
+        S::Tenant: serde::Serialize + serde::de::DeserializeOwned,
+        S::Item: serde::Serialize + serde::de::DeserializeOwned,
+    {
+        self.journal_with_codec(config, crate::journal::Postcard)
+    }
+
+    /// Like [`journal`](Self::journal), encoding with `codec`.
+    #[cfg(feature = "journal")]
+    pub fn journal_with_codec(
+        mut self,
+        config: crate::journal::JournalConfig,
+        codec: impl crate::journal::Codec<S::Tenant, S::Item>,
+    ) -> Self {
+        self.journal = Some((config, Box::new(codec)));
+        self
+    }
+
     /// Builds the outbox and spawns its writer task on the runtime.
     ///
     /// Metric handles are registered now, with the recorder in force on
@@ -154,9 +203,31 @@ impl<S: Sink> OutboxBuilder<S> {
             })?,
             None => Engine::new(self.config)?,
         };
+        #[cfg(feature = "journal")]
+        let mut engine = engine;
+        #[cfg(feature = "journal")]
+        let opened = match self.journal {
+            Some((config, codec)) => {
+                Some(open_journal(config, codec, self.sink.name(), &mut engine)?)
+            }
+            None => None,
+        };
         let sink = Arc::new(self.sink);
         let (export, log) = telemetry::register(sink.name());
-        let shared = Arc::new(Shared::new(engine, export, sink, runtime));
+        #[allow(unused_mut)]
+        let mut shared = Shared::new(engine, export, sink, runtime);
+        #[cfg(feature = "journal")]
+        let committer = opened.map(|(journal, committer)| {
+            shared.journal = Some(journal);
+            committer
+        });
+        let shared = Arc::new(shared);
+        // The recovery's counts, exported before any stage (I3).
+        shared.engine_input(|_| ());
+        #[cfg(feature = "journal")]
+        if let (Some(journal), Some(committer)) = (&shared.journal, committer) {
+            drop(shared.runtime().spawn(Arc::clone(journal).run(committer)));
+        }
         let writer = Writer::new(Arc::clone(&shared), log, self.drop_timeout);
         drop(shared.runtime().spawn(writer.run()));
         // A shut-down runtime drops the task at once, and with it the
@@ -168,6 +239,54 @@ impl<S: Sink> OutboxBuilder<S> {
             handle: Arc::new(HandleRef { shared }),
         })
     }
+}
+
+/// An open journal and the committer its task runs.
+#[cfg(feature = "journal")]
+type OpenedJournal<K, I> = (
+    Arc<super::journal::Journal<K, I>>,
+    crate::journal::Committer<Box<dyn crate::journal::Storage>>,
+);
+
+/// Opens a journal and stages what it recovers into `engine`, per tenant
+/// in staging order, before any new stage (D2, D4).
+#[cfg(feature = "journal")]
+fn open_journal<K: crate::TenantKey, I: Send + 'static>(
+    config: crate::journal::JournalConfig,
+    codec: Box<dyn crate::journal::Codec<K, I>>,
+    name: &str,
+    engine: &mut Engine<K, I>,
+) -> Result<OpenedJournal<K, I>, BuildError> {
+    let dir = config.dir.display().to_string();
+    let opened = super::journal::Journal::open(config, codec, name).map_err(BuildError::Journal)?;
+    let r = &opened.report;
+    for (tenant, item) in opened.items {
+        let _ = engine.recover(Time::ZERO, tenant, item);
+    }
+    engine.recover_unreadable(r.unreadable);
+    if r.unreadable > 0 || r.damaged_bytes > 0 || r.damaged_headers > 0 {
+        tracing::error!(
+            outbox = name,
+            dir = %dir,
+            recovered = r.recovered,
+            unreadable = r.unreadable,
+            damaged_bytes = r.damaged_bytes,
+            damaged_headers = r.damaged_headers,
+            reason = crate::LostReason::JournalUnreadable.as_str(),
+            "journal recovery found damaged records; their items are counted lost"
+        );
+    } else if r.segments > 0 {
+        tracing::info!(
+            outbox = name,
+            dir = %dir,
+            recovered = r.recovered,
+            done = r.done,
+            torn_bytes = r.torn_bytes,
+            segments = r.segments,
+            "journal recovered"
+        );
+    }
+    Ok((opened.journal, opened.committer))
 }
 
 /// The outbox: stage items from the request path; one writer task writes
@@ -227,6 +346,8 @@ impl<S: Sink> Outbox<S> {
             weigher: None,
             drop_timeout: DEFAULT_DROP_TIMEOUT,
             runtime: None,
+            #[cfg(feature = "journal")]
+            journal: None,
         }
     }
 
@@ -246,9 +367,16 @@ impl<S: Sink> Outbox<S> {
     /// panics. The item is pending on return, or, as the result says,
     /// dropped by a capacity limit (S-A1, S-B5, S-B7: `buffer_full`,
     /// `tenant_full`) or refused after a shutdown began (S-W9: lost under
-    /// `shutdown`). Every outcome is counted; the caller need not look.
+    /// `shutdown`). With a journal, also dropped when the item cannot be
+    /// encoded (S-J8: `encode_failed`) or the journal is full (S-J4:
+    /// `journal_full`); the disk is never waited for (S-J1). Every outcome
+    /// is counted; the caller need not look.
     pub fn stage(&self, tenant: S::Tenant, item: S::Item) -> Staged {
         let shared = self.shared();
+        #[cfg(feature = "journal")]
+        if let Some(journal) = &shared.journal {
+            return self.stage_journaled(journal, tenant, item);
+        }
         // The clock is read under the lock, and only if the engine needs
         // it; the writer is woken only if the engine says it has new work
         // (both cost more than the rest of a stage).
@@ -257,6 +385,75 @@ impl<S: Sink> Outbox<S> {
             shared.wake();
         }
         stage.staged
+    }
+
+    /// [`stage`](Self::stage) with a journal: the item is encoded here,
+    /// outside the lock, and its record appended to the journal's buffer
+    /// under the lock once the engine accepts it; the disk is written by
+    /// the journal's own task (S-W1, S-J1).
+    #[cfg(feature = "journal")]
+    fn stage_journaled(
+        &self,
+        journal: &super::journal::Journal<S::Tenant, S::Item>,
+        tenant: S::Tenant,
+        item: S::Item,
+    ) -> Staged {
+        use crate::core::DropReason;
+        let shared = self.shared();
+        let (staged, drain, refused) = match journal.encode(&tenant, &item) {
+            Err(_) => {
+                let now = shared.now();
+                let staged = shared
+                    .engine_input(|st| st.engine.refuse(now, tenant, DropReason::EncodeFailed));
+                (staged, true, Some(item))
+            }
+            Ok(record) => shared.engine_input(|st| {
+                if journal.admit(&record).is_err() {
+                    let now = shared.now();
+                    let staged = st.engine.refuse(now, tenant, DropReason::JournalFull);
+                    return (staged, true, Some(item));
+                }
+                let key = tenant.clone();
+                let stage = st.engine.stage_lazy(|| shared.now(), tenant, item);
+                if stage.staged == Staged::Accepted {
+                    journal.append(key, record);
+                }
+                (stage.staged, stage.wake, None)
+            }),
+        };
+        // An item's `Drop` is application code: after the lock (S-W13).
+        if let Some(item) = refused {
+            contain::drop_quietly(item);
+        }
+        if drain {
+            shared.wake();
+        }
+        staged
+    }
+
+    /// A durability barrier (feature `journal`; D1): answers `Ok` once
+    /// every item staged before the call, and every done mark recorded
+    /// before it, is on disk (written, then `fdatasync`). The call takes
+    /// effect at once; the future only waits for the answer. Costs one
+    /// group commit, shared with every other caller in the same round.
+    ///
+    /// # Errors
+    /// [`SyncError::NoJournal`](crate::SyncError::NoJournal) without a
+    /// journal; `Failed` when the commit failed; `Down` while the journal
+    /// is failing or pending items staged during a fault are in memory
+    /// only (S-J5); `Closed` once the journal stopped.
+    #[cfg(feature = "journal")]
+    pub fn sync(
+        &self,
+    ) -> impl std::future::Future<Output = Result<(), crate::SyncError>> + Send + 'static {
+        let journal = self.shared().journal.clone();
+        let synced = journal.as_ref().map(|j| j.sync());
+        async move {
+            match synced {
+                Some(synced) => synced.await,
+                None => Err(crate::SyncError::NoJournal),
+            }
+        }
     }
 
     /// Items accepted and not yet written, lost or dropped (S-W14); the

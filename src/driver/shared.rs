@@ -55,6 +55,10 @@ pub(crate) struct Shared<S: Sink> {
     runtime: Handle,
     /// The origin of the engine's [`Time`].
     origin: Instant,
+    /// The write-ahead journal, if configured (D1-D6). Its lock is taken
+    /// inside the state's, never the other way round.
+    #[cfg(feature = "journal")]
+    pub(crate) journal: Option<Arc<super::journal::Journal<S::Tenant, S::Item>>>,
 }
 
 impl<S: Sink> Shared<S> {
@@ -80,6 +84,8 @@ impl<S: Sink> Shared<S> {
             sink,
             runtime,
             origin,
+            #[cfg(feature = "journal")]
+            journal: None,
         }
     }
 

@@ -13,7 +13,9 @@ use tokio_util::sync::CancellationToken;
 use super::contain;
 use super::shared::{Shared, State, Waiter};
 use super::task::{self as write_task, SinkFinished};
-use crate::core::{Engine, Event, LostReason, Outcome, Time, WaitId, Write, WriteId};
+use crate::core::{
+    Engine, Event, LostReason, Outcome, ShutdownReport, Time, WaitId, Write, WriteId,
+};
 use crate::sink::Sink;
 use crate::telemetry::Log;
 
@@ -214,6 +216,10 @@ impl<S: Sink> Writer<S> {
             let Pumped { timeout, exit } = self.pump();
             if exit {
                 tracing::debug!(outbox = self.log.name(), "writer exits");
+                #[cfg(feature = "journal")]
+                if let Some(journal) = &self.shared.journal {
+                    journal.close();
+                }
                 return;
             }
             if timeout != armed {
@@ -287,6 +293,11 @@ impl<S: Sink> Writer<S> {
             }
             st.engine.handle_timeout(now);
             let drained = Drained::take(st, now);
+            // Done marks, in the engine's order, under its lock (S-J3).
+            #[cfg(feature = "journal")]
+            if let Some(journal) = &self.shared.journal {
+                journal.settle(&drained.events);
+            }
             (
                 drained,
                 st.engine.poll_timeout(),
@@ -374,16 +385,40 @@ impl<S: Sink> Writer<S> {
                 // Unclaimed dead letters (the caller dropped its answer)
                 // are dropped here, an item's `Drop` contained (S-W13).
                 match waiters.remove(&id) {
-                    Some(Waiter::Shutdown(tx)) => {
-                        if let Err(report) = tx.send(report) {
-                            contain::drop_quietly(report);
-                        }
-                    }
+                    Some(Waiter::Shutdown(tx)) => self.answer_shutdown(tx, report),
                     _ => contain::drop_quietly(report),
                 }
             }
             _ => {}
         }
+    }
+
+    /// Answers a shutdown; with a journal, once the done marks of its
+    /// items (written, or lost and handed back) are on disk, so that a
+    /// clean shutdown leaves no pending item in the journal (S-J3).
+    fn answer_shutdown(
+        &self,
+        tx: tokio::sync::oneshot::Sender<ShutdownReport<S::Tenant, S::Item>>,
+        report: ShutdownReport<S::Tenant, S::Item>,
+    ) {
+        let send = move |report| {
+            if let Err(report) = tx.send(report) {
+                contain::drop_quietly(report);
+            }
+        };
+        #[cfg(feature = "journal")]
+        if let Some(journal) = &self.shared.journal {
+            let synced = journal.sync();
+            let name = self.log.name().to_owned();
+            drop(self.shared.runtime().spawn(async move {
+                if let Err(e) = synced.await {
+                    tracing::warn!(outbox = %name, error = %e, "shutdown: the journal's last marks are not durable; a restart may write some items again");
+                }
+                send(report);
+            }));
+            return;
+        }
+        send(report);
     }
 }
 

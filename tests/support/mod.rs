@@ -388,6 +388,10 @@ pub fn assert_metrics_match(m: &Metrics, outbox: &str, c: &Counters) {
         );
     }
     assert_eq!(gauge(m, "outbox_pending", outbox), c.pending as f64);
+    assert_eq!(
+        counter(m, "outbox_items_recovered_total", outbox, None),
+        c.recovered
+    );
     assert!(c.balanced(), "S-W14: {c:?}");
 }
 

@@ -83,7 +83,9 @@ pub use violation::Violation;
 use super::op::weight_of;
 #[cfg(doc)]
 use super::op::Op;
-use crate::core::{Config, Counters, Engine, Failure, Time, WaitId, Write, WriteId};
+use crate::core::{
+    Config, Counters, DropReason, Engine, Failure, LostReason, Time, WaitId, Write, WriteId,
+};
 
 /// Figures a run accumulates, for campaign summaries.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -143,8 +145,8 @@ pub struct Harness {
     shutdown_first: Option<WaitId>,
     shutdown_done: bool,
     abandoned: bool,
-    lost_seen: [u64; 7],
-    dropped_seen: [u64; 3],
+    lost_seen: [u64; LostReason::ALL.len()],
+    dropped_seen: [u64; DropReason::ALL.len()],
     last: Counters,
     hasher: Fnv,
     trace: Option<Vec<String>>,
@@ -208,8 +210,8 @@ impl Harness {
             shutdown_first: None,
             shutdown_done: false,
             abandoned: false,
-            lost_seen: [0; 7],
-            dropped_seen: [0; 3],
+            lost_seen: [0; LostReason::ALL.len()],
+            dropped_seen: [0; DropReason::ALL.len()],
             last: Counters::default(),
             hasher: Fnv::default(),
             trace: None,

@@ -56,7 +56,9 @@ impl Harness {
                 .config
                 .tenant_capacity()
                 .is_some_and(|c| tenant_pending >= c),
-            DropReason::SinkError => false,
+            // The engine alone has no journal: it never refuses
+            // for one.
+            DropReason::SinkError | DropReason::EncodeFailed | DropReason::JournalFull => false,
         };
         self.expect(cause, "I5", || {
             format!("item {id} dropped under {reason} without its cause")

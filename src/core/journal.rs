@@ -1,0 +1,1060 @@
+//! The journal's bookkeeping, sans IO (SPEC D1-D6): which sequence number
+//! each journaled item has, which segment holds it, which items are done,
+//! which segments can be deleted, and what a recovery stages again in which
+//! order and counts as lost.
+//!
+//! The driver (`outbox::journal`, feature `journal`) does the file IO and
+//! the record encoding; this module decides. Nothing here reads a clock,
+//! touches a file or iterates a hash map: the same inputs give the same
+//! decisions (S-C1).
+//!
+//! # Model
+//! - Every item accepted while the journal runs gets a **sequence number**
+//!   ([`Seq`], from 1, increasing in staging order across all tenants) and
+//!   is appended to the **current segment**. A segment covers a contiguous
+//!   range of sequence numbers: from its `first` to the next segment's
+//!   `first`. The ledger rolls to a new segment once the current one holds
+//!   `segment_bytes` (S-J1).
+//! - An item is **done** once it is written, lost or dropped: the driver
+//!   reports that with [`Ledger::settle`] (the tenant's oldest `n`, since a
+//!   tenant's items leave the engine in staging order, S-W3). Done items
+//!   are handed out as **done marks** ([`Ledger::take_marks`]) to be
+//!   appended to the current segment. A mark is lazy: lost in a crash, it
+//!   means the item is staged again and written twice, which the sink's
+//!   idempotency absorbs (S-J3).
+//! - A segment is **deletable** when it is not the current one, all its
+//!   items are done, and every segment whose items it marks done is gone:
+//!   deleting it never forgets a mark still needed (S-J2, D6).
+//! - **Recovery** ([`Recovery`]) takes what the driver read back, re-stages
+//!   every item not marked done in sequence order (so per tenant in staging
+//!   order, D2), and counts as lost every sequence number of a segment's
+//!   known range that is neither readable nor marked done (D4).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use super::{DropReason, Event, LostReason};
+
+/// An item's sequence number in the journal: from 1, in staging order
+/// across all tenants. 0 is never a sequence number.
+pub type Seq = u64;
+
+/// A segment's number: from 1, one more for each new segment.
+pub type SegmentId = u64;
+
+/// Where a pending item of a tenant stands in the journal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Entry {
+    /// Journaled under this sequence number.
+    At(Seq),
+    /// Accepted while the journal was down: in memory only (S-J5).
+    Unjournaled,
+}
+
+/// One segment's bookkeeping.
+#[derive(Clone, Debug, Default)]
+struct Segment {
+    /// The first sequence number it holds (or would hold).
+    first: Seq,
+    /// Items it holds that are not done.
+    live: u64,
+    /// Bytes appended to it (header included).
+    bytes: u64,
+    /// Other existing segments whose items it holds done marks for: it is
+    /// kept while any of them is (S-J2).
+    marks_for: BTreeSet<SegmentId>,
+    /// Segments holding done marks for its items.
+    marked_by: BTreeSet<SegmentId>,
+}
+
+/// What the driver must do with one appended item record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Append {
+    /// The item's sequence number.
+    pub seq: Seq,
+    /// Start this new segment first (seal the current one): its id, and its
+    /// first sequence number is `seq`.
+    pub roll: Option<SegmentId>,
+}
+
+/// Why [`Ledger::append`] refused an item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// `max_bytes` would be exceeded (S-J4): the item is dropped at stage.
+    Full,
+}
+
+/// The journal's sizes (S-J1, S-J4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Bytes after which a new segment is started (at least 1).
+    pub segment_bytes: u64,
+    /// Bytes the journal may hold on disk in all segments; `None` = no
+    /// bound.
+    pub max_bytes: Option<u64>,
+}
+
+/// The journal's bookkeeping: sequence numbers, segments, done marks,
+/// deletions. Generic over the tenant key `K`.
+///
+/// Inputs: [`append`](Self::append) (an accepted item),
+/// [`unjournaled`](Self::unjournaled) (an item accepted while the journal
+/// is down), [`settle`](Self::settle) (a tenant's oldest items are done),
+/// [`add_bytes`](Self::add_bytes) (marks or seals appended). Outputs:
+/// [`take_marks`](Self::take_marks), [`poll_delete`](Self::poll_delete).
+/// Every operation costs O(log S + log T) per item for S segments and T
+/// tenants, except `take_marks` (linear in the marks taken).
+#[derive(Debug)]
+pub struct Ledger<K> {
+    limits: Limits,
+    next_seq: Seq,
+    current: SegmentId,
+    segments: BTreeMap<SegmentId, Segment>,
+    /// (`first` sequence number, segment), to find a sequence's segment.
+    /// Empty segments share their `first` with the next one: the later
+    /// one is the one that holds items.
+    by_first: BTreeSet<(Seq, SegmentId)>,
+    tenants: BTreeMap<K, VecDeque<Entry>>,
+    marks: Vec<Seq>,
+    deletable: BTreeSet<SegmentId>,
+    /// Bytes of every existing segment.
+    bytes: u64,
+    /// Pending items that are on no disk: accepted while the journal was
+    /// down, or journaled in a commit that failed (S-J5).
+    undurable: u64,
+}
+
+impl<K: Ord + Clone> Ledger<K> {
+    /// A ledger whose next item gets sequence number `next_seq` (at least
+    /// 1) in the new segment `segment` of `header_bytes` bytes.
+    pub fn new(limits: Limits, next_seq: Seq, segment: SegmentId, header_bytes: u64) -> Self {
+        let limits = Limits {
+            segment_bytes: limits.segment_bytes.max(1),
+            ..limits
+        };
+        let next_seq = next_seq.max(1);
+        let mut ledger = Ledger {
+            limits,
+            next_seq,
+            current: segment,
+            segments: BTreeMap::new(),
+            by_first: BTreeSet::new(),
+            tenants: BTreeMap::new(),
+            marks: Vec::new(),
+            deletable: BTreeSet::new(),
+            bytes: 0,
+            undurable: 0,
+        };
+        ledger.open_segment(segment, next_seq, header_bytes);
+        ledger
+    }
+
+    /// The current segment: where new records go.
+    pub fn current(&self) -> SegmentId {
+        self.current
+    }
+
+    /// The sequence number the next item gets; every item staged so far
+    /// has a smaller one.
+    pub fn next_seq(&self) -> Seq {
+        self.next_seq
+    }
+
+    /// Segments that exist (not yet deleted), the current one included.
+    pub fn segments(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// Bytes in every existing segment (D6).
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Journaled items not yet done, in all segments.
+    pub fn live(&self) -> u64 {
+        self.segments.values().map(|s| s.live).sum()
+    }
+
+    /// Takes an accepted item of `tenant` whose record takes `record_bytes`
+    /// bytes: its sequence number, and whether to roll to a new segment of
+    /// `header_bytes` first (S-J1).
+    ///
+    /// # Errors
+    /// [`Refusal::Full`] when `max_bytes` would be exceeded (S-J4); nothing
+    /// is recorded then.
+    pub fn append(
+        &mut self,
+        tenant: K,
+        record_bytes: u64,
+        header_bytes: u64,
+    ) -> Result<Append, Refusal> {
+        let (roll, extra) = self.cost(record_bytes, header_bytes);
+        if let Some(max) = self.limits.max_bytes {
+            if self.bytes.saturating_add(extra) > max {
+                return Err(Refusal::Full);
+            }
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let roll = roll.then(|| {
+            let id = self.current + 1;
+            self.seal_current();
+            self.open_segment(id, seq, header_bytes);
+            id
+        });
+        let seg = self
+            .segments
+            .get_mut(&self.current)
+            .expect("current exists");
+        seg.live += 1;
+        seg.bytes += record_bytes;
+        self.bytes += record_bytes;
+        self.tenants
+            .entry(tenant)
+            .or_default()
+            .push_back(Entry::At(seq));
+        Ok(Append { seq, roll })
+    }
+
+    /// Takes an item of `tenant` accepted while the journal is down: it
+    /// has no record, only a place in the tenant's order (S-J5).
+    pub fn unjournaled(&mut self, tenant: K) {
+        self.undurable += 1;
+        self.tenants
+            .entry(tenant)
+            .or_default()
+            .push_back(Entry::Unjournaled);
+    }
+
+    /// Pending items on no disk (S-J5): a sync barrier cannot answer that
+    /// everything before it is durable while this is above 0.
+    pub fn undurable(&self) -> u64 {
+        self.undurable
+    }
+
+    /// Whether `max_bytes` leaves room for a record of `record_bytes`
+    /// (and a new segment's header of `header_bytes`, should it roll).
+    pub fn fits(&self, record_bytes: u64, header_bytes: u64) -> bool {
+        let (_, extra) = self.cost(record_bytes, header_bytes);
+        self.limits
+            .max_bytes
+            .is_none_or(|max| self.bytes.saturating_add(extra) <= max)
+    }
+
+    /// Whether appending a record of `record_bytes` rolls to a new segment,
+    /// and the bytes it adds.
+    fn cost(&self, record_bytes: u64, header_bytes: u64) -> (bool, u64) {
+        let cur = self.segments.get(&self.current).map_or(0, |s| s.bytes);
+        let roll =
+            cur > header_bytes && cur.saturating_add(record_bytes) > self.limits.segment_bytes;
+        (roll, record_bytes + if roll { header_bytes } else { 0 })
+    }
+
+    /// A commit failed: every pending item with a sequence number from
+    /// `synced` on is on no disk now (S-J5). They stay in their tenants'
+    /// order as unjournaled items and stop holding their segments. Returns
+    /// how many. Costs O(pending items); runs once per incident.
+    pub fn incident(&mut self, synced: Seq) -> u64 {
+        let mut moved = Vec::new();
+        for queue in self.tenants.values_mut() {
+            for entry in queue.iter_mut() {
+                if let Entry::At(seq) = *entry {
+                    if seq >= synced {
+                        *entry = Entry::Unjournaled;
+                        moved.push(seq);
+                    }
+                }
+            }
+        }
+        self.undurable += moved.len() as u64;
+        for seq in &moved {
+            if let Some(id) = self.segment_of(*seq) {
+                if let Some(seg) = self.segments.get_mut(&id) {
+                    seg.live = seg.live.saturating_sub(1);
+                }
+                self.check_deletable(id);
+            }
+        }
+        moved.len() as u64
+    }
+
+    /// `n` bytes (done marks, a seal) were appended to the current segment.
+    pub fn add_bytes(&mut self, n: u64) {
+        if let Some(seg) = self.segments.get_mut(&self.current) {
+            seg.bytes += n;
+            self.bytes += n;
+        }
+    }
+
+    /// The oldest `n` pending items of `tenant` are done (written, lost or
+    /// dropped); their marks wait for [`take_marks`](Self::take_marks).
+    /// Returns how many of them were journaled. Extra `n` beyond what the
+    /// ledger tracks for the tenant is ignored (items staged before the
+    /// journal existed).
+    pub fn settle(&mut self, tenant: &K, n: u64) -> u64 {
+        let Some(queue) = self.tenants.get_mut(tenant) else {
+            return 0;
+        };
+        let take = usize::try_from(n).unwrap_or(usize::MAX).min(queue.len());
+        let mut journaled = 0;
+        for entry in queue.drain(..take) {
+            match entry {
+                Entry::At(seq) => {
+                    self.marks.push(seq);
+                    journaled += 1;
+                }
+                Entry::Unjournaled => self.undurable -= 1,
+            }
+        }
+        if queue.is_empty() {
+            self.tenants.remove(tenant);
+        }
+        journaled
+    }
+
+    /// Every pending item of every tenant is done (a shutdown deadline,
+    /// an abandon): returns how many were journaled.
+    pub fn settle_all(&mut self) -> u64 {
+        let tenants = std::mem::take(&mut self.tenants);
+        self.undurable = 0;
+        let mut journaled = 0;
+        for (_, queue) in tenants {
+            for entry in queue {
+                if let Entry::At(seq) = entry {
+                    self.marks.push(seq);
+                    journaled += 1;
+                }
+            }
+        }
+        journaled
+    }
+
+    /// The done marks to append to the current segment now, in sequence
+    /// order. Their items stop counting as live; the current segment
+    /// remembers whose marks it holds (S-J2); segments left with no live
+    /// item become deletable when nothing else holds them.
+    pub fn take_marks(&mut self) -> Vec<Seq> {
+        let mut marks = std::mem::take(&mut self.marks);
+        marks.sort_unstable();
+        for &seq in &marks {
+            let Some(id) = self.segment_of(seq) else {
+                continue;
+            };
+            let seg = self.segments.get_mut(&id).expect("found above");
+            seg.live = seg.live.saturating_sub(1);
+            self.link_mark(id);
+            self.check_deletable(id);
+        }
+        marks
+    }
+
+    /// Marks taken before (by [`take_marks`](Self::take_marks)) are
+    /// written again into the current segment, their first copy lost with
+    /// a failed commit: the current segment now holds marks for their
+    /// segments (S-J2). Live counts are not touched again.
+    pub fn remark(&mut self, seqs: &[Seq]) {
+        for &seq in seqs {
+            if let Some(id) = self.segment_of(seq) {
+                self.link_mark(id);
+            }
+        }
+    }
+
+    /// The current segment holds a done mark for an item of segment `id`:
+    /// unless that is itself, it is kept while `id` is (S-J2).
+    fn link_mark(&mut self, id: SegmentId) {
+        let current = self.current;
+        if id == current {
+            return;
+        }
+        if let Some(seg) = self.segments.get_mut(&id) {
+            seg.marked_by.insert(current);
+            if let Some(cur) = self.segments.get_mut(&current) {
+                cur.marks_for.insert(id);
+            }
+        }
+    }
+
+    /// Whether marks wait for [`take_marks`](Self::take_marks).
+    pub fn has_marks(&self) -> bool {
+        !self.marks.is_empty()
+    }
+
+    /// The next segment the driver may delete (after the records handed
+    /// out before it are synced). Deleting it is final: the ledger forgets
+    /// it now, which may make others deletable.
+    pub fn poll_delete(&mut self) -> Option<SegmentId> {
+        let id = self.deletable.pop_first()?;
+        let seg = self.segments.remove(&id)?;
+        self.by_first.remove(&(seg.first, id));
+        self.bytes -= seg.bytes;
+        for other in &seg.marked_by {
+            if let Some(o) = self.segments.get_mut(other) {
+                o.marks_for.remove(&id);
+            }
+            self.check_deletable(*other);
+        }
+        for other in &seg.marks_for {
+            if let Some(o) = self.segments.get_mut(other) {
+                o.marked_by.remove(&id);
+            }
+        }
+        Some(id)
+    }
+
+    /// Starts a new segment now (after a recovery, or to retry after a
+    /// fault): the current one is sealed and may become deletable.
+    pub fn roll(&mut self, header_bytes: u64) -> SegmentId {
+        let id = self.current + 1;
+        self.seal_current();
+        self.open_segment(id, self.next_seq, header_bytes);
+        id
+    }
+
+    fn open_segment(&mut self, id: SegmentId, first: Seq, header_bytes: u64) {
+        self.current = id;
+        self.by_first.insert((first, id));
+        self.segments.insert(
+            id,
+            Segment {
+                first,
+                bytes: header_bytes,
+                ..Segment::default()
+            },
+        );
+        self.bytes += header_bytes;
+    }
+
+    fn seal_current(&mut self) {
+        let id = self.current;
+        // An empty segment rolled away from: it never holds anything again.
+        self.current = 0;
+        self.check_deletable(id);
+    }
+
+    fn segment_of(&self, seq: Seq) -> Option<SegmentId> {
+        self.by_first
+            .range(..=(seq, SegmentId::MAX))
+            .next_back()
+            .map(|(_, id)| *id)
+    }
+
+    fn check_deletable(&mut self, id: SegmentId) {
+        if id == self.current {
+            return;
+        }
+        if let Some(seg) = self.segments.get(&id) {
+            if seg.live == 0 && seg.marks_for.is_empty() {
+                self.deletable.insert(id);
+            }
+        }
+    }
+
+    /// Adds a segment read back by a recovery, with `live` items not done,
+    /// `bytes` on disk and done marks for the `marks_for` segments.
+    fn restore(
+        &mut self,
+        id: SegmentId,
+        first: Seq,
+        live: u64,
+        bytes: u64,
+        marks_for: BTreeSet<SegmentId>,
+    ) {
+        self.by_first.insert((first, id));
+        self.bytes += bytes;
+        for other in &marks_for {
+            if let Some(o) = self.segments.get_mut(other) {
+                o.marked_by.insert(id);
+            }
+        }
+        self.segments.insert(
+            id,
+            Segment {
+                first,
+                live,
+                bytes,
+                marks_for,
+                marked_by: BTreeSet::new(),
+            },
+        );
+    }
+}
+
+/// The tenant and count of accepted items an engine event settles
+/// (written, lost or dropped), for [`Ledger::settle`]: they are always the
+/// tenant's oldest pending items (S-W3). `None` for events that settle
+/// nothing, and for refusals at stage (`buffer_full`, `tenant_full`,
+/// `encode_failed`, `journal_full`, `shutdown`), whose items were never
+/// accepted. A slice written with some
+/// items discarded settles once, through its `Written` event; its
+/// `discarded` loss settles nothing more.
+pub fn settled_by<K, I>(event: &Event<K, I>) -> Option<(&K, u64)> {
+    match event {
+        Event::Written { tenant, items, .. } => Some((tenant, *items as u64)),
+        Event::Dropped {
+            tenant,
+            items,
+            reason,
+            ..
+        } => match reason {
+            DropReason::SinkError => Some((tenant, *items)),
+            DropReason::BufferFull
+            | DropReason::TenantFull
+            | DropReason::EncodeFailed
+            | DropReason::JournalFull => None,
+        },
+        Event::Lost {
+            tenant,
+            items,
+            reason,
+            ..
+        } => match reason {
+            // Refused after the fence; part of a written slice; never
+            // journaled in this process.
+            LostReason::Shutdown | LostReason::Discarded | LostReason::JournalUnreadable => None,
+            LostReason::Deadline
+            | LostReason::Abandoned
+            | LostReason::JoinFailed
+            | LostReason::Terminal
+            | LostReason::RetriesExhausted => Some((tenant, *items)),
+        },
+        Event::AttemptFailed { .. }
+        | Event::CancelInFlight
+        | Event::WaitDone { .. }
+        | Event::ShutdownDone { .. } => None,
+    }
+}
+
+/// One segment as the driver read it back (D4).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScannedSegment<K, P> {
+    /// Its id (from its file name and header).
+    pub id: SegmentId,
+    /// The first sequence number it holds (from its header).
+    pub first: Seq,
+    /// Where its range ends (exclusive), when known: its seal record, or
+    /// the next segment's `first`. `None` for the last segment when it has
+    /// no seal (a crash cut it): then its end is its last readable item.
+    pub end: Option<Seq>,
+    /// Readable item records: sequence number, tenant, payload.
+    pub items: Vec<(Seq, K, P)>,
+    /// Sequence numbers of records whose checksum held but whose tenant or
+    /// item could not be decoded (not in `items`): counted lost like
+    /// unreadable records.
+    pub undecodable: Vec<Seq>,
+    /// Done marks it holds.
+    pub marks: Vec<Seq>,
+    /// Its size on disk after any torn tail was cut.
+    pub bytes: u64,
+}
+
+/// What a recovery found (D4): the items to stage again, in order, and the
+/// counts.
+#[derive(Debug)]
+pub struct Recovery<K, P> {
+    /// Items not known done, in sequence order (so per tenant in staging
+    /// order, D2): stage them again before any new item.
+    pub items: Vec<(Seq, K, P)>,
+    /// Items in a segment's range that could not be read back (corrupt or
+    /// undecodable) and are not marked done: counted lost under
+    /// `journal_unreadable` (D4).
+    pub unreadable: u64,
+    /// Readable items skipped because they are marked done.
+    pub done: u64,
+    /// The sequence number the next item gets.
+    pub next_seq: Seq,
+    /// The id the next segment gets.
+    pub next_segment: SegmentId,
+}
+
+/// Decides what `segments` (in any order) leave to do: the items staged
+/// again (sequence number, segment) in sequence order, how many items are
+/// unreadable and not done, and how many readable items are done (D2, D4).
+fn plan<K, P>(segments: &[ScannedSegment<K, P>]) -> (Vec<(Seq, SegmentId)>, u64, u64) {
+    let marked: BTreeSet<Seq> = segments
+        .iter()
+        .flat_map(|s| s.marks.iter().copied())
+        .collect();
+    let mut keep = Vec::new();
+    let mut unreadable = 0;
+    let mut done = 0;
+    for seg in segments {
+        let readable: BTreeSet<Seq> = seg.items.iter().map(|(s, _, _)| *s).collect();
+        for &seq in &readable {
+            if marked.contains(&seq) {
+                done += 1;
+            } else {
+                keep.push((seq, seg.id));
+            }
+        }
+        let last = readable
+            .iter()
+            .chain(&seg.undecodable)
+            .max()
+            .map_or(seg.first, |s| s + 1);
+        let end = seg.end.unwrap_or(last).max(last);
+        unreadable += (seg.first..end)
+            .filter(|s| !readable.contains(s) && !marked.contains(s))
+            .count() as u64;
+    }
+    keep.sort_unstable();
+    (keep, unreadable, done)
+}
+
+impl<K: Ord + Clone, P> Recovery<K, P> {
+    /// Reads the plan of `segments` into a recovery and a ledger that
+    /// tracks the recovered items, with a fresh current segment of
+    /// `header_bytes` after the last one.
+    pub fn new(
+        segments: Vec<ScannedSegment<K, P>>,
+        limits: Limits,
+        header_bytes: u64,
+    ) -> (Self, Ledger<K>) {
+        let (keep, unreadable, done) = plan(&segments);
+        let next_seq = segments
+            .iter()
+            .flat_map(|s| {
+                s.items
+                    .iter()
+                    .map(|(q, _, _)| q + 1)
+                    .chain(s.end)
+                    .chain(s.marks.iter().map(|q| q + 1))
+                    .chain([s.first])
+            })
+            .max()
+            .unwrap_or(1);
+        let next_segment = segments.iter().map(|s| s.id + 1).max().unwrap_or(1);
+        let mut ledger = Ledger::new(limits, next_seq, next_segment, header_bytes);
+        let live_per: BTreeMap<SegmentId, u64> =
+            keep.iter().fold(BTreeMap::new(), |mut m, (_, id)| {
+                *m.entry(*id).or_default() += 1;
+                m
+            });
+        let firsts: BTreeSet<(Seq, SegmentId)> = segments.iter().map(|s| (s.first, s.id)).collect();
+        let segment_of = |seq: Seq| {
+            firsts
+                .range(..=(seq, SegmentId::MAX))
+                .next_back()
+                .map(|(_, id)| *id)
+        };
+        let ends: BTreeMap<SegmentId, Option<Seq>> =
+            segments.iter().map(|s| (s.id, s.end)).collect();
+        let mut sorted: Vec<&ScannedSegment<K, P>> = segments.iter().collect();
+        sorted.sort_by_key(|s| s.id);
+        for s in &sorted {
+            // Marks for every other segment still on disk, done or not: a
+            // segment kept for its own marks keeps its items' marks too
+            // (S-J2). A mark past its segment's end is for a deleted one.
+            let marks_for: BTreeSet<SegmentId> = s
+                .marks
+                .iter()
+                .filter_map(|q| {
+                    let id = segment_of(*q)?;
+                    let past_end = ends.get(&id).copied().flatten().is_some_and(|e| *q >= e);
+                    (!past_end).then_some(id)
+                })
+                .filter(|id| *id != s.id)
+                .collect();
+            let live = live_per.get(&s.id).copied().unwrap_or(0);
+            ledger.restore(s.id, s.first, live, s.bytes, marks_for);
+        }
+        for s in &sorted {
+            ledger.check_deletable(s.id);
+        }
+        // The items, in sequence order, with their tenants queued in the
+        // ledger so that their outcomes mark them done.
+        let mut by_seq: BTreeMap<Seq, (K, P)> = BTreeMap::new();
+        for s in segments {
+            for (seq, tenant, payload) in s.items {
+                by_seq.insert(seq, (tenant, payload));
+            }
+        }
+        let mut items = Vec::with_capacity(keep.len());
+        for (seq, _) in keep {
+            if let Some((tenant, payload)) = by_seq.remove(&seq) {
+                ledger
+                    .tenants
+                    .entry(tenant.clone())
+                    .or_default()
+                    .push_back(Entry::At(seq));
+                items.push((seq, tenant, payload));
+            }
+        }
+        (
+            Recovery {
+                items,
+                unreadable,
+                done,
+                next_seq,
+                next_segment,
+            },
+            ledger,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const H: u64 = 10;
+
+    fn limits(segment_bytes: u64) -> Limits {
+        Limits {
+            segment_bytes,
+            max_bytes: None,
+        }
+    }
+
+    fn deletions(l: &mut Ledger<u32>) -> Vec<SegmentId> {
+        std::iter::from_fn(|| l.poll_delete()).collect()
+    }
+
+    #[test]
+    fn sequence_numbers_follow_staging_order_and_segments_roll_by_bytes() {
+        let mut l: Ledger<u32> = Ledger::new(limits(40), 1, 1, H);
+        let a = l.append(7, 10, H).unwrap();
+        let b = l.append(8, 10, H).unwrap();
+        let c = l.append(7, 10, H).unwrap();
+        assert_eq!((a.seq, b.seq, c.seq), (1, 2, 3));
+        assert_eq!((a.roll, b.roll, c.roll), (None, None, None));
+        // 10 + 30 = 40 bytes: the next record would pass 40.
+        let d = l.append(7, 10, H).unwrap();
+        assert_eq!(
+            d,
+            Append {
+                seq: 4,
+                roll: Some(2)
+            }
+        );
+        assert_eq!(l.current(), 2);
+        assert_eq!(l.segments(), 2);
+        assert_eq!(l.bytes(), 40 + H + 10);
+        assert_eq!(l.live(), 4);
+    }
+
+    #[test]
+    fn an_oversized_record_does_not_roll_an_empty_segment() {
+        // S-J1: a record bigger than a segment gets a segment of its own,
+        // never an endless roll.
+        let mut l: Ledger<u32> = Ledger::new(limits(20), 1, 1, H);
+        assert_eq!(l.append(1, 100, H).unwrap().roll, None);
+        assert_eq!(l.append(1, 100, H).unwrap().roll, Some(2));
+        assert_eq!(l.append(1, 100, H).unwrap().roll, Some(3));
+    }
+
+    #[test]
+    fn settle_marks_a_tenants_oldest_items_done() {
+        let mut l: Ledger<u32> = Ledger::new(limits(1_000), 1, 1, H);
+        for t in [1, 2, 1, 1, 2] {
+            l.append(t, 10, H).unwrap();
+        }
+        assert_eq!(l.settle(&1, 2), 2);
+        assert_eq!(l.take_marks(), [1, 3]);
+        assert_eq!(l.settle(&2, 5), 2, "capped at what the tenant has");
+        assert_eq!(l.settle(&9, 1), 0, "an unknown tenant");
+        assert_eq!(l.take_marks(), [2, 5]);
+        assert_eq!(l.live(), 1);
+        assert!(!l.has_marks());
+    }
+
+    #[test]
+    fn unjournaled_items_keep_their_place_but_leave_no_mark() {
+        // S-J5: an item accepted while the journal is down is in the
+        // tenant's order, so a later settle pops the right ones.
+        let mut l: Ledger<u32> = Ledger::new(limits(1_000), 1, 1, H);
+        l.append(1, 10, H).unwrap();
+        l.unjournaled(1);
+        l.append(1, 10, H).unwrap();
+        assert_eq!(l.settle(&1, 2), 1);
+        assert_eq!(l.take_marks(), [1]);
+        assert_eq!(l.settle(&1, 1), 1);
+        assert_eq!(l.take_marks(), [2]);
+    }
+
+    #[test]
+    fn a_segment_goes_once_its_items_are_done_but_never_the_current_one() {
+        // D6.
+        let mut l: Ledger<u32> = Ledger::new(limits(30), 1, 1, H);
+        l.append(1, 10, H).unwrap();
+        l.append(1, 10, H).unwrap();
+        l.append(2, 10, H).unwrap(); // rolls: segment 2
+        l.settle(&2, 1);
+        l.take_marks();
+        assert_eq!(deletions(&mut l), [] as [u64; 0], "segment 2 is current");
+        l.settle(&1, 1);
+        l.take_marks();
+        assert_eq!(deletions(&mut l), [] as [u64; 0], "one item of 1 is live");
+        l.settle(&1, 1);
+        l.take_marks();
+        assert_eq!(deletions(&mut l), [1]);
+        assert_eq!(l.segments(), 1);
+        assert_eq!(l.bytes(), H + 10);
+    }
+
+    #[test]
+    fn a_segment_holding_marks_for_a_live_segment_is_kept() {
+        // S-J2: deleting segment 2 would forget that item 1 is done while
+        // segment 1 still holds item 2 live.
+        let mut l: Ledger<u32> = Ledger::new(limits(30), 1, 1, H);
+        l.append(1, 10, H).unwrap(); // seq 1, segment 1
+        l.append(2, 10, H).unwrap(); // seq 2, segment 1
+        assert_eq!(l.append(3, 10, H).unwrap().roll, Some(2)); // seq 3
+        l.settle(&1, 1);
+        assert_eq!(l.take_marks(), [1]); // the mark goes to segment 2
+        l.add_bytes(10);
+        assert_eq!(l.append(3, 10, H).unwrap().roll, Some(3)); // seq 4
+        l.settle(&3, 2);
+        l.take_marks(); // segment 2's item done; marks in segment 3
+        assert_eq!(
+            deletions(&mut l),
+            [] as [u64; 0],
+            "2 marks item 1 of live segment 1"
+        );
+        l.settle(&2, 1);
+        l.take_marks();
+        assert_eq!(deletions(&mut l), [1, 2], "1 goes, then 2 is free");
+    }
+
+    #[test]
+    fn max_bytes_refuses_and_records_nothing() {
+        // S-J4.
+        let mut l: Ledger<u32> = Ledger::new(
+            Limits {
+                segment_bytes: 1_000,
+                max_bytes: Some(H + 25),
+            },
+            1,
+            1,
+            H,
+        );
+        l.append(1, 20, H).unwrap();
+        assert_eq!(l.append(1, 20, H), Err(Refusal::Full));
+        assert_eq!(l.next_seq(), 2);
+        assert_eq!(l.settle(&1, 5), 1);
+        l.take_marks();
+        l.append(1, 5, H).unwrap();
+    }
+
+    #[test]
+    fn an_incident_turns_unsynced_items_undurable_and_frees_their_segment() {
+        // S-J5.
+        let mut l: Ledger<u32> = Ledger::new(limits(30), 1, 1, H);
+        l.append(1, 10, H).unwrap(); // seq 1, synced
+        l.append(2, 10, H).unwrap(); // seq 2
+        l.append(1, 10, H).unwrap(); // seq 3, segment 2
+        assert_eq!(l.incident(2), 2);
+        assert_eq!(l.undurable(), 2);
+        assert_eq!(l.live(), 1);
+        assert_eq!(l.settle(&1, 2), 1, "seq 1 is journaled, seq 3 no more");
+        assert_eq!(l.undurable(), 1);
+        assert_eq!(l.take_marks(), [1]);
+        l.roll(H);
+        assert_eq!(deletions(&mut l), [1, 2], "nothing live holds them");
+        l.settle(&2, 1);
+        assert_eq!(l.undurable(), 0);
+        assert!(l.take_marks().is_empty());
+    }
+
+    #[test]
+    fn settle_all_marks_every_pending_item() {
+        let mut l: Ledger<u32> = Ledger::new(limits(1_000), 1, 1, H);
+        for t in [3, 1, 2] {
+            l.append(t, 1, H).unwrap();
+        }
+        l.unjournaled(1);
+        assert_eq!(l.settle_all(), 3);
+        assert_eq!(l.take_marks(), [1, 2, 3]);
+        assert_eq!(l.live(), 0);
+    }
+
+    fn seg(
+        id: SegmentId,
+        first: Seq,
+        end: Option<Seq>,
+        items: &[(Seq, u32)],
+        marks: &[Seq],
+    ) -> ScannedSegment<u32, Seq> {
+        ScannedSegment {
+            id,
+            first,
+            end,
+            items: items.iter().map(|&(s, t)| (s, t, s * 100)).collect(),
+            undecodable: Vec::new(),
+            marks: marks.to_vec(),
+            bytes: 100,
+        }
+    }
+
+    #[test]
+    fn recovery_restages_what_is_not_done_in_sequence_order() {
+        // D2, D4.
+        let segments = vec![
+            seg(2, 4, None, &[(4, 1), (5, 2), (6, 1)], &[1, 4]),
+            seg(1, 1, Some(4), &[(1, 1), (2, 2), (3, 1)], &[2]),
+        ];
+        let (r, mut l) = Recovery::new(segments, limits(1_000), H);
+        let order: Vec<(Seq, u32)> = r.items.iter().map(|(s, t, _)| (*s, *t)).collect();
+        assert_eq!(order, [(3, 1), (5, 2), (6, 1)]);
+        assert_eq!(r.items[0].2, 300, "the payload travels with its item");
+        assert_eq!(
+            (r.unreadable, r.done, r.next_seq, r.next_segment),
+            (0, 3, 7, 3)
+        );
+        assert_eq!(l.current(), 3);
+        assert_eq!(l.live(), 3);
+        // Tenant 1's two recovered items are settled first, in order.
+        l.settle(&1, 2);
+        assert_eq!(l.take_marks(), [3, 6]);
+        l.settle(&2, 1);
+        l.take_marks();
+        assert_eq!(deletions(&mut l), [1, 2]);
+    }
+
+    #[test]
+    fn recovery_counts_holes_in_a_known_range_unless_marked_done() {
+        // D4: seq 2 unreadable (counted), seq 5 unreadable but marked done
+        // (not counted), seq 7 past the seal's end (a torn tail of the last
+        // segment has no known end: not counted).
+        let segments = vec![
+            seg(1, 1, Some(4), &[(1, 1), (3, 1)], &[]),
+            seg(2, 4, Some(7), &[(4, 1), (6, 1)], &[5]),
+            seg(3, 7, None, &[], &[]),
+        ];
+        let (keep, unreadable, done) = plan(&segments);
+        assert_eq!(unreadable, 1);
+        assert_eq!(done, 0);
+        assert_eq!(keep.iter().map(|p| p.0).collect::<Vec<_>>(), [1, 3, 4, 6]);
+    }
+
+    #[test]
+    fn recovery_counts_undecodable_items_as_unreadable() {
+        let mut s = seg(1, 1, None, &[(1, 1)], &[]);
+        s.undecodable.push(2);
+        let (r, _) = Recovery::new(vec![s], limits(1_000), H);
+        assert_eq!(r.unreadable, 1);
+        assert_eq!(r.items.len(), 1);
+    }
+
+    #[test]
+    fn engine_events_settle_the_accepted_items_they_end() {
+        use crate::core::{Config, Engine, Outcome, Staged, Time};
+        // Every accepted item is settled exactly once, refusals never:
+        // a drop policy, a discard, a shutdown deadline and a refusal.
+        let config = Config::builder()
+            .capacity(3)
+            .error_policy(crate::core::ErrorPolicy::Drop)
+            .build()
+            .unwrap();
+        let mut e: Engine<u32, u32> = Engine::new(config).unwrap();
+        let t0 = Time::ZERO;
+        for i in 0..4 {
+            let s = e.stage(t0, i % 2, i);
+            assert_eq!(s == Staged::Accepted, i < 3);
+        }
+        let w = e.poll_write(t0).unwrap();
+        e.finish(t0, w, Outcome::Failed).unwrap();
+        let w = e.poll_write(t0).unwrap();
+        e.finish(t0, w, Outcome::Written { discarded: 1 }).unwrap();
+        let _ = e.stage(t0, 5, 9);
+        let _ = e.shutdown(t0, t0);
+        let _ = e.stage(t0, 6, 10);
+        let mut settled: BTreeMap<u32, u64> = BTreeMap::new();
+        while let Some(ev) = e.poll_event() {
+            if let Some((t, n)) = settled_by(&ev) {
+                *settled.entry(*t).or_default() += n;
+            }
+        }
+        let c = e.counters();
+        let total: u64 = settled.values().sum();
+        assert_eq!(
+            total,
+            c.staged - c.dropped(DropReason::BufferFull) - c.lost(LostReason::Shutdown)
+        );
+        assert_eq!(settled.get(&6), None, "refused after the fence");
+        assert_eq!(settled.get(&5), Some(&1), "lost at the deadline");
+    }
+
+    #[test]
+    fn an_empty_segment_sharing_its_first_with_the_next_is_told_apart() {
+        // Found by tests/journal_model.rs: a recovered empty segment 1 and
+        // the new segment 2 both start at sequence 1; deleting 1 must not
+        // make sequence 1 unfindable in 2.
+        let segments = vec![seg(1, 1, Some(1), &[], &[])];
+        let (_, mut l) = Recovery::new(segments, limits(1_000), H);
+        assert_eq!(deletions(&mut l), [1]);
+        l.append(5, 10, H).unwrap();
+        l.settle(&5, 1);
+        assert_eq!(l.take_marks(), [1]);
+        assert_eq!(l.live(), 0);
+    }
+
+    #[test]
+    fn a_recovered_segment_kept_for_its_marks_keeps_the_marks_of_its_items() {
+        // Found by tests/journal_model.rs: segment 2 holds item 3 (done)
+        // and the mark of item 1 (segment 1, live): it is kept. Segment 3
+        // holds the mark of item 3: deleting it would bring item 3 back
+        // after the next crash.
+        let segments = vec![
+            seg(1, 1, Some(3), &[(1, 1), (2, 1)], &[]),
+            seg(2, 3, Some(4), &[(3, 2)], &[1]),
+            seg(3, 4, Some(4), &[], &[3]),
+        ];
+        let (r, mut l) = Recovery::new(segments, limits(1_000), H);
+        assert_eq!(r.items.iter().map(|x| x.0).collect::<Vec<_>>(), [2]);
+        assert_eq!(deletions(&mut l), [] as [u64; 0]);
+        l.settle(&1, 1);
+        l.take_marks();
+        assert_eq!(deletions(&mut l), [1, 2, 3]);
+    }
+
+    #[test]
+    fn the_engine_takes_recovered_items_past_its_capacity_and_coalesces_journal_refusals() {
+        // D4, S-W14, S-B8: recovered items are input too; the journal's
+        // refusals queue one event per reason, however many.
+        use crate::core::{Config, Engine, Staged, Time};
+        let config = Config::builder().capacity(1).build().unwrap();
+        let mut e: Engine<u32, u32> = Engine::new(config).unwrap();
+        let t0 = Time::ZERO;
+        for i in 0..3 {
+            assert_eq!(e.recover(t0, 1, i), Staged::Accepted);
+        }
+        e.recover_unreadable(2);
+        assert_eq!(e.stage(t0, 1, 9), Staged::Dropped(DropReason::BufferFull));
+        for _ in 0..5 {
+            let s = e.refuse(t0, 2, DropReason::EncodeFailed);
+            assert_eq!(s, Staged::Dropped(DropReason::EncodeFailed));
+        }
+        let c = e.counters().clone();
+        assert_eq!((c.recovered, c.staged, c.pending), (5, 6, 3));
+        assert_eq!(c.lost(LostReason::JournalUnreadable), 2);
+        assert_eq!(c.dropped(DropReason::EncodeFailed), 5);
+        assert!(c.balanced(), "{c:?}");
+        let encode_events: Vec<u64> = std::iter::from_fn(|| e.poll_event())
+            .filter_map(|ev| match ev {
+                Event::Dropped {
+                    reason: DropReason::EncodeFailed,
+                    items,
+                    ..
+                } => Some(items),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(encode_events, [5]);
+    }
+
+    #[test]
+    fn recovery_of_nothing_starts_at_one() {
+        let (r, l) = Recovery::<u32, u64>::new(Vec::new(), limits(1_000), H);
+        assert_eq!((r.next_seq, r.next_segment, r.unreadable), (1, 1, 0));
+        assert_eq!(l.current(), 1);
+        assert_eq!(l.segments(), 1);
+    }
+
+    #[test]
+    fn a_fully_done_recovered_segment_is_deletable_at_once() {
+        let segments = vec![seg(1, 1, Some(3), &[(1, 1), (2, 1)], &[1, 2])];
+        let (r, mut l) = Recovery::new(segments, limits(1_000), H);
+        assert!(r.items.is_empty());
+        assert_eq!(deletions(&mut l), [1]);
+    }
+}

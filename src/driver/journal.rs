@@ -1,0 +1,757 @@
+//! The journal in the driver (SPEC D1-D6, S-J1..S-J8): encoding at stage
+//! outside the lock, appending under it, the group-commit task, the sync
+//! barrier, done marks from the engine's events, the fault policy and the
+//! journal's metrics.
+//!
+//! Lock order: the outbox's lock, then the journal's. The commit task takes
+//! only the journal's lock, and never while doing IO: `stage` never waits
+//! for a disk (S-W1).
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::future::Future;
+use std::io;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use metrics::{Counter, Gauge, Histogram};
+use tokio::sync::{oneshot, Notify};
+use tokio::time::Instant;
+
+use super::contain;
+use crate::core::journal::{self as plan, Limits};
+use crate::core::Event;
+use crate::journal::format::{EncodeFailure, EncodedItem};
+use crate::journal::{
+    recover, Codec, Committer, FsStorage, JournalConfig, JournalError, JournalState,
+    RecoveryReport, Storage,
+};
+use crate::telemetry::names::LABEL_OUTBOX;
+
+/// Why a [`sync`](crate::Outbox::sync) could not promise durability.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SyncError {
+    /// The outbox has no journal: nothing survives a crash.
+    NoJournal,
+    /// The journal is failing (S-J5): items staged since the fault are
+    /// held in memory only, and this many of them are still pending.
+    Down {
+        /// Pending items on no disk.
+        undurable: u64,
+    },
+    /// The commit this sync waited for failed (the journal is now down).
+    Failed(io::ErrorKind),
+    /// The journal stopped (its runtime shut down) before answering.
+    Closed,
+}
+
+impl fmt::Display for SyncError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SyncError::NoJournal => f.write_str("outbox sync: no journal is configured"),
+            SyncError::Down { undurable } => write!(
+                f,
+                "outbox sync: the journal is failing; {undurable} pending items are in memory only"
+            ),
+            SyncError::Failed(kind) => write!(f, "outbox sync: the journal commit failed: {kind}"),
+            SyncError::Closed => f.write_str("outbox sync: the journal stopped"),
+        }
+    }
+}
+
+impl std::error::Error for SyncError {}
+
+/// Why an item was refused by the journal at stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// The codec failed or panicked, or the record would be too large.
+    Encode,
+    /// `max_bytes` is reached (S-J4).
+    Full,
+}
+
+/// The journal's metrics (label `outbox`).
+struct Metrics {
+    bytes: Gauge,
+    segments: Gauge,
+    sync_latency: Histogram,
+    unjournaled: Counter,
+    faults: Counter,
+}
+
+/// Metric names of the journal.
+pub mod names {
+    /// Gauge: bytes in the journal's segment files (D6).
+    pub const JOURNAL_BYTES: &str = "outbox_journal_bytes";
+    /// Gauge: segment files.
+    pub const JOURNAL_SEGMENTS: &str = "outbox_journal_segments";
+    /// Histogram: seconds one group commit took (write, then `fdatasync`).
+    pub const JOURNAL_SYNC: &str = "outbox_journal_sync_seconds";
+    /// Counter: items accepted while the journal was down, held in memory
+    /// only (S-J5).
+    pub const ITEMS_UNJOURNALED: &str = "outbox_items_unjournaled_total";
+    /// Counter: group commits that failed (each starts or prolongs an
+    /// incident).
+    pub const JOURNAL_FAULTS: &str = "outbox_journal_faults_total";
+}
+
+impl Metrics {
+    fn register(outbox: &str) -> Self {
+        let label = outbox.to_owned();
+        Metrics {
+            bytes: metrics::gauge!(names::JOURNAL_BYTES, LABEL_OUTBOX => label.clone()),
+            segments: metrics::gauge!(names::JOURNAL_SEGMENTS, LABEL_OUTBOX => label.clone()),
+            sync_latency: metrics::histogram!(names::JOURNAL_SYNC, LABEL_OUTBOX => label.clone()),
+            unjournaled: metrics::counter!(names::ITEMS_UNJOURNALED, LABEL_OUTBOX => label.clone()),
+            faults: metrics::counter!(names::JOURNAL_FAULTS, LABEL_OUTBOX => label),
+        }
+    }
+}
+
+struct Inner<K> {
+    state: JournalState<K>,
+    /// Commit rounds started and finished: a sync waits for a round that
+    /// starts after it.
+    started: u64,
+    finished: u64,
+    /// Sync callers: the round they wait for, in order.
+    waiters: VecDeque<(u64, oneshot::Sender<Result<(), SyncError>>)>,
+    /// The writer is done: a last round, then the task exits.
+    closing: bool,
+    /// The task is gone: new syncs are answered at once.
+    gone: bool,
+    /// While down: when to try again.
+    retry_at: Option<Instant>,
+    /// Items unjournaled since the incident began (for its log line).
+    unjournaled_in_incident: u64,
+    /// The closing round started a fresh segment already.
+    rolled: bool,
+}
+
+/// The journal of one outbox.
+pub(crate) struct Journal<K, I> {
+    inner: Mutex<Inner<K>>,
+    codec: Box<dyn Codec<K, I>>,
+    /// Commit now: `sync_bytes` reached, a sync caller, closing.
+    now: Notify,
+    /// Something was buffered: commit within `sync_interval`.
+    soon: Notify,
+    sync_interval: Duration,
+    sync_bytes: usize,
+    max_buffered: usize,
+    inline_io: bool,
+    retry_interval: Duration,
+    dir: String,
+    name: String,
+    metrics: Metrics,
+}
+
+/// What opening a journal yields: the journal, its committer for the
+/// commit task, and what the recovery found.
+pub(crate) struct Opened<K, I> {
+    pub(crate) journal: Arc<Journal<K, I>>,
+    pub(crate) committer: Committer<Box<dyn Storage>>,
+    pub(crate) items: Vec<(K, I)>,
+    pub(crate) report: RecoveryReport,
+}
+
+impl<K, I> Journal<K, I>
+where
+    K: Ord + Clone + Send + 'static,
+    I: Send + 'static,
+{
+    /// Opens the journal of `config` (blocking file IO: this runs once, at
+    /// build) and reads it back.
+    ///
+    /// # Errors
+    /// [`JournalError`]: the directory is unusable, locked, or holds a
+    /// foreign file.
+    pub(crate) fn open(
+        config: JournalConfig,
+        codec: Box<dyn Codec<K, I>>,
+        outbox: &str,
+    ) -> Result<Opened<K, I>, JournalError> {
+        let dir = config.dir.display().to_string();
+        let mut storage: Box<dyn Storage> = match config.storage {
+            Some(s) => s,
+            None => Box::new(
+                FsStorage::new(&config.dir).map_err(|source| JournalError::Io {
+                    op: "open",
+                    file: dir.clone(),
+                    source,
+                })?,
+            ),
+        };
+        let limits = Limits {
+            segment_bytes: config.segment_bytes,
+            max_bytes: config.max_bytes,
+        };
+        let recovered = recover(&mut storage, &*codec, limits)?;
+        let report = recovered.report;
+        let items = recovered
+            .items
+            .into_iter()
+            .map(|(_, k, i)| (k, i))
+            .collect();
+        let metrics = Metrics::register(outbox);
+        let state = JournalState::new(recovered.ledger);
+        let journal = Journal {
+            inner: Mutex::new(Inner {
+                state,
+                started: 0,
+                finished: 0,
+                waiters: VecDeque::new(),
+                closing: false,
+                gone: false,
+                retry_at: None,
+                unjournaled_in_incident: 0,
+                rolled: false,
+            }),
+            codec,
+            now: Notify::new(),
+            soon: Notify::new(),
+            sync_interval: config.sync_interval,
+            sync_bytes: config.sync_bytes,
+            max_buffered: config.max_buffered_bytes.max(config.sync_bytes),
+            inline_io: config.inline_io,
+            retry_interval: config.retry_interval,
+            dir,
+            name: outbox.to_owned(),
+            metrics,
+        };
+        journal.export(&journal.lock());
+        Ok(Opened {
+            journal: Arc::new(journal),
+            committer: Committer::new(storage),
+            items,
+            report,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner<K>> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Encodes `item` of `tenant` into a record (outside any lock; a panic
+    /// in the codec is contained).
+    pub(crate) fn encode(&self, tenant: &K, item: &I) -> Result<EncodedItem, Refusal> {
+        let codec = &*self.codec;
+        let encoded = contain::call(|| {
+            EncodedItem::new(
+                |b| codec.encode_tenant(tenant, b),
+                |b| codec.encode_item(item, b),
+            )
+        });
+        match encoded {
+            Ok(Ok(record)) => Ok(record),
+            Ok(Err(EncodeFailure::Codec(_) | EncodeFailure::TooLarge)) | Err(_) => {
+                Err(Refusal::Encode)
+            }
+        }
+    }
+
+    /// Under the outbox's lock, before the engine takes the item: whether
+    /// `max_bytes` leaves room for it on disk (S-J4) and
+    /// `max_buffered_bytes` in memory (S-B8).
+    pub(crate) fn admit(&self, record: &EncodedItem) -> Result<(), Refusal> {
+        let g = self.lock();
+        let buffered = g.state.buffered().saturating_add(record.len());
+        if g.state.fits(record.len()) && buffered <= self.max_buffered {
+            Ok(())
+        } else {
+            Err(Refusal::Full)
+        }
+    }
+
+    /// Under the outbox's lock, after the engine accepted the item: appends
+    /// its record to the buffer (or, while the journal is down, only keeps
+    /// its place, S-J5).
+    pub(crate) fn append(&self, tenant: K, record: EncodedItem) {
+        let mut g = self.lock();
+        let was_empty = g.state.buffered() == 0;
+        if !g.state.append(tenant, record) {
+            g.unjournaled_in_incident += 1;
+            self.metrics.unjournaled.increment(1);
+        }
+        let full = g.state.buffered() >= self.sync_bytes;
+        drop(g);
+        if full {
+            self.now.notify_one();
+        } else if was_empty {
+            self.soon.notify_one();
+        }
+    }
+
+    /// Under the outbox's lock: the tenant's recovered items are pending
+    /// in the engine again; nothing to append (their records are on disk).
+    /// Called with the engine's events, in order: marks the items they
+    /// settle done (S-J3).
+    pub(crate) fn settle<'a>(&self, events: impl IntoIterator<Item = &'a Event<K, I>>)
+    where
+        K: 'a,
+        I: 'a,
+    {
+        let mut g = self.lock();
+        let mut any = false;
+        for event in events {
+            if let Some((tenant, n)) = plan::settled_by(event) {
+                g.state.settle(tenant, n);
+                any = true;
+            }
+        }
+        drop(g);
+        if any {
+            self.soon.notify_one();
+        }
+    }
+
+    /// A durability barrier (D1): answers once every item staged before
+    /// the call, and every done mark taken before it, is on disk; or why
+    /// not. Registered at the call.
+    pub(crate) fn sync(&self) -> impl Future<Output = Result<(), SyncError>> + Send + 'static {
+        let (tx, rx) = oneshot::channel();
+        let mut g = self.lock();
+        if g.gone {
+            let _ = tx.send(Err(SyncError::Closed));
+        } else if g.state.is_down() {
+            let undurable = g.state.ledger().undurable();
+            let _ = tx.send(Err(SyncError::Down { undurable }));
+        } else {
+            let round = g.started + 1;
+            g.waiters.push_back((round, tx));
+        }
+        drop(g);
+        self.now.notify_one();
+        async move { rx.await.unwrap_or(Err(SyncError::Closed)) }
+    }
+
+    /// The writer is done: commit what is left, then stop.
+    pub(crate) fn close(&self) {
+        self.lock().closing = true;
+        self.now.notify_one();
+    }
+
+    fn export(&self, g: &Inner<K>) {
+        let ledger = g.state.ledger();
+        self.metrics.bytes.set(ledger.bytes() as f64);
+        self.metrics.segments.set(ledger.segments() as f64);
+    }
+
+    /// The commit task: group commits until closed (S-J1, S-J5).
+    pub(crate) async fn run(self: Arc<Self>, mut committer: Committer<Box<dyn Storage>>) {
+        loop {
+            let exit = self.round(&mut committer).await;
+            if exit {
+                break;
+            }
+            self.wait().await;
+        }
+        let mut g = self.lock();
+        g.gone = true;
+        for (_, tx) in g.waiters.drain(..) {
+            let _ = tx.send(Err(SyncError::Closed));
+        }
+        drop(g);
+        drop(committer);
+        tracing::debug!(outbox = %self.name, "journal closed");
+    }
+
+    /// Waits for a reason to commit: a kick now, or something buffered
+    /// for `sync_interval`; while down, the retry time.
+    async fn wait(&self) {
+        let retry_at = self.lock().retry_at;
+        if let Some(at) = retry_at {
+            tokio::select! {
+                biased;
+                () = self.now.notified() => {}
+                () = tokio::time::sleep_until(at) => {}
+            }
+            return;
+        }
+        tokio::select! {
+            biased;
+            () = self.now.notified() => {}
+            () = self.soon.notified() => {
+                tokio::select! {
+                    biased;
+                    () = self.now.notified() => {}
+                    () = tokio::time::sleep(self.sync_interval) => {}
+                }
+            }
+        }
+    }
+
+    /// One group commit. Returns whether the task is done.
+    async fn round(&self, committer: &mut Committer<Box<dyn Storage>>) -> bool {
+        let (batch, round, closing, resuming) = {
+            let mut g = self.lock();
+            if g.state.is_down() {
+                let due = g.retry_at.is_none_or(|at| Instant::now() >= at);
+                if !due && !g.closing {
+                    let undurable = g.state.ledger().undurable();
+                    for (_, tx) in g.waiters.drain(..) {
+                        let _ = tx.send(Err(SyncError::Down { undurable }));
+                    }
+                    return false;
+                }
+                g.started += 1;
+                (g.state.resume(), g.started, g.closing, true)
+            } else {
+                // Closing with nothing pending: a fresh segment, so every
+                // old one goes (D6); once.
+                let roll = g.closing && !g.rolled;
+                g.rolled |= roll;
+                g.started += 1;
+                (g.state.take_batch_then(roll), g.started, g.closing, false)
+            }
+        };
+        let started = Instant::now();
+        let (back, result) = if batch.is_empty() {
+            (None, Ok(()))
+        } else if self.inline_io {
+            let r = contain::call(|| committer.commit(&batch))
+                .unwrap_or_else(|_| Err(io::Error::other("the journal storage panicked")));
+            (Some(batch.upto), r)
+        } else {
+            let mut c = std::mem::replace(committer, Committer::new(Box::new(Gone)));
+            let joined = tokio::task::spawn_blocking(move || {
+                let r = contain::call(|| c.commit(&batch))
+                    .unwrap_or_else(|_| Err(io::Error::other("the journal storage panicked")));
+                (c, batch.upto, r)
+            })
+            .await;
+            match joined {
+                Ok((c, upto, r)) => {
+                    *committer = c;
+                    (Some(upto), r)
+                }
+                Err(_) => (
+                    None,
+                    Err(io::Error::other("the journal commit task was lost")),
+                ),
+            }
+        };
+        if back.is_some() {
+            self.metrics
+                .sync_latency
+                .record(started.elapsed().as_secs_f64());
+        }
+        let mut g = self.lock();
+        let ok = result.is_ok();
+        if let Some(upto) = back {
+            g.state.committed(upto, ok);
+        } else if !ok {
+            g.state.committed(0, false);
+        }
+        g.finished = round;
+        match &result {
+            Ok(()) => {
+                if resuming {
+                    tracing::warn!(
+                        outbox = %self.name,
+                        dir = %self.dir,
+                        unjournaled = g.unjournaled_in_incident,
+                        "journal works again; items staged during the fault stay in memory only"
+                    );
+                }
+                g.retry_at = None;
+                g.unjournaled_in_incident = 0;
+                let undurable = g.state.ledger().undurable();
+                while g.waiters.front().is_some_and(|(r, _)| *r <= round) {
+                    let (_, tx) = g.waiters.pop_front().expect("checked");
+                    let answer = if undurable == 0 {
+                        Ok(())
+                    } else {
+                        Err(SyncError::Down { undurable })
+                    };
+                    let _ = tx.send(answer);
+                }
+            }
+            Err(e) => {
+                self.metrics.faults.increment(1);
+                if g.retry_at.is_none() {
+                    // Once per incident (S-A6 in spirit): the first failure.
+                    tracing::error!(
+                        outbox = %self.name,
+                        dir = %self.dir,
+                        error = %e,
+                        undurable = g.state.ledger().undurable(),
+                        "journal commit failed; items are held in memory only until it works \
+                         again (counted in outbox_items_unjournaled_total)"
+                    );
+                }
+                g.retry_at = Some(Instant::now() + self.retry_interval);
+                let kind = e.kind();
+                for (_, tx) in g.waiters.drain(..) {
+                    let _ = tx.send(Err(SyncError::Failed(kind)));
+                }
+            }
+        }
+        self.export(&g);
+        // Done when closing, nothing is left to write and nobody waits.
+        let idle = g.state.buffered() == 0 && !g.state.ledger().has_marks();
+        closing && g.closing && idle && g.waiters.is_empty() && (ok || g.state.is_down())
+    }
+}
+
+/// The committer's storage while it is away on a blocking thread.
+struct Gone;
+
+impl Storage for Gone {
+    fn lock(&mut self) -> io::Result<()> {
+        Err(io::Error::other("storage away"))
+    }
+    fn list(&mut self) -> io::Result<Vec<String>> {
+        Err(io::Error::other("storage away"))
+    }
+    fn read(&mut self, _: &str) -> io::Result<Vec<u8>> {
+        Err(io::Error::other("storage away"))
+    }
+    fn create(&mut self, _: &str) -> io::Result<()> {
+        Err(io::Error::other("storage away"))
+    }
+    fn append(&mut self, _: &str, _: &[u8]) -> io::Result<()> {
+        Err(io::Error::other("storage away"))
+    }
+    fn sync(&mut self, _: &str) -> io::Result<()> {
+        Err(io::Error::other("storage away"))
+    }
+    fn truncate(&mut self, _: &str, _: u64) -> io::Result<()> {
+        Err(io::Error::other("storage away"))
+    }
+    fn delete(&mut self, _: &str) -> io::Result<()> {
+        Err(io::Error::other("storage away"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::{MemStorage, Postcard};
+
+    type J = Journal<u64, u64>;
+
+    fn open(disk: &MemStorage) -> Opened<u64, u64> {
+        let config = JournalConfig::with_storage(disk.clone())
+            .sync_interval(Duration::from_millis(5))
+            .retry_interval(Duration::from_millis(100));
+        J::open(config, Box::new(Postcard), "test").unwrap()
+    }
+
+    fn stage(j: &J, tenant: u64, item: u64) {
+        let record = j.encode(&tenant, &item).unwrap();
+        j.admit(&record).unwrap();
+        j.append(tenant, record);
+    }
+
+    fn recovered(disk: &MemStorage) -> Vec<(u64, u64)> {
+        let copy = MemStorage::new();
+        for (name, bytes) in disk.files() {
+            if name != crate::journal::LOCK_FILE {
+                copy.put(&name, bytes);
+            }
+        }
+        copy.crash();
+        open(&copy).items
+    }
+
+    #[tokio::test]
+    async fn a_sync_answers_once_what_came_before_it_is_on_disk() {
+        // D1: what an answered sync covered survives a crash.
+        let disk = MemStorage::new();
+        let opened = open(&disk);
+        let j = Arc::clone(&opened.journal);
+        let task = tokio::spawn(Arc::clone(&j).run(opened.committer));
+        for i in 0..10 {
+            stage(&j, i % 3, i);
+        }
+        assert_eq!(j.sync().await, Ok(()));
+        let mut want: Vec<(u64, u64)> = (0..10).map(|i| (i % 3, i)).collect();
+        assert_eq!(recovered(&disk), want);
+        // Marks: tenant 0's two oldest are done; a sync makes that durable.
+        j.lock().state.settle(&0, 2);
+        assert_eq!(j.sync().await, Ok(()));
+        want.retain(|&(t, i)| !(t == 0 && i < 4));
+        assert_eq!(recovered(&disk), want);
+        j.close();
+        task.await.unwrap();
+        assert_eq!(j.sync().await, Err(SyncError::Closed));
+    }
+
+    #[tokio::test]
+    async fn a_group_commit_runs_within_the_sync_interval_without_a_sync() {
+        let disk = MemStorage::new();
+        let opened = open(&disk);
+        let j = Arc::clone(&opened.journal);
+        let task = tokio::spawn(Arc::clone(&j).run(opened.committer));
+        stage(&j, 1, 1);
+        // Real time: the commit task runs on the blocking pool.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while recovered(&disk).is_empty() {
+            assert!(std::time::Instant::now() < deadline, "never committed");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        j.close();
+        task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_clean_close_leaves_one_empty_segment() {
+        // D6: nothing pending at close, every older segment goes.
+        let disk = MemStorage::new();
+        let opened = open(&disk);
+        let j = Arc::clone(&opened.journal);
+        let task = tokio::spawn(Arc::clone(&j).run(opened.committer));
+        for i in 0..5 {
+            stage(&j, 1, i);
+        }
+        assert_eq!(j.sync().await, Ok(()));
+        j.lock().state.settle(&1, 5);
+        j.close();
+        task.await.unwrap();
+        let files = disk.files();
+        let segments: Vec<_> = files
+            .iter()
+            .filter(|(n, _)| n.starts_with("segment-"))
+            .collect();
+        assert_eq!(segments.len(), 1, "{:?}", files.keys());
+        assert_eq!(segments[0].1.len(), crate::journal::format::HEADER_LEN);
+        assert!(recovered(&disk).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_failing_disk_holds_items_in_memory_and_says_so_until_it_works() {
+        // S-J5: a commit fails; syncs say why; items staged meanwhile are
+        // unjournaled; a retry after `retry_interval` resumes journaling;
+        // a sync answers Ok again once no undurable item is pending.
+        let disk = MemStorage::new();
+        let opened = open(&disk);
+        let j = Arc::clone(&opened.journal);
+        let task = tokio::spawn(Arc::clone(&j).run(opened.committer));
+        stage(&j, 1, 1);
+        assert_eq!(j.sync().await, Ok(()));
+        disk.fail(Some(io::ErrorKind::StorageFull));
+        stage(&j, 1, 2);
+        assert_eq!(
+            j.sync().await,
+            Err(SyncError::Failed(io::ErrorKind::StorageFull))
+        );
+        stage(&j, 1, 3);
+        assert_eq!(j.sync().await, Err(SyncError::Down { undurable: 2 }));
+        disk.fail(None);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        stage(&j, 1, 4);
+        // Resumed: 4 is journaled, but 2 and 3 are pending in memory only.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let r = j.sync().await;
+            if r == Err(SyncError::Down { undurable: 2 }) && !j.lock().state.is_down() {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "never resumed: {r:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        j.lock().state.settle(&1, 3);
+        assert_eq!(j.sync().await, Ok(()));
+        assert_eq!(recovered(&disk), [(1, 4)]);
+        j.close();
+        task.await.unwrap();
+    }
+
+    #[test]
+    fn a_codec_that_fails_or_panics_refuses_the_item() {
+        struct Bad;
+        impl Codec<u64, u64> for Bad {
+            fn encode_tenant(&self, _: &u64, _: &mut Vec<u8>) -> Result<(), crate::BoxError> {
+                Ok(())
+            }
+            fn decode_tenant(&self, _: &[u8]) -> Result<u64, crate::BoxError> {
+                Ok(0)
+            }
+            fn encode_item(&self, item: &u64, _: &mut Vec<u8>) -> Result<(), crate::BoxError> {
+                match item {
+                    0 => Err("cannot".into()),
+                    1 => panic!("codec bug"),
+                    _ => Ok(()),
+                }
+            }
+            fn decode_item(&self, _: &[u8]) -> Result<u64, crate::BoxError> {
+                Ok(0)
+            }
+        }
+        let config = JournalConfig::with_storage(MemStorage::new());
+        let j = J::open(config, Box::new(Bad), "test").unwrap().journal;
+        assert_eq!(j.encode(&1, &0).err(), Some(Refusal::Encode));
+        assert_eq!(j.encode(&1, &1).err(), Some(Refusal::Encode));
+        assert!(j.encode(&1, &2).is_ok());
+    }
+
+    #[test]
+    fn max_bytes_refuses_at_stage() {
+        // S-J4.
+        let config = JournalConfig::with_storage(MemStorage::new()).max_bytes(Some(100));
+        let j = J::open(config, Box::new(Postcard), "test").unwrap().journal;
+        let mut accepted = 0;
+        loop {
+            let record = j.encode(&1, &7).unwrap();
+            match j.admit(&record) {
+                Ok(()) => {
+                    j.append(1, record);
+                    accepted += 1;
+                }
+                Err(r) => {
+                    assert_eq!(r, Refusal::Full);
+                    break;
+                }
+            }
+        }
+        // 32 header bytes + 22-byte records (8 frame, 1 kind, 8 seq, 4
+        // tenant length, 1 tenant, 1 item (postcard varints)).
+        assert_eq!(accepted, (100 - 32) / 23);
+        assert!(j.lock().state.ledger().bytes() <= 100);
+    }
+
+    #[test]
+    fn a_slow_disk_cannot_make_the_buffer_grow_past_its_bound() {
+        // S-B8: nothing commits (no task runs), so records pile up.
+        let config = JournalConfig::with_storage(MemStorage::new())
+            .sync_bytes(100)
+            .max_buffered_bytes(1_000);
+        let j = J::open(config, Box::new(Postcard), "test").unwrap().journal;
+        let mut accepted = 0;
+        while j.admit(&j.encode(&1, &7).unwrap()).is_ok() {
+            j.append(1, j.encode(&1, &7).unwrap());
+            accepted += 1;
+        }
+        assert!(j.lock().state.buffered() <= 1_000);
+        assert_eq!(accepted, (1_000 - 32) / 23, "the header waits too");
+    }
+
+    #[tokio::test]
+    async fn inline_io_commits_on_the_task_itself() {
+        let disk = MemStorage::new();
+        let config = JournalConfig::with_storage(disk.clone()).inline_io(true);
+        let opened = J::open(config, Box::new(Postcard), "test").unwrap();
+        let j = Arc::clone(&opened.journal);
+        let task = tokio::spawn(Arc::clone(&j).run(opened.committer));
+        stage(&j, 3, 9);
+        assert_eq!(j.sync().await, Ok(()));
+        assert_eq!(recovered(&disk), [(3, 9)]);
+        j.close();
+        task.await.unwrap();
+    }
+
+    #[test]
+    fn a_second_journal_on_one_directory_is_refused() {
+        let dir = std::env::temp_dir().join(format!("outbox-journal-lock-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let first = J::open(JournalConfig::new(&dir), Box::new(Postcard), "a").unwrap();
+        let err = J::open(JournalConfig::new(&dir), Box::new(Postcard), "b")
+            .err()
+            .unwrap();
+        assert!(matches!(err, JournalError::Locked(_)), "{err}");
+        drop(first);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

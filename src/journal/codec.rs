@@ -1,0 +1,160 @@
+//! How tenants and items become journal bytes and back (S-J8).
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::sink::BoxError;
+
+/// Encodes tenants of type `K` and items of type `I` for the journal, and
+/// decodes them at recovery.
+///
+/// Encoding runs in [`stage`](crate::Outbox::stage), on the caller's
+/// thread and outside the outbox's lock; it must not block. A failure (an
+/// error, or a panic, which is contained) refuses the item, counted
+/// dropped under `encode_failed`; a failure to decode at recovery counts
+/// the item lost under `journal_unreadable` (D4). Decoding must accept
+/// what encoding produced, also across versions of the program that share
+/// a journal directory.
+pub trait Codec<K, I>: Send + Sync + 'static {
+    /// Appends `tenant`'s bytes to `out`.
+    ///
+    /// # Errors
+    /// The tenant cannot be encoded.
+    fn encode_tenant(&self, tenant: &K, out: &mut Vec<u8>) -> Result<(), BoxError>;
+    /// The tenant `bytes` stand for.
+    ///
+    /// # Errors
+    /// The bytes are not a tenant.
+    fn decode_tenant(&self, bytes: &[u8]) -> Result<K, BoxError>;
+    /// Appends `item`'s bytes to `out`.
+    ///
+    /// # Errors
+    /// The item cannot be encoded.
+    fn encode_item(&self, item: &I, out: &mut Vec<u8>) -> Result<(), BoxError>;
+    /// The item `bytes` stand for.
+    ///
+    /// # Errors
+    /// The bytes are not an item.
+    fn decode_item(&self, bytes: &[u8]) -> Result<I, BoxError>;
+}
+
+/// The default codec: serde types in [postcard](https://docs.rs/postcard)'s
+/// compact binary format (varints, no field names; adding a field to an
+/// item type breaks reading older records, so add fields with care or
+/// bring your own [`Codec`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Postcard;
+
+fn encode<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) -> Result<(), BoxError> {
+    let taken = std::mem::take(out);
+    *out = postcard::to_extend(value, taken)?;
+    Ok(())
+}
+
+impl<K, I> Codec<K, I> for Postcard
+where
+    K: Serialize + DeserializeOwned,
+    I: Serialize + DeserializeOwned,
+{
+    fn encode_tenant(&self, tenant: &K, out: &mut Vec<u8>) -> Result<(), BoxError> {
+        encode(tenant, out)
+    }
+    fn decode_tenant(&self, bytes: &[u8]) -> Result<K, BoxError> {
+        Ok(postcard::from_bytes(bytes)?)
+    }
+    fn encode_item(&self, item: &I, out: &mut Vec<u8>) -> Result<(), BoxError> {
+        encode(item, out)
+    }
+    fn decode_item(&self, bytes: &[u8]) -> Result<I, BoxError> {
+        Ok(postcard::from_bytes(bytes)?)
+    }
+}
+
+/// A tenant is its UUID's 16 bytes.
+impl Serialize for crate::TenantId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.as_bytes().serialize(s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for crate::TenantId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let bytes = <[u8; 16]>::deserialize(d)?;
+        Ok(crate::TenantId(uuid::Uuid::from_bytes(bytes)))
+    }
+}
+
+/// An envelope is its id's 16 bytes and its payload's bytes, so that the
+/// reference sinks' item journals with the default codec.
+impl Serialize for crate::sinks::Envelope {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        (self.id.as_bytes(), self.payload.as_slice()).serialize(s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for crate::sinks::Envelope {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let (id, payload) = <([u8; 16], Vec<u8>)>::deserialize(d)?;
+        Ok(crate::sinks::Envelope::with_id(
+            uuid::Uuid::from_bytes(id),
+            payload,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    struct Usage {
+        id: u64,
+        units: u32,
+        note: String,
+    }
+
+    #[test]
+    fn postcard_round_trips_after_what_is_already_in_the_buffer() {
+        let c = Postcard;
+        let mut out = b"prefix".to_vec();
+        let u = Usage {
+            id: 7,
+            units: 3,
+            note: "é".into(),
+        };
+        Codec::<u64, Usage>::encode_item(&c, &u, &mut out).unwrap();
+        assert_eq!(&out[..6], b"prefix");
+        let back: Usage = Codec::<u64, Usage>::decode_item(&c, &out[6..]).unwrap();
+        assert_eq!(back, u);
+        let mut t = Vec::new();
+        Codec::<u64, Usage>::encode_tenant(&c, &42, &mut t).unwrap();
+        assert_eq!(Codec::<u64, Usage>::decode_tenant(&c, &t).unwrap(), 42);
+    }
+
+    #[test]
+    fn a_tenant_is_its_16_bytes() {
+        let t = crate::TenantId::from_u128(0x0102_0304_0506_0708_090a_0b0c_0d0e_0f10);
+        let mut out = Vec::new();
+        Codec::<crate::TenantId, u8>::encode_tenant(&Postcard, &t, &mut out).unwrap();
+        assert_eq!(out, (1..=16).collect::<Vec<u8>>());
+        let back = Codec::<crate::TenantId, u8>::decode_tenant(&Postcard, &out).unwrap();
+        assert_eq!(back, t);
+    }
+
+    #[test]
+    fn an_envelope_round_trips() {
+        let e = crate::sinks::Envelope::with_id(uuid::Uuid::from_u128(7), b"{}".to_vec());
+        let mut out = Vec::new();
+        Codec::<u8, crate::sinks::Envelope>::encode_item(&Postcard, &e, &mut out).unwrap();
+        assert_eq!(out.len(), 16 + 1 + 2);
+        let back = Codec::<u8, crate::sinks::Envelope>::decode_item(&Postcard, &out).unwrap();
+        assert_eq!(back, e);
+    }
+
+    #[test]
+    fn garbage_is_a_decode_error_not_a_panic() {
+        let c = Postcard;
+        assert!(Codec::<u64, Usage>::decode_item(&c, &[0xff; 3]).is_err());
+        assert!(Codec::<u64, Usage>::decode_tenant(&c, &[]).is_err());
+    }
+}

@@ -1,0 +1,150 @@
+//! The journal's settings: [`JournalConfig`].
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::storage::Storage;
+
+/// The default [`JournalConfig::sync_interval`]: 5 ms.
+pub const DEFAULT_SYNC_INTERVAL: Duration = Duration::from_millis(5);
+/// The default [`JournalConfig::sync_bytes`]: 1 MiB.
+pub const DEFAULT_SYNC_BYTES: usize = 1 << 20;
+/// The default [`JournalConfig::segment_bytes`]: 16 MiB.
+pub const DEFAULT_SEGMENT_BYTES: u64 = 16 << 20;
+/// The default [`JournalConfig::retry_interval`]: 1 s.
+pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_secs(1);
+/// The default [`JournalConfig::max_buffered_bytes`]: 64 MiB.
+pub const DEFAULT_MAX_BUFFERED_BYTES: usize = 64 << 20;
+/// The smallest segment size: 4 KiB (smaller values are raised to it).
+pub const MIN_SEGMENT_BYTES: u64 = 4 << 10;
+
+/// Where the journal lives and how it commits (D1-D6, S-J1..S-J8).
+///
+/// ```no_run
+/// # use std::time::Duration;
+/// use outbox::journal::JournalConfig;
+/// let journal = JournalConfig::new("/var/lib/myservice/outbox")
+///     .sync_interval(Duration::from_millis(2))
+///     .max_bytes(Some(1 << 30));
+/// ```
+pub struct JournalConfig {
+    pub(crate) dir: PathBuf,
+    pub(crate) storage: Option<Box<dyn Storage>>,
+    pub(crate) sync_interval: Duration,
+    pub(crate) sync_bytes: usize,
+    pub(crate) segment_bytes: u64,
+    pub(crate) max_bytes: Option<u64>,
+    pub(crate) retry_interval: Duration,
+    pub(crate) max_buffered_bytes: usize,
+    pub(crate) inline_io: bool,
+}
+
+impl fmt::Debug for JournalConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JournalConfig")
+            .field("dir", &self.dir)
+            .field("custom_storage", &self.storage.is_some())
+            .field("sync_interval", &self.sync_interval)
+            .field("sync_bytes", &self.sync_bytes)
+            .field("segment_bytes", &self.segment_bytes)
+            .field("max_bytes", &self.max_bytes)
+            .field("retry_interval", &self.retry_interval)
+            .field("max_buffered_bytes", &self.max_buffered_bytes)
+            .field("inline_io", &self.inline_io)
+            .finish()
+    }
+}
+
+impl JournalConfig {
+    /// A journal in directory `dir` (created with its parents if missing;
+    /// it must hold nothing but the journal), with the defaults: group
+    /// commit every 5 ms or 1 MiB, 16 MiB segments, no size bound, a
+    /// failed journal retried every second.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        JournalConfig {
+            dir: dir.into(),
+            storage: None,
+            sync_interval: DEFAULT_SYNC_INTERVAL,
+            sync_bytes: DEFAULT_SYNC_BYTES,
+            segment_bytes: DEFAULT_SEGMENT_BYTES,
+            max_bytes: None,
+            retry_interval: DEFAULT_RETRY_INTERVAL,
+            max_buffered_bytes: DEFAULT_MAX_BUFFERED_BYTES,
+            inline_io: false,
+        }
+    }
+
+    /// A journal on another [`Storage`] than the directory's file system:
+    /// a simulated disk, or [`MemStorage`](super::MemStorage) in tests.
+    /// The directory is then only a name in logs.
+    pub fn with_storage(storage: impl Storage) -> Self {
+        JournalConfig {
+            storage: Some(Box::new(storage)),
+            ..JournalConfig::new("(custom storage)")
+        }
+    }
+
+    /// The longest an accepted item waits in memory before its group
+    /// commit (write, then `fdatasync`) starts: the window in which a
+    /// crash loses it uncounted (D1). Default 5 ms. Zero: a commit starts
+    /// as soon as the previous one ends and anything is buffered.
+    pub fn sync_interval(mut self, interval: Duration) -> Self {
+        self.sync_interval = interval;
+        self
+    }
+
+    /// A commit starts early once this many bytes are buffered. Default
+    /// 1 MiB; 0 is taken as 1 (every stage starts a commit when none runs).
+    pub fn sync_bytes(mut self, bytes: usize) -> Self {
+        self.sync_bytes = bytes.max(1);
+        self
+    }
+
+    /// A new segment file starts once the current one holds this many
+    /// bytes (S-J1); a segment is deleted once all its items are done
+    /// (D6), so smaller segments give disk space back sooner. Default
+    /// 16 MiB; values under 4 KiB are raised to 4 KiB.
+    pub fn segment_bytes(mut self, bytes: u64) -> Self {
+        self.segment_bytes = bytes.max(MIN_SEGMENT_BYTES);
+        self
+    }
+
+    /// The most bytes the journal may hold on disk (S-J4): an item that
+    /// would pass it is dropped at stage, counted under `journal_full`.
+    /// Default `None` (no bound). A bound is best at least twice
+    /// [`segment_bytes`](Self::segment_bytes): a segment is freed whole.
+    pub fn max_bytes(mut self, bytes: Option<u64>) -> Self {
+        self.max_bytes = bytes;
+        self
+    }
+
+    /// The most bytes of records that may wait in memory for their group
+    /// commit (S-B8: memory stays bounded when the disk is slower than the
+    /// stages): a stage past it is dropped and counted under
+    /// `journal_full`, like one past [`max_bytes`](Self::max_bytes).
+    /// Default 64 MiB; values under [`sync_bytes`](Self::sync_bytes) are
+    /// raised to it.
+    pub fn max_buffered_bytes(mut self, bytes: usize) -> Self {
+        self.max_buffered_bytes = bytes;
+        self
+    }
+
+    /// Runs the storage calls on the journal's task itself rather than on
+    /// tokio's blocking pool. For a simulated disk (turmoil's
+    /// `unstable-fs`, whose files live in the simulated host's context and
+    /// must be reached from its task, deterministically); on a real disk
+    /// it blocks a runtime thread for every `fdatasync`. Default `false`.
+    pub fn inline_io(mut self, inline: bool) -> Self {
+        self.inline_io = inline;
+        self
+    }
+
+    /// After a commit fails (disk full, EIO, a permission lost), how long
+    /// until the journal tries again (S-J5). Default 1 s; zero is taken as
+    /// 1 ms.
+    pub fn retry_interval(mut self, interval: Duration) -> Self {
+        self.retry_interval = interval.max(Duration::from_millis(1));
+        self
+    }
+}

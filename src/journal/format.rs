@@ -1,0 +1,445 @@
+//! The journal's on-disk format (S-J7): segment files of checksummed
+//! records, and the scanner that reads them back through damage.
+//!
+//! A segment file is named `segment-{id:016x}.journal` and holds:
+//!
+//! ```text
+//! header  (32 bytes): magic "outboxJ\0" · version u16 · 0u16 · segment id u64
+//!                     · first sequence number u64 · crc32c of the 28 bytes before, u32
+//! record  (repeated): body length u32 · crc32c(length bytes ++ body) u32 · body
+//! body:   kind u8, then
+//!         1 item: sequence u64 · tenant length u32 · tenant bytes · item bytes
+//!         2 done: sequence u64, repeated (done marks)
+//!         3 seal: end sequence u64 (every item of the segment is below it)
+//! ```
+//!
+//! Integers are little-endian. A record is valid when its length is
+//! within bounds and its checksum matches; the scanner skips an invalid
+//! stretch by looking for the next valid record (a chance match is 1 in
+//! 2^32), so one damaged record costs only itself.
+
+use std::ops::Range;
+
+/// The first 8 bytes of every segment.
+pub const MAGIC: [u8; 8] = *b"outboxJ\0";
+/// The format version this code writes and reads.
+pub const VERSION: u16 = 1;
+/// Bytes in a segment header.
+pub const HEADER_LEN: usize = 32;
+/// Bytes before a record's body: length and checksum.
+pub const FRAME_LEN: usize = 8;
+/// The largest record body accepted (64 MiB): a longer length field is
+/// damage, and an item that would need more is refused at stage.
+pub const MAX_BODY: usize = 64 << 20;
+/// Bytes of a seal record.
+pub const SEAL_LEN: usize = FRAME_LEN + 1 + 8;
+/// Bytes of an item record around its tenant and item bytes.
+pub const ITEM_OVERHEAD: usize = FRAME_LEN + 1 + 8 + 4;
+
+const KIND_ITEM: u8 = 1;
+const KIND_DONE: u8 = 2;
+const KIND_SEAL: u8 = 3;
+
+/// The file name of segment `id`.
+pub fn segment_name(id: u64) -> String {
+    format!("segment-{id:016x}.journal")
+}
+
+/// The segment id a file name stands for, if it is a segment's name.
+pub fn parse_segment_name(name: &str) -> Option<u64> {
+    let hex = name.strip_prefix("segment-")?.strip_suffix(".journal")?;
+    if hex.len() != 16 {
+        return None;
+    }
+    u64::from_str_radix(hex, 16).ok()
+}
+
+/// A segment's header: its id and first sequence number.
+pub fn header(id: u64, first: u64) -> [u8; HEADER_LEN] {
+    let mut h = [0u8; HEADER_LEN];
+    h[..8].copy_from_slice(&MAGIC);
+    h[8..10].copy_from_slice(&VERSION.to_le_bytes());
+    h[12..20].copy_from_slice(&id.to_le_bytes());
+    h[20..28].copy_from_slice(&first.to_le_bytes());
+    let crc = crc32c::crc32c(&h[..28]);
+    h[28..].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+/// What a header says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Header {
+    /// Intact: its segment id and first sequence number.
+    Valid {
+        /// The segment's id.
+        id: u64,
+        /// Its first sequence number.
+        first: u64,
+    },
+    /// Shorter than a header: a crash while creating the segment.
+    Short,
+    /// A journal header with damage (checksum wrong; the magic at most one
+    /// bit off): its fields cannot be trusted.
+    Damaged,
+    /// Another format version.
+    Version(u16),
+    /// Not a journal segment at all.
+    Foreign,
+}
+
+/// Reads the header at the start of `bytes`.
+pub fn read_header(bytes: &[u8]) -> Header {
+    if bytes.len() < HEADER_LEN {
+        let n = bytes.len().min(8);
+        return if bytes[..n] == MAGIC[..n] {
+            Header::Short
+        } else {
+            Header::Foreign
+        };
+    }
+    let h = &bytes[..HEADER_LEN];
+    let magic_off: u32 = h[..8]
+        .iter()
+        .zip(MAGIC)
+        .map(|(a, b)| (a ^ b).count_ones())
+        .sum();
+    if magic_off > 1 {
+        return Header::Foreign;
+    }
+    let crc = u32::from_le_bytes(h[28..32].try_into().expect("4 bytes"));
+    if magic_off == 1 || crc32c::crc32c(&h[..28]) != crc {
+        return Header::Damaged;
+    }
+    let version = u16::from_le_bytes([h[8], h[9]]);
+    if version != VERSION {
+        return Header::Version(version);
+    }
+    Header::Valid {
+        id: u64_at(h, 12),
+        first: u64_at(h, 20),
+    }
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// Appends a framed record with `body` to `out`.
+fn frame(out: &mut Vec<u8>, body: impl FnOnce(&mut Vec<u8>)) {
+    let start = out.len();
+    out.extend_from_slice(&[0; FRAME_LEN]);
+    body(out);
+    seal_frame(&mut out[start..]);
+}
+
+/// Writes the length and checksum of the frame `f` (its body in place).
+fn seal_frame(f: &mut [u8]) {
+    let len = u32::try_from(f.len() - FRAME_LEN).unwrap_or(u32::MAX);
+    f[..4].copy_from_slice(&len.to_le_bytes());
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&f[..4]), &f[FRAME_LEN..]);
+    f[4..8].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Appends a done record marking `seqs` to `out` (in records of at most
+/// 8,192 marks each).
+pub fn done(out: &mut Vec<u8>, seqs: &[u64]) {
+    for chunk in seqs.chunks(8_192) {
+        frame(out, |b| {
+            b.push(KIND_DONE);
+            for s in chunk {
+                b.extend_from_slice(&s.to_le_bytes());
+            }
+        });
+    }
+}
+
+/// Appends a seal record (`end`: every item of the segment is below it).
+pub fn seal(out: &mut Vec<u8>, end: u64) {
+    frame(out, |b| {
+        b.push(KIND_SEAL);
+        b.extend_from_slice(&end.to_le_bytes());
+    });
+}
+
+/// An item record encoded outside any lock, still without its sequence
+/// number: [`EncodedItem::frame`] adds it and the checksum (cheap, done
+/// when the number is known).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EncodedItem {
+    bytes: Vec<u8>,
+}
+
+impl EncodedItem {
+    /// Builds the record from the tenant's and the item's bytes, written
+    /// by `tenant` and `item` into the buffer they are given.
+    ///
+    /// # Errors
+    /// Whatever `tenant` or `item` returns; a body over [`MAX_BODY`]
+    /// bytes (`TooLarge`).
+    pub fn new<E>(
+        tenant: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+        item: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<Self, EncodeFailure<E>> {
+        let mut b = vec![0u8; FRAME_LEN];
+        b.push(KIND_ITEM);
+        b.extend_from_slice(&[0; 8 + 4]);
+        tenant(&mut b).map_err(EncodeFailure::Codec)?;
+        let tenant_len = b.len() - ITEM_OVERHEAD;
+        let tenant_len = u32::try_from(tenant_len).map_err(|_| EncodeFailure::TooLarge)?;
+        b[FRAME_LEN + 9..ITEM_OVERHEAD].copy_from_slice(&tenant_len.to_le_bytes());
+        item(&mut b).map_err(EncodeFailure::Codec)?;
+        if b.len() - FRAME_LEN > MAX_BODY {
+            return Err(EncodeFailure::TooLarge);
+        }
+        Ok(EncodedItem { bytes: b })
+    }
+
+    /// Bytes the framed record takes.
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Never: a record has at least its frame.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Appends the framed record with sequence number `seq` to `out`.
+    pub fn frame(mut self, seq: u64, out: &mut Vec<u8>) {
+        self.bytes[FRAME_LEN + 1..FRAME_LEN + 9].copy_from_slice(&seq.to_le_bytes());
+        seal_frame(&mut self.bytes);
+        if out.is_empty() {
+            *out = self.bytes;
+        } else {
+            out.extend_from_slice(&self.bytes);
+        }
+    }
+}
+
+/// Why an item could not be encoded.
+#[derive(Debug)]
+pub enum EncodeFailure<E> {
+    /// The codec failed.
+    Codec(E),
+    /// The record would pass [`MAX_BODY`].
+    TooLarge,
+}
+
+/// One record read back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Record<'a> {
+    /// An item: its sequence number, tenant bytes and item bytes.
+    Item {
+        /// Sequence number.
+        seq: u64,
+        /// The tenant, as the codec encoded it.
+        tenant: &'a [u8],
+        /// The item, as the codec encoded it.
+        item: &'a [u8],
+    },
+    /// Done marks.
+    Done(Vec<u64>),
+    /// The segment's seal.
+    Seal(u64),
+}
+
+/// What [`scan`] found in a segment's records.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Scan<'a> {
+    /// The valid records, in file order.
+    pub records: Vec<Record<'a>>,
+    /// Byte ranges skipped as damaged between valid records.
+    pub skipped: Vec<Range<usize>>,
+    /// Where the last valid record ends: past it is a torn or damaged
+    /// tail (empty when the file ends there).
+    pub valid_end: usize,
+}
+
+/// Reads the records of a segment's bytes from `start` (after the
+/// header). Never panics on any input.
+pub fn scan(bytes: &[u8], start: usize) -> Scan<'_> {
+    let mut out = Scan {
+        valid_end: start.min(bytes.len()),
+        ..Scan::default()
+    };
+    let mut at = start;
+    while at < bytes.len() {
+        match record_at(bytes, at) {
+            Some((record, next)) => {
+                out.records.push(record);
+                at = next;
+                out.valid_end = next;
+            }
+            None => match (at + 1..bytes.len()).find(|&o| record_at(bytes, o).is_some()) {
+                Some(next) => {
+                    out.skipped.push(at..next);
+                    at = next;
+                }
+                None => break,
+            },
+        }
+    }
+    out
+}
+
+/// The valid record at `at`, and where the next one starts.
+fn record_at(bytes: &[u8], at: usize) -> Option<(Record<'_>, usize)> {
+    let head = bytes.get(at..at.checked_add(FRAME_LEN)?)?;
+    let len = u32::from_le_bytes(head[..4].try_into().ok()?) as usize;
+    if len == 0 || len > MAX_BODY {
+        return None;
+    }
+    let end = at + FRAME_LEN + len;
+    let body = bytes.get(at + FRAME_LEN..end)?;
+    let crc = u32::from_le_bytes(head[4..8].try_into().ok()?);
+    if crc32c::crc32c_append(crc32c::crc32c(&head[..4]), body) != crc {
+        return None;
+    }
+    parse_body(body).map(|r| (r, end))
+}
+
+fn parse_body(body: &[u8]) -> Option<Record<'_>> {
+    let (&kind, rest) = body.split_first()?;
+    match kind {
+        KIND_ITEM => {
+            let seq = u64::from_le_bytes(rest.get(..8)?.try_into().ok()?);
+            let tlen = u32::from_le_bytes(rest.get(8..12)?.try_into().ok()?) as usize;
+            let tenant = rest.get(12..12usize.checked_add(tlen)?)?;
+            let item = rest.get(12 + tlen..)?;
+            Some(Record::Item { seq, tenant, item })
+        }
+        KIND_DONE if rest.len() % 8 == 0 => Some(Record::Done(
+            rest.chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+                .collect(),
+        )),
+        KIND_SEAL if rest.len() == 8 => {
+            Some(Record::Seal(u64::from_le_bytes(rest.try_into().ok()?)))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(seq: u64, tenant: &[u8], body: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        EncodedItem::new::<()>(
+            |b| {
+                b.extend_from_slice(tenant);
+                Ok(())
+            },
+            |b| {
+                b.extend_from_slice(body);
+                Ok(())
+            },
+        )
+        .unwrap()
+        .frame(seq, &mut out);
+        out
+    }
+
+    #[test]
+    fn records_round_trip() {
+        let mut bytes = header(3, 10).to_vec();
+        bytes.extend(item(10, b"t1", b"hello"));
+        bytes.extend(item(11, b"", b""));
+        done(&mut bytes, &[10, 11]);
+        seal(&mut bytes, 12);
+        assert_eq!(read_header(&bytes), Header::Valid { id: 3, first: 10 });
+        let scan = scan(&bytes, HEADER_LEN);
+        assert_eq!(
+            scan.records,
+            [
+                Record::Item {
+                    seq: 10,
+                    tenant: b"t1",
+                    item: b"hello"
+                },
+                Record::Item {
+                    seq: 11,
+                    tenant: b"",
+                    item: b""
+                },
+                Record::Done(vec![10, 11]),
+                Record::Seal(12),
+            ]
+        );
+        assert!(scan.skipped.is_empty());
+        assert_eq!(scan.valid_end, bytes.len());
+    }
+
+    #[test]
+    fn segment_names_round_trip_and_others_are_not_segments() {
+        assert_eq!(parse_segment_name(&segment_name(0xabc)), Some(0xabc));
+        for name in [
+            "LOCK",
+            "segment-1.journal",
+            "segment-000000000000000g.journal",
+            "x",
+        ] {
+            assert_eq!(parse_segment_name(name), None, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_damaged_record_in_the_middle_costs_only_itself() {
+        let mut bytes = header(1, 1).to_vec();
+        bytes.extend(item(1, b"t", b"a"));
+        let second = bytes.len();
+        bytes.extend(item(2, b"t", b"b"));
+        let third = bytes.len();
+        bytes.extend(item(3, b"t", b"c"));
+        bytes[second + 12] ^= 0x10;
+        let scan = scan(&bytes, HEADER_LEN);
+        let seqs: Vec<u64> = scan
+            .records
+            .iter()
+            .filter_map(|r| match r {
+                Record::Item { seq, .. } => Some(*seq),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(seqs, [1, 3]);
+        assert_eq!(scan.skipped, vec![second..third]);
+    }
+
+    #[test]
+    fn headers_tell_short_damaged_foreign_and_other_versions_apart() {
+        let h = header(1, 1);
+        assert_eq!(read_header(&h[..10]), Header::Short);
+        assert_eq!(read_header(&[]), Header::Short);
+        assert_eq!(
+            read_header(b"PK\x03\x04 a zip file, not a journal at all"),
+            Header::Foreign
+        );
+        let mut d = h;
+        d[0] ^= 1;
+        assert_eq!(read_header(&d), Header::Damaged);
+        let mut d = h;
+        d[21] ^= 4;
+        assert_eq!(read_header(&d), Header::Damaged);
+        let mut v = h;
+        v[8] = 9;
+        let crc = crc32c::crc32c(&v[..28]);
+        v[28..].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(read_header(&v), Header::Version(9));
+    }
+
+    #[test]
+    fn an_oversized_item_is_refused_not_framed() {
+        let big = vec![0u8; MAX_BODY];
+        let r = EncodedItem::new::<()>(
+            |_| Ok(()),
+            |b| {
+                b.extend_from_slice(&big);
+                Ok(())
+            },
+        );
+        assert!(matches!(r, Err(EncodeFailure::TooLarge)));
+        let r = EncodedItem::new(|_| Err("no"), |_| Ok(()));
+        assert!(matches!(r, Err(EncodeFailure::Codec("no"))));
+    }
+}

@@ -1,0 +1,165 @@
+//! The optional write-ahead journal (feature `journal`; SPEC D1-D6,
+//! S-J1..S-J8): pending items survive a crash of the process (`kill -9`,
+//! an OOM kill, `panic = "abort"`, a power cut) and are staged again when
+//! an outbox is built on the same directory. Off by default; turned on
+//! with [`OutboxBuilder::journal`](crate::OutboxBuilder::journal).
+//!
+//! # What survives a crash
+//! - Every item staged before a [`sync`](crate::Outbox::sync) that
+//!   answered `Ok` is written after the restart, exactly once in a store
+//!   that absorbs repeats (the [`Sink`](crate::Sink)'s idempotency duty)
+//!   (D1), each tenant's items in staging order (D2). Nothing is written
+//!   that was never staged (D3).
+//! - Without a `sync`, an item is on disk within about
+//!   [`sync_interval`](JournalConfig::sync_interval) (default 5 ms) of its
+//!   stage: a crash in that window loses it, uncounted (the counters die
+//!   with the process). This is the price of a `stage` that never waits
+//!   for a disk (S-W1).
+//! - Done marks are lazy: an item written just before a crash whose mark
+//!   was not yet synced is staged again and written twice; the sink's
+//!   idempotency absorbs the repeat (S-J3).
+//! - Recovery (at build, before any new stage) counts every item it stages
+//!   again under `recovered` ([`Counters::recovered`](crate::Counters),
+//!   `outbox_items_recovered_total`); a record that cannot be read back
+//!   (damaged, or not decodable) is counted lost under
+//!   `journal_unreadable` (D4). The accounting identity holds with
+//!   recovered items as input: `staged + recovered = written + pending +
+//!   lost + dropped`.
+//!
+//! # Group commit
+//! `stage` encodes the item with the [`Codec`] on the caller's thread,
+//! outside the outbox's lock, and appends the record to an in-memory
+//! buffer under it. The journal's own task writes the buffer and calls
+//! `fdatasync` (a group commit) `sync_interval` after the first record
+//! of a round, at once when [`sync_bytes`](JournalConfig::sync_bytes)
+//! are buffered or a `sync` waits; the IO runs on tokio's blocking pool,
+//! never on the caller's thread and never under the outbox's lock (S-J1).
+//!
+//! # Disk use (D6)
+//! Records go to segment files of about
+//! [`segment_bytes`](JournalConfig::segment_bytes); a segment is deleted
+//! once all its items are done (written, lost or dropped) and no other
+//! segment's items depend on its done marks (S-J2). A clean shutdown
+//! leaves one empty segment. [`max_bytes`](JournalConfig::max_bytes)
+//! bounds the total: a stage that would pass it is dropped and counted
+//! under `journal_full` (S-J4).
+//!
+//! # Faults at run time (S-J5)
+//! When a group commit fails (disk full, EIO, a permission lost), the
+//! journal stops: the error is logged once per incident and counted in
+//! `outbox_journal_faults_total`; the items of the failed commit and every
+//! item staged until the journal works again are still accepted and
+//! written, but held in memory only, counted in
+//! `outbox_items_unjournaled_total`; `sync` answers
+//! [`SyncError::Down`](crate::SyncError::Down) while any of them is
+//! pending. Every [`retry_interval`](JournalConfig::retry_interval)
+//! (default 1 s) the journal seals the segments the failed commit touched
+//! and opens a new one; once that works it journals again. Nothing
+//! panics, nothing is lost silently: a crash during the incident loses the
+//! unjournaled items, which `sync` said were not durable.
+//!
+//! # Damage (S-J7)
+//! Every record carries a crc32c. At recovery a torn record at the end of
+//! the last segment (a crash mid-write, never synced) is cut; a damaged
+//! record elsewhere is skipped and its item, if not known done, counted
+//! lost under `journal_unreadable`; a file that is not the journal's, or of
+//! another format version, is a [`JournalError`] at build, never a guess.
+//! Two processes on one directory: the second gets
+//! [`JournalError::Locked`] (an advisory lock, S-J6).
+//!
+//! # Parts
+//! - [`Storage`]: the file IO, behind a small trait so that a simulated
+//!   disk can stand in for the real one; [`FsStorage`] is `std::fs`,
+//!   [`MemStorage`] a disk in memory with faults and crashes for tests.
+//! - [`format`](mod@format): segment files of checksummed records, and the scanner
+//!   that reads them back through damage.
+//! - [`Codec`]: how tenants and items become bytes; [`Postcard`] for serde
+//!   types (the default).
+//! - [`recover`]: reading a directory back; [`JournalState`] and
+//!   [`Committer`]: the buffer and the group commit.
+//!
+//! The decisions (sequence numbers, done marks, which segment can go, what
+//! a recovery stages again and counts lost) are the core's:
+//! [`crate::core::journal`].
+
+mod codec;
+mod config;
+pub mod format;
+mod memory;
+mod recover;
+mod state;
+mod storage;
+
+use std::fmt;
+use std::io;
+
+pub use codec::{Codec, Postcard};
+pub use config::{
+    JournalConfig, DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_RETRY_INTERVAL, DEFAULT_SEGMENT_BYTES,
+    DEFAULT_SYNC_BYTES, DEFAULT_SYNC_INTERVAL, MIN_SEGMENT_BYTES,
+};
+pub use memory::MemStorage;
+pub use recover::{recover, Recovered, RecoveryReport};
+pub use state::{Batch, Committer, JournalState, Op};
+pub use storage::{FsStorage, Storage, LOCK_FILE};
+
+/// Why a journal could not be opened (at build) or used.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum JournalError {
+    /// Another process (or another outbox in this one) holds the
+    /// directory's lock (S-J6).
+    Locked(io::Error),
+    /// A file in the directory is not one of the journal's: the journal
+    /// refuses to guess (S-J7). Move it away.
+    Foreign {
+        /// Its name.
+        file: String,
+    },
+    /// A segment written by another format version.
+    Version {
+        /// Its name.
+        file: String,
+        /// Its version.
+        version: u16,
+    },
+    /// A file operation failed.
+    Io {
+        /// Which: `lock`, `list`, `read`, `create`, `append`, `sync`,
+        /// `truncate`, `seal`, `delete`.
+        op: &'static str,
+        /// On which file (`.` for the directory).
+        file: String,
+        /// The cause.
+        source: io::Error,
+    },
+}
+
+impl fmt::Display for JournalError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JournalError::Locked(e) => write!(f, "outbox journal: {e}"),
+            JournalError::Foreign { file } => write!(
+                f,
+                "outbox journal: `{file}` is not a journal file; the directory must hold only the journal"
+            ),
+            JournalError::Version { file, version } => write!(
+                f,
+                "outbox journal: `{file}` has format version {version}, this build reads {}",
+                format::VERSION
+            ),
+            JournalError::Io { op, file, source } => {
+                write!(f, "outbox journal: {op} `{file}`: {source}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for JournalError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            JournalError::Locked(e) | JournalError::Io { source: e, .. } => Some(e),
+            _ => None,
+        }
+    }
+}

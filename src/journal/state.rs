@@ -1,0 +1,405 @@
+//! The journal's in-memory side (S-J1..S-J5): the ledger and the bytes
+//! waiting for the next group commit, kept under the outbox's lock; and
+//! the [`Committer`] that carries a [`Batch`] to the [`Storage`] off that
+//! lock.
+
+use std::collections::BTreeSet;
+use std::io;
+
+use super::format::{self, EncodedItem, HEADER_LEN, SEAL_LEN};
+use super::storage::Storage;
+use crate::core::journal::{Ledger, SegmentId, Seq};
+
+/// One step of a group commit, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Create segment `id` and write its header (first sequence `first`).
+    Create {
+        /// The segment.
+        id: SegmentId,
+        /// Its first sequence number.
+        first: Seq,
+    },
+    /// Append `bytes` (records) to segment `id`.
+    Append {
+        /// The segment.
+        id: SegmentId,
+        /// Framed records.
+        bytes: Vec<u8>,
+    },
+    /// Append a seal record (`end`) to segment `id`; nothing if the
+    /// segment is not on disk.
+    Seal {
+        /// The segment.
+        id: SegmentId,
+        /// Every item of the segment is below this sequence number.
+        end: Seq,
+    },
+    /// Delete segment `id` (after every append of the batch is synced).
+    Delete(SegmentId),
+}
+
+impl Op {
+    /// The segment the op writes to, if it writes.
+    fn writes(&self) -> Option<SegmentId> {
+        match self {
+            Op::Create { id, .. } | Op::Append { id, .. } | Op::Seal { id, .. } => Some(*id),
+            Op::Delete(_) => None,
+        }
+    }
+}
+
+/// What one group commit carries to the disk.
+#[derive(Debug, Default)]
+pub struct Batch {
+    /// The steps, in order; deletions last.
+    pub ops: Vec<Op>,
+    /// Every item with a smaller sequence number is in this batch or an
+    /// earlier one: once it is synced, they are all durable.
+    pub upto: Seq,
+}
+
+impl Batch {
+    /// Whether there is nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Bytes appended by the batch (headers included).
+    pub fn bytes(&self) -> usize {
+        self.ops
+            .iter()
+            .map(|op| match op {
+                Op::Create { .. } => HEADER_LEN,
+                Op::Append { bytes, .. } => bytes.len(),
+                Op::Seal { .. } => SEAL_LEN,
+                Op::Delete(_) => 0,
+            })
+            .sum()
+    }
+}
+
+/// The journal's state under the outbox's lock: the [`Ledger`] and the
+/// records waiting for the next commit. Every method is O(1) or
+/// O(log n) per item and does no IO.
+#[derive(Debug)]
+pub struct JournalState<K> {
+    ledger: Ledger<K>,
+    ops: Vec<Op>,
+    buffered: usize,
+    /// Every item below this sequence number is durable (or was in a
+    /// failed commit, and is counted undurable).
+    synced: Seq,
+    /// Whether commits fail: stages are unjournaled until a retry works.
+    down: bool,
+    /// Segments written by the commit in flight (to seal after a fault).
+    in_flight: BTreeSet<SegmentId>,
+    /// Where the ranges of the segments a failed commit wrote end: what
+    /// was synced before it.
+    failed_end: Seq,
+    /// Done marks and deletions of the commit in flight, and of failed
+    /// commits still to redo once the journal resumes: the ledger counted
+    /// them already, the disk may not have them (S-J5).
+    taken_marks: Vec<Seq>,
+    taken_deletes: Vec<SegmentId>,
+    redo_marks: Vec<Seq>,
+    redo_deletes: Vec<SegmentId>,
+}
+
+impl<K: Ord + Clone> JournalState<K> {
+    /// The state around `ledger`, whose current segment is still to be
+    /// created (the first commit creates it).
+    pub fn new(ledger: Ledger<K>) -> Self {
+        let first = ledger.next_seq();
+        let id = ledger.current();
+        JournalState {
+            ops: vec![Op::Create { id, first }],
+            buffered: HEADER_LEN,
+            synced: first,
+            down: false,
+            in_flight: BTreeSet::new(),
+            failed_end: first,
+            taken_marks: Vec::new(),
+            taken_deletes: Vec::new(),
+            redo_marks: Vec::new(),
+            redo_deletes: Vec::new(),
+            ledger,
+        }
+    }
+
+    /// The bookkeeping.
+    pub fn ledger(&self) -> &Ledger<K> {
+        &self.ledger
+    }
+
+    /// Whether commits are failing (S-J5).
+    pub fn is_down(&self) -> bool {
+        self.down
+    }
+
+    /// Bytes waiting for the next commit.
+    pub fn buffered(&self) -> usize {
+        self.buffered
+    }
+
+    /// Every item below this sequence number is durable or undurable
+    /// (counted in [`Ledger::undurable`]).
+    pub fn synced(&self) -> Seq {
+        self.synced
+    }
+
+    /// The sequence number the next item gets: a sync barrier taken now
+    /// waits until [`synced`](Self::synced) reaches it.
+    pub fn barrier(&self) -> Seq {
+        self.ledger.next_seq()
+    }
+
+    /// Whether an item record of `len` bytes may be appended under
+    /// `max_bytes` (S-J4).
+    pub fn fits(&self, len: usize) -> bool {
+        self.ledger.fits(len as u64, HEADER_LEN as u64)
+    }
+
+    /// Takes an accepted item: journaled in the buffer, or, while the
+    /// journal is down, only placed in its tenant's order (S-J5). Returns
+    /// whether it was journaled.
+    pub fn append(&mut self, tenant: K, item: EncodedItem) -> bool {
+        if self.down {
+            self.ledger.unjournaled(tenant);
+            return false;
+        }
+        let len = item.len();
+        let Ok(step) = self
+            .ledger
+            .append(tenant.clone(), len as u64, HEADER_LEN as u64)
+        else {
+            // Only past `max_bytes`, which the caller checked with `fits`.
+            self.ledger.unjournaled(tenant);
+            return false;
+        };
+        if let Some(id) = step.roll {
+            self.ops.push(Op::Seal {
+                id: id - 1,
+                end: step.seq,
+            });
+            self.ops.push(Op::Create {
+                id,
+                first: step.seq,
+            });
+            self.buffered += HEADER_LEN + SEAL_LEN;
+        }
+        self.buffered += len;
+        let id = self.ledger.current();
+        match self.ops.last_mut() {
+            Some(Op::Append { id: last, bytes }) if *last == id => item.frame(step.seq, bytes),
+            _ => {
+                let mut bytes = Vec::with_capacity(len.max(4_096));
+                item.frame(step.seq, &mut bytes);
+                self.ops.push(Op::Append { id, bytes });
+            }
+        }
+        true
+    }
+
+    /// Appends records to segment `id` in the buffer.
+    fn push(&mut self, id: SegmentId, bytes: Vec<u8>) {
+        self.buffered += bytes.len();
+        match self.ops.last_mut() {
+            Some(Op::Append { id: last, bytes: b }) if *last == id => b.extend_from_slice(&bytes),
+            _ => self.ops.push(Op::Append { id, bytes }),
+        }
+    }
+
+    /// The oldest `n` pending items of `tenant` are done.
+    pub fn settle(&mut self, tenant: &K, n: u64) {
+        self.ledger.settle(tenant, n);
+    }
+
+    /// Every pending item is done (shutdown deadline, abandon).
+    pub fn settle_all(&mut self) {
+        self.ledger.settle_all();
+    }
+
+    /// Takes what the next commit writes: the buffered records, the done
+    /// marks, then the segments that can go. Empty while the journal is
+    /// down (see [`resume`](Self::resume)).
+    pub fn take_batch(&mut self) -> Batch {
+        self.take_batch_then(false)
+    }
+
+    /// Like [`take_batch`](Self::take_batch); with `roll_if_idle`, and no
+    /// journaled item pending once the marks are taken, the batch also
+    /// starts a fresh segment so that every older one goes (D6: a clean
+    /// shutdown leaves one empty segment).
+    pub fn take_batch_then(&mut self, roll_if_idle: bool) -> Batch {
+        if self.down {
+            return Batch::default();
+        }
+        let marks = self.ledger.take_marks();
+        if !marks.is_empty() {
+            let mut b = Vec::with_capacity(marks.len() * 8 + 16);
+            format::done(&mut b, &marks);
+            self.ledger.add_bytes(b.len() as u64);
+            self.push(self.ledger.current(), b);
+        }
+        if roll_if_idle && self.ledger.live() == 0 {
+            self.roll();
+        }
+        let mut ops = std::mem::take(&mut self.ops);
+        self.buffered = 0;
+        self.taken_deletes.clear();
+        while let Some(id) = self.ledger.poll_delete() {
+            ops.push(Op::Delete(id));
+            self.taken_deletes.push(id);
+        }
+        self.taken_marks = marks;
+        self.in_flight = ops.iter().filter_map(Op::writes).collect();
+        Batch {
+            ops,
+            upto: self.ledger.next_seq(),
+        }
+    }
+
+    /// The commit of a batch taken with `upto` is done: durable, or it
+    /// failed and the journal is down (its unsynced items are undurable
+    /// now, S-J5). Returns how many items became undurable.
+    pub fn committed(&mut self, upto: Seq, ok: bool) -> u64 {
+        if ok {
+            self.synced = self.synced.max(upto);
+            self.in_flight.clear();
+            if self.down {
+                // The resume carried the redo.
+                self.redo_marks.clear();
+                self.redo_deletes.clear();
+            }
+            self.taken_marks.clear();
+            self.taken_deletes.clear();
+            self.down = false;
+            return 0;
+        }
+        if !self.down {
+            // The first failure of an incident: the segments written since
+            // hold nothing promised past this.
+            self.failed_end = self.synced;
+            // Its marks and deletions are redone by the resume.
+            self.redo_marks.append(&mut self.taken_marks);
+            self.redo_deletes.append(&mut self.taken_deletes);
+        }
+        self.down = true;
+        // Every item the buffer held since is on no disk either.
+        self.ops.clear();
+        self.buffered = 0;
+        let lost = self.ledger.incident(self.synced);
+        self.synced = self.ledger.next_seq();
+        lost
+    }
+
+    /// Starts a fresh segment now.
+    fn roll(&mut self) {
+        let old = self.ledger.current();
+        let end = self.ledger.next_seq();
+        let id = self.ledger.roll(HEADER_LEN as u64);
+        self.ops.push(Op::Seal { id: old, end });
+        self.ops.push(Op::Create { id, first: end });
+        self.buffered += HEADER_LEN + SEAL_LEN;
+    }
+
+    /// After a fault: the batch that retries the journal, sealing the
+    /// segments the failed commit wrote (their range ends at what was
+    /// synced), opening a new segment, and redoing the failed commit's
+    /// done marks and deletions. If it commits, the journal is up
+    /// again; if not, call `committed(_, false)` and retry later.
+    pub fn resume(&mut self) -> Batch {
+        let end = self.failed_end;
+        let mut ops: Vec<Op> = std::mem::take(&mut self.in_flight)
+            .into_iter()
+            .map(|id| Op::Seal { id, end })
+            .collect();
+        let id = self.ledger.roll(HEADER_LEN as u64);
+        ops.push(Op::Create {
+            id,
+            first: self.ledger.next_seq(),
+        });
+        if !self.redo_marks.is_empty() {
+            let mut b = Vec::with_capacity(self.redo_marks.len() * 8 + 16);
+            format::done(&mut b, &self.redo_marks);
+            self.ledger.add_bytes(b.len() as u64);
+            self.ledger.remark(&self.redo_marks);
+            ops.push(Op::Append { id, bytes: b });
+        }
+        ops.extend(self.redo_deletes.iter().map(|d| Op::Delete(*d)));
+        self.in_flight = ops.iter().filter_map(Op::writes).collect();
+        Batch {
+            ops,
+            upto: self.ledger.next_seq(),
+        }
+    }
+}
+
+/// Carries batches to a [`Storage`]: appends in order, then one sync per
+/// segment written, then deletions (S-J2: a segment goes only after the
+/// marks that free it are durable).
+#[derive(Debug)]
+pub struct Committer<S> {
+    storage: S,
+}
+
+impl<S: Storage> Committer<S> {
+    /// A committer on `storage` (already locked by the recovery).
+    pub fn new(storage: S) -> Self {
+        Committer { storage }
+    }
+
+    /// The storage.
+    pub fn storage(&mut self) -> &mut S {
+        &mut self.storage
+    }
+
+    /// Writes and syncs `batch`.
+    ///
+    /// # Errors
+    /// The first IO error; what came before it may or may not be on disk.
+    pub fn commit(&mut self, batch: &Batch) -> io::Result<()> {
+        let mut written = BTreeSet::new();
+        for op in &batch.ops {
+            match op {
+                Op::Create { id, first } => {
+                    let name = format::segment_name(*id);
+                    self.storage.create(&name)?;
+                    self.storage.append(&name, &format::header(*id, *first))?;
+                    written.insert(*id);
+                }
+                Op::Append { id, bytes } => {
+                    self.storage.append(&format::segment_name(*id), bytes)?;
+                    written.insert(*id);
+                }
+                Op::Seal { id, end } => {
+                    let mut b = Vec::with_capacity(SEAL_LEN);
+                    format::seal(&mut b, *end);
+                    match self.storage.append(&format::segment_name(*id), &b) {
+                        Ok(()) => {
+                            written.insert(*id);
+                        }
+                        // Never created (a commit failed before): no range
+                        // to end.
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Op::Delete(_) => {}
+            }
+        }
+        for id in &written {
+            self.storage.sync(&format::segment_name(*id))?;
+        }
+        for op in &batch.ops {
+            if let Op::Delete(id) = op {
+                match self.storage.delete(&format::segment_name(*id)) {
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }
+}
