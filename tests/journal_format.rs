@@ -60,7 +60,7 @@ impl Journal {
         )
         .map_err(|_| ())
         .expect("encodes");
-        assert!(self.state.append(tenant, enc));
+        assert!(self.state.append(tenant, &enc));
     }
 
     fn commit(&mut self) -> io::Result<()> {
@@ -477,7 +477,7 @@ fn an_undecodable_item_is_counted_unreadable() {
         )
         .map_err(|_| ())
         .unwrap();
-        state.append(5, e);
+        state.append(5, &e);
     }
     let batch = state.take_batch();
     c.commit(&batch).unwrap();
@@ -504,7 +504,7 @@ fn a_failed_commit_leaves_a_journal_that_recovers_what_was_synced() {
     assert!(j.state.is_down());
     assert_eq!(j.state.ledger().undurable(), 1);
     let enc = format::EncodedItem::new::<()>(|_| Ok(()), |_| Ok(())).unwrap();
-    assert!(!j.state.append(1, enc), "down: not journaled");
+    assert!(!j.state.append(1, &enc), "down: not journaled");
     assert_eq!(j.state.ledger().undurable(), 2);
     let batch = j.state.resume();
     assert!(j.committer.commit(&batch).is_err(), "still full");

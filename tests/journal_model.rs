@@ -145,7 +145,7 @@ impl World {
                 )
                 .map_err(|_| ())
                 .unwrap();
-                let journaled = self.state.append(t, record);
+                let journaled = self.state.append(t, &record);
                 self.pending.entry(t).or_default().push(id);
                 self.fate
                     .insert(id, (t, Fate::Pending(journaled.then_some(false))));

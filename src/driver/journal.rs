@@ -8,6 +8,7 @@
 //! for a disk (S-W1).
 
 use std::collections::VecDeque;
+use std::cell::Cell;
 use std::fmt;
 use std::future::Future;
 use std::io;
@@ -147,6 +148,51 @@ pub(crate) struct Journal<K, I> {
     metrics: Metrics,
 }
 
+thread_local! {
+    /// The buffer `stage` encodes records into on this thread, reused from
+    /// one stage to the next (a stage allocates nothing for its record).
+    static SCRATCH: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
+
+/// A scratch buffer grown past this by a large item is let go, so that a
+/// thread does not hold on to a burst.
+const SCRATCH_KEEP: usize = 64 << 10;
+
+fn keep_scratch(buffer: Vec<u8>) {
+    if buffer.capacity() <= SCRATCH_KEEP {
+        // Gone only while the thread exits: the buffer is dropped then.
+        let _ = SCRATCH.try_with(|s| s.set(buffer));
+    }
+}
+
+/// A record admitted by [`Journal::admit`]: the journal's lock, held from
+/// the check to the append.
+pub(crate) struct Admitted<'a, K, I> {
+    journal: &'a Journal<K, I>,
+    g: MutexGuard<'a, Inner<K>>,
+}
+
+impl<K: Ord + Clone, I> Admitted<'_, K, I> {
+    /// Under the outbox's lock, after the engine accepted the item:
+    /// appends its record to the buffer (or, while the journal is down,
+    /// only keeps its place, S-J5).
+    pub(crate) fn append(self, tenant: K, record: &EncodedItem) {
+        let Admitted { journal, mut g } = self;
+        let was_empty = g.state.buffered() == 0;
+        if !g.state.append(tenant, record) {
+            g.unjournaled_in_incident += 1;
+            journal.metrics.unjournaled.increment(1);
+        }
+        let full = g.state.buffered() >= journal.sync_bytes;
+        drop(g);
+        if full {
+            journal.now.notify_one();
+        } else if was_empty {
+            journal.soon.notify_one();
+        }
+    }
+}
+
 /// What opening a journal yields: the journal, its committer for the
 /// commit task, and what the recovery found.
 pub(crate) struct Opened<K, I> {
@@ -234,59 +280,51 @@ where
     }
 
     /// Encodes `item` of `tenant` into a record (outside any lock; a panic
-    /// in the codec is contained).
+    /// in the codec is contained), in this thread's reused buffer: hand
+    /// the record back with [`recycle`](Self::recycle) once appended.
     pub(crate) fn encode(&self, tenant: &K, item: &I) -> Result<EncodedItem, Refusal> {
         let codec = &*self.codec;
+        let buffer = SCRATCH.try_with(Cell::take).unwrap_or_default();
         let encoded = contain::call(|| {
-            EncodedItem::new(
+            EncodedItem::new_in(
+                buffer,
                 |b| codec.encode_tenant(tenant, b),
                 |b| codec.encode_item(item, b),
             )
         });
         match encoded {
             Ok(Ok(record)) => Ok(record),
-            Ok(Err(EncodeFailure::Codec(_) | EncodeFailure::TooLarge)) | Err(_) => {
+            Ok(Err((EncodeFailure::Codec(_) | EncodeFailure::TooLarge, buffer))) => {
+                keep_scratch(buffer);
                 Err(Refusal::Encode)
             }
+            Err(_) => Err(Refusal::Encode),
         }
+    }
+
+    /// Hands the buffer of a record [`encode`](Self::encode) made back to
+    /// this thread, for its next stage.
+    pub(crate) fn recycle(record: EncodedItem) {
+        keep_scratch(record.into_buffer());
     }
 
     /// Under the outbox's lock, before the engine takes the item: whether
     /// `max_bytes` leaves room for it on disk (S-J4) and
-    /// `max_buffered_bytes` in memory (S-B8).
-    pub(crate) fn admit(&self, record: &EncodedItem) -> Result<(), Refusal> {
+    /// `max_buffered_bytes` in memory (S-B8). The journal's lock stays
+    /// held until the item is appended (or refused by the engine), so a
+    /// stage takes it once.
+    pub(crate) fn admit(&self, record: &EncodedItem) -> Result<Admitted<'_, K, I>, Refusal> {
         let g = self.lock();
         let buffered = g.state.buffered().saturating_add(record.len());
         if g.state.fits(record.len()) && buffered <= self.max_buffered {
-            Ok(())
+            Ok(Admitted { journal: self, g })
         } else {
             Err(Refusal::Full)
         }
     }
 
-    /// Under the outbox's lock, after the engine accepted the item: appends
-    /// its record to the buffer (or, while the journal is down, only keeps
-    /// its place, S-J5).
-    pub(crate) fn append(&self, tenant: K, record: EncodedItem) {
-        let mut g = self.lock();
-        let was_empty = g.state.buffered() == 0;
-        if !g.state.append(tenant, record) {
-            g.unjournaled_in_incident += 1;
-            self.metrics.unjournaled.increment(1);
-        }
-        let full = g.state.buffered() >= self.sync_bytes;
-        drop(g);
-        if full {
-            self.now.notify_one();
-        } else if was_empty {
-            self.soon.notify_one();
-        }
-    }
-
-    /// Under the outbox's lock: the tenant's recovered items are pending
-    /// in the engine again; nothing to append (their records are on disk).
-    /// Called with the engine's events, in order: marks the items they
-    /// settle done (S-J3).
+    /// Under the outbox's lock, with the engine's events, in order: marks
+    /// the items they settle done (S-J3).
     pub(crate) fn settle<'a>(&self, events: impl IntoIterator<Item = &'a Event<K, I>>)
     where
         K: 'a,
@@ -412,19 +450,19 @@ where
         } else if self.inline_io {
             let r = contain::call(|| committer.commit(&batch))
                 .unwrap_or_else(|_| Err(io::Error::other("the journal storage panicked")));
-            (Some(batch.upto), r)
+            (Some(batch), r)
         } else {
             let mut c = std::mem::replace(committer, Committer::new(Box::new(Gone)));
             let joined = tokio::task::spawn_blocking(move || {
                 let r = contain::call(|| c.commit(&batch))
                     .unwrap_or_else(|_| Err(io::Error::other("the journal storage panicked")));
-                (c, batch.upto, r)
+                (c, batch, r)
             })
             .await;
             match joined {
-                Ok((c, upto, r)) => {
+                Ok((c, batch, r)) => {
                     *committer = c;
-                    (Some(upto), r)
+                    (Some(batch), r)
                 }
                 Err(_) => (
                     None,
@@ -439,8 +477,11 @@ where
         }
         let mut g = self.lock();
         let ok = result.is_ok();
-        if let Some(upto) = back {
-            g.state.committed(upto, ok);
+        if let Some(batch) = back {
+            g.state.committed(batch.upto, ok);
+            // Its buffer is the next one staging fills (S-J1: two buffers
+            // take turns); a burst's larger one is let go.
+            g.state.recycle(batch, self.sync_bytes.saturating_mul(4));
         } else if !ok {
             g.state.committed(0, false);
         }
@@ -541,8 +582,7 @@ mod tests {
 
     fn stage(j: &J, tenant: u64, item: u64) {
         let record = j.encode(&tenant, &item).unwrap();
-        j.admit(&record).unwrap();
-        j.append(tenant, record);
+        j.admit(&record).unwrap().append(tenant, &record);
     }
 
     fn recovered(disk: &MemStorage) -> Vec<(u64, u64)> {
@@ -696,8 +736,8 @@ mod tests {
         loop {
             let record = j.encode(&1, &7).unwrap();
             match j.admit(&record) {
-                Ok(()) => {
-                    j.append(1, record);
+                Ok(admitted) => {
+                    admitted.append(1, &record);
                     accepted += 1;
                 }
                 Err(r) => {
@@ -720,8 +760,12 @@ mod tests {
             .max_buffered_bytes(1_000);
         let j = J::open(config, Box::new(Postcard), "test").unwrap().journal;
         let mut accepted = 0;
-        while j.admit(&j.encode(&1, &7).unwrap()).is_ok() {
-            j.append(1, j.encode(&1, &7).unwrap());
+        loop {
+            let record = j.encode(&1, &7).unwrap();
+            let Ok(admitted) = j.admit(&record) else {
+                break;
+            };
+            admitted.append(1, &record);
             accepted += 1;
         }
         assert!(j.lock().state.buffered() <= 1_000);

@@ -407,19 +407,23 @@ impl<S: Sink> Outbox<S> {
                     .engine_input(|st| st.engine.refuse(now, tenant, DropReason::EncodeFailed));
                 (staged, true, Some(item))
             }
-            Ok(record) => shared.engine_input(|st| {
-                if journal.admit(&record).is_err() {
-                    let now = shared.now();
-                    let staged = st.engine.refuse(now, tenant, DropReason::JournalFull);
-                    return (staged, true, Some(item));
-                }
-                let key = tenant.clone();
-                let stage = st.engine.stage_lazy(|| shared.now(), tenant, item);
-                if stage.staged == Staged::Accepted {
-                    journal.append(key, record);
-                }
-                (stage.staged, stage.wake, None)
-            }),
+            Ok(record) => {
+                let staged = shared.engine_input(|st| {
+                    let Ok(admitted) = journal.admit(&record) else {
+                        let now = shared.now();
+                        let staged = st.engine.refuse(now, tenant, DropReason::JournalFull);
+                        return (staged, true, Some(item));
+                    };
+                    let key = tenant.clone();
+                    let stage = st.engine.stage_lazy(|| shared.now(), tenant, item);
+                    if stage.staged == Staged::Accepted {
+                        admitted.append(key, &record);
+                    }
+                    (stage.staged, stage.wake, None)
+                });
+                super::journal::Journal::<S::Tenant, S::Item>::recycle(record);
+                staged
+            }
         };
         // An item's `Drop` is application code: after the lock (S-W13).
         if let Some(item) = refused {

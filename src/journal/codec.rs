@@ -46,9 +46,33 @@ pub trait Codec<K, I>: Send + Sync + 'static {
 pub struct Postcard;
 
 fn encode<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) -> Result<(), BoxError> {
-    let taken = std::mem::take(out);
-    *out = postcard::to_extend(value, taken)?;
+    postcard::serialize_with_flavor(value, AppendTo(out))?;
     Ok(())
+}
+
+/// A postcard output that appends to a `Vec` in place: a byte is one
+/// `push` (postcard's own `to_extend` goes through `Extend` per byte, and
+/// shows in the cost of a stage).
+struct AppendTo<'a>(&'a mut Vec<u8>);
+
+impl postcard::ser_flavors::Flavor for AppendTo<'_> {
+    type Output = ();
+
+    #[inline]
+    fn try_push(&mut self, data: u8) -> postcard::Result<()> {
+        self.0.push(data);
+        Ok(())
+    }
+
+    #[inline]
+    fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
+        self.0.extend_from_slice(data);
+        Ok(())
+    }
+
+    fn finalize(self) -> postcard::Result<()> {
+        Ok(())
+    }
 }
 
 impl<K, I> Codec<K, I> for Postcard

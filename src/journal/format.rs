@@ -162,8 +162,9 @@ pub fn seal(out: &mut Vec<u8>, end: u64) {
 }
 
 /// An item record encoded outside any lock, still without its sequence
-/// number: [`EncodedItem::frame`] adds it and the checksum (cheap, done
-/// when the number is known).
+/// number: [`EncodedItem::frame`] copies it into the group-commit buffer
+/// and adds the number and the checksum there (cheap, done when the
+/// number is known).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EncodedItem {
     bytes: Vec<u8>,
@@ -180,18 +181,40 @@ impl EncodedItem {
         tenant: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
         item: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
     ) -> Result<Self, EncodeFailure<E>> {
-        let mut b = vec![0u8; FRAME_LEN];
+        Self::new_in(Vec::new(), tenant, item).map_err(|(e, _)| e)
+    }
+
+    /// Like [`new`](Self::new), in `buffer` (cleared first): a caller that
+    /// encodes many records reuses one buffer through
+    /// [`into_buffer`](Self::into_buffer) instead of allocating one per
+    /// record.
+    ///
+    /// # Errors
+    /// As [`new`](Self::new), with `buffer` handed back.
+    pub fn new_in<E>(
+        mut buffer: Vec<u8>,
+        tenant: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+        item: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<Self, (EncodeFailure<E>, Vec<u8>)> {
+        let b = &mut buffer;
+        b.clear();
+        b.extend_from_slice(&[0; FRAME_LEN]);
         b.push(KIND_ITEM);
         b.extend_from_slice(&[0; 8 + 4]);
-        tenant(&mut b).map_err(EncodeFailure::Codec)?;
-        let tenant_len = b.len() - ITEM_OVERHEAD;
-        let tenant_len = u32::try_from(tenant_len).map_err(|_| EncodeFailure::TooLarge)?;
-        b[FRAME_LEN + 9..ITEM_OVERHEAD].copy_from_slice(&tenant_len.to_le_bytes());
-        item(&mut b).map_err(EncodeFailure::Codec)?;
-        if b.len() - FRAME_LEN > MAX_BODY {
-            return Err(EncodeFailure::TooLarge);
+        if let Err(e) = tenant(b) {
+            return Err((EncodeFailure::Codec(e), buffer));
         }
-        Ok(EncodedItem { bytes: b })
+        let Ok(tenant_len) = u32::try_from(b.len() - ITEM_OVERHEAD) else {
+            return Err((EncodeFailure::TooLarge, buffer));
+        };
+        b[FRAME_LEN + 9..ITEM_OVERHEAD].copy_from_slice(&tenant_len.to_le_bytes());
+        if let Err(e) = item(b) {
+            return Err((EncodeFailure::Codec(e), buffer));
+        }
+        if b.len() - FRAME_LEN > MAX_BODY {
+            return Err((EncodeFailure::TooLarge, buffer));
+        }
+        Ok(EncodedItem { bytes: buffer })
     }
 
     /// Bytes the framed record takes.
@@ -204,15 +227,20 @@ impl EncodedItem {
         false
     }
 
-    /// Appends the framed record with sequence number `seq` to `out`.
-    pub fn frame(mut self, seq: u64, out: &mut Vec<u8>) {
-        self.bytes[FRAME_LEN + 1..FRAME_LEN + 9].copy_from_slice(&seq.to_le_bytes());
-        seal_frame(&mut self.bytes);
-        if out.is_empty() {
-            *out = self.bytes;
-        } else {
-            out.extend_from_slice(&self.bytes);
-        }
+    /// Appends the framed record with sequence number `seq` to `out`: one
+    /// copy, then the number and the checksum written in place.
+    pub fn frame(&self, seq: u64, out: &mut Vec<u8>) {
+        let start = out.len();
+        out.extend_from_slice(&self.bytes);
+        let f = &mut out[start..];
+        f[FRAME_LEN + 1..FRAME_LEN + 9].copy_from_slice(&seq.to_le_bytes());
+        seal_frame(f);
+    }
+
+    /// The buffer the record was built in, for the next
+    /// [`new_in`](Self::new_in).
+    pub fn into_buffer(self) -> Vec<u8> {
+        self.bytes
     }
 }
 

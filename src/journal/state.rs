@@ -104,6 +104,9 @@ pub struct JournalState<K> {
     taken_deletes: Vec<SegmentId>,
     redo_marks: Vec<Seq>,
     redo_deletes: Vec<SegmentId>,
+    /// An empty record buffer a finished commit handed back
+    /// ([`recycle`](Self::recycle)), for the next append to fill.
+    spare: Vec<u8>,
 }
 
 impl<K: Ord + Clone> JournalState<K> {
@@ -123,6 +126,7 @@ impl<K: Ord + Clone> JournalState<K> {
             taken_deletes: Vec::new(),
             redo_marks: Vec::new(),
             redo_deletes: Vec::new(),
+            spare: Vec::new(),
             ledger,
         }
     }
@@ -163,7 +167,7 @@ impl<K: Ord + Clone> JournalState<K> {
     /// Takes an accepted item: journaled in the buffer, or, while the
     /// journal is down, only placed in its tenant's order (S-J5). Returns
     /// whether it was journaled.
-    pub fn append(&mut self, tenant: K, item: EncodedItem) -> bool {
+    pub fn append(&mut self, tenant: K, item: &EncodedItem) -> bool {
         if self.down {
             self.ledger.unjournaled(tenant);
             return false;
@@ -193,12 +197,43 @@ impl<K: Ord + Clone> JournalState<K> {
         match self.ops.last_mut() {
             Some(Op::Append { id: last, bytes }) if *last == id => item.frame(step.seq, bytes),
             _ => {
-                let mut bytes = Vec::with_capacity(len.max(4_096));
+                let mut bytes = self.fresh(len);
                 item.frame(step.seq, &mut bytes);
                 self.ops.push(Op::Append { id, bytes });
             }
         }
         true
+    }
+
+    /// An empty buffer for the records of a new append: the spare one a
+    /// finished commit handed back, if any (so that in steady state two
+    /// buffers take turns, one filling while the other is written, and
+    /// staging neither allocates nor grows a buffer).
+    fn fresh(&mut self, len: usize) -> Vec<u8> {
+        let mut bytes = std::mem::take(&mut self.spare);
+        bytes.clear();
+        bytes.reserve(len.max(4_096));
+        bytes
+    }
+
+    /// A commit of `batch` is done: its largest record buffer is kept,
+    /// emptied, for the next batch to fill, unless its capacity is over
+    /// `max_capacity` bytes (a burst is not held on to).
+    pub fn recycle(&mut self, batch: Batch, max_capacity: usize) {
+        let largest = batch
+            .ops
+            .into_iter()
+            .filter_map(|op| match op {
+                Op::Append { bytes, .. } => Some(bytes),
+                _ => None,
+            })
+            .filter(|b| b.capacity() <= max_capacity)
+            .max_by_key(Vec::capacity);
+        if let Some(bytes) = largest {
+            if bytes.capacity() > self.spare.capacity() {
+                self.spare = bytes;
+            }
+        }
     }
 
     /// Appends records to segment `id` in the buffer.
