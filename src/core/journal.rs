@@ -41,13 +41,26 @@ pub type Seq = u64;
 /// A segment's number: from 1, one more for each new segment.
 pub type SegmentId = u64;
 
-/// Where a pending item of a tenant stands in the journal.
+/// Where a pending item of a tenant stands in the journal: journaled
+/// under a sequence number, or accepted while the journal was down and in
+/// memory only (S-J5). One word (0 is never a sequence number, so it
+/// stands for the latter): a stage pushes one per item.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Entry {
-    /// Journaled under this sequence number.
-    At(Seq),
-    /// Accepted while the journal was down: in memory only (S-J5).
-    Unjournaled,
+struct Entry(Seq);
+
+impl Entry {
+    const UNJOURNALED: Entry = Entry(0);
+
+    /// Journaled under `seq` (at least 1).
+    fn at(seq: Seq) -> Self {
+        debug_assert!(seq > 0, "0 is never a sequence number");
+        Entry(seq)
+    }
+
+    /// Its sequence number, if journaled.
+    fn seq(self) -> Option<Seq> {
+        (self.0 > 0).then_some(self.0)
+    }
 }
 
 /// One segment's bookkeeping.
@@ -211,7 +224,7 @@ impl<K: Ord + Clone> Ledger<K> {
         self.tenants
             .entry(tenant)
             .or_default()
-            .push_back(Entry::At(seq));
+            .push_back(Entry::at(seq));
         Ok(Append { seq, roll })
     }
 
@@ -222,7 +235,7 @@ impl<K: Ord + Clone> Ledger<K> {
         self.tenants
             .entry(tenant)
             .or_default()
-            .push_back(Entry::Unjournaled);
+            .push_back(Entry::UNJOURNALED);
     }
 
     /// Pending items on no disk (S-J5): a sync barrier cannot answer that
@@ -257,9 +270,9 @@ impl<K: Ord + Clone> Ledger<K> {
         let mut moved = Vec::new();
         for queue in self.tenants.values_mut() {
             for entry in queue.iter_mut() {
-                if let Entry::At(seq) = *entry {
+                if let Some(seq) = entry.seq() {
                     if seq >= synced {
-                        *entry = Entry::Unjournaled;
+                        *entry = Entry::UNJOURNALED;
                         moved.push(seq);
                     }
                 }
@@ -297,12 +310,12 @@ impl<K: Ord + Clone> Ledger<K> {
         let take = usize::try_from(n).unwrap_or(usize::MAX).min(queue.len());
         let mut journaled = 0;
         for entry in queue.drain(..take) {
-            match entry {
-                Entry::At(seq) => {
+            match entry.seq() {
+                Some(seq) => {
                     self.marks.push(seq);
                     journaled += 1;
                 }
-                Entry::Unjournaled => self.undurable -= 1,
+                None => self.undurable -= 1,
             }
         }
         if queue.is_empty() {
@@ -319,7 +332,7 @@ impl<K: Ord + Clone> Ledger<K> {
         let mut journaled = 0;
         for (_, queue) in tenants {
             for entry in queue {
-                if let Entry::At(seq) = entry {
+                if let Some(seq) = entry.seq() {
                     self.marks.push(seq);
                     journaled += 1;
                 }
@@ -675,7 +688,7 @@ impl<K: Ord + Clone, P> Recovery<K, P> {
                     .tenants
                     .entry(tenant.clone())
                     .or_default()
-                    .push_back(Entry::At(seq));
+                    .push_back(Entry::at(seq));
                 items.push((seq, tenant, payload));
             }
         }

@@ -7,8 +7,8 @@
 //! only the journal's lock, and never while doing IO: `stage` never waits
 //! for a disk (S-W1).
 
-use std::collections::VecDeque;
 use std::cell::Cell;
+use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::io;

@@ -140,6 +140,23 @@ fn seal_frame(f: &mut [u8]) {
     f[4..8].copy_from_slice(&crc.to_le_bytes());
 }
 
+/// Computes the checksum of every record in `records`: framed records
+/// back to back, as [`EncodedItem::frame_unsealed`], [`done`] and [`seal`]
+/// leave them. Stops at a length that runs past the end (never written
+/// by this module).
+pub fn seal_records(records: &mut [u8]) {
+    let mut at = 0;
+    while let Some(head) = records.get(at..at + FRAME_LEN) {
+        let len = u32::from_le_bytes(head[..4].try_into().expect("4 bytes")) as usize;
+        let end = at + FRAME_LEN + len;
+        let Some(f) = records.get_mut(at..end) else {
+            return;
+        };
+        seal_frame(f);
+        at = end;
+    }
+}
+
 /// Appends a done record marking `seqs` to `out` (in records of at most
 /// 8,192 marks each).
 pub fn done(out: &mut Vec<u8>, seqs: &[u64]) {
@@ -162,9 +179,9 @@ pub fn seal(out: &mut Vec<u8>, end: u64) {
 }
 
 /// An item record encoded outside any lock, still without its sequence
-/// number: [`EncodedItem::frame`] copies it into the group-commit buffer
-/// and adds the number and the checksum there (cheap, done when the
-/// number is known).
+/// number: [`EncodedItem::frame_unsealed`] copies it into the group-commit
+/// buffer and adds the number there (cheap, done under the lock when the
+/// number is known); [`seal_records`] adds the checksum at commit.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EncodedItem {
     bytes: Vec<u8>,
@@ -228,13 +245,16 @@ impl EncodedItem {
     }
 
     /// Appends the framed record with sequence number `seq` to `out`: one
-    /// copy, then the number and the checksum written in place.
-    pub fn frame(&self, seq: u64, out: &mut Vec<u8>) {
+    /// copy, then the number and the length written in place. Its checksum
+    /// is left for [`seal_records`] (the committer computes it, off the
+    /// outbox's lock): until then the record is not valid.
+    pub fn frame_unsealed(&self, seq: u64, out: &mut Vec<u8>) {
         let start = out.len();
         out.extend_from_slice(&self.bytes);
         let f = &mut out[start..];
         f[FRAME_LEN + 1..FRAME_LEN + 9].copy_from_slice(&seq.to_le_bytes());
-        seal_frame(f);
+        let len = u32::try_from(f.len() - FRAME_LEN).unwrap_or(u32::MAX);
+        f[..4].copy_from_slice(&len.to_le_bytes());
     }
 
     /// The buffer the record was built in, for the next
@@ -365,7 +385,8 @@ mod tests {
             },
         )
         .unwrap()
-        .frame(seq, &mut out);
+        .frame_unsealed(seq, &mut out);
+        seal_records(&mut out);
         out
     }
 
@@ -396,6 +417,46 @@ mod tests {
             ]
         );
         assert!(scan.skipped.is_empty());
+        assert_eq!(scan.valid_end, bytes.len());
+    }
+
+    #[test]
+    fn an_unsealed_record_is_invalid_until_its_checksum_is_computed() {
+        // The stage path frames without the checksum; the committer seals
+        // every record of the buffer, whatever its kind, before writing.
+        let enc = EncodedItem::new::<()>(
+            |b| {
+                b.push(7);
+                Ok(())
+            },
+            |b| {
+                b.extend_from_slice(b"payload");
+                Ok(())
+            },
+        )
+        .unwrap();
+        let mut bytes = header(1, 5).to_vec();
+        let mut records = Vec::new();
+        enc.frame_unsealed(5, &mut records);
+        done(&mut records, &[3]);
+        enc.frame_unsealed(6, &mut records);
+        seal(&mut records, 7);
+        let mut unsealed = bytes.clone();
+        unsealed.extend_from_slice(&records);
+        let found = scan(&unsealed, HEADER_LEN).records;
+        assert_eq!(found, [Record::Done(vec![3]), Record::Seal(7)]);
+        seal_records(&mut records);
+        bytes.extend_from_slice(&records);
+        let scan = scan(&bytes, HEADER_LEN);
+        let item = |seq| Record::Item {
+            seq,
+            tenant: &[7],
+            item: b"payload",
+        };
+        assert_eq!(
+            scan.records,
+            [item(5), Record::Done(vec![3]), item(6), Record::Seal(7)]
+        );
         assert_eq!(scan.valid_end, bytes.len());
     }
 

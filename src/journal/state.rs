@@ -24,7 +24,8 @@ pub enum Op {
     Append {
         /// The segment.
         id: SegmentId,
-        /// Framed records.
+        /// Framed records; item records without their checksums, which
+        /// the [`Committer`] computes as it writes them.
         bytes: Vec<u8>,
     },
     /// Append a seal record (`end`) to segment `id`; nothing if the
@@ -168,19 +169,16 @@ impl<K: Ord + Clone> JournalState<K> {
     /// journal is down, only placed in its tenant's order (S-J5). Returns
     /// whether it was journaled.
     pub fn append(&mut self, tenant: K, item: &EncodedItem) -> bool {
-        if self.down {
+        let len = item.len();
+        // Past `max_bytes` only if the caller did not check `fits`.
+        if self.down || !self.fits(len) {
             self.ledger.unjournaled(tenant);
             return false;
         }
-        let len = item.len();
-        let Ok(step) = self
+        let step = self
             .ledger
-            .append(tenant.clone(), len as u64, HEADER_LEN as u64)
-        else {
-            // Only past `max_bytes`, which the caller checked with `fits`.
-            self.ledger.unjournaled(tenant);
-            return false;
-        };
+            .append(tenant, len as u64, HEADER_LEN as u64)
+            .expect("refused only past `max_bytes`, which `fits` checked");
         if let Some(id) = step.roll {
             self.ops.push(Op::Seal {
                 id: id - 1,
@@ -195,10 +193,12 @@ impl<K: Ord + Clone> JournalState<K> {
         self.buffered += len;
         let id = self.ledger.current();
         match self.ops.last_mut() {
-            Some(Op::Append { id: last, bytes }) if *last == id => item.frame(step.seq, bytes),
+            Some(Op::Append { id: last, bytes }) if *last == id => {
+                item.frame_unsealed(step.seq, bytes)
+            }
             _ => {
                 let mut bytes = self.fresh(len);
-                item.frame(step.seq, &mut bytes);
+                item.frame_unsealed(step.seq, &mut bytes);
                 self.ops.push(Op::Append { id, bytes });
             }
         }
@@ -377,12 +377,21 @@ impl<K: Ord + Clone> JournalState<K> {
 #[derive(Debug)]
 pub struct Committer<S> {
     storage: S,
+    /// Where an append's records get their checksums before they are
+    /// written (reused from one commit to the next).
+    sealed: Vec<u8>,
 }
+
+/// A commit's scratch buffer grown past this by a burst is let go.
+const SEALED_KEEP: usize = 8 << 20;
 
 impl<S: Storage> Committer<S> {
     /// A committer on `storage` (already locked by the recovery).
     pub fn new(storage: S) -> Self {
-        Committer { storage }
+        Committer {
+            storage,
+            sealed: Vec::new(),
+        }
     }
 
     /// The storage.
@@ -405,7 +414,18 @@ impl<S: Storage> Committer<S> {
                     written.insert(*id);
                 }
                 Op::Append { id, bytes } => {
-                    self.storage.append(&format::segment_name(*id), bytes)?;
+                    // The checksums are computed here, on the commit's
+                    // thread, not under the lock `stage` takes (S-J1).
+                    self.sealed.clear();
+                    self.sealed.extend_from_slice(bytes);
+                    format::seal_records(&mut self.sealed);
+                    let r = self
+                        .storage
+                        .append(&format::segment_name(*id), &self.sealed);
+                    if self.sealed.capacity() > SEALED_KEEP {
+                        self.sealed = Vec::new();
+                    }
+                    r?;
                     written.insert(*id);
                 }
                 Op::Seal { id, end } => {
