@@ -30,8 +30,10 @@
 //!   order, D2), and counts as lost every sequence number of a segment's
 //!   known range that is neither readable nor marked done (D4).
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, DefaultHasher, Hash};
 
+use super::shrink;
 use super::{DropReason, Event, LostReason};
 
 /// An item's sequence number in the journal: from 1, in staging order
@@ -62,6 +64,11 @@ impl Entry {
         (self.0 > 0).then_some(self.0)
     }
 }
+
+/// The pending entries of each tenant. A hash map (SipHash with fixed
+/// keys, like the engine's tenant map): a stage looks its tenant up once,
+/// and nothing decides anything by iterating it (S-C1).
+type PerTenant<K> = HashMap<K, VecDeque<Entry>, BuildHasherDefault<DefaultHasher>>;
 
 /// One segment's bookkeeping.
 #[derive(Clone, Debug, Default)]
@@ -114,8 +121,9 @@ pub struct Limits {
 /// is down), [`settle`](Self::settle) (a tenant's oldest items are done),
 /// [`add_bytes`](Self::add_bytes) (marks or seals appended). Outputs:
 /// [`take_marks`](Self::take_marks), [`poll_delete`](Self::poll_delete).
-/// Every operation costs O(log S + log T) per item for S segments and T
-/// tenants, except `take_marks` (linear in the marks taken).
+/// Every operation costs O(log S) per item for S segments, plus one
+/// lookup of its tenant in a hash map, except `take_marks` (linear in the
+/// marks taken).
 #[derive(Debug)]
 pub struct Ledger<K> {
     limits: Limits,
@@ -126,7 +134,7 @@ pub struct Ledger<K> {
     /// Empty segments share their `first` with the next one: the later
     /// one is the one that holds items.
     by_first: BTreeSet<(Seq, SegmentId)>,
-    tenants: BTreeMap<K, VecDeque<Entry>>,
+    tenants: PerTenant<K>,
     marks: Vec<Seq>,
     deletable: BTreeSet<SegmentId>,
     /// Bytes of every existing segment.
@@ -136,7 +144,7 @@ pub struct Ledger<K> {
     undurable: u64,
 }
 
-impl<K: Ord + Clone> Ledger<K> {
+impl<K: Ord + Hash + Clone> Ledger<K> {
     /// A ledger whose next item gets sequence number `next_seq` (at least
     /// 1) in the new segment `segment` of `header_bytes` bytes.
     pub fn new(limits: Limits, next_seq: Seq, segment: SegmentId, header_bytes: u64) -> Self {
@@ -151,7 +159,7 @@ impl<K: Ord + Clone> Ledger<K> {
             current: segment,
             segments: BTreeMap::new(),
             by_first: BTreeSet::new(),
-            tenants: BTreeMap::new(),
+            tenants: PerTenant::default(),
             marks: Vec::new(),
             deletable: BTreeSet::new(),
             bytes: 0,
@@ -278,6 +286,8 @@ impl<K: Ord + Clone> Ledger<K> {
                 }
             }
         }
+        // In sequence order, whatever the map's order.
+        moved.sort_unstable();
         self.undurable += moved.len() as u64;
         for seq in &moved {
             if let Some(id) = self.segment_of(*seq) {
@@ -320,6 +330,7 @@ impl<K: Ord + Clone> Ledger<K> {
         }
         if queue.is_empty() {
             self.tenants.remove(tenant);
+            shrink::map(&mut self.tenants);
         }
         journaled
     }
@@ -327,6 +338,7 @@ impl<K: Ord + Clone> Ledger<K> {
     /// Every pending item of every tenant is done (a shutdown deadline,
     /// an abandon): returns how many were journaled.
     pub fn settle_all(&mut self) -> u64 {
+        // In the map's order: `take_marks` sorts the marks.
         let tenants = std::mem::take(&mut self.tenants);
         self.undurable = 0;
         let mut journaled = 0;
@@ -613,7 +625,7 @@ fn plan<K, P>(segments: &[ScannedSegment<K, P>]) -> (Vec<(Seq, SegmentId)>, u64,
     (keep, unreadable, done)
 }
 
-impl<K: Ord + Clone, P> Recovery<K, P> {
+impl<K: Ord + Hash + Clone, P> Recovery<K, P> {
     /// Reads the plan of `segments` into a recovery and a ledger that
     /// tracks the recovered items, with a fresh current segment of
     /// `header_bytes` after the last one.

@@ -172,7 +172,7 @@ pub(crate) struct Admitted<'a, K, I> {
     g: MutexGuard<'a, Inner<K>>,
 }
 
-impl<K: Ord + Clone, I> Admitted<'_, K, I> {
+impl<K: Ord + std::hash::Hash + Clone, I> Admitted<'_, K, I> {
     /// Under the outbox's lock, after the engine accepted the item:
     /// appends its record to the buffer (or, while the journal is down,
     /// only keeps its place, S-J5).
@@ -204,7 +204,7 @@ pub(crate) struct Opened<K, I> {
 
 impl<K, I> Journal<K, I>
 where
-    K: Ord + Clone + Send + 'static,
+    K: Ord + std::hash::Hash + Clone + Send + 'static,
     I: Send + 'static,
 {
     /// Opens the journal of `config` (blocking file IO: this runs once, at

@@ -70,7 +70,7 @@ pub fn recover<K, I, C, S>(
     limits: Limits,
 ) -> Result<Recovered<K, I>, JournalError>
 where
-    K: Ord + Clone,
+    K: Ord + std::hash::Hash + Clone,
     C: Codec<K, I> + ?Sized,
     S: Storage + ?Sized,
 {

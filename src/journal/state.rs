@@ -110,7 +110,7 @@ pub struct JournalState<K> {
     spare: Vec<u8>,
 }
 
-impl<K: Ord + Clone> JournalState<K> {
+impl<K: Ord + std::hash::Hash + Clone> JournalState<K> {
     /// The state around `ledger`, whose current segment is still to be
     /// created (the first commit creates it).
     pub fn new(ledger: Ledger<K>) -> Self {
