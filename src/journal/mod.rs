@@ -28,12 +28,15 @@
 //!
 //! # Group commit
 //! `stage` encodes the item with the [`Codec`] on the caller's thread,
-//! outside the outbox's lock, and appends the record to an in-memory
-//! buffer under it. The journal's own task writes the buffer and calls
-//! `fdatasync` (a group commit) `sync_interval` after the first record
-//! of a round, at once when [`sync_bytes`](JournalConfig::sync_bytes)
-//! are buffered or a `sync` waits; the IO runs on tokio's blocking pool,
-//! never on the caller's thread and never under the outbox's lock (S-J1).
+//! outside the outbox's lock, into a buffer the thread reuses, and copies
+//! the record into an in-memory buffer under it (no allocation per item).
+//! The journal's own task computes the records' checksums, writes the
+//! buffer and calls `fdatasync` (a group commit) `sync_interval` after
+//! the first record of a round, at once when
+//! [`sync_bytes`](JournalConfig::sync_bytes) are buffered or a `sync`
+//! waits; meanwhile staging fills a second buffer, and the two take
+//! turns. The IO runs on tokio's blocking pool, never on the caller's
+//! thread and never under the outbox's lock (S-J1).
 //!
 //! # Disk use (D6)
 //! Records go to segment files of about
