@@ -135,6 +135,9 @@ pub struct Ledger<K> {
     /// one is the one that holds items.
     by_first: BTreeSet<(Seq, SegmentId)>,
     tenants: PerTenant<K>,
+    /// Tenants whose queues a settle emptied, forgotten at the next
+    /// `take_marks` unless they staged again.
+    emptied: Vec<K>,
     marks: Vec<Seq>,
     deletable: BTreeSet<SegmentId>,
     /// Bytes of every existing segment.
@@ -160,6 +163,7 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
             segments: BTreeMap::new(),
             by_first: BTreeSet::new(),
             tenants: PerTenant::default(),
+            emptied: Vec::new(),
             marks: Vec::new(),
             deletable: BTreeSet::new(),
             bytes: 0,
@@ -329,8 +333,9 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
             }
         }
         if queue.is_empty() {
-            self.tenants.remove(tenant);
-            shrink::map(&mut self.tenants);
+            // Kept until the next `take_marks`: a tenant staging again
+            // before it finds its queue (no insertion, no allocation).
+            self.emptied.push(tenant.clone());
         }
         journaled
     }
@@ -358,6 +363,7 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
     /// remembers whose marks it holds (S-J2); segments left with no live
     /// item become deletable when nothing else holds them.
     pub fn take_marks(&mut self) -> Vec<Seq> {
+        self.forget_emptied();
         let mut marks = std::mem::take(&mut self.marks);
         marks.sort_unstable();
         for &seq in &marks {
@@ -370,6 +376,18 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
             self.check_deletable(id);
         }
         marks
+    }
+
+    /// Forgets the tenants whose queues [`settle`](Self::settle) emptied
+    /// and that staged nothing since.
+    fn forget_emptied(&mut self) {
+        for tenant in self.emptied.drain(..) {
+            if self.tenants.get(&tenant).is_some_and(VecDeque::is_empty) {
+                self.tenants.remove(&tenant);
+            }
+        }
+        shrink::map(&mut self.tenants);
+        shrink::vec(&mut self.emptied);
     }
 
     /// Marks taken before (by [`take_marks`](Self::take_marks)) are
@@ -780,6 +798,24 @@ mod tests {
         assert_eq!(l.take_marks(), [2, 5]);
         assert_eq!(l.live(), 1);
         assert!(!l.has_marks());
+    }
+
+    #[test]
+    fn a_tenant_settled_empty_is_forgotten_at_the_next_take_unless_it_staged() {
+        // Memory follows the pending items (S-B8), one commit round late.
+        let mut l: Ledger<u32> = Ledger::new(limits(1_000), 1, 1, H);
+        l.append(1, 10, H).unwrap();
+        l.append(2, 10, H).unwrap();
+        l.settle(&1, 1);
+        l.settle(&2, 1);
+        l.append(2, 10, H).unwrap();
+        assert_eq!(l.tenants.len(), 2, "kept until the next take");
+        assert_eq!(l.take_marks(), [1, 2]);
+        assert_eq!(l.tenants.keys().collect::<Vec<_>>(), [&2]);
+        assert_eq!(l.settle(&2, 1), 1, "its new item, in order");
+        assert_eq!(l.take_marks(), [3]);
+        l.take_marks();
+        assert!(l.tenants.is_empty() && l.emptied.is_empty());
     }
 
     #[test]
