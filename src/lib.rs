@@ -108,8 +108,8 @@ mod tenant;
 pub mod testkit;
 
 pub use crate::core::{
-    Config, ConfigBuilder, ConfigError, Counters, DropReason, ErrorPolicy, LostReason, Report,
-    ShutdownReport, Staged,
+    BreakerConfig, BreakerState, Config, ConfigBuilder, ConfigError, Counters, DropReason,
+    ErrorPolicy, LostReason, Report, ShutdownReport, Staged,
 };
 #[cfg(feature = "journal")]
 pub use driver::SyncError;

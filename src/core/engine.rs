@@ -9,6 +9,7 @@ use std::mem;
 use super::accounting::{Counters, DropReason, LostReason, LOG_EVERY};
 use super::backlog::{Phase, Retry, Tenant};
 use super::backoff::Backoff;
+use super::breaker::{Breaker, BreakerState};
 use super::config::{Config, ConfigError, ErrorPolicy};
 use super::schedule::{Due, Schedule};
 use super::shrink;
@@ -220,6 +221,8 @@ pub struct Engine<K, I> {
     /// Measures items for the byte limits; `None` when none is set.
     weigher: Option<Weigher<I>>,
     backoff: Backoff,
+    /// Gates when a write may start, sink-wide (S-R1, S-R2).
+    breaker: Breaker,
     /// The latest time seen (time never runs backwards).
     now: Time,
     life: Life,
@@ -362,6 +365,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             config.seed,
         );
         Ok(Engine {
+            breaker: Breaker::new(config.breaker),
             config,
             weigher,
             backoff,
@@ -410,6 +414,19 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// Tenants the engine holds state for (waiting, in flight or backing off).
     pub fn tenants(&self) -> usize {
         self.tenants.len()
+    }
+
+    /// The breaker's state (S-R1, S-R2): always
+    /// [`BreakerState::Closed`] without a breaker.
+    pub fn breaker(&self) -> BreakerState {
+        self.breaker.state()
+    }
+
+    /// Failed attempts in a row across all tenants, as the breaker counts
+    /// them (S-R1), with the breaker off too: a committed write or a
+    /// terminal rejection resets the count, a cancelled attempt leaves it.
+    pub fn consecutive_failures(&self) -> u32 {
+        self.breaker.consecutive_failures()
     }
 
     /// Whether the shutdown fence is up (S-W9).
@@ -616,7 +633,10 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// input.
     pub fn poll_write(&mut self, now: Time) -> Option<Write<K, I>> {
         self.advance(now);
-        if self.life == Life::Closed || self.in_flight.len() >= self.config.concurrency {
+        if self.life == Life::Closed
+            || self.in_flight.len() >= self.config.concurrency
+            || !self.breaker.may_start(self.now)
+        {
             return None;
         }
         let tenant = self.sched.pop_ready()?;
@@ -644,6 +664,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         debug_assert!(!items.is_empty());
         t.phase = Phase::InFlight(id);
         self.counters.attempts += 1;
+        self.breaker.started(id);
         self.in_flight.insert(
             id,
             InFlight {
@@ -697,6 +718,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             _ => return Err(Box::new(UnknownWrite(write))),
         }
         let rec = self.in_flight.remove(&write.id).expect("just checked");
+        self.breaker.ended(write.id, Failure::of(outcome), self.now);
         if rec.given_up {
             return Ok(self.finish_given_up(write, &rec, outcome));
         }
@@ -801,6 +823,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         let Some(rec) = self.in_flight.remove(&id) else {
             return false;
         };
+        self.breaker.ended(id, Some(Failure::TaskLost), self.now);
         self.counters.add_failed(Failure::TaskLost);
         if rec.given_up {
             self.attempt_failed(id, &rec, Failure::TaskLost, AfterFailure::GivenUp);
@@ -1011,10 +1034,23 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         })
     }
 
-    /// When the next timer falls due (linger, backoff, deadline), if any.
+    /// When the next timer falls due (linger, backoff, deadline, or the
+    /// breaker's next probe while a tenant is ready for it, S-R2), if any.
     /// The driver calls [`handle_timeout`](Self::handle_timeout) then.
     pub fn poll_timeout(&self) -> Option<Time> {
-        self.sched.next_timeout()
+        let timer = self.sched.next_timeout();
+        // Only a probe that could start then: a write slot free and a
+        // tenant ready. Otherwise the next input (a write's end, a timer)
+        // re-arms it, and an idle breaker arms nothing.
+        let probe = self.breaker.next_probe().filter(|_| {
+            self.life != Life::Closed
+                && self.sched.has_ready()
+                && self.in_flight.len() < self.config.concurrency
+        });
+        match (timer, probe) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     // ----- time ---------------------------------------------------------
