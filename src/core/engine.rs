@@ -97,6 +97,9 @@ struct InFlight<K> {
     /// When the slice's first attempt started: `max_retry_duration` runs
     /// from here (S-A5).
     first_started: Time,
+    /// When the slice's oldest item was staged: `max_item_age` runs from
+    /// here (S-R3).
+    oldest: Time,
     /// Given up by a shutdown deadline or abandon: its items are already
     /// counted lost; when they come back they go to the dead-letter hand-off.
     given_up: bool,
@@ -603,6 +606,9 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             t.waiting_since = now;
         }
         t.items.push_back(item);
+        if config.max_item_age.is_some() {
+            t.stamps.push_back(now);
+        }
         t.bytes = t.bytes.saturating_add(weight);
         t.pending += 1;
         let first_ready = slot_free && !sched.has_ready();
@@ -633,32 +639,44 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// input.
     pub fn poll_write(&mut self, now: Time) -> Option<Write<K, I>> {
         self.advance(now);
-        if self.life == Life::Closed
-            || self.in_flight.len() >= self.config.concurrency
-            || !self.breaker.may_start(self.now)
-        {
-            return None;
+        loop {
+            if self.life == Life::Closed
+                || self.in_flight.len() >= self.config.concurrency
+                || !self.breaker.may_start(self.now)
+            {
+                return None;
+            }
+            let tenant = self.sched.pop_ready()?;
+            if self.expire(&tenant) {
+                continue;
+            }
+            return Some(self.start_write(tenant));
         }
-        let tenant = self.sched.pop_ready()?;
+    }
+
+    /// Starts the next write of a ready tenant: its retry slice, else a
+    /// batch cut from its backlog.
+    fn start_write(&mut self, tenant: K) -> Write<K, I> {
         let now = self.now;
         let id;
         let t = self.tenants.get_mut(&tenant).expect("ready tenant exists");
-        let (items, bytes, attempt, first_started) = match t.retry.take() {
+        let (items, bytes, attempt, first_started, oldest) = match t.retry.take() {
             Some(r) => {
                 id = r.id;
-                (r.items, r.bytes, r.attempts + 1, r.first_started)
+                (r.items, r.bytes, r.attempts + 1, r.first_started, r.oldest)
             }
             None => {
                 id = WriteId(self.next_write);
                 self.next_write += 1;
                 let weigher = self.weigher.as_deref();
+                let oldest = t.oldest_waiting(now);
                 let (items, bytes) = t.cut_batch(
                     self.config.max_batch,
                     self.config.max_batch_bytes,
                     |i| weight(weigher, i),
                     now,
                 );
-                (items, bytes, 1, now)
+                (items, bytes, 1, now, oldest)
             }
         };
         debug_assert!(!items.is_empty());
@@ -674,16 +692,68 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                 attempt,
                 started: now,
                 first_started,
+                oldest,
                 given_up: false,
             },
         );
-        Some(Write {
+        Write {
             id,
             tenant,
             items,
             attempt,
             deadline: self.config.write_timeout.map(|d| now + d),
-        })
+        }
+    }
+
+    /// Before a ready tenant's write starts, counts lost under `expired`
+    /// what was staged longer than `max_item_age` ago (S-R3): a retry
+    /// slice whose oldest item is that old goes whole (a retry is the
+    /// identical slice or nothing, S-W5), backlog items one by one from
+    /// the oldest. Returns whether nothing is left to start now (the
+    /// tenant is then placed again, or forgotten).
+    fn expire(&mut self, tenant: &K) -> bool {
+        let Some(age) = self.config.max_item_age else {
+            return false;
+        };
+        // Staged before the cutoff: older than `age` now.
+        let age = u64::try_from(age.as_nanos()).unwrap_or(u64::MAX);
+        let Some(cutoff) = self.now.as_nanos().checked_sub(age) else {
+            return false;
+        };
+        let cutoff = Time::from_nanos(cutoff);
+        let weigher = self.weigher.as_deref();
+        let t = self.tenants.get_mut(tenant).expect("ready tenant exists");
+        let mut runs = Vec::new();
+        let retry_expired = t.retry.as_ref().is_some_and(|r| r.oldest < cutoff);
+        if retry_expired {
+            let r = t.retry.take().expect("just checked");
+            runs.push((r.items, r.bytes));
+        }
+        if t.retry.is_none() {
+            let (items, bytes) = t.take_staged_before(cutoff, |i| weight(weigher, i));
+            if !items.is_empty() {
+                runs.push((items, bytes));
+            }
+        }
+        if runs.is_empty() {
+            return false;
+        }
+        let nothing_left = retry_expired || t.items.is_empty();
+        t.phase = Phase::Idle;
+        for (items, bytes) in runs {
+            let n = items.len();
+            self.count_lost(tenant, LostReason::Expired, n as u64);
+            self.settle_slice(tenant, n, bytes, |_| SettledAs::Lost);
+            self.released.extend(items);
+        }
+        if nothing_left {
+            self.schedule_after_write(tenant.clone());
+            true
+        } else {
+            // Still ready, at the front: it starts now with what is left.
+            self.tenants.get_mut(tenant).expect("holds items").phase = Phase::Ready;
+            false
+        }
     }
 
     /// Takes back a write with its outcome (S-C2): the items are settled,
@@ -776,6 +846,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                     bytes: rec.bytes,
                     attempts: rec.attempt,
                     first_started: rec.first_started,
+                    oldest: rec.oldest,
                 }));
                 return Vec::new();
             }
@@ -1314,6 +1385,8 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                     items: t.items.drain(..).collect(),
                 });
                 shrink::deque(&mut t.items);
+                t.stamps.clear();
+                shrink::deque(&mut t.stamps);
             }
         }
         self.sched.clear_ready();
