@@ -476,15 +476,18 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
 
     /// Stages like [`stage`](Self::stage), for a driver whose clock read
     /// costs more than the rest of the stage: `clock` is called only when
-    /// the decision depends on the time (a linger is configured), and only
+    /// the decision depends on the time (a linger or a `max_item_age` is
+    /// configured), and only
     /// then are due timers handled here; otherwise the item is stamped with
-    /// the latest time seen, which nothing reads without a linger (S-A3),
+    /// the latest time seen, which nothing reads then (S-A3, S-R3),
     /// and timers fire at the driver's next input.
     ///
     /// Also says, in [`LazyStaged::wake`], whether the driver must drain
     /// the engine because of this stage.
     pub fn stage_lazy(&mut self, clock: impl FnOnce() -> Time, tenant: K, item: I) -> LazyStaged {
-        if !self.config.linger.is_zero() {
+        // The item's stamp matters with a linger (S-A3) or an age limit
+        // (S-R3): a stale stamp would expire it early.
+        if !self.config.linger.is_zero() || self.config.max_item_age.is_some() {
             self.advance(clock());
         }
         self.stage_at_now(tenant, item, false)

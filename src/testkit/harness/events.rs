@@ -31,7 +31,17 @@ impl Harness {
             Event::AttemptFailed {
                 id, next, failure, ..
             } => self.on_attempt_failed(id, next, failure),
-            Event::Lost { items, reason, .. } => self.on_lost(items, reason),
+            Event::Lost {
+                tenant,
+                items,
+                reason,
+                ..
+            } => {
+                if reason == LostReason::Expired {
+                    self.on_expired(tenant, items)?;
+                }
+                self.on_lost(items, reason)
+            }
             Event::Dropped { items, reason, .. } => {
                 self.dropped_seen[DropReason::ALL
                     .iter()
