@@ -224,6 +224,7 @@ fn stage<K: NetKey>(outbox: &Net<K>, book: &SharedBook, tenant: u32, size: u32) 
         tenant,
         admit,
         handed_back: false,
+        staged_at: book::now(),
     });
     b.record(book::now(), Ev::Stage { tenant, id, admit });
     let n = b.items.len();

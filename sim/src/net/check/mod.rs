@@ -17,6 +17,9 @@
 //! | I7 | [`i7::retry_after_backoff`] | each retry's start (the sink) |
 //! | I8 | [`i8::nothing_starts_after_close`]; [`fates::tally`] (no attempt left running) | each attempt's start; at the end |
 //! | S-W4 | [`s_w4::slice_not_empty`] | each attempt's start (the sink) |
+//! | I10, S-R1, S-R2 | [`i10::Model::on_start`] | each attempt's start (the sink) |
+//! | I12, S-R3 | [`i12::no_item_too_old`] | each attempt's start (the sink) |
+//! | I12, S-R3 | [`i12::may_have_expired`] in [`i5::nothing_vanished`] and [`i5::end_losses_explained`] | at the end |
 //! | S-W15, I8, S-A4 | `app::judge` | each flush, settle and shutdown answer (the app) |
 //! | S-W16 | [`s_w16::nothing_pending_after_exit`], [`s_w16::drained_what_it_held`]; the writer's exit, `app::writer_exits` | after every handle is dropped (the app) |
 //! | S-W16 | [`s_w16::nothing_pending_after_drop`]; [`fates::tally`] | at the end of a drop ending |
@@ -53,6 +56,8 @@ use super::datastore::Durable;
 pub mod attempt;
 pub mod fates;
 pub mod i1;
+pub mod i10;
+pub mod i12;
 pub mod i2;
 pub mod i3;
 pub mod i4;
