@@ -145,7 +145,7 @@ const OUTAGE_STREAM: u64 = 0x0b7e_a4e7_0015_0015;
 /// The outage knobs (S-R1, S-R2, S-R3): a breaker in a third of the runs,
 /// from "opens at the first failure, probes every millisecond" to "opens
 /// after 64, probes after 2 s backing off to 30 s"; an item age limit in a
-/// quarter, from 1 ms to a minute.
+/// quarter, from 1 ms to a minute; run-time dead letters in half (S-R4).
 fn outage(rng: &mut SimRng, mut b: ConfigBuilder) -> ConfigBuilder {
     let ms = |v: u64| Duration::from_millis(v);
     if chance(rng, 1, 3) {
@@ -165,7 +165,7 @@ fn outage(rng: &mut SimRng, mut b: ConfigBuilder) -> ConfigBuilder {
     if chance(rng, 1, 4) {
         b = b.max_item_age(ms(log_uniform(rng, 1, 60_000)));
     }
-    b
+    b.dead_letters(chance(rng, 1, 2))
 }
 
 /// Integer Zipf weights: tenant `k` weighs about `1 / (k+1)^(skew_half/2)`.

@@ -110,6 +110,7 @@ pub struct Config {
     pub(crate) write_timeout: Option<Duration>,
     pub(crate) breaker: Option<BreakerConfig>,
     pub(crate) max_item_age: Option<Duration>,
+    pub(crate) dead_letters: bool,
     pub(crate) seed: u64,
 }
 
@@ -132,6 +133,7 @@ impl Default for Config {
             write_timeout: None,
             breaker: None,
             max_item_age: None,
+            dead_letters: false,
             seed: 0,
         }
     }
@@ -228,6 +230,11 @@ impl Config {
     /// How long after staging an item may still be written (S-R3).
     pub fn max_item_age(&self) -> Option<Duration> {
         self.max_item_age
+    }
+    /// Whether items given up while running are handed out as
+    /// [`Event::DeadLetter`](super::Event::DeadLetter)s (S-R4).
+    pub fn dead_letters(&self) -> bool {
+        self.dead_letters
     }
     /// The seed of the jitter generator (S-B2, S-B4).
     pub fn seed(&self) -> u64 {
@@ -343,6 +350,15 @@ impl ConfigBuilder {
     /// lingering and held by the breaker. Off by default; zero is rejected.
     pub fn max_item_age(mut self, age: Duration) -> Self {
         self.config.max_item_age = Some(age);
+        self
+    }
+    /// Hand out items given up while running (terminal, retries exhausted,
+    /// dropped on a sink error, expired) as
+    /// [`Event::DeadLetter`](super::Event::DeadLetter)s instead of
+    /// returning them to be dropped (S-R4). Off by default; the driver
+    /// turns it on when given a dead-letter hand-off.
+    pub fn dead_letters(mut self, on: bool) -> Self {
+        self.config.dead_letters = on;
         self
     }
     /// Seed of the jitter generator (S-B2): the same seed draws the same

@@ -16,7 +16,8 @@ use super::shrink;
 use super::time::Time;
 use super::wait::{SettledAs, WaitKind, Waits};
 use super::write::{
-    AfterFailure, Event, Failure, Outcome, Report, ShutdownReport, WaitId, Write, WriteId,
+    AfterFailure, DeadLetter, DeadReason, Event, Failure, Outcome, Report, ShutdownReport, WaitId,
+    Write, WriteId,
 };
 
 /// Measures an item in bytes for `max_batch_bytes` and `capacity_bytes`
@@ -258,6 +259,8 @@ pub struct Engine<K, I> {
     /// Items let go of and not handed back by a return value (see
     /// [`Engine::take_released`]): the engine never drops an item itself.
     released: Vec<I>,
+    /// When a write last committed (the health snapshot's).
+    last_written: Option<Time>,
 }
 
 /// A queued refusal event that later refusals add to (S-B8).
@@ -386,6 +389,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             popped: 0,
             refusals: [None; 5],
             released: Vec::new(),
+            last_written: None,
         })
     }
 
@@ -430,6 +434,31 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// terminal rejection resets the count, a cancelled attempt leaves it.
     pub fn consecutive_failures(&self) -> u32 {
         self.breaker.consecutive_failures()
+    }
+
+    /// When a write last committed, if one has.
+    pub fn last_written(&self) -> Option<Time> {
+        self.last_written
+    }
+
+    /// When the oldest pending item was staged, as far as the engine
+    /// knows: exact with a `max_item_age` (items are stamped then, S-R3);
+    /// otherwise a lower bound on its age (a backlog's linger clock, a
+    /// write's first attempt). `None` with nothing pending. Cost O(T + F)
+    /// for T tenants and F writes in flight: for a health snapshot, not
+    /// for every input.
+    pub fn oldest_pending(&self) -> Option<Time> {
+        let backlogs = self.tenants.values().filter_map(|t| {
+            let retry = t.retry.as_ref().map(|r| r.oldest);
+            let waiting = (!t.items.is_empty()).then(|| t.oldest_waiting(t.waiting_since));
+            retry.into_iter().chain(waiting).min()
+        });
+        let in_flight = self
+            .in_flight
+            .values()
+            .filter(|r| !r.given_up)
+            .map(|r| r.oldest);
+        backlogs.chain(in_flight).min()
     }
 
     /// Whether the shutdown fence is up (S-W9).
@@ -491,6 +520,26 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             self.advance(clock());
         }
         self.stage_at_now(tenant, item, false)
+    }
+
+    /// Stages like [`stage`](Self::stage) if the item is accepted; if it
+    /// would be refused (a capacity, S-A1, S-B5, S-B7, or the shutdown
+    /// fence, S-W9), hands it back with the verdict instead, and counts
+    /// nothing: the caller still holds it (S-R5). `Ok(wake)`: accepted,
+    /// `wake` as [`LazyStaged::wake`] says.
+    ///
+    /// # Errors
+    /// The refusal ([`Staged::Dropped`] or [`Staged::Refused`]) and the
+    /// item.
+    pub fn try_stage(&mut self, now: Time, tenant: K, item: I) -> Result<bool, (Staged, I)> {
+        self.advance(now);
+        match self.admit(&tenant, &item, false) {
+            Ok(weight) => {
+                self.counters.staged += 1;
+                Ok(self.enqueue(tenant, item, weight))
+            }
+            Err(refusal) => Err((refusal.staged(), item)),
+        }
     }
 
     /// Stages an item that a journal recovery read back (D4): counted
@@ -747,6 +796,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             let n = items.len();
             self.count_lost(tenant, LostReason::Expired, n as u64);
             self.settle_slice(tenant, n, bytes, |_| SettledAs::Lost);
+            let items = self.dead_letter_at_run_time(tenant, items, DeadReason::Expired);
             self.released.extend(items);
         }
         if nothing_left {
@@ -806,6 +856,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     fn finish_written(&mut self, write: Write<K, I>, rec: InFlight<K>, discarded: usize) -> Vec<I> {
         let n = write.items.len();
         let discarded = discarded.min(n);
+        self.last_written = Some(self.now);
         self.counters.written += (n - discarded) as u64;
         self.counters.writes += 1;
         self.events.push_back(Event::Written {
@@ -857,8 +908,33 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             AfterFailure::Lost | AfterFailure::GivenUp => SettledAs::Lost,
         };
         self.settle_slice(&rec.tenant, n, rec.bytes, |_| settled);
+        let reason = match (next, failure) {
+            (AfterFailure::Dropped, _) => Some(DeadReason::SinkError),
+            (AfterFailure::Lost, Failure::Rejected) => Some(DeadReason::Terminal),
+            (AfterFailure::Lost, _) => Some(DeadReason::RetriesExhausted),
+            _ => None,
+        };
+        let items = match reason {
+            Some(reason) => self.dead_letter_at_run_time(&rec.tenant, write.items, reason),
+            None => write.items,
+        };
         self.schedule_after_write(rec.tenant);
-        write.items
+        items
+    }
+
+    /// With `dead_letters` on, hands `items` out as an
+    /// [`Event::DeadLetter`] (S-R4) and returns nothing to drop; else
+    /// returns them to be dropped.
+    fn dead_letter_at_run_time(&mut self, tenant: &K, items: Vec<I>, reason: DeadReason) -> Vec<I> {
+        if !self.config.dead_letters || items.is_empty() {
+            return items;
+        }
+        self.events.push_back(Event::DeadLetter(DeadLetter {
+            tenant: tenant.clone(),
+            items,
+            reason,
+        }));
+        Vec::new()
     }
 
     /// What becomes of a failed attempt's items, counted: lost if the

@@ -519,6 +519,7 @@ pub fn settled_by<K, I>(event: &Event<K, I>) -> Option<(&K, u64)> {
             | LostReason::Expired => Some((tenant, *items)),
         },
         Event::AttemptFailed { .. }
+        | Event::DeadLetter(_)
         | Event::CancelInFlight
         | Event::WaitDone { .. }
         | Event::ShutdownDone { .. } => None,

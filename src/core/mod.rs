@@ -40,5 +40,6 @@ pub use config::{Config, ConfigBuilder, ConfigError, ErrorPolicy};
 pub use engine::{Engine, LazyStaged, Staged, UnknownWrite, Weigher, MAX_WEIGHT};
 pub use time::Time;
 pub use write::{
-    AfterFailure, Event, Failure, Outcome, Report, ShutdownReport, WaitId, Write, WriteId,
+    AfterFailure, DeadLetter, DeadReason, Event, Failure, Outcome, Report, ShutdownReport, WaitId,
+    Write, WriteId,
 };

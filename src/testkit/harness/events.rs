@@ -49,6 +49,7 @@ impl Harness {
                     .unwrap_or(0)] += items;
                 Ok(())
             }
+            Event::DeadLetter(dl) => self.on_dead_letter(&dl),
             Event::CancelInFlight => {
                 self.cancel_requests += 1;
                 for w in &self.in_flight {

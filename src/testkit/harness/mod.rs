@@ -59,6 +59,7 @@
 //! | I10, S-R1, S-R2 | `check_i10_only_probes_while_open` (outage); the model in `model_attempt_ended` |
 //! | I11 | `check_s_b1_work_conserving` once a probe is overdue (liveness, outage) |
 //! | I12, S-R3 | `check_i12_no_item_too_old` (outage, on each write); `on_expired` (outage, on each `expired` loss) |
+//! | I13, S-R4 | `on_dead_letter`, `check_i13_every_run_time_loss_handed_out` (outage) |
 //! | S-W18 | `check_s_w18_attempts`, `check_s_w18_given_up_write_ends_once`, `check_s_w18_given_up_matches_the_return` (accounting) |
 //!
 //! The checks between ops run in the order of `check_after_op`
@@ -179,6 +180,10 @@ pub struct Harness {
     staged_at: Vec<Time>,
     /// The harness's model of the breaker (I10, I11).
     breaker: outage::BreakerModel,
+    /// Items handed out as run-time dead letters (I13).
+    dead_lettered_items: BTreeSet<u64>,
+    /// Of those, how many per [`DeadReason`](crate::core::DeadReason), in its `ALL` order.
+    dead_lettered: [u64; 4],
     /// Figures for summaries.
     pub stats: Stats,
 }
@@ -237,6 +242,8 @@ impl Harness {
             failed_seen: [0; Failure::ALL.len()],
             staged_at: Vec::new(),
             breaker: outage::BreakerModel::default(),
+            dead_lettered_items: BTreeSet::new(),
+            dead_lettered: [0; 4],
             stats: Stats::default(),
         }
     }

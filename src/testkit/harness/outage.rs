@@ -1,7 +1,9 @@
 //! Checks of the contract's "Running through an outage" section: the
 //! breaker starts only probes while open (I10, S-R1, S-R2) and is never
 //! overdue with one (I11); no attempt starts with an item older than
-//! `max_item_age`, and what is counted `expired` was that old (I12, S-R3).
+//! `max_item_age`, and what is counted `expired` was that old (I12, S-R3);
+//! every run-time dead letter matches a counted loss or drop, and with
+//! dead letters on every such loss is handed out, once (I13, S-R4).
 //!
 //! The harness keeps its own model of the breaker from the outcomes it
 //! fed: the run of failures, when it opened or its last probe ended, and
@@ -11,7 +13,7 @@
 //! the code.
 
 use super::{Harness, Violation};
-use crate::core::{Failure, Time, Write, WriteId};
+use crate::core::{Counters, DeadLetter, DeadReason, Failure, Time, Write, WriteId};
 
 /// The harness's model of the breaker.
 #[derive(Debug, Default)]
@@ -181,6 +183,73 @@ impl Harness {
             )
         })?;
         self.set_fates(&items, super::Fate::Lost);
+        Ok(())
+    }
+
+    /// I13, S-R4: a run-time dead letter carries items of its tenant,
+    /// already counted under its reason (lost, or dropped for
+    /// `sink_error`), each handed out once.
+    pub(super) fn on_dead_letter(&mut self, dl: &DeadLetter<u8, u64>) -> Result<(), Violation> {
+        self.expect(self.config.dead_letters(), "I13", || {
+            "a dead letter with dead letters off".to_string()
+        })?;
+        self.expect(!dl.items.is_empty(), "I13", || {
+            "an empty dead letter".to_string()
+        })?;
+        let want = if dl.reason == DeadReason::SinkError {
+            super::Fate::Dropped
+        } else {
+            super::Fate::Lost
+        };
+        for &i in &dl.items {
+            let (fate, tenant) = (self.fate(i), self.tenant_of(i));
+            self.expect(
+                fate == Some(want) && tenant == Some(dl.tenant),
+                "I13",
+                || {
+                    format!(
+                        "dead letter ({}) of tenant {} holds item {i} of tenant {tenant:?}, counted {fate:?}",
+                        dl.reason.as_str(),
+                        dl.tenant
+                    )
+                },
+            )?;
+            let first = self.dead_lettered_items.insert(i);
+            self.expect(first, "I13", || {
+                format!("item {i} handed out as a dead letter twice")
+            })?;
+        }
+        let ix = DeadReason::ALL
+            .iter()
+            .position(|r| *r == dl.reason)
+            .unwrap_or(0);
+        self.dead_lettered[ix] += dl.items.len() as u64;
+        Ok(())
+    }
+
+    /// I13: with dead letters on, every item lost or dropped for a
+    /// run-time reason has been handed out, by reason.
+    pub(super) fn check_i13_every_run_time_loss_handed_out(
+        &self,
+        c: &Counters,
+    ) -> Result<(), Violation> {
+        if !self.config.dead_letters() {
+            return Ok(());
+        }
+        for (ix, reason) in DeadReason::ALL.iter().enumerate() {
+            let counted = match (reason.lost(), reason.dropped()) {
+                (Some(l), _) => c.lost(l),
+                (None, Some(d)) => c.dropped(d),
+                (None, None) => 0,
+            };
+            self.expect(counted == self.dead_lettered[ix], "I13", || {
+                format!(
+                    "{counted} items counted under {}, {} handed out as dead letters",
+                    reason.as_str(),
+                    self.dead_lettered[ix]
+                )
+            })?;
+        }
         Ok(())
     }
 }
