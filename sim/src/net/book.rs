@@ -188,6 +188,8 @@ pub struct ItemRec {
     pub handed_back: bool,
     /// When `stage` was called (I12).
     pub staged_at: Time,
+    /// Handed out in a run-time dead letter (I13).
+    pub dead_letter: bool,
 }
 
 /// What the sink saw of one slice (identified by its first item).
@@ -244,6 +246,10 @@ pub struct Book {
     pub min_backoff: Duration,
     /// The sink's model of the breaker (I10).
     pub breaker: crate::net::check::i10::Model,
+    /// Run-time dead letters are on (I13, S-R4).
+    pub dead_letters_on: bool,
+    /// Items handed out as run-time dead letters, per `DeadReason::ALL`.
+    pub dead_letters: [u64; 4],
     /// The configured `max_item_age` (I12, S-R3).
     pub max_item_age: Option<Duration>,
     /// A shutdown or abandon was called (backoff no longer checked).
@@ -283,6 +289,8 @@ impl Book {
             concurrency: concurrency.max(1),
             min_backoff: Duration::ZERO,
             max_item_age: None,
+            dead_letters_on: false,
+            dead_letters: [0; 4],
             breaker: crate::net::check::i10::Model::default(),
             closing: false,
             closed_at: None,

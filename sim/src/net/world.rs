@@ -249,6 +249,7 @@ fn new_book(opts: &RunOptions, d: &Draws) -> SharedBook {
     new_book.min_backoff =
         Duration::from_nanos(u64::try_from(initial - initial * jitter / 1_000_000).unwrap_or(0));
     new_book.max_item_age = config.max_item_age();
+    new_book.dead_letters_on = config.dead_letters();
     new_book.breaker = check::i10::Model::new(config.breaker());
     if opts.trace {
         new_book = new_book.with_timeline(d.workload.tenants);
