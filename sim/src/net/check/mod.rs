@@ -147,6 +147,8 @@ mod tests {
                 tenant: 0,
                 admit: Admit::Accepted,
                 handed_back: false,
+                staged_at: Time::ZERO,
+                dead_letter: false,
             });
         }
         for (first, ids, at) in [(0, vec![0, 1], 10), (2, vec![2], 20)] {
