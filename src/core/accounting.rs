@@ -309,7 +309,8 @@ mod tests {
                 "terminal",
                 "retries_exhausted",
                 "discarded",
-                "journal_unreadable"
+                "journal_unreadable",
+                "expired"
             ]
         );
         for (i, r) in LostReason::ALL.iter().enumerate() {
