@@ -101,10 +101,16 @@ fn liveness_base(config: &outbox::Config, faults: &NetFaults) -> Option<Duration
         .write_timeout()
         .unwrap_or(Duration::from_secs(120))
         .min(Duration::from_secs(120));
+    // An open breaker closes within one probe interval after the heal
+    // (I11, S-R2): the drain may wait that long for its probe.
+    let probe = config
+        .breaker()
+        .map_or(Duration::ZERO, |b| b.probe_interval_cap());
     Some(
         config.linger()
             + config.max_backoff() * 2
             + hang
+            + probe
             + faults.rpc_timeout * 2
             + Duration::from_secs(5),
     )

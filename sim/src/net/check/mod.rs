@@ -18,6 +18,7 @@
 //! | I8 | [`i8::nothing_starts_after_close`]; [`fates::tally`] (no attempt left running) | each attempt's start; at the end |
 //! | S-W4 | [`s_w4::slice_not_empty`] | each attempt's start (the sink) |
 //! | I10, S-R1, S-R2 | [`i10::Model::on_start`] | each attempt's start (the sink) |
+//! | I11 | the healed phase's settle (`app::healed`), whose bound allows one `max_probe_interval` for an open breaker to close (`world::liveness_base`) | healed phase |
 //! | I13, S-R4 | [`i13::on_letter`] (each dead letter, the app), [`i13::every_loss_handed_out`] (at a quiet end) | |
 //! | I12, S-R3 | [`i12::no_item_too_old`] | each attempt's start (the sink) |
 //! | I12, S-R3 | [`i12::may_have_expired`] in [`i5::nothing_vanished`] and [`i5::end_losses_explained`] | at the end |
