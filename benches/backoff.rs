@@ -9,6 +9,12 @@
 //!    (a map entry and a linger timer that never fires during the
 //!    measurement). Process CPU time (`getrusage`) over a fixed real
 //!    interval.
+//! 3. The sink-wide breaker (S-R1, S-R2), during a full outage with 10,000
+//!    tenants backing off: attempts per second with the breaker on, as a
+//!    share of those with it off (target: at most 1%); and, after the sink
+//!    returns, the time until every item is written, against the time the
+//!    same items take with no outage (target: within 2x). Bench ids
+//!    `breaker/...`; select them alone with `-- breaker`.
 
 mod common;
 
@@ -16,9 +22,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{fmt_secs, process_cpu, runtime, summary, tenant, Failing, Samples};
+use common::{fmt_secs, process_cpu, runtime, summary, tenant, Failing, Outage, Samples};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};
-use outbox::{Config, Outbox, TenantId};
+use outbox::{BreakerConfig, Config, Outbox, TenantId};
 use tokio::runtime::Runtime;
 
 const ITEMS: u64 = 1_000_000;
@@ -205,5 +211,153 @@ fn backoff(c: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, backoff);
+/// Tenants in the outage part.
+const OUTAGE_TENANTS: u64 = 10_000;
+/// Items per tenant in the drain-after-outage part.
+const OUTAGE_ITEMS_PER_TENANT: u64 = 20;
+
+/// The breaker the outage part turns on: opens after 20 failures in a row,
+/// probes after 10 ms, the interval doubling to 100 ms.
+fn breaker() -> BreakerConfig {
+    BreakerConfig::new()
+        .failures(20)
+        .probe_interval(Duration::from_millis(10))
+        .max_probe_interval(Duration::from_millis(100))
+}
+
+fn outage_config(on: bool, backoff: Duration) -> Config {
+    let b = Config::builder()
+        .concurrency(64)
+        .initial_backoff(backoff)
+        .max_backoff(backoff.max(Duration::from_millis(200)))
+        .jitter(0.5);
+    let b = if on { b.breaker(breaker()) } else { b };
+    b.build().unwrap()
+}
+
+/// Attempts per second while every one of 10,000 tenants backs off against
+/// a sink that is down (1 s measured after 500 ms).
+fn outage_attempts(rt: &Runtime, on: bool) -> f64 {
+    let sink = Outage::default();
+    sink.down.store(true, Ordering::Relaxed);
+    let attempts = Arc::clone(&sink.attempts);
+    let outbox = rt.block_on(async {
+        Outbox::new(sink, outage_config(on, Duration::from_millis(200))).unwrap()
+    });
+    {
+        let _in = rt.enter();
+        for i in 0..OUTAGE_TENANTS {
+            let _ = outbox.stage(tenant(i), i);
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let (n0, t0) = (attempts.load(Ordering::Relaxed), Instant::now());
+    std::thread::sleep(Duration::from_secs(1));
+    let (n1, t1) = (attempts.load(Ordering::Relaxed), Instant::now());
+    drop(outbox.abandon());
+    (n1 - n0) as f64 / (t1 - t0).as_secs_f64()
+}
+
+/// With `outage`: 200,000 items over 10,000 tenants staged while the sink
+/// is down for 1 s, then the time from its return until all are written.
+/// Without: the time from the first stage until all are written.
+fn outage_drain(rt: &Runtime, on: bool, outage: bool) -> Duration {
+    rt.block_on(async {
+        let sink = Outage::default();
+        sink.down.store(outage, Ordering::Relaxed);
+        let (written, down) = (Arc::clone(&sink.written), Arc::clone(&sink.down));
+        let outbox = Outbox::new(sink, outage_config(on, Duration::from_millis(50))).unwrap();
+        let total = OUTAGE_TENANTS * OUTAGE_ITEMS_PER_TENANT;
+        let mut start = Instant::now();
+        for i in 0..total {
+            let _ = outbox.stage(tenant(i % OUTAGE_TENANTS), i);
+        }
+        if outage {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            start = Instant::now();
+            down.store(false, Ordering::Relaxed);
+        }
+        while written.load(Ordering::Relaxed) < total {
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        }
+        let took = start.elapsed();
+        drop(outbox.abandon());
+        took
+    })
+}
+
+fn breaker_bench(c: &mut Criterion) {
+    let samples = Samples::default();
+    let rt = runtime();
+    let mut group = c.benchmark_group("breaker");
+    group
+        .sample_size(SAMPLES)
+        .sampling_mode(SamplingMode::Flat)
+        .warm_up_time(Duration::from_millis(1))
+        .measurement_time(Duration::from_secs(3));
+    for (id, on, outage) in [
+        ("drain_no_outage", true, false),
+        ("drain_after_outage_on", true, true),
+        ("drain_after_outage_off", false, true),
+    ] {
+        group.bench_function(id, |b| {
+            samples.iter_custom(b, id, |iters| {
+                (0..iters).map(|_| outage_drain(&rt, on, outage)).sum()
+            });
+        });
+    }
+    group.finish();
+    let (Some(base), Some(on), Some(off)) = (
+        samples.median("drain_no_outage", SAMPLES),
+        samples.median("drain_after_outage_on", SAMPLES),
+        samples.median("drain_after_outage_off", SAMPLES),
+    ) else {
+        return;
+    };
+    let ratio = on / base;
+    println!(
+        "breaker drain: after a 1 s outage, breaker on {} (off {}) / no outage {} = {ratio:.2}",
+        fmt_secs(on),
+        fmt_secs(off),
+        fmt_secs(base)
+    );
+    summary(
+        "breaker_drain",
+        ratio,
+        "<=2.0",
+        Some(ratio <= 2.0),
+        &format!(
+            "after_outage_on={} after_outage_off={} no_outage={}",
+            fmt_secs(on),
+            fmt_secs(off),
+            fmt_secs(base)
+        ),
+    );
+
+    let mut rates = [Vec::new(), Vec::new()];
+    for _ in 0..3 {
+        for (k, on) in [false, true].into_iter().enumerate() {
+            rates[k].push(outage_attempts(&rt, on));
+        }
+    }
+    let med = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (off, on) = (med(&mut rates[0]), med(&mut rates[1]));
+    let share = on / off;
+    println!(
+        "breaker outage: 10,000 tenants backing off, attempts/s breaker off {off:.0}, on {on:.1}; share {:.4}%",
+        share * 100.0
+    );
+    summary(
+        "breaker_attempts",
+        share,
+        "<=0.01",
+        Some(share <= 0.01),
+        &format!("off={off:.0}/s on={on:.1}/s"),
+    );
+}
+
+criterion_group!(benches, backoff, breaker_bench);
 criterion_main!(benches);

@@ -108,11 +108,14 @@ mod tenant;
 pub mod testkit;
 
 pub use crate::core::{
-    Config, ConfigBuilder, ConfigError, Counters, DropReason, ErrorPolicy, LostReason, Report,
-    ShutdownReport, Staged,
+    BreakerConfig, BreakerState, Config, ConfigBuilder, ConfigError, Counters, DeadLetter,
+    DeadReason, DropReason, ErrorPolicy, LostReason, Report, ShutdownReport, Staged,
 };
 #[cfg(feature = "journal")]
 pub use driver::SyncError;
-pub use driver::{Answer, BuildError, Outbox, OutboxBuilder, DEFAULT_DROP_TIMEOUT};
+pub use driver::{
+    Answer, BuildError, DeadLetters, Health, Outbox, OutboxBuilder, StageError,
+    DEFAULT_DROP_TIMEOUT,
+};
 pub use sink::{BoxError, ErrorKind, Sink, WriteError, Written};
 pub use tenant::{TenantId, TenantKey};

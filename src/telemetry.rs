@@ -12,6 +12,12 @@
 //! | `outbox_write_failures_total{kind}` | counter | failed attempts, by [`Failure`] kind: `error`, `panic`, `timeout`, `rejected` (terminal), `cancelled` (at a shutdown deadline or by an abandon), `task_lost` |
 //! | `outbox_events_lost_total{reason}` | counter | items lost, by [`LostReason`] |
 //! | `outbox_items_dropped_total{reason}` | counter | items dropped, by [`DropReason`] |
+//! | `outbox_breaker_open` | gauge | 1 while the sink-wide breaker is open or probing, else 0 (S-R1) |
+//! | `outbox_consecutive_failures` | gauge | failed attempts in a row across tenants (S-R1) |
+//! | `outbox_writes_in_flight` | gauge | writes in flight |
+//! | `outbox_tenants` | gauge | tenants holding items or a write in flight |
+//! | `outbox_oldest_pending_seconds` | gauge | age of the oldest pending item (S-R6; refreshed at most once a second, and by [`Outbox::health`](crate::Outbox::health)) |
+//! | `outbox_dead_letters_dropped` | gauge | run-time dead letters that could not be handed out (S-R4) |
 //! | `outbox_write_latency_seconds` | histogram | seconds from an attempt's start to its end, one sample per ended attempt whatever its outcome: written, failed by any kind, given up at a deadline or by an abandon, or its task lost (then up to when the loss was seen) |
 //!
 //! S-W18: every attempt ends in exactly one counted outcome, so whenever
@@ -42,7 +48,9 @@
 //! `attempt`, `backoff_ms`, `reason`: successful writes at `DEBUG`, failed
 //! attempts at `WARN`, drops and losses at `WARN`/`ERROR` but only when the
 //! engine's rate limit says so (S-A6: the first, then every 1,000th per
-//! reason), shutdown reports at `INFO`.
+//! reason), shutdown reports at `INFO`. Each attempt runs in a span
+//! `outbox.attempt` with the fields `outbox`, `tenant`, `write` and
+//! `attempt` (S-R6).
 
 use std::fmt::Debug;
 use std::time::Duration;
@@ -74,6 +82,18 @@ pub mod names {
     pub const WRITE_LATENCY: &str = "outbox_write_latency_seconds";
     /// Counter: items a journal recovery found pending (D4).
     pub const ITEMS_RECOVERED: &str = "outbox_items_recovered_total";
+    /// Gauge: 1 while the breaker is open or probing, else 0 (S-R1).
+    pub const BREAKER_OPEN: &str = "outbox_breaker_open";
+    /// Gauge: failed attempts in a row across tenants (S-R1).
+    pub const CONSECUTIVE_FAILURES: &str = "outbox_consecutive_failures";
+    /// Gauge: writes in flight.
+    pub const WRITES_IN_FLIGHT: &str = "outbox_writes_in_flight";
+    /// Gauge: tenants held.
+    pub const TENANTS: &str = "outbox_tenants";
+    /// Gauge: seconds since the oldest pending item was staged (S-R6).
+    pub const OLDEST_PENDING: &str = "outbox_oldest_pending_seconds";
+    /// Gauge: run-time dead letters that could not be handed out (S-R4).
+    pub const DEAD_LETTERS_DROPPED: &str = "outbox_dead_letters_dropped";
     /// The label naming the outbox (its sink's name).
     pub const LABEL_OUTBOX: &str = "outbox";
     /// The label naming a loss or drop reason.
@@ -239,6 +259,15 @@ impl Log {
                         "items lost (logged for the first, then every 1000th per reason)"
                     );
                 }
+            }
+            Event::DeadLetter(dl) => {
+                tracing::debug!(
+                    outbox,
+                    tenant = ?dl.tenant,
+                    items = dl.items.len(),
+                    reason = dl.reason.as_str(),
+                    "dead letter handed out"
+                );
             }
             Event::CancelInFlight => {
                 tracing::debug!(outbox, "cancelling the writes in flight");

@@ -133,6 +133,32 @@ impl Sink for Failing {
     }
 }
 
+/// A sink that is down (every write fails, retryably) while `down` is set,
+/// and counts attempts and written items.
+#[derive(Clone, Default)]
+pub struct Outage {
+    pub written: Arc<AtomicU64>,
+    pub attempts: Arc<AtomicU64>,
+    pub down: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Sink for Outage {
+    type Tenant = TenantId;
+    type Item = u64;
+    fn name(&self) -> &str {
+        "bench-outage"
+    }
+    async fn write(&self, _: &TenantId, items: &[u64]) -> Result<Written, WriteError> {
+        self.attempts.fetch_add(1, Ordering::Relaxed);
+        if self.down.load(Ordering::Relaxed) {
+            return Err(WriteError::retryable("down"));
+        }
+        self.written
+            .fetch_add(items.len() as u64, Ordering::Relaxed);
+        Ok(Written::ALL)
+    }
+}
+
 /// This process's CPU time (user + system, every thread).
 pub fn process_cpu() -> Duration {
     // SAFETY: `getrusage` only writes the struct it is given.

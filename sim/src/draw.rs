@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use outbox::core::{Config, ErrorPolicy};
+use outbox::core::{BreakerConfig, Config, ConfigBuilder, ErrorPolicy};
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -132,9 +132,40 @@ pub fn config(rng: &mut SimRng) -> ConfigPick {
         };
         b = b.write_timeout(timeout);
     }
-    b = b.seed(rng.next_u64());
+    let seed = rng.next_u64();
+    b = outage(&mut self::rng(seed ^ OUTAGE_STREAM), b.seed(seed));
     let config = b.build().expect("every draw is in range");
     ConfigPick { config, weighs }
+}
+
+/// Salt of the generator the outage knobs are drawn from: a stream of its
+/// own, so adding them left every other draw of a seed as it was.
+const OUTAGE_STREAM: u64 = 0x0b7e_a4e7_0015_0015;
+
+/// The outage knobs (S-R1, S-R2, S-R3): a breaker in a third of the runs,
+/// from "opens at the first failure, probes every millisecond" to "opens
+/// after 64, probes after 2 s backing off to 30 s"; an item age limit in a
+/// quarter, from 1 ms to a minute; run-time dead letters in half (S-R4).
+fn outage(rng: &mut SimRng, mut b: ConfigBuilder) -> ConfigBuilder {
+    let ms = |v: u64| Duration::from_millis(v);
+    if chance(rng, 1, 3) {
+        let probe = ms(log_uniform(rng, 1, 2_000));
+        let max = if chance(rng, 1, 4) {
+            probe
+        } else {
+            probe + ms(log_uniform(rng, 1, 30_000))
+        };
+        b = b.breaker(
+            BreakerConfig::new()
+                .failures(log_uniform(rng, 1, 64) as u32)
+                .probe_interval(probe)
+                .max_probe_interval(max),
+        );
+    }
+    if chance(rng, 1, 4) {
+        b = b.max_item_age(ms(log_uniform(rng, 1, 60_000)));
+    }
+    b.dead_letters(chance(rng, 1, 2))
 }
 
 /// Integer Zipf weights: tenant `k` weighs about `1 / (k+1)^(skew_half/2)`.

@@ -27,11 +27,14 @@ pub enum LostReason {
     /// A journal record that a recovery could not read back (damaged, or
     /// not decodable by the codec), its item not known done (D4).
     JournalUnreadable,
+    /// Staged longer ago than `max_item_age` when its write would start
+    /// (S-R3).
+    Expired,
 }
 
 impl LostReason {
     /// Every reason, in a fixed order; the array grows with new reasons.
-    pub const ALL: [LostReason; 8] = [
+    pub const ALL: [LostReason; 9] = [
         LostReason::Shutdown,
         LostReason::Deadline,
         LostReason::Abandoned,
@@ -40,6 +43,7 @@ impl LostReason {
         LostReason::RetriesExhausted,
         LostReason::Discarded,
         LostReason::JournalUnreadable,
+        LostReason::Expired,
     ];
 
     /// The `reason` label of `outbox_events_lost_total`.
@@ -53,6 +57,7 @@ impl LostReason {
             LostReason::RetriesExhausted => "retries_exhausted",
             LostReason::Discarded => "discarded",
             LostReason::JournalUnreadable => "journal_unreadable",
+            LostReason::Expired => "expired",
         }
     }
 
@@ -304,7 +309,8 @@ mod tests {
                 "terminal",
                 "retries_exhausted",
                 "discarded",
-                "journal_unreadable"
+                "journal_unreadable",
+                "expired"
             ]
         );
         for (i, r) in LostReason::ALL.iter().enumerate() {

@@ -39,12 +39,17 @@ pub(crate) struct Retry<I> {
     pub(crate) attempts: u32,
     /// When the first attempt started (S-B2 `max_retry_duration`).
     pub(crate) first_started: Time,
+    /// When its oldest item was staged (S-R3 `max_item_age`).
+    pub(crate) oldest: Time,
 }
 
 #[derive(Debug)]
 pub(crate) struct Tenant<I> {
     /// Items waiting for a write, in staging order.
     pub(crate) items: VecDeque<I>,
+    /// When each of `items` was staged, kept only with a `max_item_age`
+    /// (S-R3); empty otherwise. Never decreasing.
+    pub(crate) stamps: VecDeque<Time>,
     /// Their weight in bytes (0 without a weigher).
     pub(crate) bytes: u64,
     /// When the linger clock of the waiting backlog started: the staging
@@ -67,6 +72,7 @@ impl<I> Tenant<I> {
     pub(crate) fn new(now: Time) -> Self {
         Tenant {
             items: VecDeque::new(),
+            stamps: VecDeque::new(),
             bytes: 0,
             waiting_since: now,
             pending: 0,
@@ -83,6 +89,30 @@ impl<I> Tenant<I> {
 }
 
 impl<I> Tenant<I> {
+    /// When the oldest waiting item was staged (`now` without stamps).
+    pub(crate) fn oldest_waiting(&self, now: Time) -> Time {
+        self.stamps.front().copied().unwrap_or(now)
+    }
+
+    /// Takes the waiting items staged before `cutoff` (S-R3), oldest
+    /// first, with their weight.
+    pub(crate) fn take_staged_before(
+        &mut self,
+        cutoff: Time,
+        weigh: impl Fn(&I) -> u64,
+    ) -> (Vec<I>, u64) {
+        let n = self.stamps.partition_point(|s| *s < cutoff);
+        let items: Vec<I> = self.items.drain(..n).collect();
+        self.stamps.drain(..n);
+        super::shrink::deque(&mut self.items);
+        super::shrink::deque(&mut self.stamps);
+        let bytes = items
+            .iter()
+            .fold(0u64, |sum, i| sum.saturating_add(weigh(i)));
+        self.bytes = self.bytes.saturating_sub(bytes);
+        (items, bytes)
+    }
+
     /// Cuts the next batch from the waiting backlog (S-W4, S-B5): the whole
     /// backlog, or at most `max_items` items and `max_bytes` bytes; an item
     /// heavier than `max_bytes` goes alone. Items left behind restart the
@@ -119,6 +149,8 @@ impl<I> Tenant<I> {
         }
         let items: Vec<I> = self.items.drain(..n).collect();
         super::shrink::deque(&mut self.items);
+        self.stamps.drain(..n.min(self.stamps.len()));
+        super::shrink::deque(&mut self.stamps);
         // Saturating: an impure weigher must not make the sums underflow.
         self.bytes = self.bytes.saturating_sub(bytes);
         if !self.items.is_empty() {

@@ -3,6 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use super::breaker::BreakerConfig;
+
 /// What to do with a batch whose attempt failed (S-A5).
 ///
 /// Non-exhaustive: new policies may come (a match needs a `_` arm).
@@ -41,6 +43,14 @@ pub enum ConfigError {
         /// The value given.
         jitter: f64,
     },
+    /// The breaker's `max_probe_interval` is below its `probe_interval`
+    /// (S-R2).
+    ProbeIntervalInverted {
+        /// The configured `probe_interval`.
+        initial: Duration,
+        /// The configured `max_probe_interval`.
+        max: Duration,
+    },
     /// A byte limit (`max_batch_bytes` or `capacity_bytes`) is set but the
     /// engine was built without a weigher to measure items.
     WeigherRequired {
@@ -56,6 +66,10 @@ impl fmt::Display for ConfigError {
             ConfigError::BackoffInverted { initial, max } => write!(
                 f,
                 "outbox config: `max_backoff` ({max:?}) is below `initial_backoff` ({initial:?})"
+            ),
+            ConfigError::ProbeIntervalInverted { initial, max } => write!(
+                f,
+                "outbox config: breaker `max_probe_interval` ({max:?}) is below `probe_interval` ({initial:?})"
             ),
             ConfigError::JitterOutOfRange { jitter } => write!(
                 f,
@@ -76,7 +90,7 @@ impl std::error::Error for ConfigError {}
 ///
 /// Defaults: unbounded, each write takes the tenant's whole backlog, no
 /// linger, backoff 50 ms doubling to 5 s, retry forever, no write timeout,
-/// concurrency 8.
+/// concurrency 8, no breaker, no item age limit.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     pub(crate) concurrency: usize,
@@ -94,6 +108,9 @@ pub struct Config {
     pub(crate) max_retry_duration: Option<Duration>,
     pub(crate) error_policy: ErrorPolicy,
     pub(crate) write_timeout: Option<Duration>,
+    pub(crate) breaker: Option<BreakerConfig>,
+    pub(crate) max_item_age: Option<Duration>,
+    pub(crate) dead_letters: bool,
     pub(crate) seed: u64,
 }
 
@@ -114,6 +131,9 @@ impl Default for Config {
             max_retry_duration: None,
             error_policy: ErrorPolicy::Retry,
             write_timeout: None,
+            breaker: None,
+            max_item_age: None,
+            dead_letters: false,
             seed: 0,
         }
     }
@@ -202,6 +222,19 @@ impl Config {
     /// How long one attempt may run before it is cancelled as failed (S-B3).
     pub fn write_timeout(&self) -> Option<Duration> {
         self.write_timeout
+    }
+    /// The sink-wide breaker's settings, if it is on (S-R1).
+    pub fn breaker(&self) -> Option<BreakerConfig> {
+        self.breaker
+    }
+    /// How long after staging an item may still be written (S-R3).
+    pub fn max_item_age(&self) -> Option<Duration> {
+        self.max_item_age
+    }
+    /// Whether items given up while running are handed out as
+    /// [`Event::DeadLetter`](super::Event::DeadLetter)s (S-R4).
+    pub fn dead_letters(&self) -> bool {
+        self.dead_letters
     }
     /// The seed of the jitter generator (S-B2, S-B4).
     pub fn seed(&self) -> u64 {
@@ -299,6 +332,35 @@ impl ConfigBuilder {
         self.config.write_timeout = Some(timeout);
         self
     }
+    /// Turns on the sink-wide breaker (S-R1, S-R2): after
+    /// [`failures`](BreakerConfig::failures) failed attempts in a row across
+    /// all tenants, no write starts but one probe per probe interval, until
+    /// an attempt succeeds. Off by default. `build` rejects a zero
+    /// `failures` or `probe_interval` and a `max_probe_interval` below
+    /// `probe_interval`.
+    pub fn breaker(mut self, breaker: BreakerConfig) -> Self {
+        self.config.breaker = Some(breaker);
+        self
+    }
+    /// An item staged longer ago than this is not written: when its write
+    /// would start (first attempt or retry) it is counted lost under
+    /// `expired` instead (S-R3). For data worthless late. Unlike
+    /// `max_retry_duration`, which runs from a write's first attempt, this
+    /// runs from the item's stage, so it also bounds time spent waiting,
+    /// lingering and held by the breaker. Off by default; zero is rejected.
+    pub fn max_item_age(mut self, age: Duration) -> Self {
+        self.config.max_item_age = Some(age);
+        self
+    }
+    /// Hand out items given up while running (terminal, retries exhausted,
+    /// dropped on a sink error, expired) as
+    /// [`Event::DeadLetter`](super::Event::DeadLetter)s instead of
+    /// returning them to be dropped (S-R4). Off by default; the driver
+    /// turns it on when given a dead-letter hand-off.
+    pub fn dead_letters(mut self, on: bool) -> Self {
+        self.config.dead_letters = on;
+        self
+    }
     /// Seed of the jitter generator (S-B2): the same seed draws the same
     /// jitter on every machine and release. Default 0.
     pub fn seed(mut self, seed: u64) -> Self {
@@ -339,6 +401,23 @@ impl ConfigBuilder {
         }
         if c.write_timeout == Some(Duration::ZERO) {
             return zero("write_timeout");
+        }
+        if c.max_item_age == Some(Duration::ZERO) {
+            return zero("max_item_age");
+        }
+        if let Some(b) = c.breaker {
+            if b.failures == 0 {
+                return zero("breaker.failures");
+            }
+            if b.probe_interval.is_zero() {
+                return zero("breaker.probe_interval");
+            }
+            if b.max_probe_interval < b.probe_interval {
+                return Err(ConfigError::ProbeIntervalInverted {
+                    initial: b.probe_interval,
+                    max: b.max_probe_interval,
+                });
+            }
         }
         if c.max_backoff < c.initial_backoff {
             return Err(ConfigError::BackoffInverted {
@@ -396,6 +475,18 @@ mod tests {
             (
                 Config::builder().write_timeout(Duration::ZERO),
                 "write_timeout",
+            ),
+            (
+                Config::builder().max_item_age(Duration::ZERO),
+                "max_item_age",
+            ),
+            (
+                Config::builder().breaker(BreakerConfig::new().failures(0)),
+                "breaker.failures",
+            ),
+            (
+                Config::builder().breaker(BreakerConfig::new().probe_interval(Duration::ZERO)),
+                "breaker.probe_interval",
             ),
         ];
         for (builder, field) in cases {
@@ -458,6 +549,23 @@ mod tests {
             .unwrap_err();
         assert!(matches!(err, ConfigError::BackoffInverted { .. }));
         assert!(err.to_string().contains("max_backoff"));
+    }
+
+    #[test]
+    fn inverted_probe_interval_is_rejected() {
+        let err = Config::builder()
+            .breaker(
+                BreakerConfig::new()
+                    .probe_interval(Duration::from_secs(2))
+                    .max_probe_interval(Duration::from_secs(1)),
+            )
+            .build()
+            .unwrap_err();
+        assert!(matches!(err, ConfigError::ProbeIntervalInverted { .. }));
+        assert!(err.to_string().contains("max_probe_interval"));
+        let ok = BreakerConfig::new().failures(5);
+        let c = Config::builder().breaker(ok).build().unwrap();
+        assert_eq!(c.breaker(), Some(ok));
     }
 
     #[test]

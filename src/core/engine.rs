@@ -9,13 +9,15 @@ use std::mem;
 use super::accounting::{Counters, DropReason, LostReason, LOG_EVERY};
 use super::backlog::{Phase, Retry, Tenant};
 use super::backoff::Backoff;
+use super::breaker::{Breaker, BreakerState};
 use super::config::{Config, ConfigError, ErrorPolicy};
 use super::schedule::{Due, Schedule};
 use super::shrink;
 use super::time::Time;
 use super::wait::{SettledAs, WaitKind, Waits};
 use super::write::{
-    AfterFailure, Event, Failure, Outcome, Report, ShutdownReport, WaitId, Write, WriteId,
+    AfterFailure, DeadLetter, DeadReason, Event, Failure, Outcome, Report, ShutdownReport, WaitId,
+    Write, WriteId,
 };
 
 /// Measures an item in bytes for `max_batch_bytes` and `capacity_bytes`
@@ -96,6 +98,9 @@ struct InFlight<K> {
     /// When the slice's first attempt started: `max_retry_duration` runs
     /// from here (S-A5).
     first_started: Time,
+    /// When the slice's oldest item was staged: `max_item_age` runs from
+    /// here (S-R3).
+    oldest: Time,
     /// Given up by a shutdown deadline or abandon: its items are already
     /// counted lost; when they come back they go to the dead-letter hand-off.
     given_up: bool,
@@ -220,6 +225,8 @@ pub struct Engine<K, I> {
     /// Measures items for the byte limits; `None` when none is set.
     weigher: Option<Weigher<I>>,
     backoff: Backoff,
+    /// Gates when a write may start, sink-wide (S-R1, S-R2).
+    breaker: Breaker,
     /// The latest time seen (time never runs backwards).
     now: Time,
     life: Life,
@@ -252,6 +259,8 @@ pub struct Engine<K, I> {
     /// Items let go of and not handed back by a return value (see
     /// [`Engine::take_released`]): the engine never drops an item itself.
     released: Vec<I>,
+    /// When a write last committed (the health snapshot's).
+    last_written: Option<Time>,
 }
 
 /// A queued refusal event that later refusals add to (S-B8).
@@ -362,6 +371,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             config.seed,
         );
         Ok(Engine {
+            breaker: Breaker::new(config.breaker),
             config,
             weigher,
             backoff,
@@ -379,6 +389,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             popped: 0,
             refusals: [None; 5],
             released: Vec::new(),
+            last_written: None,
         })
     }
 
@@ -410,6 +421,44 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// Tenants the engine holds state for (waiting, in flight or backing off).
     pub fn tenants(&self) -> usize {
         self.tenants.len()
+    }
+
+    /// The breaker's state (S-R1, S-R2): always
+    /// [`BreakerState::Closed`] without a breaker.
+    pub fn breaker(&self) -> BreakerState {
+        self.breaker.state()
+    }
+
+    /// Failed attempts in a row across all tenants, as the breaker counts
+    /// them (S-R1), with the breaker off too: a committed write or a
+    /// terminal rejection resets the count, a cancelled attempt leaves it.
+    pub fn consecutive_failures(&self) -> u32 {
+        self.breaker.consecutive_failures()
+    }
+
+    /// When a write last committed, if one has.
+    pub fn last_written(&self) -> Option<Time> {
+        self.last_written
+    }
+
+    /// When the oldest pending item was staged, as far as the engine
+    /// knows: exact with a `max_item_age` (items are stamped then, S-R3);
+    /// otherwise a lower bound on its age (a backlog's linger clock, a
+    /// write's first attempt). `None` with nothing pending. Cost O(T + F)
+    /// for T tenants and F writes in flight: for a health snapshot, not
+    /// for every input.
+    pub fn oldest_pending(&self) -> Option<Time> {
+        let backlogs = self.tenants.values().filter_map(|t| {
+            let retry = t.retry.as_ref().map(|r| r.oldest);
+            let waiting = (!t.items.is_empty()).then(|| t.oldest_waiting(t.waiting_since));
+            retry.into_iter().chain(waiting).min()
+        });
+        let in_flight = self
+            .in_flight
+            .values()
+            .filter(|r| !r.given_up)
+            .map(|r| r.oldest);
+        backlogs.chain(in_flight).min()
     }
 
     /// Whether the shutdown fence is up (S-W9).
@@ -456,18 +505,41 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
 
     /// Stages like [`stage`](Self::stage), for a driver whose clock read
     /// costs more than the rest of the stage: `clock` is called only when
-    /// the decision depends on the time (a linger is configured), and only
+    /// the decision depends on the time (a linger or a `max_item_age` is
+    /// configured), and only
     /// then are due timers handled here; otherwise the item is stamped with
-    /// the latest time seen, which nothing reads without a linger (S-A3),
+    /// the latest time seen, which nothing reads then (S-A3, S-R3),
     /// and timers fire at the driver's next input.
     ///
     /// Also says, in [`LazyStaged::wake`], whether the driver must drain
     /// the engine because of this stage.
     pub fn stage_lazy(&mut self, clock: impl FnOnce() -> Time, tenant: K, item: I) -> LazyStaged {
-        if !self.config.linger.is_zero() {
+        // The item's stamp matters with a linger (S-A3) or an age limit
+        // (S-R3): a stale stamp would expire it early.
+        if !self.config.linger.is_zero() || self.config.max_item_age.is_some() {
             self.advance(clock());
         }
         self.stage_at_now(tenant, item, false)
+    }
+
+    /// Stages like [`stage`](Self::stage) if the item is accepted; if it
+    /// would be refused (a capacity, S-A1, S-B5, S-B7, or the shutdown
+    /// fence, S-W9), hands it back with the verdict instead, and counts
+    /// nothing: the caller still holds it (S-R5). `Ok(wake)`: accepted,
+    /// `wake` as [`LazyStaged::wake`] says.
+    ///
+    /// # Errors
+    /// The refusal ([`Staged::Dropped`] or [`Staged::Refused`]) and the
+    /// item.
+    pub fn try_stage(&mut self, now: Time, tenant: K, item: I) -> Result<bool, (Staged, I)> {
+        self.advance(now);
+        match self.admit(&tenant, &item, false) {
+            Ok(weight) => {
+                self.counters.staged += 1;
+                Ok(self.enqueue(tenant, item, weight))
+            }
+            Err(refusal) => Err((refusal.staged(), item)),
+        }
     }
 
     /// Stages an item that a journal recovery read back (D4): counted
@@ -586,6 +658,9 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             t.waiting_since = now;
         }
         t.items.push_back(item);
+        if config.max_item_age.is_some() {
+            t.stamps.push_back(now);
+        }
         t.bytes = t.bytes.saturating_add(weight);
         t.pending += 1;
         let first_ready = slot_free && !sched.has_ready();
@@ -616,34 +691,50 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// input.
     pub fn poll_write(&mut self, now: Time) -> Option<Write<K, I>> {
         self.advance(now);
-        if self.life == Life::Closed || self.in_flight.len() >= self.config.concurrency {
-            return None;
+        loop {
+            if self.life == Life::Closed
+                || self.in_flight.len() >= self.config.concurrency
+                || !self.breaker.may_start(self.now)
+            {
+                return None;
+            }
+            let tenant = self.sched.pop_ready()?;
+            if self.expire(&tenant) {
+                continue;
+            }
+            return Some(self.start_write(tenant));
         }
-        let tenant = self.sched.pop_ready()?;
+    }
+
+    /// Starts the next write of a ready tenant: its retry slice, else a
+    /// batch cut from its backlog.
+    fn start_write(&mut self, tenant: K) -> Write<K, I> {
         let now = self.now;
         let id;
         let t = self.tenants.get_mut(&tenant).expect("ready tenant exists");
-        let (items, bytes, attempt, first_started) = match t.retry.take() {
+        let (items, bytes, attempt, first_started, oldest) = match t.retry.take() {
             Some(r) => {
                 id = r.id;
-                (r.items, r.bytes, r.attempts + 1, r.first_started)
+                (r.items, r.bytes, r.attempts + 1, r.first_started, r.oldest)
             }
             None => {
                 id = WriteId(self.next_write);
                 self.next_write += 1;
                 let weigher = self.weigher.as_deref();
+                let oldest = t.oldest_waiting(now);
                 let (items, bytes) = t.cut_batch(
                     self.config.max_batch,
                     self.config.max_batch_bytes,
                     |i| weight(weigher, i),
                     now,
                 );
-                (items, bytes, 1, now)
+                (items, bytes, 1, now, oldest)
             }
         };
         debug_assert!(!items.is_empty());
         t.phase = Phase::InFlight(id);
         self.counters.attempts += 1;
+        self.breaker.started(id);
         self.in_flight.insert(
             id,
             InFlight {
@@ -653,16 +744,69 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                 attempt,
                 started: now,
                 first_started,
+                oldest,
                 given_up: false,
             },
         );
-        Some(Write {
+        Write {
             id,
             tenant,
             items,
             attempt,
             deadline: self.config.write_timeout.map(|d| now + d),
-        })
+        }
+    }
+
+    /// Before a ready tenant's write starts, counts lost under `expired`
+    /// what was staged longer than `max_item_age` ago (S-R3): a retry
+    /// slice whose oldest item is that old goes whole (a retry is the
+    /// identical slice or nothing, S-W5), backlog items one by one from
+    /// the oldest. Returns whether nothing is left to start now (the
+    /// tenant is then placed again, or forgotten).
+    fn expire(&mut self, tenant: &K) -> bool {
+        let Some(age) = self.config.max_item_age else {
+            return false;
+        };
+        // Staged before the cutoff: older than `age` now.
+        let age = u64::try_from(age.as_nanos()).unwrap_or(u64::MAX);
+        let Some(cutoff) = self.now.as_nanos().checked_sub(age) else {
+            return false;
+        };
+        let cutoff = Time::from_nanos(cutoff);
+        let weigher = self.weigher.as_deref();
+        let t = self.tenants.get_mut(tenant).expect("ready tenant exists");
+        let mut runs = Vec::new();
+        let retry_expired = t.retry.as_ref().is_some_and(|r| r.oldest < cutoff);
+        if retry_expired {
+            let r = t.retry.take().expect("just checked");
+            runs.push((r.items, r.bytes));
+        }
+        if t.retry.is_none() {
+            let (items, bytes) = t.take_staged_before(cutoff, |i| weight(weigher, i));
+            if !items.is_empty() {
+                runs.push((items, bytes));
+            }
+        }
+        if runs.is_empty() {
+            return false;
+        }
+        let nothing_left = retry_expired || t.items.is_empty();
+        t.phase = Phase::Idle;
+        for (items, bytes) in runs {
+            let n = items.len();
+            self.count_lost(tenant, LostReason::Expired, n as u64);
+            self.settle_slice(tenant, n, bytes, |_| SettledAs::Lost);
+            let items = self.dead_letter_at_run_time(tenant, items, DeadReason::Expired);
+            self.released.extend(items);
+        }
+        if nothing_left {
+            self.schedule_after_write(tenant.clone());
+            true
+        } else {
+            // Still ready, at the front: it starts now with what is left.
+            self.tenants.get_mut(tenant).expect("holds items").phase = Phase::Ready;
+            false
+        }
     }
 
     /// Takes back a write with its outcome (S-C2): the items are settled,
@@ -697,6 +841,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             _ => return Err(Box::new(UnknownWrite(write))),
         }
         let rec = self.in_flight.remove(&write.id).expect("just checked");
+        self.breaker.ended(write.id, Failure::of(outcome), self.now);
         if rec.given_up {
             return Ok(self.finish_given_up(write, &rec, outcome));
         }
@@ -711,6 +856,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     fn finish_written(&mut self, write: Write<K, I>, rec: InFlight<K>, discarded: usize) -> Vec<I> {
         let n = write.items.len();
         let discarded = discarded.min(n);
+        self.last_written = Some(self.now);
         self.counters.written += (n - discarded) as u64;
         self.counters.writes += 1;
         self.events.push_back(Event::Written {
@@ -754,6 +900,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                     bytes: rec.bytes,
                     attempts: rec.attempt,
                     first_started: rec.first_started,
+                    oldest: rec.oldest,
                 }));
                 return Vec::new();
             }
@@ -761,8 +908,33 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             AfterFailure::Lost | AfterFailure::GivenUp => SettledAs::Lost,
         };
         self.settle_slice(&rec.tenant, n, rec.bytes, |_| settled);
+        let reason = match (next, failure) {
+            (AfterFailure::Dropped, _) => Some(DeadReason::SinkError),
+            (AfterFailure::Lost, Failure::Rejected) => Some(DeadReason::Terminal),
+            (AfterFailure::Lost, _) => Some(DeadReason::RetriesExhausted),
+            _ => None,
+        };
+        let items = match reason {
+            Some(reason) => self.dead_letter_at_run_time(&rec.tenant, write.items, reason),
+            None => write.items,
+        };
         self.schedule_after_write(rec.tenant);
-        write.items
+        items
+    }
+
+    /// With `dead_letters` on, hands `items` out as an
+    /// [`Event::DeadLetter`] (S-R4) and returns nothing to drop; else
+    /// returns them to be dropped.
+    fn dead_letter_at_run_time(&mut self, tenant: &K, items: Vec<I>, reason: DeadReason) -> Vec<I> {
+        if !self.config.dead_letters || items.is_empty() {
+            return items;
+        }
+        self.events.push_back(Event::DeadLetter(DeadLetter {
+            tenant: tenant.clone(),
+            items,
+            reason,
+        }));
+        Vec::new()
     }
 
     /// What becomes of a failed attempt's items, counted: lost if the
@@ -801,6 +973,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         let Some(rec) = self.in_flight.remove(&id) else {
             return false;
         };
+        self.breaker.ended(id, Some(Failure::TaskLost), self.now);
         self.counters.add_failed(Failure::TaskLost);
         if rec.given_up {
             self.attempt_failed(id, &rec, Failure::TaskLost, AfterFailure::GivenUp);
@@ -1011,10 +1184,23 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         })
     }
 
-    /// When the next timer falls due (linger, backoff, deadline), if any.
+    /// When the next timer falls due (linger, backoff, deadline, or the
+    /// breaker's next probe while a tenant is ready for it, S-R2), if any.
     /// The driver calls [`handle_timeout`](Self::handle_timeout) then.
     pub fn poll_timeout(&self) -> Option<Time> {
-        self.sched.next_timeout()
+        let timer = self.sched.next_timeout();
+        // Only a probe that could start then: a write slot free and a
+        // tenant ready. Otherwise the next input (a write's end, a timer)
+        // re-arms it, and an idle breaker arms nothing.
+        let probe = self.breaker.next_probe().filter(|_| {
+            self.life != Life::Closed
+                && self.sched.has_ready()
+                && self.in_flight.len() < self.config.concurrency
+        });
+        match (timer, probe) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     // ----- time ---------------------------------------------------------
@@ -1278,6 +1464,8 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                     items: t.items.drain(..).collect(),
                 });
                 shrink::deque(&mut t.items);
+                t.stamps.clear();
+                shrink::deque(&mut t.stamps);
             }
         }
         self.sched.clear_ready();

@@ -558,9 +558,11 @@ pub fn settled_by<K, I>(event: &Event<K, I>) -> Option<(&K, u64)> {
             | LostReason::Abandoned
             | LostReason::JoinFailed
             | LostReason::Terminal
-            | LostReason::RetriesExhausted => Some((tenant, *items)),
+            | LostReason::RetriesExhausted
+            | LostReason::Expired => Some((tenant, *items)),
         },
         Event::AttemptFailed { .. }
+        | Event::DeadLetter(_)
         | Event::CancelInFlight
         | Event::WaitDone { .. }
         | Event::ShutdownDone { .. } => None,

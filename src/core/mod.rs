@@ -24,6 +24,7 @@
 mod accounting;
 mod backlog;
 mod backoff;
+mod breaker;
 mod config;
 mod engine;
 pub mod journal;
@@ -34,9 +35,11 @@ mod wait;
 mod write;
 
 pub use accounting::{Counters, DropReason, LostReason, LOG_EVERY};
+pub use breaker::{BreakerConfig, BreakerState};
 pub use config::{Config, ConfigBuilder, ConfigError, ErrorPolicy};
 pub use engine::{Engine, LazyStaged, Staged, UnknownWrite, Weigher, MAX_WEIGHT};
 pub use time::Time;
 pub use write::{
-    AfterFailure, Event, Failure, Outcome, Report, ShutdownReport, WaitId, Write, WriteId,
+    AfterFailure, DeadLetter, DeadReason, Event, Failure, Outcome, Report, ShutdownReport, WaitId,
+    Write, WriteId,
 };

@@ -166,6 +166,80 @@ pub enum AfterFailure {
     GivenUp,
 }
 
+/// Why items were given up while the outbox runs, as a run-time dead
+/// letter says it (S-R4). Each names the counter the items went to.
+///
+/// Non-exhaustive: new reasons may come (a match needs a `_` arm).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum DeadReason {
+    /// Rejected terminally by the sink: lost under `terminal` (S-A5).
+    Terminal,
+    /// `max_attempts` or `max_retry_duration` ran out: lost under
+    /// `retries_exhausted` (S-B2).
+    RetriesExhausted,
+    /// Failed under the `drop` error policy: dropped under `sink_error`
+    /// (S-A5).
+    SinkError,
+    /// Older than `max_item_age`: lost under `expired` (S-R3).
+    Expired,
+}
+
+impl DeadReason {
+    /// Every reason, in a fixed order.
+    pub const ALL: [DeadReason; 4] = [
+        DeadReason::Terminal,
+        DeadReason::RetriesExhausted,
+        DeadReason::SinkError,
+        DeadReason::Expired,
+    ];
+
+    /// The counter's reason label: `terminal`, `retries_exhausted`,
+    /// `sink_error`, `expired`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            DeadReason::Terminal => "terminal",
+            DeadReason::RetriesExhausted => "retries_exhausted",
+            DeadReason::SinkError => "sink_error",
+            DeadReason::Expired => "expired",
+        }
+    }
+
+    /// The loss reason the items were counted under, if lost.
+    pub const fn lost(self) -> Option<LostReason> {
+        match self {
+            DeadReason::Terminal => Some(LostReason::Terminal),
+            DeadReason::RetriesExhausted => Some(LostReason::RetriesExhausted),
+            DeadReason::Expired => Some(LostReason::Expired),
+            DeadReason::SinkError => None,
+        }
+    }
+
+    /// The drop reason the items were counted under, if dropped.
+    pub const fn dropped(self) -> Option<DropReason> {
+        match self {
+            DeadReason::SinkError => Some(DropReason::SinkError),
+            _ => None,
+        }
+    }
+}
+
+/// One tenant's items given up while the outbox runs, handed out instead
+/// of dropped unseen (S-R4): a slice the sink rejected, whose retries ran
+/// out or that failed under the `drop` policy, or items that expired. They
+/// are already counted (see [`DeadReason`]); this is the application's
+/// copy to store, alert on or drop.
+#[derive(Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct DeadLetter<K, I> {
+    /// Whose items.
+    pub tenant: K,
+    /// The items, in staging order; never empty.
+    pub items: Vec<I>,
+    /// Why they were given up.
+    pub reason: DeadReason,
+}
+
 /// Identifies a flush, settle or shutdown call until its report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct WaitId(pub u64);
@@ -331,6 +405,11 @@ pub enum Event<K, I> {
     /// [`Outcome::Cancelled`] or whatever it got first). The engine has
     /// already counted their items lost (S-W9 deadline, S-A7).
     CancelInFlight,
+    /// Items given up while running, handed out with
+    /// [`Config::dead_letters`](super::Config::dead_letters) on (S-R4).
+    /// Queued right after the [`Event::Lost`] or [`Event::Dropped`] that
+    /// counted them.
+    DeadLetter(DeadLetter<K, I>),
     /// A flush or settle is answered.
     WaitDone {
         /// Which call.

@@ -6,6 +6,8 @@
 //! - `writer`: the one writer task (drain, spawn, join, timer);
 //! - `task`: one write attempt with timeout and cancellation;
 //! - `contain`: panic containment for sink code;
+//! - `dead_letters`: the run-time dead-letter hand-off (S-R4);
+//! - `health`: the health snapshot and its gauges (S-R6);
 //! - `answer`: the future a flush, settle or shutdown caller awaits.
 //!
 //! Control never queues behind data (S-W15): `flush`, `settle`, `shutdown`
@@ -14,6 +16,8 @@
 
 mod answer;
 mod contain;
+mod dead_letters;
+mod health;
 #[cfg(feature = "journal")]
 pub(crate) mod journal;
 mod outbox;
@@ -22,6 +26,9 @@ mod task;
 mod writer;
 
 pub use answer::Answer;
+pub use dead_letters::DeadLetters;
+pub use health::Health;
 #[cfg(feature = "journal")]
 pub use journal::SyncError;
+pub use outbox::StageError;
 pub use outbox::{BuildError, Outbox, OutboxBuilder, DEFAULT_DROP_TIMEOUT};

@@ -81,6 +81,55 @@ impl From<ConfigError> for BuildError {
     }
 }
 
+/// Why [`Outbox::try_stage`] or [`Outbox::stage_wait`] did not stage an
+/// item; each hands the item back, uncounted (S-R5).
+///
+/// Non-exhaustive: new causes may come (a match needs a `_` arm).
+#[derive(Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StageError<I> {
+    /// A capacity is full (`buffer_full`, `tenant_full`, or with a journal
+    /// `journal_full`), as [`stage`](Outbox::stage) would have dropped it
+    /// under this reason.
+    Full {
+        /// The capacity that is full.
+        reason: crate::DropReason,
+        /// The item, handed back.
+        item: I,
+    },
+    /// A shutdown began (S-W9): nothing will be accepted any more.
+    ShuttingDown(I),
+    /// [`stage_wait`](Outbox::stage_wait)'s timeout passed with no room.
+    TimedOut(I),
+    /// The journal could not encode the item (S-J8).
+    Unencodable(I),
+}
+
+impl<I> StageError<I> {
+    /// The item handed back.
+    pub fn into_item(self) -> I {
+        match self {
+            StageError::Full { item, .. }
+            | StageError::ShuttingDown(item)
+            | StageError::TimedOut(item)
+            | StageError::Unencodable(item) => item,
+        }
+    }
+}
+
+impl<I> fmt::Display for StageError<I> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StageError::Full { reason, .. } => write!(f, "outbox: no room ({})", reason.as_str()),
+            StageError::ShuttingDown(_) => f.write_str("outbox: shutting down"),
+            StageError::TimedOut(_) => f.write_str("outbox: no room before the timeout"),
+            StageError::Unencodable(_) => f.write_str("outbox: the journal cannot encode the item"),
+        }
+    }
+}
+
+impl<I: fmt::Debug> std::error::Error for StageError<I> {}
+
 /// Builds an [`Outbox`]: [`Outbox::builder`].
 pub struct OutboxBuilder<S: Sink> {
     sink: S,
@@ -88,6 +137,7 @@ pub struct OutboxBuilder<S: Sink> {
     weigher: Option<Weigher<S::Item>>,
     drop_timeout: Duration,
     runtime: Option<Handle>,
+    dead_letters: Option<super::DeadLetters<S::Tenant, S::Item>>,
     #[cfg(feature = "journal")]
     journal: Option<JournalSetup<S::Tenant, S::Item>>,
 }
@@ -133,6 +183,19 @@ impl<S: Sink> OutboxBuilder<S> {
     /// `deadline`, and logged.
     pub fn drop_timeout(mut self, timeout: Duration) -> Self {
         self.drop_timeout = timeout;
+        self
+    }
+
+    /// Hands the items given up while the outbox runs (rejected by the
+    /// sink, retries exhausted, dropped on a sink error, expired) to
+    /// `dead_letters`, a callback or a bounded channel, with their tenant
+    /// and reason, instead of dropping them (S-R4). Turns on
+    /// [`ConfigBuilder::dead_letters`](crate::ConfigBuilder::dead_letters).
+    /// Items given up by a shutdown deadline still come back in its
+    /// [`ShutdownReport`], and those of an abandon from
+    /// [`Outbox::abandon`]. Off by default.
+    pub fn dead_letters(mut self, dead_letters: super::DeadLetters<S::Tenant, S::Item>) -> Self {
+        self.dead_letters = Some(dead_letters);
         self
     }
 
@@ -197,11 +260,15 @@ impl<S: Sink> OutboxBuilder<S> {
         if has_timer.is_err() {
             return Err(BuildError::NoTimer);
         }
+        let mut config = self.config;
+        if self.dead_letters.is_some() {
+            config.dead_letters = true;
+        }
         let engine = match self.weigher {
-            Some(weigher) => Engine::with_weigher(self.config, move |item: &S::Item| {
+            Some(weigher) => Engine::with_weigher(config, move |item: &S::Item| {
                 contain::call(|| weigher(item)).unwrap_or(0)
             })?,
-            None => Engine::new(self.config)?,
+            None => Engine::new(config)?,
         };
         #[cfg(feature = "journal")]
         let mut engine = engine;
@@ -216,6 +283,7 @@ impl<S: Sink> OutboxBuilder<S> {
         let (export, log) = telemetry::register(sink.name());
         #[allow(unused_mut)]
         let mut shared = Shared::new(engine, export, sink, runtime);
+        shared.dead_letters = self.dead_letters;
         #[cfg(feature = "journal")]
         let committer = opened.map(|(journal, committer)| {
             shared.journal = Some(journal);
@@ -346,6 +414,7 @@ impl<S: Sink> Outbox<S> {
             weigher: None,
             drop_timeout: DEFAULT_DROP_TIMEOUT,
             runtime: None,
+            dead_letters: None,
             #[cfg(feature = "journal")]
             journal: None,
         }
@@ -458,6 +527,109 @@ impl<S: Sink> Outbox<S> {
                 None => Err(crate::SyncError::NoJournal),
             }
         }
+    }
+
+    /// Stages `item` if there is room, else hands it back (S-R5): like
+    /// [`stage`](Self::stage), never waits, but a refusal (a full
+    /// capacity, a shutdown under way, with a journal an item it cannot
+    /// encode or a full journal) is not counted anywhere: the caller still
+    /// holds the item and decides.
+    ///
+    /// # Errors
+    /// [`StageError::Full`], [`StageError::ShuttingDown`],
+    /// [`StageError::Unencodable`], each with the item.
+    pub fn try_stage(&self, tenant: S::Tenant, item: S::Item) -> Result<(), StageError<S::Item>> {
+        let shared = self.shared();
+        let now = shared.now();
+        #[cfg(feature = "journal")]
+        if let Some(journal) = &shared.journal {
+            let Ok(record) = journal.encode(&tenant, &item) else {
+                return Err(StageError::Unencodable(item));
+            };
+            let wake = shared.engine_input(|st| {
+                if journal.admit(&record).is_err() {
+                    return Err(StageError::Full {
+                        reason: crate::DropReason::JournalFull,
+                        item,
+                    });
+                }
+                let key = tenant.clone();
+                let wake = st.engine.try_stage(now, tenant, item).map_err(refusal)?;
+                journal.append(key, record);
+                Ok(wake)
+            })?;
+            if wake {
+                shared.wake();
+            }
+            return Ok(());
+        }
+        let wake =
+            shared.engine_input(|st| st.engine.try_stage(now, tenant, item).map_err(refusal))?;
+        if wake {
+            shared.wake();
+        }
+        Ok(())
+    }
+
+    /// Stages `item`, waiting up to `timeout` for room when a capacity is
+    /// full (S-R5): for batch jobs that would rather wait than drop. Not
+    /// for request paths, where [`stage`](Self::stage) never waits. Waits
+    /// are woken when items settle; the item is tried again each time,
+    /// with no place kept in a queue (a waiter may be overtaken).
+    ///
+    /// # Errors
+    /// [`StageError::TimedOut`] when the timeout passes with no room;
+    /// [`StageError::ShuttingDown`] at once when a shutdown begins, also
+    /// while waiting; [`StageError::Unencodable`] with a journal that cannot
+    /// encode it. Each hands the item back, uncounted.
+    ///
+    /// # Cancellation
+    /// Cancel safe: dropping the future before it completes drops the
+    /// item, which was never staged and is counted nowhere; an item
+    /// accepted is accepted before the future completes, in the same poll,
+    /// so a completed stage is never undone by a drop.
+    pub async fn stage_wait(
+        &self,
+        tenant: S::Tenant,
+        mut item: S::Item,
+        timeout: Duration,
+    ) -> Result<(), StageError<S::Item>> {
+        let shared = self.shared();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            // Registered before the try, so a wake between the two is not
+            // missed.
+            let notified = shared.capacity.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            match self.try_stage(tenant.clone(), item) {
+                Err(StageError::Full { item: back, .. }) => item = back,
+                other => return other,
+            }
+            tokio::select! {
+                biased;
+                () = &mut notified => {}
+                () = tokio::time::sleep_until(deadline) => {
+                    return Err(StageError::TimedOut(item));
+                }
+            }
+        }
+    }
+
+    /// A snapshot of how the outbox is doing (S-R6): the breaker, the run
+    /// of failures, the last successful write, the oldest pending item's
+    /// age, writes in flight, tenants held. Also refreshes the health
+    /// gauges. Costs O(tenants) under the lock: for a health endpoint, not
+    /// for every request.
+    pub fn health(&self) -> crate::Health {
+        let shared = self.shared();
+        let now = shared.now();
+        let dropped = shared
+            .dead_letters_dropped
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let health = crate::Health::of(&shared.lock().engine, now, dropped);
+        shared.gauges.set(&health);
+        health
     }
 
     /// Items accepted and not yet written, lost or dropped (S-W14); the
@@ -573,5 +745,13 @@ impl<S: Sink> Outbox<S> {
         });
         shared.wake();
         Answer::new(rx)
+    }
+}
+
+/// The [`StageError`] of an engine's refusal.
+fn refusal<I>((staged, item): (Staged, I)) -> StageError<I> {
+    match staged {
+        Staged::Dropped(reason) => StageError::Full { reason, item },
+        _ => StageError::ShuttingDown(item),
     }
 }

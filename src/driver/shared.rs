@@ -50,7 +50,17 @@ pub(crate) struct Shared<S: Sink> {
     state: Mutex<State<S::Tenant, S::Item>>,
     /// Wakes the writer after an input (a stage, a control call).
     pub(crate) wake: Notify,
+    /// Wakes the callers waiting for capacity (S-R5) when items settled
+    /// or a shutdown began.
+    pub(crate) capacity: Notify,
+    /// The health gauges (S-R6).
+    pub(crate) gauges: super::health::Gauges,
     pub(crate) sink: Arc<S>,
+    /// Where run-time dead letters go (S-R4), if anywhere.
+    pub(crate) dead_letters: Option<super::DeadLetters<S::Tenant, S::Item>>,
+    /// Dead letters that could not be handed out (channel full or closed,
+    /// callback panicked), or had nowhere to go.
+    pub(crate) dead_letters_dropped: std::sync::atomic::AtomicU64,
     /// The runtime the writer runs on; its clock is the outbox's clock.
     runtime: Handle,
     /// The origin of the engine's [`Time`].
@@ -81,7 +91,11 @@ impl<S: Sink> Shared<S> {
                 export,
             }),
             wake: Notify::new(),
+            capacity: Notify::new(),
+            gauges: super::health::Gauges::register(sink.name()),
             sink,
+            dead_letters: None,
+            dead_letters_dropped: std::sync::atomic::AtomicU64::new(0),
             runtime,
             origin,
             #[cfg(feature = "journal")]

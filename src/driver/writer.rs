@@ -108,6 +108,9 @@ pub(crate) struct Writer<S: Sink> {
     drop_timeout: Duration,
     /// Sink error texts of attempts joined but not yet logged.
     errors: BTreeMap<WriteId, String>,
+    /// When the oldest-pending gauge was last refreshed (an O(tenants)
+    /// scan, so at most once a second).
+    gauged_at: Option<Time>,
     /// Tasks joined since the last drain: every task already done is
     /// joined first and all go to the engine under the drain's one lock,
     /// rather than one lock per write (the callers contend for it).
@@ -134,6 +137,8 @@ impl<S: Sink> Drop for Writer<S> {
         // The other events, logged after the lock: every ended attempt is
         // sampled by the latency histogram, these too (S-W18).
         let mut logged = Vec::new();
+        // Run-time dead letters, handed out after the lock (S-R4).
+        let mut letters = Vec::new();
         let lost = self.shared.engine_input(|st| {
             st.writer_gone = true;
             // Joined but not yet handed back (only if dropped mid-round);
@@ -163,6 +168,7 @@ impl<S: Sink> Drop for Writer<S> {
                         },
                         _ => unclaimed.push(report),
                     },
+                    Event::DeadLetter(letter) => letters.push(letter),
                     other => logged.push(other),
                 }
             }
@@ -173,6 +179,9 @@ impl<S: Sink> Drop for Writer<S> {
         });
         contain::drop_quietly(done);
         contain::drop_quietly(unclaimed);
+        for letter in letters {
+            self.hand_dead_letter(letter);
+        }
         for event in &logged {
             self.log.event(event, None);
         }
@@ -198,6 +207,7 @@ impl<S: Sink> Writer<S> {
             log,
             drop_timeout,
             errors: BTreeMap::new(),
+            gauged_at: None,
             ended: Vec::new(),
         }
     }
@@ -286,7 +296,18 @@ impl<S: Sink> Writer<S> {
         let mut unknown = Vec::new();
         // Items the engine is done with, dropped after the lock (see below).
         let mut done = Vec::new();
-        let (mut drained, timeout, closed, handles_gone) = self.shared.engine_input(|st| {
+        let gauge = self
+            .gauged_at
+            .is_none_or(|at| now.saturating_since(at) >= Duration::from_secs(1));
+        if gauge {
+            self.gauged_at = Some(now);
+        }
+        let dead_dropped = self
+            .shared
+            .dead_letters_dropped
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let (mut drained, timeout, closed, handles_gone, freed) = self.shared.engine_input(|st| {
+            let pending_before = st.engine.pending();
             hand_back(&mut st.engine, now, ended, &mut done, &mut unknown);
             if st.handles_gone && !st.engine.is_shutting_down() {
                 self.shut_down_after_last_handle(&mut st.engine, now);
@@ -298,13 +319,23 @@ impl<S: Sink> Writer<S> {
             if let Some(journal) = &self.shared.journal {
                 journal.settle(&drained.events);
             }
+            if gauge {
+                let health = super::Health::of(&st.engine, now, dead_dropped);
+                self.shared.gauges.set(&health);
+            }
+            let freed = st.engine.pending() < pending_before || st.engine.is_shutting_down();
             (
                 drained,
                 st.engine.poll_timeout(),
                 st.engine.is_closed(),
                 st.handles_gone,
+                freed,
             )
         });
+        if freed {
+            // Callers waiting for capacity try again (S-R5).
+            self.shared.capacity.notify_waiters();
+        }
         // An item's `Drop` is application code: run it outside the lock and
         // contain a panic, so one bad item never stops the writer (S-W13).
         if contain::call(move || drop(done)).is_err() {
@@ -349,13 +380,24 @@ impl<S: Sink> Writer<S> {
     fn spawn(&mut self, write: Write<S::Tenant, S::Item>) {
         let deadline = write.deadline.map(|at| self.shared.instant(at));
         let id = write.id;
+        // One span per attempt (S-R6): the sink's own logs nest in it.
+        let span = tracing::info_span!(
+            "outbox.attempt",
+            outbox = self.log.name(),
+            tenant = ?write.tenant,
+            write = %id,
+            attempt = write.attempt,
+        );
         let run = write_task::run(
             Arc::clone(&self.shared.sink),
             write,
             deadline,
             self.cancel.clone(),
         );
-        let task = self.tasks.spawn(run).id();
+        let task = self
+            .tasks
+            .spawn(tracing::Instrument::instrument(run, span))
+            .id();
         self.running.insert(task, id);
     }
 
@@ -381,6 +423,7 @@ impl<S: Sink> Writer<S> {
                     let _ = tx.send(report);
                 }
             }
+            Event::DeadLetter(letter) => self.hand_dead_letter(letter),
             Event::ShutdownDone { id, report } => {
                 // Unclaimed dead letters (the caller dropped its answer)
                 // are dropped here, an item's `Drop` contained (S-W13).
@@ -390,6 +433,27 @@ impl<S: Sink> Writer<S> {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// Hands a run-time dead letter out (S-R4); with nowhere to go (the
+    /// engine's `dead_letters` set without a hand-off) it is dropped,
+    /// contained, and counted.
+    fn hand_dead_letter(&self, letter: crate::core::DeadLetter<S::Tenant, S::Item>) {
+        let dropped = &self.shared.dead_letters_dropped;
+        match &self.shared.dead_letters {
+            Some(to) => {
+                if to.hand(letter, dropped) {
+                    tracing::error!(
+                        outbox = self.log.name(),
+                        "the dead-letter callback panicked; the letter is dropped, the writer carries on"
+                    );
+                }
+            }
+            None => {
+                dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                contain::drop_quietly(letter);
+            }
         }
     }
 

@@ -205,6 +205,9 @@ impl FastWorld {
         for (k, n) in FAULT_KINDS.iter().zip(self.faults) {
             faults.insert(*k, n);
         }
+        // What the faults made the breaker do (S-R1, S-R2).
+        faults.insert("breaker_opened", self.h.stats.breaker_opened);
+        faults.insert("probe", self.h.stats.probes);
         RunResult {
             seed: self.seed,
             steps: self.h.stats.steps,

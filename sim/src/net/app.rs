@@ -132,6 +132,26 @@ pub async fn run<K: NetKey>(
         if plan.weighs {
             b = b.weigher(|i: &Item| u64::from(i.size));
         }
+        if plan.config.dead_letters() {
+            // Every run-time dead letter is checked as it comes out (I13).
+            let book = Arc::clone(&book);
+            b = b.dead_letters(outbox::DeadLetters::callback(
+                move |dl: outbox::DeadLetter<K, Item>| {
+                    let ids: Vec<u64> = dl.items.iter().map(|i| i.id).collect();
+                    let tenant = dl
+                        .items
+                        .first()
+                        .map(|i| i.tenant)
+                        .filter(|t| K::of(*t) == dl.tenant);
+                    let mut b = book::lock(&book);
+                    if let Some((rule, detail)) =
+                        check::i13::on_letter(&mut b, tenant, &ids, dl.reason)
+                    {
+                        b.fail(rule, detail);
+                    }
+                },
+            ));
+        }
         b.build()
     });
     let outbox = match built {
@@ -224,6 +244,8 @@ fn stage<K: NetKey>(outbox: &Net<K>, book: &SharedBook, tenant: u32, size: u32) 
         tenant,
         admit,
         handed_back: false,
+        staged_at: book::now(),
+        dead_letter: false,
     });
     b.record(book::now(), Ev::Stage { tenant, id, admit });
     let n = b.items.len();

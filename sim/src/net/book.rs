@@ -186,6 +186,10 @@ pub struct ItemRec {
     pub admit: Admit,
     /// Handed back by a shutdown (dead letter) or by abandon.
     pub handed_back: bool,
+    /// When `stage` was called (I12).
+    pub staged_at: Time,
+    /// Handed out in a run-time dead letter (I13).
+    pub dead_letter: bool,
 }
 
 /// What the sink saw of one slice (identified by its first item).
@@ -240,6 +244,14 @@ pub struct Book {
     /// The shortest backoff the config allows: `initial_backoff` less its
     /// full jitter (I7).
     pub min_backoff: Duration,
+    /// The sink's model of the breaker (I10).
+    pub breaker: crate::net::check::i10::Model,
+    /// Run-time dead letters are on (I13, S-R4).
+    pub dead_letters_on: bool,
+    /// Items handed out as run-time dead letters, per `DeadReason::ALL`.
+    pub dead_letters: [u64; 4],
+    /// The configured `max_item_age` (I12, S-R3).
+    pub max_item_age: Option<Duration>,
     /// A shutdown or abandon was called (backoff no longer checked).
     pub closing: bool,
     /// When a shutdown answered or abandon returned: no attempt may start
@@ -276,6 +288,10 @@ impl Book {
             in_flight_max: 0,
             concurrency: concurrency.max(1),
             min_backoff: Duration::ZERO,
+            max_item_age: None,
+            dead_letters_on: false,
+            dead_letters: [0; 4],
+            breaker: crate::net::check::i10::Model::default(),
             closing: false,
             closed_at: None,
             steps: 0,

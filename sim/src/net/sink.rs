@@ -383,6 +383,9 @@ impl InFlight {
         for (rule, detail) in check::attempt::on_start(&b, &start) {
             b.fail(rule, detail);
         }
+        if let Some((rule, detail)) = b.breaker.on_start(first, now) {
+            b.fail(rule, detail);
+        }
         let attempt = match b.slices.get_mut(&first) {
             Some(s) => {
                 s.attempts += 1;
@@ -439,6 +442,7 @@ impl Drop for InFlight {
             }
         }
         b.in_flight_total -= 1;
+        b.breaker.on_end(self.first, self.end, now);
         if let Some(s) = b.slices.get_mut(&self.first) {
             s.last = self.end;
             s.ended_at = Some(now);

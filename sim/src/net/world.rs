@@ -101,10 +101,16 @@ fn liveness_base(config: &outbox::Config, faults: &NetFaults) -> Option<Duration
         .write_timeout()
         .unwrap_or(Duration::from_secs(120))
         .min(Duration::from_secs(120));
+    // An open breaker closes within one probe interval after the heal
+    // (I11, S-R2): the drain may wait that long for its probe.
+    let probe = config
+        .breaker()
+        .map_or(Duration::ZERO, |b| b.probe_interval_cap());
     Some(
         config.linger()
             + config.max_backoff() * 2
             + hang
+            + probe
             + faults.rpc_timeout * 2
             + Duration::from_secs(5),
     )
@@ -141,7 +147,13 @@ fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
         steps,
         items: b.items.len() as u64,
         counters,
-        faults: b.faults.clone(),
+        faults: {
+            // What the faults made the breaker do, as the sink saw it.
+            let mut f = b.faults.clone();
+            f.insert("breaker_opened", b.breaker.opened);
+            f.insert("probe", b.breaker.probes);
+            f
+        },
         failure: b.failure.clone(),
         trace_hash: b.hash(),
         trace: b.trace.take().unwrap_or_default(),
@@ -242,6 +254,9 @@ fn new_book(opts: &RunOptions, d: &Draws) -> SharedBook {
     let initial = config.initial_backoff().as_nanos();
     new_book.min_backoff =
         Duration::from_nanos(u64::try_from(initial - initial * jitter / 1_000_000).unwrap_or(0));
+    new_book.max_item_age = config.max_item_age();
+    new_book.dead_letters_on = config.dead_letters();
+    new_book.breaker = check::i10::Model::new(config.breaker());
     if opts.trace {
         new_book = new_book.with_timeline(d.workload.tenants);
     }

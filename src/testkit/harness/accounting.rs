@@ -23,6 +23,7 @@ impl Harness {
         self.check_s_w15_shutdown_answered_by_deadline()?;
         self.check_s_a1_capacity(c.pending)?;
         self.check_i8_shutdown_is_final(&c)?;
+        self.check_i13_every_run_time_loss_handed_out(&c)?;
         self.last = c;
         Ok(())
     }

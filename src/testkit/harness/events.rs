@@ -31,7 +31,17 @@ impl Harness {
             Event::AttemptFailed {
                 id, next, failure, ..
             } => self.on_attempt_failed(id, next, failure),
-            Event::Lost { items, reason, .. } => self.on_lost(items, reason),
+            Event::Lost {
+                tenant,
+                items,
+                reason,
+                ..
+            } => {
+                if reason == LostReason::Expired {
+                    self.on_expired(tenant, items)?;
+                }
+                self.on_lost(items, reason)
+            }
             Event::Dropped { items, reason, .. } => {
                 self.dropped_seen[DropReason::ALL
                     .iter()
@@ -39,6 +49,7 @@ impl Harness {
                     .unwrap_or(0)] += items;
                 Ok(())
             }
+            Event::DeadLetter(dl) => self.on_dead_letter(&dl),
             Event::CancelInFlight => {
                 self.cancel_requests += 1;
                 for w in &self.in_flight {

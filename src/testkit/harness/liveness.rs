@@ -60,11 +60,13 @@ impl Harness {
     /// has elapsed (S-W7), or a waiting backlog that need not wait for
     /// company: no linger, a flush or shutdown covering its oldest item
     /// (S-A4, S-W9), its linger elapsed or a full batch (S-A3). Catches
-    /// lost wake-ups and flushes that do not send at once.
+    /// lost wake-ups and flushes that do not send at once. While the
+    /// breaker is open it applies once a probe is overdue (I11).
     pub(super) fn check_s_b1_work_conserving(&self) -> Result<(), Violation> {
         if self.engine.is_closed()
             || self.is_finished()
             || self.in_flight.len() >= self.config.concurrency()
+            || !self.breaker_lets_work_start()
         {
             return Ok(());
         }
@@ -72,8 +74,16 @@ impl Harness {
         for w in &self.in_flight {
             busy[usize::from(w.tenant)] = true;
         }
-        self.check_s_w7_due_retries_started(&mut busy)?;
-        self.check_s_b1_ready_backlogs_started(&busy)
+        let overdue_probe = self.breaker_open();
+        self.check_s_w7_due_retries_started(&mut busy)
+            .and_then(|()| self.check_s_b1_ready_backlogs_started(&busy))
+            .map_err(|mut v| {
+                if overdue_probe {
+                    v.rule = "I11";
+                    v.detail = format!("breaker open, probe overdue: {}", v.detail);
+                }
+                v
+            })
     }
 
     /// S-W7: a retry whose backoff elapsed is started when its tenant has

@@ -56,6 +56,10 @@
 //! | S-W13 | a vanished task's write not in flight (ops) |
 //! | S-W14 | `check_s_w14_accounting` (accounting) |
 //! | S-W15 | `check_s_w15_deadline_passed_truthfully`, `check_s_w15_waits_answered_by_deadline`, `check_s_w15_shutdown_answered_by_deadline` (waits) |
+//! | I10, S-R1, S-R2 | `check_i10_only_probes_while_open` (outage); the model in `model_attempt_ended` |
+//! | I11 | `check_s_b1_work_conserving` once a probe is overdue (liveness, outage) |
+//! | I12, S-R3 | `check_i12_no_item_too_old` (outage, on each write); `on_expired` (outage, on each `expired` loss) |
+//! | I13, S-R4 | `on_dead_letter`, `check_i13_every_run_time_loss_handed_out` (outage) |
 //! | S-W18 | `check_s_w18_attempts`, `check_s_w18_given_up_write_ends_once`, `check_s_w18_given_up_matches_the_return` (accounting) |
 //!
 //! The checks between ops run in the order of `check_after_op`
@@ -66,6 +70,7 @@ mod events;
 mod ledger;
 mod liveness;
 mod ops;
+mod outage;
 mod staging;
 mod trace;
 mod violation;
@@ -100,6 +105,10 @@ pub struct Stats {
     pub waits_answered: u64,
     /// Shutdowns answered.
     pub shutdowns: u64,
+    /// Times the breaker opened, as the harness models it (S-R1).
+    pub breaker_opened: u64,
+    /// Probes started while it was open (S-R2).
+    pub probes: u64,
 }
 
 /// The engine under test plus the harness's own account.
@@ -167,6 +176,14 @@ pub struct Harness {
     /// Attempt ends seen in events: written, and failed by kind (S-W18).
     writes_seen: u64,
     failed_seen: [u64; Failure::ALL.len()],
+    /// When each item was staged, indexed by item number (I12).
+    staged_at: Vec<Time>,
+    /// The harness's model of the breaker (I10, I11).
+    breaker: outage::BreakerModel,
+    /// Items handed out as run-time dead letters (I13).
+    dead_lettered_items: BTreeSet<u64>,
+    /// Of those, how many per [`DeadReason`](crate::core::DeadReason), in its `ALL` order.
+    dead_lettered: [u64; 4],
     /// Figures for summaries.
     pub stats: Stats,
 }
@@ -223,6 +240,10 @@ impl Harness {
             returning: None,
             writes_seen: 0,
             failed_seen: [0; Failure::ALL.len()],
+            staged_at: Vec::new(),
+            breaker: outage::BreakerModel::default(),
+            dead_lettered_items: BTreeSet::new(),
+            dead_lettered: [0; 4],
             stats: Stats::default(),
         }
     }
@@ -319,6 +340,11 @@ impl Harness {
     /// Items written per tenant, in write order.
     pub fn written(&self) -> &BTreeMap<u8, Vec<u64>> {
         &self.written
+    }
+
+    /// Whether the harness's model of the breaker says it is open (S-R1).
+    pub fn is_breaker_open(&self) -> bool {
+        self.breaker_open()
     }
 
     /// Whether a shutdown has been answered or the engine abandoned.

@@ -121,6 +121,7 @@ impl Harness {
         let LazyStaged { staged, wake } = self.engine.stage_lazy(|| now, tenant, id);
         self.check_wake_hint(wake)?;
         self.tenant_of.push(tenant);
+        self.staged_at.push(now);
         self.settled.push();
         let w = if self.weighs { weight_of(id) } else { 0 };
         match staged {
@@ -168,6 +169,10 @@ impl Harness {
                     self.now, w.id, w.tenant, w.attempt, w.items
                 ));
             }
+            // What the engine settled before handing this write out
+            // (items expired, S-R3) is in the ledger before the write is
+            // checked against it.
+            self.drain()?;
             self.check_write(&w)?;
             self.in_flight.push(w);
         }
@@ -199,6 +204,7 @@ impl Harness {
         if !written {
             *self.stats.faults.entry(fault_name(outcome)).or_default() += 1;
         }
+        self.model_attempt_ended(id, crate::core::Failure::of(outcome));
         let given_up = self.given_up.remove(&id);
         if given_up {
             self.returning = Some(id);
@@ -225,6 +231,7 @@ impl Harness {
             .in_flight
             .remove(usize::from(pick) % self.in_flight.len());
         *self.stats.faults.entry("join_failed").or_default() += 1;
+        self.model_attempt_ended(w.id, Some(crate::core::Failure::TaskLost));
         let given_up = self.given_up.remove(&w.id);
         if given_up {
             self.returning = Some(w.id);

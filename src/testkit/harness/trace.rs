@@ -102,6 +102,12 @@ pub(super) fn short_event(ev: &Event<u8, u64>) -> String {
             reason,
             ..
         } => format!("dropped {items} tenant {tenant} reason {reason}"),
+        Event::DeadLetter(dl) => format!(
+            "dead letter tenant {} items {:?} reason {}",
+            dl.tenant,
+            dl.items,
+            dl.reason.as_str()
+        ),
         Event::CancelInFlight => "cancel in-flight writes".to_string(),
         Event::WaitDone { id, report } => format!("wait {} done {report:?}", id.0),
         Event::ShutdownDone { id, report } => format!(

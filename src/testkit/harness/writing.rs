@@ -18,6 +18,8 @@ impl Harness {
         self.check_i4_in_flight_bounds(w)?;
         self.check_s_b3_write_deadline(w)?;
         self.check_s_w4_not_empty(w)?;
+        self.check_i10_only_probes_while_open(w)?;
+        self.check_i12_no_item_too_old(w)?;
         if w.attempt == 1 {
             self.check_first_attempt(w)
         } else {

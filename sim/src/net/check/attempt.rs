@@ -7,7 +7,7 @@ use std::fmt;
 
 use outbox::core::Time;
 
-use super::{i1, i2, i4, i7, i8, s_w4, Broken};
+use super::{i1, i12, i2, i4, i7, i8, s_w4, Broken};
 use crate::net::book::Book;
 
 /// What the sink was handed for one attempt.
@@ -37,6 +37,7 @@ pub fn on_start(book: &Book, a: &Start<'_>) -> Vec<Broken> {
         a.ids,
     ));
     broken.extend(i8::nothing_starts_after_close(book, a.first, a.now));
+    broken.extend(i12::no_item_too_old(book, a.ids, a.now));
     match book.slices.get(&a.first) {
         Some(s) => broken.extend(retry(book, s, a)),
         None => broken.extend(i1::slice_starts_after_earlier_ones(

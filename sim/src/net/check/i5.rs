@@ -3,7 +3,7 @@
 use outbox::core::{Counters, DropReason, LostReason};
 
 use super::fates::Fates;
-use super::Broken;
+use super::{i12, Broken};
 use crate::net::book::{Admit, Book};
 
 /// A counter against what the world saw: (what, counted, seen).
@@ -44,8 +44,12 @@ pub fn stage_answers_explained(book: &Book, c: &Counters) -> Result<(), Broken> 
 
 /// With nothing pending (and no drop, after which the items never sliced
 /// are lost under `deadline` with nobody to hand them back to): every
-/// accepted item was sliced or handed back.
+/// accepted item was sliced or handed back, or may have expired (S-R3;
+/// [`end_losses_explained`] then counts them).
 pub fn nothing_vanished(book: &Book, fates: &Fates) -> Result<(), Broken> {
+    if i12::may_have_expired(book) {
+        return Ok(());
+    }
     let n = book.items.len();
     if let Some(id) = (0..n).find(|id| {
         book.items[*id].admit == Admit::Accepted
@@ -78,17 +82,29 @@ pub fn end_losses_explained(
             .filter(|id| book.items[*id].admit == Admit::Accepted && !fates.in_slice[*id])
             .count() as u64;
         (
-            "lost(deadline) + lost(retries_exhausted) + dropped(sink_error)",
+            "lost(deadline) + lost(retries_exhausted) + dropped(sink_error) + lost(expired)",
             c.lost(LostReason::Deadline)
                 + c.lost(LostReason::RetriesExhausted)
-                + c.dropped(DropReason::SinkError),
+                + c.dropped(DropReason::SinkError)
+                + c.lost(LostReason::Expired),
             unsliced + fates.failed + fates.given_up,
         )
     } else {
+        // Never sliced nor handed back: expired in a backlog (S-R3); a
+        // retry slice that expired failed last and is in `fates.failed`.
+        let unsliced = (0..n)
+            .filter(|id| {
+                book.items[*id].admit == Admit::Accepted
+                    && !fates.in_slice[*id]
+                    && !book.items[*id].handed_back
+            })
+            .count() as u64;
         (
-            "lost(retries_exhausted) + dropped(sink_error)",
-            c.lost(LostReason::RetriesExhausted) + c.dropped(DropReason::SinkError),
-            fates.failed,
+            "lost(retries_exhausted) + dropped(sink_error) + lost(expired)",
+            c.lost(LostReason::RetriesExhausted)
+                + c.dropped(DropReason::SinkError)
+                + c.lost(LostReason::Expired),
+            fates.failed + unsliced,
         )
     };
     let deadline = if dropped {

@@ -17,6 +17,11 @@
 //! | I7 | [`i7::retry_after_backoff`] | each retry's start (the sink) |
 //! | I8 | [`i8::nothing_starts_after_close`]; [`fates::tally`] (no attempt left running) | each attempt's start; at the end |
 //! | S-W4 | [`s_w4::slice_not_empty`] | each attempt's start (the sink) |
+//! | I10, S-R1, S-R2 | [`i10::Model::on_start`] | each attempt's start (the sink) |
+//! | I11 | the healed phase's settle (`app::healed`), whose bound allows one `max_probe_interval` for an open breaker to close (`world::liveness_base`) | healed phase |
+//! | I13, S-R4 | [`i13::on_letter`] (each dead letter, the app), [`i13::every_loss_handed_out`] (at a quiet end) | |
+//! | I12, S-R3 | [`i12::no_item_too_old`] | each attempt's start (the sink) |
+//! | I12, S-R3 | [`i12::may_have_expired`] in [`i5::nothing_vanished`] and [`i5::end_losses_explained`] | at the end |
 //! | S-W15, I8, S-A4 | `app::judge` | each flush, settle and shutdown answer (the app) |
 //! | S-W16 | [`s_w16::nothing_pending_after_exit`], [`s_w16::drained_what_it_held`]; the writer's exit, `app::writer_exits` | after every handle is dropped (the app) |
 //! | S-W16 | [`s_w16::nothing_pending_after_drop`]; [`fates::tally`] | at the end of a drop ending |
@@ -53,6 +58,9 @@ use super::datastore::Durable;
 pub mod attempt;
 pub mod fates;
 pub mod i1;
+pub mod i10;
+pub mod i12;
+pub mod i13;
 pub mod i2;
 pub mod i3;
 pub mod i4;
@@ -102,7 +110,8 @@ fn end_checks(book: &Book, store: &Durable, c: &Counters, ending: Ending) -> Res
     if ending == Ending::Abandoned || c.pending != 0 {
         return Ok(());
     }
-    i5::end_losses_explained(book, c, &fates, ending.is_drop())
+    i5::end_losses_explained(book, c, &fates, ending.is_drop())?;
+    i13::every_loss_handed_out(book, c)
 }
 
 impl Ending {
@@ -139,6 +148,8 @@ mod tests {
                 tenant: 0,
                 admit: Admit::Accepted,
                 handed_back: false,
+                staged_at: Time::ZERO,
+                dead_letter: false,
             });
         }
         for (first, ids, at) in [(0, vec![0, 1], 10), (2, vec![2], 20)] {

@@ -1,0 +1,92 @@
+//! I10: while the breaker is open, an attempt starts only as its one
+//! probe (S-R1, S-R2), from what the sink saw.
+//!
+//! The model counts the sink's ends: a failure (error or panic) adds to
+//! the run, a committed write or a terminal rejection resets it and
+//! closes, an attempt cut short (timeout or cancellation: the sink cannot
+//! tell which) counts neither way. So the model never counts more
+//! failures than the engine, and opens no sooner than the engine does.
+//! Starts within [`SLACK`] of its opening may have been decided before
+//! (the engine learns of an end after the sink), so they are not checked.
+
+use std::time::Duration;
+
+use outbox::core::{BreakerConfig, Time};
+
+use super::Broken;
+use crate::net::book::End;
+
+/// How long after the model opens an attempt may still have been decided
+/// while the breaker was closed.
+pub const SLACK: Duration = Duration::from_millis(20);
+
+/// The sink's model of the breaker.
+#[derive(Clone, Debug, Default)]
+pub struct Model {
+    config: Option<BreakerConfig>,
+    failures: u32,
+    /// When it opened, while open.
+    open_since: Option<Time>,
+    /// The probe in flight (its slice's first item).
+    probe: Option<u64>,
+    /// Probes seen, for the report.
+    pub probes: u64,
+    /// Times it opened, for the report.
+    pub opened: u64,
+}
+
+impl Model {
+    /// A model of the breaker `config` (none: never opens).
+    pub fn new(config: Option<BreakerConfig>) -> Model {
+        Model {
+            config,
+            ..Model::default()
+        }
+    }
+
+    /// An attempt of slice `first` starts at `now`.
+    pub fn on_start(&mut self, first: u64, now: Time) -> Option<Broken> {
+        let since = self.open_since?;
+        if now <= since + SLACK {
+            return None;
+        }
+        if let Some(p) = self.probe {
+            return Some((
+                "I10",
+                format!(
+                    "slice #{first} starts at {now} while the breaker is open (since {since}) \
+                     and probe #{p} is in flight"
+                ),
+            ));
+        }
+        self.probe = Some(first);
+        self.probes += 1;
+        None
+    }
+
+    /// An attempt of slice `first` ended with `end`.
+    pub fn on_end(&mut self, first: u64, end: End, now: Time) {
+        let Some(config) = self.config else {
+            return;
+        };
+        match end {
+            End::Ok(_) | End::Terminal => {
+                self.failures = 0;
+                self.open_since = None;
+                self.probe = None;
+            }
+            End::Failed if self.open_since.is_none() => {
+                self.failures += 1;
+                if self.failures >= config.failures_to_open() {
+                    self.open_since = Some(now);
+                    self.opened += 1;
+                }
+            }
+            End::Failed | End::Dropped | End::Running => {
+                if self.probe == Some(first) {
+                    self.probe = None;
+                }
+            }
+        }
+    }
+}

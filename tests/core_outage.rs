@@ -1,0 +1,196 @@
+//! The core's rules for running through an outage (S-R1, S-R2, S-R3), on
+//! the engine alone with a hand-driven clock: the sink-wide breaker and
+//! the item age limit.
+
+mod core_world;
+
+use core_world::{dur, ms, World};
+use outbox::core::{BreakerConfig, BreakerState, Config, Event, LostReason, Outcome};
+
+fn breaker(failures: u32) -> BreakerConfig {
+    BreakerConfig::new()
+        .failures(failures)
+        .probe_interval(dur(100))
+        .max_probe_interval(dur(400))
+}
+
+// ----- S-R1, S-R2: the breaker --------------------------------------------
+
+#[test]
+fn s_r1_a_run_of_failures_across_tenants_stops_every_new_attempt() {
+    let mut w = World::new(Config::builder().concurrency(8).breaker(breaker(3)));
+    for t in 1..=5 {
+        w.stage_ok(t, [t]);
+    }
+    let ws = w.poll();
+    assert_eq!(ws.len(), 5);
+    let mut ws = ws.into_iter();
+    for x in ws.by_ref().take(3) {
+        w.fail(x);
+    }
+    assert_eq!(
+        w.e.breaker(),
+        BreakerState::Open {
+            next_probe: ms(100)
+        }
+    );
+    // The two still in flight fail too: nothing changes, nothing starts.
+    for x in ws {
+        w.fail(x);
+    }
+    w.at(99);
+    assert!(w.poll().is_empty(), "open: no attempt before the probe");
+    assert_eq!(w.e.poll_timeout(), Some(ms(100)), "the probe is a timeout");
+    w.at(100);
+    let probe = w.poll_one();
+    assert_eq!(probe.tenant, 1, "the first tenant ready goes first (S-B1)");
+    assert_eq!(w.e.breaker(), BreakerState::Probing { probe: probe.id });
+    assert!(w.poll().is_empty(), "one probe at a time");
+    w.ok(probe);
+    assert_eq!(w.e.breaker(), BreakerState::Closed);
+    let order: Vec<u32> = w.poll().iter().map(|x| x.tenant).collect();
+    assert_eq!(order, [2, 3, 4, 5], "tenants keep their order");
+}
+
+#[test]
+fn s_r2_failed_probes_back_off_to_the_cap() {
+    let mut w = World::new(Config::builder().concurrency(1).breaker(breaker(1)));
+    w.stage_ok(1, [1]);
+    let a = w.poll_one();
+    w.fail(a); // opens at 0: probe at 100; the tenant's backoff ends at 50
+    let mut at = 0;
+    for gap in [100, 200, 400, 400] {
+        at += gap;
+        w.at(at - 1);
+        assert!(w.poll().is_empty());
+        w.at(at);
+        let p = w.poll_one();
+        w.fail(p);
+    }
+    assert_eq!(w.e.consecutive_failures(), 1, "frozen while open");
+    assert_eq!(
+        w.e.breaker(),
+        BreakerState::Open {
+            next_probe: ms(at + 400)
+        }
+    );
+    // 5 attempts in 1.1 s where the tenant's own backoff would allow more.
+    assert_eq!(w.c().attempts, 5);
+}
+
+#[test]
+fn s_r2_no_probe_timeout_without_a_tenant_ready() {
+    let mut w = World::new(
+        Config::builder()
+            .breaker(breaker(1))
+            .initial_backoff(dur(1_000))
+            .max_backoff(dur(1_000)),
+    );
+    w.stage_ok(1, [1]);
+    let a = w.poll_one();
+    w.fail(a);
+    // The tenant backs off until 1,000; the probe is not armed before.
+    assert_eq!(w.e.poll_timeout(), Some(ms(1_000)));
+    w.at(1_000);
+    let p = w.poll_one();
+    w.finish(p, Outcome::Rejected);
+    assert_eq!(w.e.breaker(), BreakerState::Closed, "the sink answered");
+}
+
+#[test]
+fn s_r2_a_late_success_of_an_older_write_closes() {
+    let mut w = World::new(Config::builder().breaker(breaker(2)));
+    for t in 1..=3 {
+        w.stage_ok(t, [t]);
+    }
+    let mut ws = w.poll().into_iter();
+    w.fail(ws.next().unwrap());
+    w.fail(ws.next().unwrap());
+    assert!(matches!(w.e.breaker(), BreakerState::Open { .. }));
+    w.ok(ws.next().unwrap());
+    assert_eq!(w.e.breaker(), BreakerState::Closed);
+}
+
+#[test]
+fn s_r1_flush_and_shutdown_deadlines_hold_while_open() {
+    let mut w = World::new(Config::builder().breaker(breaker(1)));
+    w.stage_ok(1, [1]);
+    let a = w.poll_one();
+    w.fail(a);
+    let f = w.flush(30);
+    w.at(30);
+    let r = w.wait_done(f).expect("answered at its deadline");
+    assert!(r.deadline_passed);
+    assert_eq!(r.pending, 1);
+    let s = w.shutdown(60);
+    w.at(60);
+    let r = w.shutdown_done(s).expect("answered at its deadline");
+    assert_eq!(r.unwritten, vec![(1, vec![1])]);
+    assert_eq!(w.lost(LostReason::Deadline), 1);
+}
+
+// ----- S-R3: max_item_age -------------------------------------------------
+
+#[test]
+fn s_r3_items_older_than_the_limit_are_lost_as_expired_not_written() {
+    let mut w = World::new(Config::builder().concurrency(1).max_item_age(dur(100)));
+    w.stage_ok(2, [20]);
+    let busy = w.poll_one(); // holds the only slot
+    w.stage_ok(1, [1, 2]);
+    w.at(60);
+    w.stage_ok(1, [3]);
+    w.at(100);
+    w.ok(busy);
+    // At 100 items 1, 2 are exactly 100 ms old: still written.
+    let x = w.poll_one();
+    assert_eq!(x.items, [1, 2, 3]);
+    w.fail(x); // retry at 150: item 1 is then 150 ms old
+    w.stage_ok(1, [4]);
+    w.at(150);
+    let y = w.poll_one();
+    assert_eq!(y.items, [4], "the expired retry went whole (S-W5)");
+    assert_eq!(w.lost(LostReason::Expired), 3);
+    assert!(w.events.iter().any(|e| matches!(
+        e,
+        Event::Lost {
+            tenant: 1,
+            items: 3,
+            reason: LostReason::Expired,
+            ..
+        }
+    )));
+    w.ok(y);
+    assert_eq!(w.e.pending(), 0);
+    assert_eq!(w.written_of(1), [4]);
+}
+
+#[test]
+fn s_r3_a_backlog_loses_only_its_expired_front() {
+    let mut w = World::new(Config::builder().concurrency(1).max_item_age(dur(100)));
+    w.stage_ok(9, [90]);
+    let busy = w.poll_one();
+    w.stage_ok(1, [1]);
+    w.at(50);
+    w.stage_ok(1, [2]);
+    w.at(120);
+    w.ok(busy);
+    let x = w.poll_one();
+    assert_eq!(x.items, [2]);
+    assert_eq!(w.lost(LostReason::Expired), 1);
+    w.ok(x);
+    assert_eq!(w.e.tenants(), 0, "nothing held");
+}
+
+#[test]
+fn s_r3_a_wholly_expired_tenant_makes_way_for_the_next() {
+    let mut w = World::new(Config::builder().concurrency(1).max_item_age(dur(10)));
+    w.stage_ok(9, [90]);
+    let busy = w.poll_one();
+    w.stage_ok(1, [1]);
+    w.at(20);
+    w.stage_ok(2, [2]);
+    w.ok(busy);
+    let x = w.poll_one();
+    assert_eq!((x.tenant, x.items.clone()), (2, vec![2]));
+    assert_eq!(w.lost(LostReason::Expired), 1);
+}
