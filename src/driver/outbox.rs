@@ -547,18 +547,19 @@ impl<S: Sink> Outbox<S> {
                 return Err(StageError::Unencodable(item));
             };
             let wake = shared.engine_input(|st| {
-                if journal.admit(&record).is_err() {
+                let Ok(admitted) = journal.admit(&record) else {
                     return Err(StageError::Full {
                         reason: crate::DropReason::JournalFull,
                         item,
                     });
-                }
+                };
                 let key = tenant.clone();
                 let wake = st.engine.try_stage(now, tenant, item).map_err(refusal)?;
-                journal.append(key, record);
+                admitted.append(key, &record);
                 Ok(wake)
-            })?;
-            if wake {
+            });
+            super::journal::Journal::<S::Tenant, S::Item>::recycle(record);
+            if wake? {
                 shared.wake();
             }
             return Ok(());
