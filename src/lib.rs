@@ -114,5 +114,5 @@ pub use crate::core::{
 #[cfg(feature = "journal")]
 pub use driver::SyncError;
 pub use driver::{Answer, BuildError, Outbox, OutboxBuilder, DEFAULT_DROP_TIMEOUT};
-pub use sink::{BoxError, ErrorKind, Sink, WriteError, Written};
+pub use sink::{BoxError, ErrorKind, Sink, Slice, WriteError, Written};
 pub use tenant::{TenantId, TenantKey};

@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use outbox::core::{Config, ErrorPolicy};
+use outbox::core::{Config, ConfigBuilder, ErrorPolicy};
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -64,6 +64,16 @@ pub struct ConfigPick {
 /// the extremes (a 1 ns write timeout, an hour of linger or backoff, one
 /// byte per batch).
 pub fn config(rng: &mut SimRng) -> ConfigPick {
+    config_with(rng, |b| b)
+}
+
+/// [`config`], with `extra` applied to the builder after every draw (a
+/// world's own knobs, drawn from a generator of its own so the draws
+/// above keep their stream).
+pub fn config_with(
+    rng: &mut SimRng,
+    extra: impl FnOnce(ConfigBuilder) -> ConfigBuilder,
+) -> ConfigPick {
     let extreme = chance(rng, 1, 16);
     let ms = |v: u64| Duration::from_millis(v);
     let mut b = Config::builder();
@@ -133,8 +143,26 @@ pub fn config(rng: &mut SimRng) -> ConfigPick {
         b = b.write_timeout(timeout);
     }
     b = b.seed(rng.next_u64());
+    b = extra(b);
     let config = b.build().expect("every draw is in range");
     ConfigPick { config, weighs }
+}
+
+/// Fan-in (S-F1, S-F2) for half the seeds: up to 16 slices per write,
+/// sometimes a cap on a group's items. Drawn from a generator of its own
+/// (`seed` with a fixed tweak), so a seed drawn without fan-in runs
+/// exactly as it did before fan-in existed: its trace hash is unchanged.
+pub fn groups(seed: u64, b: ConfigBuilder) -> ConfigBuilder {
+    let mut g = rng(seed ^ 0x6661_6e2d_696e_0000);
+    if !chance(&mut g, 1, 2) {
+        return b;
+    }
+    let b = b.max_slices_per_write(log_uniform(&mut g, 2, 16) as usize);
+    if chance(&mut g, 1, 2) {
+        b.max_group_items(log_uniform(&mut g, 1, 512) as usize)
+    } else {
+        b
+    }
 }
 
 /// Integer Zipf weights: tenant `k` weighs about `1 / (k+1)^(skew_half/2)`.

@@ -26,6 +26,7 @@ mod backlog;
 mod backoff;
 mod config;
 mod engine;
+mod group;
 pub mod journal;
 mod schedule;
 mod shrink;
