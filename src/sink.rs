@@ -61,9 +61,20 @@ pub trait Sink: Send + Sync + 'static {
         items: &[Self::Item],
     ) -> impl Future<Output = Result<Written, WriteError>> + Send;
 
+    /// Whether this sink takes groups of slices through
+    /// [`write_group`](Sink::write_group) (fan-in, S-F1). Default `false`:
+    /// the outbox then writes one tenant's slice per call, whatever
+    /// [`max_slices_per_write`](crate::ConfigBuilder::max_slices_per_write)
+    /// says, exactly as before fan-in existed. Return `true` from a sink
+    /// that overrides `write_group`.
+    fn takes_groups(&self) -> bool {
+        false
+    }
+
     /// Writes a group of two or more slices of distinct tenants in one
     /// call (fan-in, S-F1): one round trip, one transaction, one request
-    /// for many tenants. Called only when the config sets
+    /// for many tenants. The outbox calls it only when
+    /// [`takes_groups`](Sink::takes_groups) is `true` and the config sets
     /// [`max_slices_per_write`](crate::ConfigBuilder::max_slices_per_write)
     /// above 1 (a group of one slice goes to [`write`](Sink::write)).
     ///
@@ -79,13 +90,17 @@ pub trait Sink: Send + Sync + 'static {
     /// group: every slice of it fails so (S-F4), then follows its own
     /// rules.
     ///
-    /// # Why a method with a default
-    /// The default writes the slices one after another, one
-    /// [`write`](Sink::write) call each, so every sink works with any
-    /// config, and a sink that does not override it behaves as before.
-    /// A second trait would have needed a second outbox type or a
-    /// specialisation the language lacks; a method keeps one `Outbox<S>`
-    /// and makes fan-in an opt-in override.
+    /// # Why methods with defaults
+    /// Fan-in is an opt-in override of two provided methods rather than a
+    /// second trait: a second trait would have needed a second outbox
+    /// type, or a specialisation the language lacks, to pick the group
+    /// path; two methods keep one `Outbox<S>`, and every existing sink
+    /// compiles and behaves as before (`takes_groups` is `false`). The
+    /// default `write_group`, for a direct caller, writes one slice per
+    /// [`write`](Sink::write) call: it makes every slice's future first
+    /// (so it holds no borrow of the items and `Item` need not be `Sync`),
+    /// then awaits them one after another; a `write` that does work
+    /// before its future is polled sees every slice begun at once.
     fn write_group(
         &self,
         slices: &[Slice<Self::Tenant, Self::Item>],

@@ -53,18 +53,17 @@ impl Sink for Groups {
         let slice = [Slice::new(*tenant, items.to_vec())];
         self.write_group(&slice).await.pop().expect("one outcome")
     }
+    fn takes_groups(&self) -> bool {
+        true
+    }
     async fn write_group(
         &self,
         slices: &[Slice<TenantId, u32>],
     ) -> Vec<Result<Written, WriteError>> {
         let hang = {
             let mut s = self.0.lock().unwrap();
-            s.calls.push(
-                slices
-                    .iter()
-                    .map(|x| (x.tenant, x.items.clone()))
-                    .collect(),
-            );
+            s.calls
+                .push(slices.iter().map(|x| (x.tenant, x.items.clone())).collect());
             slices.iter().any(|x| s.hanging.contains(&x.tenant))
         };
         if hang {
@@ -175,8 +174,9 @@ async fn a_timeout_fails_every_slice_of_its_group() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_sink_without_write_group_writes_a_group_one_slice_per_call() {
-    // The default `write_group`: one `write` per slice, in group order.
+async fn a_sink_that_does_not_take_groups_writes_one_slice_per_call() {
+    // S-F1: `takes_groups` is false by default: one `write` per slice,
+    // each its own write, whatever `max_slices_per_write` says.
     #[derive(Clone, Default)]
     struct Plain(Arc<Mutex<Vec<(TenantId, Vec<u32>)>>>);
     impl Sink for Plain {

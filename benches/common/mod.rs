@@ -126,6 +126,9 @@ impl Sink for GroupCounting {
             .fetch_add(items.len() as u64, Ordering::Relaxed);
         Ok(Written::ALL)
     }
+    fn takes_groups(&self) -> bool {
+        true
+    }
     async fn write_group(
         &self,
         slices: &[outbox::Slice<TenantId, u64>],

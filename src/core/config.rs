@@ -144,6 +144,15 @@ impl Config {
         Err(ConfigError::WeigherRequired { field })
     }
 
+    /// The same config with one slice per write (S-F1: for a sink that
+    /// does not take groups).
+    pub(crate) fn without_fan_in(self) -> Self {
+        Config {
+            max_slices_per_write: 1,
+            ..self
+        }
+    }
+
     /// A builder starting from the defaults.
     pub fn builder() -> ConfigBuilder {
         ConfigBuilder {
@@ -326,8 +335,10 @@ impl ConfigBuilder {
     /// distinct ready tenants, each keeping its own identity, order,
     /// backoff and outcome; `concurrency` then bounds groups in flight.
     /// `0` is normalised to `1`. Default 1: one tenant's slice per write.
-    /// Only the driver's [`Sink::write_group`](crate::Sink::write_group)
-    /// receives groups; engine drivers ask with
+    /// The driver hands groups only to a sink that takes them
+    /// ([`Sink::takes_groups`](crate::Sink::takes_groups), through
+    /// [`Sink::write_group`](crate::Sink::write_group)); with any other
+    /// sink it is taken as 1. Engine drivers ask with
     /// [`Engine::poll_group`](super::Engine::poll_group).
     pub fn max_slices_per_write(mut self, slices: usize) -> Self {
         self.config.max_slices_per_write = slices.max(1);

@@ -197,11 +197,18 @@ impl<S: Sink> OutboxBuilder<S> {
         if has_timer.is_err() {
             return Err(BuildError::NoTimer);
         }
+        // S-F1: only a sink that takes groups is handed them; any other
+        // writes one tenant's slice per call, as if the config said so.
+        let config = if contain::call(|| self.sink.takes_groups()).unwrap_or(false) {
+            self.config
+        } else {
+            self.config.without_fan_in()
+        };
         let engine = match self.weigher {
-            Some(weigher) => Engine::with_weigher(self.config, move |item: &S::Item| {
+            Some(weigher) => Engine::with_weigher(config, move |item: &S::Item| {
                 contain::call(|| weigher(item)).unwrap_or(0)
             })?,
-            None => Engine::new(self.config)?,
+            None => Engine::new(config)?,
         };
         #[cfg(feature = "journal")]
         let mut engine = engine;

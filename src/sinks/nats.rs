@@ -445,6 +445,11 @@ impl<R: Record, K: NatsTenant> Sink for NatsSink<R, K> {
         self.write_slice(tenant, items)
     }
 
+    /// Yes: see [`write_group`](Sink::write_group) (S-F1).
+    fn takes_groups(&self) -> bool {
+        true
+    }
+
     /// One pipeline of publishes for the group (S-F1); see
     /// [the module docs](self#fan-in).
     fn write_group(

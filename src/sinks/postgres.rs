@@ -573,6 +573,11 @@ impl<R: Record, K: PgTenant> Sink for PostgresSink<R, K> {
         self.write_slice(tenant, items)
     }
 
+    /// Yes: see [`write_group`](Sink::write_group) (S-F1).
+    fn takes_groups(&self) -> bool {
+        true
+    }
+
     /// One transaction for the group (S-F1); see
     /// [the module docs](self#fan-in).
     fn write_group(

@@ -26,7 +26,7 @@ use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use outbox::{Sink, TenantId, TenantKey, WriteError, Written};
+use outbox::{Sink, Slice, TenantId, TenantKey, WriteError, Written};
 use rand::Rng;
 use turmoil::net::TcpStream;
 
@@ -459,6 +459,21 @@ impl<K: NetKey> Sink for NetSink<K> {
 
     fn name(&self) -> &str {
         "datastore"
+    }
+
+    /// Yes (S-F1): a group's slices go one call after another, each an
+    /// attempt of its own in the book, so the sink never has more calls
+    /// in flight than the driver has groups.
+    fn takes_groups(&self) -> bool {
+        true
+    }
+
+    async fn write_group(&self, slices: &[Slice<K, Item>]) -> Vec<Result<Written, WriteError>> {
+        let mut outcomes = Vec::with_capacity(slices.len());
+        for slice in slices {
+            outcomes.push(self.write(&slice.tenant, &slice.items).await);
+        }
+        outcomes
     }
 
     fn write(

@@ -173,9 +173,9 @@ impl Draws {
         let phase = Duration::from_secs(opts.net_secs.max(1));
         let mut r = rng(seed);
         // Fan-in for half the seeds, from a stream of its own (S-F1): the
-        // net sink keeps the default `write_group`, one slice per call, so
-        // groups, group-wide timeouts and cancellations, per-slice outcomes
-        // and retries in later groups run through the real driver.
+        // net sink takes groups (a slice per call, in turn), so groups,
+        // group-wide timeouts and cancellations, per-slice outcomes and
+        // retries in later groups run through the real driver.
         let pick = draw::config_with(&mut r, |b| draw::groups(seed, b));
         let workload = NetWorkload::draw(&mut r, phase);
         let faults = NetFaults::draw(&mut r, phase);
