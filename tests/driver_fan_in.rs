@@ -12,10 +12,13 @@ fn t(n: u128) -> TenantId {
     TenantId::from_u128(n)
 }
 
+/// Slices as a sink saw them: (tenant, items).
+type Seen = Vec<(TenantId, Vec<u32>)>;
+
 #[derive(Default)]
 struct State {
     /// Every call: the (tenant, items) of its slices.
-    calls: Vec<Vec<(TenantId, Vec<u32>)>>,
+    calls: Vec<Seen>,
     /// Written items per tenant, in write order.
     stored: Vec<(TenantId, u32)>,
     /// Tenants whose slice fails retryably (each time until healed).
@@ -38,7 +41,7 @@ impl Groups {
             .map(|(_, i)| *i)
             .collect()
     }
-    fn calls(&self) -> Vec<Vec<(TenantId, Vec<u32>)>> {
+    fn calls(&self) -> Vec<Seen> {
         self.0.lock().unwrap().calls.clone()
     }
 }
@@ -178,7 +181,7 @@ async fn a_sink_that_does_not_take_groups_writes_one_slice_per_call() {
     // S-F1: `takes_groups` is false by default: one `write` per slice,
     // each its own write, whatever `max_slices_per_write` says.
     #[derive(Clone, Default)]
-    struct Plain(Arc<Mutex<Vec<(TenantId, Vec<u32>)>>>);
+    struct Plain(Arc<Mutex<Seen>>);
     impl Sink for Plain {
         type Tenant = TenantId;
         type Item = u32;
