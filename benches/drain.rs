@@ -3,12 +3,15 @@
 //! and wait until `settle` returns 0. Target: the 100,000-tenant
 //! time within 2x of the 1-tenant time at both concurrencies (S-C4: the
 //! cost per write must not grow with the number of tenants).
+//!
+//! `DRAIN_SLICES=n` (n > 1) runs the same drains with fan-in: a sink that
+//! takes groups (S-F1) and `max_slices_per_write` n.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{fmt_secs, runtime, summary, tenant, Counting, Samples};
+use common::{fmt_secs, runtime, summary, tenant, Counting, GroupCounting, Samples};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};
 use outbox::{Config, Outbox};
 use tokio::runtime::Runtime;
@@ -22,11 +25,37 @@ const SAMPLES: usize = 10;
 /// `tenants` from the runtime's context while the writer drains, then a
 /// settle. Returns the time from the first stage to the settle's answer.
 fn drain_once(rt: &Runtime, tenants: u64, concurrency: usize) -> Duration {
-    rt.block_on(async {
-        let sink = Counting::default();
+    let slices: usize = std::env::var("DRAIN_SLICES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let _in_runtime = rt.enter();
+    if slices > 1 {
+        let sink = GroupCounting::default();
         let written = sink.written.clone();
-        let config = Config::builder().concurrency(concurrency).build().unwrap();
+        let config = Config::builder()
+            .concurrency(concurrency)
+            .max_slices_per_write(slices)
+            .build()
+            .unwrap();
         let outbox = Outbox::new(sink, config).unwrap();
+        return rt.block_on(drain_with(outbox, written, tenants, concurrency));
+    }
+    let sink = Counting::default();
+    let written = sink.written.clone();
+    let config = Config::builder().concurrency(concurrency).build().unwrap();
+    let outbox = Outbox::new(sink, config).unwrap();
+    rt.block_on(drain_with(outbox, written, tenants, concurrency))
+}
+
+/// Stages `ITEMS` round-robin over `tenants`, then settles.
+async fn drain_with<S: outbox::Sink<Tenant = outbox::TenantId, Item = u64>>(
+    outbox: Outbox<S>,
+    written: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    tenants: u64,
+    concurrency: usize,
+) -> Duration {
+    {
         let start = Instant::now();
         for i in 0..ITEMS {
             let _ = outbox.stage(tenant(i % tenants), i);
@@ -44,7 +73,7 @@ fn drain_once(rt: &Runtime, tenants: u64, concurrency: usize) -> Duration {
         }
         outbox.shutdown(Duration::from_secs(10)).await;
         took
-    })
+    }
 }
 
 fn drain(c: &mut Criterion) {

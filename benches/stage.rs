@@ -3,7 +3,9 @@
 //! pair (target ratio <= 1.5), on one thread and on two threads
 //! contending. Both have a consumer draining concurrently on the runtime
 //! (the writer task; a receiver task), and the callers run in the runtime's
-//! context, as request handlers do.
+//! context, as request handlers do. Each at 1,000 tenants and at
+//! 100,000 (ids suffixed `/t100000`), where the tenant map no longer fits
+//! the cache.
 
 mod common;
 
@@ -18,8 +20,18 @@ use outbox::{Config, Outbox, TenantId};
 use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
 
-const TENANTS: u64 = 1_000;
+const TENANTS: [u64; 2] = [1_000, 100_000];
 const SAMPLES: usize = 20;
+
+/// The id suffix of a tenant count: none for 1,000 (the ids of earlier
+/// runs), `/tN` otherwise.
+fn suffix(tenants: u64) -> String {
+    if tenants == 1_000 {
+        String::new()
+    } else {
+        format!("/t{tenants}")
+    }
+}
 
 /// Runs `op(i)` for `i` in `0..iters` on each of `threads` threads in the
 /// runtime's context; returns the wall time (each thread does `iters`).
@@ -68,9 +80,12 @@ fn stage(c: &mut Criterion) {
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
 
-    for threads in [1usize, 2] {
+    for (threads, tenants) in [1usize, 2]
+        .into_iter()
+        .flat_map(|t| TENANTS.map(|n| (t, n)))
+    {
         // Baseline: a bare unbounded channel, drained by a task.
-        let id = format!("channel/{threads}t");
+        let id = format!("channel/{threads}t{}", suffix(tenants));
         group.bench_function(&id, |b| {
             let (tx, mut rx) = mpsc::unbounded_channel::<(TenantId, u64)>();
             let received = Arc::new(AtomicU64::new(0));
@@ -89,7 +104,7 @@ fn stage(c: &mut Criterion) {
                     threads,
                     iters,
                     Arc::new(move |i| {
-                        let _ = tx.send((tenant(i % TENANTS), i));
+                        let _ = tx.send((tenant(i % tenants), i));
                     }),
                 );
                 // Untimed: let the consumer catch up between samples.
@@ -101,7 +116,7 @@ fn stage(c: &mut Criterion) {
             });
         });
 
-        let id = format!("outbox/{threads}t");
+        let id = format!("outbox/{threads}t{}", suffix(tenants));
         group.bench_function(&id, |b| {
             let outbox =
                 rt.block_on(async { Outbox::new(Counting::default(), Config::default()).unwrap() });
@@ -112,7 +127,7 @@ fn stage(c: &mut Criterion) {
                     threads,
                     iters,
                     Arc::new(move |i| {
-                        let _ = o.stage(tenant(i % TENANTS), i);
+                        let _ = o.stage(tenant(i % tenants), i);
                     }),
                 );
                 let left = rt.block_on(outbox.settle(Duration::from_secs(60))).pending;
@@ -127,10 +142,13 @@ fn stage(c: &mut Criterion) {
     let mut all_met = true;
     let mut parts = Vec::new();
     let mut worst: f64 = 0.0;
-    for threads in [1usize, 2] {
+    for (threads, tenants) in [1usize, 2]
+        .into_iter()
+        .flat_map(|t| TENANTS.map(|n| (t, n)))
+    {
         let (Some(base), Some(ours)) = (
-            samples.median(&format!("channel/{threads}t"), SAMPLES),
-            samples.median(&format!("outbox/{threads}t"), SAMPLES),
+            samples.median(&format!("channel/{threads}t{}", suffix(tenants)), SAMPLES),
+            samples.median(&format!("outbox/{threads}t{}", suffix(tenants)), SAMPLES),
         ) else {
             continue;
         };
@@ -138,12 +156,12 @@ fn stage(c: &mut Criterion) {
         worst = worst.max(ratio);
         all_met &= ratio <= 1.5;
         println!(
-            "stage {threads} thread(s): outbox {} / channel send {} per item = {ratio:.2}",
+            "stage {threads} thread(s), {tenants} tenants: outbox {} / channel send {} per item = {ratio:.2}",
             fmt_secs(ours),
             fmt_secs(base)
         );
         parts.push(format!(
-            "{threads}t: outbox={} channel={} ratio={ratio:.2}",
+            "{threads}t/{tenants}: outbox={} channel={} ratio={ratio:.2}",
             fmt_secs(ours),
             fmt_secs(base)
         ));

@@ -18,6 +18,14 @@
 //!   `OUTBOX_EXAMPLE_TENANTS` (default 10,000): the load;
 //!   `OUTBOX_EXAMPLE_CONCURRENCY` (default 16): writes in flight and pool
 //!   size.
+//! - `OUTBOX_EXAMPLE_SLICES` (default 64): fan-in, tenants' slices per
+//!   write (S-F1; 1 writes one tenant per transaction), and
+//!   `OUTBOX_EXAMPLE_GROUP_ITEMS` (default 1,000): items per group at most.
+//! - `OUTBOX_EXAMPLE_BASELINE=0` skips the bare loader: by default, the
+//!   same rows go first through a bare loader (multi-row
+//!   `INSERT ... ON CONFLICT DO NOTHING` in batches of the group size, on
+//!   the same pool and table, no outbox); the example prints both rates
+//!   and their ratio.
 //!
 //! Exits non-zero when a record is missing, repeated or out of order, or
 //! when anything was lost or dropped.
@@ -31,7 +39,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use metrics_exporter_prometheus::PrometheusBuilder;
 use outbox::core::{DropReason, LostReason};
 use outbox::sinks::postgres::PostgresSink;
-use outbox::sinks::Envelope;
+use outbox::sinks::{Envelope, Record};
 use outbox::{Config, Outbox, Staged, TenantId};
 use tokio_postgres::NoTls;
 
@@ -107,8 +115,27 @@ async fn run() -> Result<bool, BoxError> {
         .await?;
     sink.create_table().await?;
 
+    let slices = env_usize("OUTBOX_EXAMPLE_SLICES", 64).max(1);
+    let group_items = env_usize("OUTBOX_EXAMPLE_GROUP_ITEMS", MAX_BATCH).max(1);
+    let baseline = if std::env::var("OUTBOX_EXAMPLE_BASELINE").as_deref() == Ok("0") {
+        None
+    } else {
+        let ids: Vec<TenantId> = (0..tenants).map(|_| TenantId::new_v7()).collect();
+        let rate = bare_loader(sink.pool(), &ids, records, group_items, concurrency).await?;
+        admin
+            .batch_execute(&format!("TRUNCATE \"{TABLE}\""))
+            .await?;
+        println!(
+            "bare loader: {records} rows in batches of {group_items} over {concurrency} \
+             connections: {rate:.0} rows/s"
+        );
+        Some(rate)
+    };
+
     let config = Config::builder()
         .concurrency(concurrency)
+        .max_slices_per_write(slices)
+        .max_group_items(group_items)
         .max_batch(MAX_BATCH)
         .linger(LINGER)
         .write_timeout(Duration::from_secs(30))
@@ -184,6 +211,14 @@ async fn run() -> Result<bool, BoxError> {
         c.written as f64 / c.writes.max(1) as f64,
         c.failed_attempts
     );
+    if let Some(bare) = baseline {
+        let rate = c.written as f64 / elapsed.as_secs_f64();
+        println!(
+            "outbox {rate:.0} records/s vs bare loader {bare:.0} rows/s: ratio {:.2} \
+             (target >= 0.7; {slices} slices per write)",
+            rate / bare
+        );
+    }
     println!(
         "shutdown (items pending at the fence): written {}, lost {}, dropped {}, deadline passed {}, dead letters {}",
         report.written,
@@ -233,6 +268,69 @@ async fn run() -> Result<bool, BoxError> {
     }
     println!("{}", if ok { "OK" } else { "FAILED" });
     Ok(ok)
+}
+
+/// The bare loader: the rows the stagers make, in the order they make
+/// them (round-robin over the tenants), inserted in batches of `batch`
+/// rows by `concurrency` tasks, each batch one multi-row `INSERT ... ON
+/// CONFLICT DO NOTHING`, no outbox. Returns rows per second.
+async fn bare_loader(
+    pool: &Pool,
+    ids: &[TenantId],
+    records: usize,
+    batch: usize,
+    concurrency: usize,
+) -> Result<f64, BoxError> {
+    let mut rows: Vec<(uuid::Uuid, uuid::Uuid, Vec<u8>)> = Vec::with_capacity(records);
+    'fill: for n in 0.. {
+        for (t, id) in ids.iter().enumerate() {
+            if n * ids.len() + t >= records {
+                break 'fill;
+            }
+            let r = record(n, 1 + (n + t) % 7);
+            rows.push((id.0, Record::id(&r), Record::payload(&r).to_vec()));
+        }
+    }
+    let sql = format!(
+        "INSERT INTO \"{TABLE}\" (tenant, item_id, payload) \
+         SELECT u.tenant, u.item_id, u.payload \
+         FROM UNNEST($1::uuid[], $2::uuid[], $3::bytea[]) AS u(tenant, item_id, payload) \
+         ON CONFLICT (tenant, item_id) DO NOTHING"
+    );
+    let rows = Arc::new(rows);
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let (pool, rows, next, sql) = (
+                pool.clone(),
+                Arc::clone(&rows),
+                Arc::clone(&next),
+                sql.clone(),
+            );
+            tokio::spawn(async move {
+                let client = pool.get().await?;
+                let stmt = client.prepare_cached(&sql).await?;
+                loop {
+                    let at = next.fetch_add(batch, Ordering::Relaxed);
+                    if at >= rows.len() {
+                        return Ok::<(), BoxError>(());
+                    }
+                    let chunk = &rows[at..(at + batch).min(rows.len())];
+                    let tenants: Vec<uuid::Uuid> = chunk.iter().map(|r| r.0).collect();
+                    let items: Vec<uuid::Uuid> = chunk.iter().map(|r| r.1).collect();
+                    let payloads: Vec<&[u8]> = chunk.iter().map(|r| r.2.as_slice()).collect();
+                    client
+                        .execute(&stmt, &[&tenants, &items, &payloads])
+                        .await?;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await??;
+    }
+    Ok(records as f64 / start.elapsed().as_secs_f64())
 }
 
 /// Prints staged, written, pending and the write rate once a second.

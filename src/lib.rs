@@ -117,5 +117,5 @@ pub use driver::{
     Answer, BuildError, DeadLetters, Health, Outbox, OutboxBuilder, StageError,
     DEFAULT_DROP_TIMEOUT,
 };
-pub use sink::{BoxError, ErrorKind, Sink, WriteError, Written};
+pub use sink::{BoxError, ErrorKind, Sink, Slice, WriteError, Written};
 pub use tenant::{TenantId, TenantKey};

@@ -60,6 +60,84 @@ pub trait Sink: Send + Sync + 'static {
         tenant: &Self::Tenant,
         items: &[Self::Item],
     ) -> impl Future<Output = Result<Written, WriteError>> + Send;
+
+    /// Whether this sink takes groups of slices through
+    /// [`write_group`](Sink::write_group) (fan-in, S-F1). Default `false`:
+    /// the outbox then writes one tenant's slice per call, whatever
+    /// [`max_slices_per_write`](crate::ConfigBuilder::max_slices_per_write)
+    /// says, exactly as before fan-in existed. Return `true` from a sink
+    /// that overrides `write_group`.
+    fn takes_groups(&self) -> bool {
+        false
+    }
+
+    /// Writes a group of two or more slices of distinct tenants in one
+    /// call (fan-in, S-F1): one round trip, one transaction, one request
+    /// for many tenants. The outbox calls it only when
+    /// [`takes_groups`](Sink::takes_groups) is `true` and the config sets
+    /// [`max_slices_per_write`](crate::ConfigBuilder::max_slices_per_write)
+    /// above 1 (a group of one slice goes to [`write`](Sink::write)).
+    ///
+    /// Returns one outcome per slice, in the order of `slices`: each slice
+    /// is written, retried or lost on its own (S-F3), so one slice's bad
+    /// data (a terminal error) need not cost the others. Every slice obeys
+    /// the rules of [`write`](Sink::write): all-or-nothing, idempotent,
+    /// and a retry re-sends the identical slice, possibly in another group
+    /// or alone. Fewer outcomes than slices: the missing ones count as
+    /// retryable failures; extra ones are ignored.
+    ///
+    /// A panic, the `write_timeout` and a cancellation apply to the whole
+    /// group: every slice of it fails so (S-F4), then follows its own
+    /// rules.
+    ///
+    /// # Why methods with defaults
+    /// Fan-in is an opt-in override of two provided methods rather than a
+    /// second trait: a second trait would have needed a second outbox
+    /// type, or a specialisation the language lacks, to pick the group
+    /// path; two methods keep one `Outbox<S>`, and every existing sink
+    /// compiles and behaves as before (`takes_groups` is `false`). The
+    /// default `write_group`, for a direct caller, writes one slice per
+    /// [`write`](Sink::write) call: it makes every slice's future first
+    /// (so it holds no borrow of the items and `Item` need not be `Sync`),
+    /// then awaits them one after another; a `write` that does work
+    /// before its future is polled sees every slice begun at once.
+    fn write_group(
+        &self,
+        slices: &[Slice<Self::Tenant, Self::Item>],
+    ) -> impl Future<Output = Vec<Result<Written, WriteError>>> + Send {
+        // The futures are made first so the async block holds only them
+        // (each `Send` by `write`'s signature), not a borrow of the items:
+        // `Item` need not be `Sync`. None starts before it is awaited.
+        let writes: Vec<_> = slices
+            .iter()
+            .map(|s| self.write(&s.tenant, &s.items))
+            .collect();
+        async move {
+            let mut outcomes = Vec::with_capacity(writes.len());
+            for write in writes {
+                outcomes.push(write.await);
+            }
+            outcomes
+        }
+    }
+}
+
+/// One tenant's slice in a group handed to
+/// [`Sink::write_group`] (S-F1): its items in staging order, never empty.
+/// Every attempt of the slice carries the identical items (S-W5).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Slice<K, I> {
+    /// The tenant every item belongs to.
+    pub tenant: K,
+    /// The items, in staging order.
+    pub items: Vec<I>,
+}
+
+impl<K, I> Slice<K, I> {
+    /// A slice of `tenant`'s `items` (for a sink's own tests).
+    pub fn new(tenant: K, items: Vec<I>) -> Self {
+        Slice { tenant, items }
+    }
 }
 
 /// A successful write (S-W12).

@@ -49,3 +49,18 @@ fn the_decoder_runs_a_hand_made_input() {
     assert!(decode::decode(&[]).is_some_and(|c| c.ops.is_empty()));
     decode::run(&[]).expect("no violation");
 }
+
+#[test]
+fn the_fan_in_format_byte_draws_the_group_knobs_and_older_inputs_do_not() {
+    // S-F1, S-F2: an input led by `FAN_IN` reads max_slices and
+    // max_group_items after the config; any other decodes as before fan-in.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/engine");
+    let data = fs::read(dir.join("fan-in-groups-partial-outcomes")).expect("the input");
+    let case = decode::decode(&data).expect("long enough");
+    let c = case.draw.config();
+    assert_eq!(c.max_slices_per_write(), 4);
+    assert_eq!(c.max_group_items(), Some(12));
+    assert!(case.ops.len() > 100, "{case:?}");
+    let old = decode::decode(&data[1..]).expect("long enough");
+    assert_eq!(old.draw.config().max_slices_per_write(), 1);
+}

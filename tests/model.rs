@@ -89,6 +89,8 @@ struct MWrite {
     attempt: u32,
     first_started: Time,
     given_up: bool,
+    /// The group it was handed out in (S-F1).
+    group: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -132,6 +134,8 @@ struct Knobs {
     capacity: Option<u64>,
     tenant_capacity: Option<usize>,
     max_batch: Option<usize>,
+    max_slices: usize,
+    max_group_items: Option<usize>,
     initial: Duration,
     max: Duration,
     max_attempts: Option<u32>,
@@ -156,6 +160,7 @@ struct Model {
     ready: VecDeque<u8>,
     timers: BTreeMap<Key, Timer>,
     in_flight: Vec<MWrite>,
+    next_group: u64,
     fate: BTreeMap<u64, Fate>,
     waits: BTreeMap<u64, MWait>,
     shutdown: Option<MShutdown>,
@@ -171,6 +176,8 @@ impl Model {
             capacity: c.capacity().map(|v| v as u64),
             tenant_capacity: c.tenant_capacity(),
             max_batch: c.max_batch(),
+            max_slices: c.max_slices_per_write(),
+            max_group_items: c.max_group_items(),
             initial: c.initial_backoff(),
             max: c.max_backoff(),
             max_attempts: c.max_attempts(),
@@ -193,6 +200,7 @@ impl Model {
             ready: VecDeque::new(),
             timers: BTreeMap::new(),
             in_flight: Vec::new(),
+            next_group: 0,
             fate: BTreeMap::new(),
             waits: BTreeMap::new(),
             shutdown: None,
@@ -350,11 +358,53 @@ impl Model {
         held + flying
     }
 
+    /// Groups with a write in flight (S-F1: each takes a slot).
+    fn groups_in_flight(&self) -> usize {
+        let mut g: Vec<u64> = self.in_flight.iter().map(|w| w.group).collect();
+        g.sort_unstable();
+        g.dedup();
+        g.len()
+    }
+
+    /// The size the next ready tenant's slice would have.
+    fn next_slice_len(&self, t: u8) -> usize {
+        let mt = &self.tenants[&t];
+        match &mt.retry {
+            Some(r) => r.items.len(),
+            None => self
+                .k
+                .max_batch
+                .map_or(mt.queue.len(), |m| m.min(mt.queue.len())),
+        }
+    }
+
     fn poll(&mut self) {
-        while self.life != Life::Closed && self.in_flight.len() < self.k.concurrency {
-            let Some(t) = self.ready.pop_front() else {
+        while self.life != Life::Closed && self.groups_in_flight() < self.k.concurrency {
+            if self.ready.is_empty() {
                 break;
-            };
+            }
+            self.next_group += 1;
+            let group = self.next_group;
+            let mut slices = 0;
+            let mut items = 0;
+            while slices < self.k.max_slices {
+                let Some(&t) = self.ready.front() else {
+                    break;
+                };
+                let len = self.next_slice_len(t);
+                if slices > 0 && self.k.max_group_items.is_some_and(|cap| items + len > cap) {
+                    break;
+                }
+                self.ready.pop_front();
+                self.start(t, group);
+                slices += 1;
+                items += len;
+            }
+        }
+    }
+
+    fn start(&mut self, t: u8, group: u64) {
+        {
             let now = self.now;
             let max_batch = self.k.max_batch;
             let mt = self.tenant(t);
@@ -386,18 +436,46 @@ impl Model {
                 attempt,
                 first_started,
                 given_up: false,
+                group,
             });
         }
     }
 
-    /// `outcome` `None`: the write's task was lost (S-W13).
+    /// `outcome` `None`: the write's task was lost (S-W13). A lost task,
+    /// a timeout, a panic or a cancellation ends the picked write's whole
+    /// group (S-F4), the picked write first.
     fn finish(&mut self, pick: u8, outcome: Option<OpOutcome>) {
         if self.in_flight.is_empty() {
             return;
         }
-        let w = self
-            .in_flight
-            .remove(usize::from(pick) % self.in_flight.len());
+        let picked = &self.in_flight[usize::from(pick) % self.in_flight.len()];
+        let group_wide = !matches!(
+            outcome,
+            Some(
+                OpOutcome::Written
+                    | OpOutcome::Discard(_)
+                    | OpOutcome::Failed
+                    | OpOutcome::Rejected
+            )
+        );
+        let mut ids = vec![picked.id];
+        if group_wide {
+            let g = picked.group;
+            ids.extend(
+                self.in_flight
+                    .iter()
+                    .filter(|w| w.group == g && w.id != picked.id)
+                    .map(|w| w.id),
+            );
+        }
+        for id in ids {
+            let ix = self.in_flight.iter().position(|w| w.id == id).unwrap();
+            self.finish_one(ix, outcome);
+        }
+    }
+
+    fn finish_one(&mut self, ix: usize, outcome: Option<OpOutcome>) {
+        let w = self.in_flight.remove(ix);
         let t = w.tenant;
         let n = w.items.len();
         // S-W18: every attempt ends in one counted outcome.
@@ -723,12 +801,14 @@ fn config_draw() -> impl Strategy<Value = ConfigDraw> {
         (0u8..5, opt(40), opt(12), opt(6)),
         (0u8..50, 0u8..30, opt(5), opt(30)),
         (prop::bool::weighted(0.2), opt(100), any::<u64>()),
+        (prop_oneof![2 => Just(1u8), 1 => 2u8..5], opt(12)),
     )
         .prop_map(
             |(
                 (concurrency, capacity, tenant_capacity, max_batch),
                 (initial_backoff_ms, max_backoff_extra, max_attempts, max_retry_10ms),
                 (drop_policy, write_timeout_10ms, seed),
+                (max_slices, max_group_items),
             )| ConfigDraw {
                 concurrency,
                 capacity,
@@ -745,6 +825,8 @@ fn config_draw() -> impl Strategy<Value = ConfigDraw> {
                 drop_policy,
                 write_timeout_10ms,
                 seed,
+                max_slices,
+                max_group_items,
             },
         )
 }
@@ -809,7 +891,40 @@ struct Sut {
     now: Time,
     next_item: u64,
     in_flight: Vec<Write<u8, u64>>,
+    /// The group of each write in flight (S-F1).
+    group_of: BTreeMap<WriteId, u64>,
+    groups: u64,
     step: usize,
+}
+
+impl Sut {
+    /// The indexes, one at a time as each is removed, of the picked
+    /// write and, with `group_wide`, its group mates (S-F4).
+    fn picked(&self, pick: u8, group_wide: bool) -> Vec<usize> {
+        if self.in_flight.is_empty() {
+            return Vec::new();
+        }
+        let first = &self.in_flight[usize::from(pick) % self.in_flight.len()];
+        let mut ids = vec![first.id];
+        if group_wide {
+            let g = self.group_of.get(&first.id);
+            ids.extend(
+                self.in_flight
+                    .iter()
+                    .filter(|w| w.id != first.id && self.group_of.get(&w.id) == g)
+                    .map(|w| w.id),
+            );
+        }
+        // Each index is taken after the ones before it were removed.
+        let mut left: Vec<WriteId> = self.in_flight.iter().map(|w| w.id).collect();
+        ids.into_iter()
+            .map(|id| {
+                let ix = left.iter().position(|o| *o == id).unwrap();
+                left.remove(ix);
+                ix
+            })
+            .collect()
+    }
 }
 
 /// Cases started, and whether a failure was already reported (to say how
@@ -849,6 +964,8 @@ impl StateMachineTest for ModelTest {
             now: Time::ZERO,
             next_item: 0,
             in_flight: Vec::new(),
+            group_of: BTreeMap::new(),
+            groups: 0,
             step: 0,
         }
     }
@@ -860,7 +977,6 @@ impl StateMachineTest for ModelTest {
         // invariants last, so a plant says which of the two caught it.
         let harness = s.harness.apply(op);
         let mut out = Out::default();
-        let e = &mut s.engine;
         match op {
             Op::Stage { tenant, count } => {
                 for _ in 0..=count % 8 {
@@ -870,59 +986,71 @@ impl StateMachineTest for ModelTest {
                     // without a linger), the wake-up hint checked by the
                     // harness.
                     let now = s.now;
-                    let staged = e.stage_lazy(|| now, tenant % s.tenant_count, item).staged;
+                    let staged = s
+                        .engine
+                        .stage_lazy(|| now, tenant % s.tenant_count, item)
+                        .staged;
                     out.staged.push(staged);
                 }
             }
             Op::Poll => {
-                while let Some(w) = e.poll_write(s.now) {
-                    out.writes
-                        .push((w.id.0, w.tenant, w.items.clone(), w.attempt, w.deadline));
-                    s.in_flight.push(w);
+                while let Some(group) = s.engine.poll_group(s.now) {
+                    s.groups += 1;
+                    for w in group {
+                        out.writes
+                            .push((w.id.0, w.tenant, w.items.clone(), w.attempt, w.deadline));
+                        s.group_of.insert(w.id, s.groups);
+                        s.in_flight.push(w);
+                    }
                 }
             }
             Op::Finish { pick, outcome } => {
-                if !s.in_flight.is_empty() {
-                    let w = s.in_flight.remove(usize::from(pick) % s.in_flight.len());
-                    if let Err(err) = e.finish(s.now, w, Outcome::from(outcome)) {
+                let group_wide = matches!(
+                    outcome,
+                    OpOutcome::TimedOut | OpOutcome::Panicked | OpOutcome::Cancelled
+                );
+                for ix in s.picked(pick, group_wide) {
+                    let w = s.in_flight.remove(ix);
+                    if let Err(err) = s.engine.finish(s.now, w, Outcome::from(outcome)) {
                         fail(step, "finish refused", &err.0.id, &"in flight");
                     }
                 }
             }
             Op::FinishLost { pick } => {
-                if !s.in_flight.is_empty() {
-                    let w = s.in_flight.remove(usize::from(pick) % s.in_flight.len());
-                    check(step, "finish_lost known", e.finish_lost(s.now, w.id), true);
+                for ix in s.picked(pick, true) {
+                    let w = s.in_flight.remove(ix);
+                    let known = s.engine.finish_lost(s.now, w.id);
+                    check(step, "finish_lost known", known, true);
                 }
             }
             Op::Advance { ms } => {
                 s.now = s.now + Duration::from_millis(u64::from(ms));
-                e.handle_timeout(s.now);
+                s.engine.handle_timeout(s.now);
             }
             Op::AdvanceToTimeout => {
-                if let Some(at) = e.poll_timeout() {
+                if let Some(at) = s.engine.poll_timeout() {
                     s.now = s.now.max(at);
-                    e.handle_timeout(s.now);
+                    s.engine.handle_timeout(s.now);
                 }
             }
             Op::Flush { timeout_ms } => {
                 let d = s.now + Duration::from_millis(u64::from(timeout_ms));
-                e.flush(s.now, d);
+                s.engine.flush(s.now, d);
             }
             Op::Settle { timeout_ms } => {
                 let d = s.now + Duration::from_millis(u64::from(timeout_ms));
-                e.settle(s.now, d);
+                s.engine.settle(s.now, d);
             }
             Op::Shutdown { timeout_ms } => {
                 let d = s.now + Duration::from_millis(u64::from(timeout_ms));
-                e.shutdown(s.now, d);
+                s.engine.shutdown(s.now, d);
             }
             Op::Abandon => {
-                let held = e.abandon(s.now);
+                let held = s.engine.abandon(s.now);
                 out.held = Some(held);
             }
         }
-        while let Some(ev) = e.poll_event() {
+        while let Some(ev) = s.engine.poll_event() {
             match ev {
                 Event::Lost {
                     tenant,
@@ -1045,6 +1173,8 @@ fn model_predicts_a_simple_retry() {
         drop_policy: false,
         write_timeout_10ms: 0,
         seed: 0,
+        max_slices: 0,
+        max_group_items: 0,
     };
     let mut m = Model::new(draw, 1);
     m.apply(Op::Stage {

@@ -16,7 +16,7 @@ use common::servers::{self, eventually};
 use common::sink::{items, retryable, terminal};
 use outbox::sinks::nats::NatsSink;
 use outbox::sinks::Envelope;
-use outbox::{Sink, TenantId, Written};
+use outbox::{Sink, Slice, TenantId, Written};
 
 const DEADLINE: Duration = Duration::from_secs(10);
 const ACK_TIMEOUT: Duration = Duration::from_millis(500);
@@ -329,5 +329,38 @@ async fn a_string_key_that_is_not_a_token_is_terminal_and_publishes_nothing() {
         assert!(e.to_string().contains("subject token"), "{e}");
     }
     assert_eq!(n.count().await, 0);
+    n.delete().await;
+}
+
+#[tokio::test]
+async fn a_group_is_published_in_one_go_and_a_bad_slice_fails_alone() {
+    // S-F1: a group's slices are published in one pipeline, each tenant's
+    // messages in its slice's order; a repeat is absorbed by the message
+    // ids. S-F3: an oversized slice is rejected alone.
+    let Some(n) = setup("nats_group").await else {
+        return;
+    };
+    let (a, b) = (TenantId::new_v7(), TenantId::new_v7());
+    let group = vec![Slice::new(a, items("a", 3)), Slice::new(b, items("b", 2))];
+    for _ in 0..2 {
+        let outcomes = n.sink.write_group(&group).await;
+        assert_eq!(outcomes.len(), 2);
+        assert!(outcomes.iter().all(|o| matches!(o, Ok(Written::ALL))));
+    }
+    let mut want = expected(&n.sink, a, &group[0].items);
+    want.extend(expected(&n.sink, b, &group[1].items));
+    assert_eq!(n.stored().await, want);
+
+    let max = n.client.server_info().max_payload;
+    let c = TenantId::new_v7();
+    let bad = vec![
+        Slice::new(c, vec![Envelope::new(vec![b'x'; max + 1])]),
+        Slice::new(a, items("a2", 1)),
+    ];
+    let mut outcomes = n.sink.write_group(&bad).await.into_iter();
+    let e = terminal(outcomes.next().expect("two outcomes"));
+    assert!(e.to_string().contains("max_payload"), "{e}");
+    assert!(matches!(outcomes.next(), Some(Ok(Written::ALL))));
+    assert_eq!(n.count().await, 6);
     n.delete().await;
 }

@@ -13,7 +13,7 @@ use common::servers;
 use common::sink::{items, retryable, terminal};
 use outbox::sinks::postgres::PostgresSink;
 use outbox::sinks::Envelope;
-use outbox::{Sink, TenantId, Written};
+use outbox::{Sink, Slice, TenantId, Written};
 use tokio_postgres::Client;
 use uuid::Uuid;
 
@@ -435,4 +435,53 @@ async fn a_string_key_with_a_nul_is_terminal_and_writes_nothing() {
     let n: i64 = admin.query_one(&sql, &[]).await.expect("count").get(0);
     assert_eq!(n, 0);
     postgres::drop_table(&admin, &table).await;
+}
+
+#[tokio::test]
+async fn a_group_is_written_in_one_go_and_a_bad_slice_fails_alone() {
+    // S-F1: a group of three tenants' slices lands in one statement, each
+    // tenant's rows in its slice's order; a repeat of the group is
+    // absorbed. S-F3: a slice with bad data is rejected alone, the others
+    // are written.
+    let Some(pg) = setup("pg_group").await else {
+        return;
+    };
+    let (a, b, c) = (TenantId::new_v7(), TenantId::new_v7(), TenantId::new_v7());
+    let group = vec![
+        Slice::new(a, items("a", 3)),
+        Slice::new(b, items("b", 2)),
+        Slice::new(c, items("c", 4)),
+    ];
+    for _ in 0..2 {
+        let outcomes = pg.sink.write_group(&group).await;
+        assert_eq!(outcomes.len(), 3);
+        assert!(outcomes.iter().all(|o| matches!(o, Ok(Written::ALL))));
+    }
+    for s in &group {
+        assert_eq!(pg.rows(s.tenant).await, expected(&s.items));
+    }
+    assert_eq!(pg.count().await, 9);
+
+    pg.admin
+        .batch_execute(&format!(
+            "ALTER TABLE \"{t}\" ADD CONSTRAINT short_payload CHECK (length(payload) <= 8)",
+            t = pg.table
+        ))
+        .await
+        .expect("add the constraint");
+    let (d, e) = (TenantId::new_v7(), TenantId::new_v7());
+    let bad = vec![
+        Slice::new(d, items("d", 2)),
+        Slice::new(e, vec![Envelope::new(b"far too long".to_vec())]),
+        Slice::new(a, items("a2", 1)),
+    ];
+    let mut outcomes = pg.sink.write_group(&bad).await.into_iter();
+    assert!(matches!(outcomes.next(), Some(Ok(Written::ALL))));
+    let err = terminal(outcomes.next().expect("three outcomes"));
+    assert!(err.to_string().contains("short_payload"), "{err}");
+    assert!(matches!(outcomes.next(), Some(Ok(Written::ALL))));
+    assert_eq!(pg.rows(d).await, expected(&bad[0].items));
+    assert!(pg.rows(e).await.is_empty());
+    assert_eq!(pg.count().await, 12);
+    pg.drop_table().await;
 }

@@ -108,6 +108,37 @@ impl Sink for Counting {
     }
 }
 
+/// A sink that only counts and takes groups of slices in one call
+/// (fan-in, S-F1).
+#[derive(Clone, Default)]
+pub struct GroupCounting {
+    pub written: Arc<AtomicU64>,
+}
+
+impl Sink for GroupCounting {
+    type Tenant = TenantId;
+    type Item = u64;
+    fn name(&self) -> &str {
+        "bench-groups"
+    }
+    async fn write(&self, _: &TenantId, items: &[u64]) -> Result<Written, WriteError> {
+        self.written
+            .fetch_add(items.len() as u64, Ordering::Relaxed);
+        Ok(Written::ALL)
+    }
+    fn takes_groups(&self) -> bool {
+        true
+    }
+    async fn write_group(
+        &self,
+        slices: &[outbox::Slice<TenantId, u64>],
+    ) -> Vec<Result<Written, WriteError>> {
+        let n: usize = slices.iter().map(|s| s.items.len()).sum();
+        self.written.fetch_add(n as u64, Ordering::Relaxed);
+        slices.iter().map(|_| Ok(Written::ALL)).collect()
+    }
+}
+
 /// A sink that counts and always fails the tenants `failing` says.
 #[derive(Clone)]
 pub struct Failing {

@@ -4,6 +4,9 @@
 //!
 //! Input layout (via `arbitrary`): a [`ConfigDraw`], a tenant count in
 //! 1..=8, then `Op`s until the data runs out (at most [`MAX_OPS`]).
+//! An input whose first byte is [`FAN_IN`] has, after the `ConfigDraw`,
+//! two more bytes: `max_slices` and `max_group_items` (S-F1, S-F2); any
+//! other input decodes as it did before fan-in (one slice per write).
 
 use arbitrary::{Arbitrary, Unstructured};
 use outbox::testkit::{ConfigDraw, Harness, Op, Violation};
@@ -22,10 +25,18 @@ pub struct Case {
     pub ops: Vec<Op>,
 }
 
+/// The format byte of an input that draws the fan-in knobs.
+pub const FAN_IN: u8 = 0xF1;
+
 /// Decodes `data`; `None` when it is too short to hold a config.
 pub fn decode(data: &[u8]) -> Option<Case> {
-    let mut u = Unstructured::new(data);
-    let draw = ConfigDraw::arbitrary(&mut u).ok()?;
+    let fan_in = data.first() == Some(&FAN_IN);
+    let mut u = Unstructured::new(if fan_in { &data[1..] } else { data });
+    let mut draw = ConfigDraw::arbitrary(&mut u).ok()?;
+    if fan_in {
+        draw.max_slices = u8::arbitrary(&mut u).ok()?;
+        draw.max_group_items = u8::arbitrary(&mut u).ok()?;
+    }
     let tenants = u.int_in_range(1..=8u8).ok()?;
     let mut ops: Vec<Op> = Vec::arbitrary_take_rest(u).ok()?;
     ops.truncate(MAX_OPS);

@@ -64,6 +64,16 @@ pub struct ConfigPick {
 /// the extremes (a 1 ns write timeout, an hour of linger or backoff, one
 /// byte per batch).
 pub fn config(rng: &mut SimRng) -> ConfigPick {
+    config_with(rng, |b| b)
+}
+
+/// [`config`], with `extra` applied to the builder after every draw (a
+/// world's own knobs, drawn from a generator of its own so the draws
+/// above keep their stream).
+pub fn config_with(
+    rng: &mut SimRng,
+    extra: impl FnOnce(ConfigBuilder) -> ConfigBuilder,
+) -> ConfigPick {
     let extreme = chance(rng, 1, 16);
     let ms = |v: u64| Duration::from_millis(v);
     let mut b = Config::builder();
@@ -134,6 +144,7 @@ pub fn config(rng: &mut SimRng) -> ConfigPick {
     }
     let seed = rng.next_u64();
     b = outage(&mut self::rng(seed ^ OUTAGE_STREAM), b.seed(seed));
+    b = extra(b);
     let config = b.build().expect("every draw is in range");
     ConfigPick { config, weighs }
 }
@@ -166,6 +177,23 @@ fn outage(rng: &mut SimRng, mut b: ConfigBuilder) -> ConfigBuilder {
         b = b.max_item_age(ms(log_uniform(rng, 1, 60_000)));
     }
     b.dead_letters(chance(rng, 1, 2))
+}
+
+/// Fan-in (S-F1, S-F2) for half the seeds: up to 16 slices per write,
+/// sometimes a cap on a group's items. Drawn from a generator of its own
+/// (`seed` with a fixed tweak), so a seed drawn without fan-in runs
+/// exactly as it did before fan-in existed: its trace hash is unchanged.
+pub fn groups(seed: u64, b: ConfigBuilder) -> ConfigBuilder {
+    let mut g = rng(seed ^ 0x6661_6e2d_696e_0000);
+    if !chance(&mut g, 1, 2) {
+        return b;
+    }
+    let b = b.max_slices_per_write(log_uniform(&mut g, 2, 16) as usize);
+    if chance(&mut g, 1, 2) {
+        b.max_group_items(log_uniform(&mut g, 1, 512) as usize)
+    } else {
+        b
+    }
 }
 
 /// Integer Zipf weights: tenant `k` weighs about `1 / (k+1)^(skew_half/2)`.

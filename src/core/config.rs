@@ -112,6 +112,10 @@ pub struct Config {
     pub(crate) max_item_age: Option<Duration>,
     pub(crate) dead_letters: bool,
     pub(crate) seed: u64,
+    /// Slices of distinct tenants per write at most (S-F1); at least 1.
+    pub(crate) max_slices_per_write: usize,
+    /// Items per group at most (S-F2); `None`: no cap beyond the slices'.
+    pub(crate) max_group_items: Option<usize>,
 }
 
 impl Default for Config {
@@ -135,6 +139,8 @@ impl Default for Config {
             max_item_age: None,
             dead_letters: false,
             seed: 0,
+            max_slices_per_write: 1,
+            max_group_items: None,
         }
     }
 }
@@ -156,6 +162,15 @@ impl Config {
             return Ok(());
         };
         Err(ConfigError::WeigherRequired { field })
+    }
+
+    /// The same config with one slice per write (S-F1: for a sink that
+    /// does not take groups).
+    pub(crate) fn without_fan_in(self) -> Self {
+        Config {
+            max_slices_per_write: 1,
+            ..self
+        }
     }
 
     /// A builder starting from the defaults.
@@ -239,6 +254,16 @@ impl Config {
     /// The seed of the jitter generator (S-B2, S-B4).
     pub fn seed(&self) -> u64 {
         self.seed
+    }
+    /// Slices of distinct tenants one write may carry at most (S-F1);
+    /// 1 (the default) writes one tenant's slice per call.
+    pub fn max_slices_per_write(&self) -> usize {
+        self.max_slices_per_write
+    }
+    /// Items a group of slices may carry at most (S-F2); a single slice
+    /// larger than this still goes, alone. `None` (the default): no cap.
+    pub fn max_group_items(&self) -> Option<usize> {
+        self.max_group_items
     }
 }
 
@@ -368,6 +393,27 @@ impl ConfigBuilder {
         self
     }
 
+    /// Fan-in (S-F1): one write may carry the slices of up to `slices`
+    /// distinct ready tenants, each keeping its own identity, order,
+    /// backoff and outcome; `concurrency` then bounds groups in flight.
+    /// `0` is normalised to `1`. Default 1: one tenant's slice per write.
+    /// The driver hands groups only to a sink that takes them
+    /// ([`Sink::takes_groups`](crate::Sink::takes_groups), through
+    /// [`Sink::write_group`](crate::Sink::write_group)); with any other
+    /// sink it is taken as 1. Engine drivers ask with
+    /// [`Engine::poll_group`](super::Engine::poll_group).
+    pub fn max_slices_per_write(mut self, slices: usize) -> Self {
+        self.config.max_slices_per_write = slices.max(1);
+        self
+    }
+    /// Fan-in (S-F2): a group takes no further slice once it would carry
+    /// more than `items` items (its first slice always goes, whatever its
+    /// size). Zero is rejected. Default: no cap.
+    pub fn max_group_items(mut self, items: usize) -> Self {
+        self.config.max_group_items = Some(items);
+        self
+    }
+
     /// Validates and returns the configuration.
     ///
     /// # Errors
@@ -389,6 +435,9 @@ impl ConfigBuilder {
         }
         if c.max_batch_bytes == Some(0) {
             return zero("max_batch_bytes");
+        }
+        if c.max_group_items == Some(0) {
+            return zero("max_group_items");
         }
         if c.initial_backoff.is_zero() {
             return zero("initial_backoff");

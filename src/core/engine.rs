@@ -11,6 +11,7 @@ use super::backlog::{Phase, Retry, Tenant};
 use super::backoff::Backoff;
 use super::breaker::{Breaker, BreakerState};
 use super::config::{Config, ConfigError, ErrorPolicy};
+use super::group::{GroupId, Groups};
 use super::schedule::{Due, Schedule};
 use super::shrink;
 use super::time::Time;
@@ -104,6 +105,9 @@ struct InFlight<K> {
     /// Given up by a shutdown deadline or abandon: its items are already
     /// counted lost; when they come back they go to the dead-letter hand-off.
     given_up: bool,
+    /// The group it was handed out in (S-F1): the group holds a
+    /// concurrency slot until its last slice is back.
+    group: GroupId,
 }
 
 /// Lifecycle of the engine.
@@ -203,7 +207,7 @@ type Tenants<K, I> = HashMap<K, Tenant<I>, BuildHasherDefault<DefaultHasher>>;
 /// where P is the items pending (at most `capacity`, or `capacity_bytes`,
 /// an item weighing at least 1 byte), T the tenants holding items or a
 /// write in flight (at most P + F), F the writes in flight (at most
-/// `concurrency`), W the flushes, settles and shutdowns open or answered
+/// `concurrency` × `max_slices_per_write`), W the flushes, settles and shutdowns open or answered
 /// and not yet polled, T_W the tenants those touched, and E the events of
 /// the inputs since the last full drain of
 /// [`poll_event`](Self::poll_event) other than stage refusals. Each term
@@ -241,6 +245,9 @@ pub struct Engine<K, I> {
     /// deadlines: every timer the engine has.
     sched: Schedule<K>,
     in_flight: BTreeMap<WriteId, InFlight<K>>,
+    /// Groups with a slice in flight, given-up ones included: each holds
+    /// one concurrency slot (S-W3, S-F1).
+    groups: Groups,
     /// The id of the next new write (a retry keeps its write's id).
     next_write: u64,
     /// The open flushes, settles and shutdowns, and what each covers.
@@ -382,6 +389,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             tenants: Tenants::default(),
             sched: Schedule::default(),
             in_flight: BTreeMap::new(),
+            groups: Groups::default(),
             next_write: 1,
             waits: Waits::default(),
             shutdown: None,
@@ -413,9 +421,17 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         self.pending_bytes
     }
 
-    /// Writes handed out and not yet finished, given-up ones included.
+    /// Writes (slices) handed out and not yet finished, given-up ones
+    /// included.
     pub fn in_flight(&self) -> usize {
         self.in_flight.len()
+    }
+
+    /// Groups handed out with a slice not yet finished, given-up ones
+    /// included: the concurrency slots taken (S-W3, S-F1). Equal to
+    /// [`in_flight`](Self::in_flight) while every group holds one slice.
+    pub fn groups_in_flight(&self) -> usize {
+        self.groups.len()
     }
 
     /// Tenants the engine holds state for (waiting, in flight or backing off).
@@ -640,7 +656,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         let now = self.now;
         // A new ready tenant needs the driver only if nothing else was
         // ready and a slot is free: otherwise a drain is already due.
-        let slot_free = self.in_flight.len() < self.config.concurrency;
+        let slot_free = self.groups.len() < self.config.concurrency;
         // One lookup: the fields are borrowed apart.
         let Engine {
             tenants,
@@ -687,28 +703,91 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     }
 
     /// Hands out the next write to start, if a concurrency slot is free and
-    /// a tenant is ready (S-W3, S-W4, S-B1). Call until `None` after every
-    /// input.
+    /// a tenant is ready (S-W3, S-W4, S-B1): a group of one slice, whatever
+    /// `max_slices_per_write` says. Call until `None` after every input.
     pub fn poll_write(&mut self, now: Time) -> Option<Write<K, I>> {
         self.advance(now);
-        loop {
-            if self.life == Life::Closed
-                || self.in_flight.len() >= self.config.concurrency
-                || !self.breaker.may_start(self.now)
-            {
-                return None;
+        let tenant = self.next_ready()?;
+        let group = self.groups.open();
+        Some(self.start_slice(tenant, group))
+    }
+
+    /// Hands out the next group to start (S-F1, S-F2), if a concurrency
+    /// slot is free and a tenant is ready: the slices of up to
+    /// `max_slices_per_write` distinct ready tenants, in the order they
+    /// became ready (S-B1), stopping before a slice that would take the
+    /// group past `max_group_items` (the first slice always goes). Each
+    /// slice is a [`Write`] of its own: its own id, attempt, retry and
+    /// outcome, finished one by one with [`finish`](Self::finish) or
+    /// [`finish_lost`](Self::finish_lost); the group holds one slot until
+    /// its last slice is back. With `max_slices_per_write` 1 this is
+    /// [`poll_write`](Self::poll_write). Call until `None` after every
+    /// input.
+    pub fn poll_group(&mut self, now: Time) -> Option<Vec<Write<K, I>>> {
+        self.advance(now);
+        let tenant = self.next_ready()?;
+        let group = self.groups.open();
+        let first = self.start_slice(tenant, group);
+        let mut items = first.items.len();
+        let mut slices = vec![first];
+        // While the breaker is open a probe goes alone (S-R1).
+        while slices.len() < self.config.max_slices_per_write && self.breaker.may_start(self.now)
+        {
+            let Some(next) = self.sched.peek_ready() else {
+                break;
+            };
+            if let Some(cap) = self.config.max_group_items {
+                // An upper bound of the slice's size: the byte limit may
+                // cut it shorter, never longer.
+                let t = self.tenants.get(next).expect("ready tenant exists");
+                let size = match &t.retry {
+                    Some(r) => r.items.len(),
+                    None => self
+                        .config
+                        .max_batch
+                        .map_or(t.items.len(), |m| m.min(t.items.len())),
+                };
+                if items + size > cap {
+                    break;
+                }
             }
-            let tenant = self.sched.pop_ready()?;
+            let tenant = self.sched.pop_ready().expect("just peeked");
             if self.expire(&tenant) {
                 continue;
             }
-            return Some(self.start_write(tenant));
+            let slice = self.start_slice(tenant, group);
+            items += slice.items.len();
+            slices.push(slice);
+        }
+        Some(slices)
+    }
+
+    /// Whether a write may start: open, a concurrency slot free (S-W3),
+    /// and the breaker letting it (S-R1).
+    fn group_slot_free(&self) -> bool {
+        self.life != Life::Closed
+            && self.groups.len() < self.config.concurrency
+            && self.breaker.may_start(self.now)
+    }
+
+    /// Pops the next ready tenant with something left to start once what
+    /// is older than `max_item_age` is counted expired (S-R3), if a write
+    /// may start.
+    fn next_ready(&mut self) -> Option<K> {
+        loop {
+            if !self.group_slot_free() {
+                return None;
+            }
+            let tenant = self.sched.pop_ready()?;
+            if !self.expire(&tenant) {
+                return Some(tenant);
+            }
         }
     }
 
-    /// Starts the next write of a ready tenant: its retry slice, else a
-    /// batch cut from its backlog.
-    fn start_write(&mut self, tenant: K) -> Write<K, I> {
+    /// Starts the write of a ready `tenant` in `group`: its retry slice,
+    /// else a new batch cut from its backlog (S-W4, S-W5).
+    fn start_slice(&mut self, tenant: K, group: GroupId) -> Write<K, I> {
         let now = self.now;
         let id;
         let t = self.tenants.get_mut(&tenant).expect("ready tenant exists");
@@ -735,6 +814,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         t.phase = Phase::InFlight(id);
         self.counters.attempts += 1;
         self.breaker.started(id);
+        self.groups.join(group);
         self.in_flight.insert(
             id,
             InFlight {
@@ -746,6 +826,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                 first_started,
                 oldest,
                 given_up: false,
+                group,
             },
         );
         Write {
@@ -842,6 +923,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         }
         let rec = self.in_flight.remove(&write.id).expect("just checked");
         self.breaker.ended(write.id, Failure::of(outcome), self.now);
+        self.groups.leave(rec.group);
         if rec.given_up {
             return Ok(self.finish_given_up(write, &rec, outcome));
         }
@@ -974,6 +1056,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             return false;
         };
         self.breaker.ended(id, Some(Failure::TaskLost), self.now);
+        self.groups.leave(rec.group);
         self.counters.add_failed(Failure::TaskLost);
         if rec.given_up {
             self.attempt_failed(id, &rec, Failure::TaskLost, AfterFailure::GivenUp);

@@ -27,6 +27,7 @@ mod backoff;
 mod breaker;
 mod config;
 mod engine;
+mod group;
 pub mod journal;
 mod schedule;
 mod shrink;

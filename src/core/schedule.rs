@@ -108,6 +108,12 @@ impl<K> Schedule<K> {
         tenant
     }
 
+    /// The next ready tenant, left in place (S-F2: a group looks before it
+    /// takes).
+    pub(crate) fn peek_ready(&self) -> Option<&K> {
+        self.ready.front()
+    }
+
     /// Whether a tenant is ready.
     pub(crate) fn has_ready(&self) -> bool {
         !self.ready.is_empty()

@@ -260,7 +260,13 @@ impl<S: Sink> OutboxBuilder<S> {
         if has_timer.is_err() {
             return Err(BuildError::NoTimer);
         }
-        let mut config = self.config;
+        // S-F1: only a sink that takes groups is handed them; any other
+        // writes one tenant's slice per call, as if the config said so.
+        let mut config = if contain::call(|| self.sink.takes_groups()).unwrap_or(false) {
+            self.config
+        } else {
+            self.config.without_fan_in()
+        };
         if self.dead_letters.is_some() {
             config.dead_letters = true;
         }

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::contain::{self, Contained};
 use crate::core::{Outcome, Write};
-use crate::sink::{Sink, WriteError};
+use crate::sink::{Sink, Slice, WriteError, Written};
 
 /// What a write task hands back to the writer: the write with its very
 /// items (S-C2), how the attempt ended, and the sink's error as text for
@@ -84,6 +84,120 @@ pub(crate) async fn run<S: Sink>(
         outcome,
         error,
     }
+}
+
+/// Runs one attempt of a group of slices (S-F1, S-F4): a group of one is
+/// [`run`], the sink's `write`; a larger one is one call to the sink's
+/// `write_group`, under one containment, one timeout (the slices share
+/// their start, so their deadline) and the writer's cancellation.
+///
+/// A panic, the timeout or the cancellation ends every slice of the group
+/// with that outcome; otherwise each slice takes its own outcome from the
+/// sink's list, as [`run`] maps one (S-F3). A list shorter than the group
+/// fails the slices it leaves out, retryably.
+pub(crate) async fn run_group<S: Sink>(
+    sink: Arc<S>,
+    mut writes: Vec<Write<S::Tenant, S::Item>>,
+    deadline: Option<Instant>,
+    cancel: CancellationToken,
+) -> Vec<Finished<S::Tenant, S::Item>> {
+    if writes.len() == 1 {
+        let write = writes.pop().expect("one write");
+        return vec![run(sink, write, deadline, cancel).await];
+    }
+    // The slices travel to the sink as `Slice`s and back into their
+    // writes with their ids, attempts and deadlines (S-C2).
+    let mut heads = Vec::with_capacity(writes.len());
+    let slices: Vec<Slice<S::Tenant, S::Item>> = writes
+        .into_iter()
+        .map(|w| {
+            heads.push((w.id, w.attempt, w.deadline));
+            Slice::new(w.tenant, w.items)
+        })
+        .collect();
+    let n = slices.len();
+    let outcomes: Vec<(Outcome, Option<String>)> = match contain::call(|| sink.write_group(&slices))
+    {
+        Err(contain::Panicked) => all(
+            n,
+            Outcome::Panicked,
+            "the sink panicked creating the group write",
+        ),
+        Ok(future) => {
+            let future = Contained::new(future);
+            let timed = async {
+                match deadline {
+                    Some(at) => tokio::time::timeout_at(at, future).await.ok(),
+                    None => Some(future.await),
+                }
+            };
+            let result = tokio::select! {
+                biased;
+                () = cancel.cancelled() => None,
+                result = timed => Some(result),
+            };
+            match result {
+                None => vec![(Outcome::Cancelled, None); n],
+                Some(None) => all(n, Outcome::TimedOut, "the group write timed out"),
+                Some(Some(Err(contain::Panicked))) => {
+                    all(n, Outcome::Panicked, "the sink panicked in the group write")
+                }
+                Some(Some(Ok(results))) => per_slice(n, results),
+            }
+        }
+    };
+    slices
+        .into_iter()
+        .zip(heads)
+        .zip(outcomes)
+        .map(
+            |((slice, (id, attempt, deadline)), (outcome, error))| Finished {
+                write: Write {
+                    id,
+                    tenant: slice.tenant,
+                    items: slice.items,
+                    attempt,
+                    deadline,
+                },
+                outcome,
+                error,
+            },
+        )
+        .collect()
+}
+
+/// The same outcome and log text for each of `n` slices (S-F4).
+fn all(n: usize, outcome: Outcome, text: &str) -> Vec<(Outcome, Option<String>)> {
+    vec![(outcome, Some(text.to_owned())); n]
+}
+
+/// Each of `n` slices' outcome from the sink's list (S-F3): missing ones
+/// fail retryably, extra ones are dropped (contained, like every error).
+fn per_slice(
+    n: usize,
+    results: Vec<Result<Written, WriteError>>,
+) -> Vec<(Outcome, Option<String>)> {
+    let given = results.len();
+    let mut results = results.into_iter();
+    let outcomes = (0..n)
+        .map(|_| match results.next() {
+            Some(Ok(written)) => (
+                Outcome::Written {
+                    discarded: written.discarded,
+                },
+                None,
+            ),
+            Some(Err(error)) => outcome_of_error(error),
+            None => (
+                Outcome::Failed,
+                Some(format!(
+                    "the sink returned {given} outcomes for a group of {n} slices"
+                )),
+            ),
+        })
+        .collect();
+    contain::drop_quietly(results);
+    outcomes
 }
 
 /// Renders a sink error for the log and picks its outcome; a panic while

@@ -66,7 +66,9 @@ struct Pumped {
 /// What one round of draining the engine found: its writes to start, its
 /// events, and the callers those events answer.
 struct Drained<K, I> {
-    writes: Vec<Write<K, I>>,
+    /// Groups of slices (S-F1): one slice each unless the config asks
+    /// for fan-in.
+    writes: Vec<Vec<Write<K, I>>>,
     events: Vec<Event<K, I>>,
     waiters: BTreeMap<WaitId, Waiter<K, I>>,
 }
@@ -80,8 +82,8 @@ impl<K: Ord + std::hash::Hash + Clone, I> Drained<K, I> {
             events: Vec::new(),
             waiters: BTreeMap::new(),
         };
-        while let Some(write) = st.engine.poll_write(now) {
-            drained.writes.push(write);
+        while let Some(group) = st.engine.poll_group(now) {
+            drained.writes.push(group);
         }
         while let Some(event) = st.engine.poll_event() {
             if let Event::WaitDone { id, .. } | Event::ShutdownDone { id, .. } = &event {
@@ -97,10 +99,10 @@ impl<K: Ord + std::hash::Hash + Clone, I> Drained<K, I> {
 
 pub(crate) struct Writer<S: Sink> {
     shared: Arc<Shared<S>>,
-    tasks: JoinSet<SinkFinished<S>>,
-    /// Which write each running task carries, to count a task that could
-    /// not be joined (S-W13).
-    running: BTreeMap<task::Id, WriteId>,
+    tasks: JoinSet<Vec<SinkFinished<S>>>,
+    /// Which writes (a group's slices) each running task carries, to
+    /// count a task that could not be joined (S-W13).
+    running: BTreeMap<task::Id, Vec<WriteId>>,
     /// Cancels the writes in flight when the engine says so.
     cancel: CancellationToken,
     log: Log,
@@ -146,7 +148,7 @@ impl<S: Sink> Drop for Writer<S> {
             hand_back(&mut st.engine, now, ended, &mut done, &mut Vec::new());
             let before = st.engine.counters().lost(LostReason::Abandoned);
             done.extend(st.engine.abandon(now).into_iter().map(|(_, items)| items));
-            for id in self.running.values() {
+            for id in self.running.values().flatten() {
                 // Given up by the abandon: this only lets a waiting shutdown
                 // answer with its dead letters.
                 st.engine.finish_lost(now, *id);
@@ -262,27 +264,31 @@ impl<S: Sink> Writer<S> {
     /// A write task ended: its outcome goes to the engine with its items
     /// (S-C2), or, if the task panicked past containment or was aborted,
     /// its items are counted lost (S-W13); both in the next drain.
-    fn task_ended(&mut self, joined: Result<(task::Id, SinkFinished<S>), JoinError>) {
+    fn task_ended(&mut self, joined: Result<(task::Id, Vec<SinkFinished<S>>), JoinError>) {
         match joined {
-            Ok((task, finished)) => {
+            Ok((task, group)) => {
                 self.running.remove(&task);
-                if let Some(error) = finished.error {
-                    self.errors.insert(finished.write.id, error);
+                for finished in group {
+                    if let Some(error) = finished.error {
+                        self.errors.insert(finished.write.id, error);
+                    }
+                    self.ended
+                        .push(TaskEnd::Finished(finished.write, finished.outcome));
                 }
-                self.ended
-                    .push(TaskEnd::Finished(finished.write, finished.outcome));
             }
             Err(error) => {
-                let Some(id) = self.running.remove(&error.id()) else {
+                let Some(ids) = self.running.remove(&error.id()) else {
                     return;
                 };
-                tracing::error!(
-                    outbox = self.log.name(),
-                    write = %id,
-                    panicked = error.is_panic(),
-                    "a write task ended without giving its items back; they are counted lost"
-                );
-                self.ended.push(TaskEnd::Lost(id));
+                for id in ids {
+                    tracing::error!(
+                        outbox = self.log.name(),
+                        write = %id,
+                        panicked = error.is_panic(),
+                        "a write task ended without giving its items back; they are counted lost"
+                    );
+                    self.ended.push(TaskEnd::Lost(id));
+                }
             }
         }
     }
@@ -353,8 +359,8 @@ impl<S: Sink> Writer<S> {
                 "a finished write was not in flight"
             );
         }
-        for write in drained.writes {
-            self.spawn(write);
+        for group in drained.writes {
+            self.spawn(group);
         }
         for event in drained.events {
             self.handle_event(event, &mut drained.waiters);
@@ -377,20 +383,30 @@ impl<S: Sink> Writer<S> {
         );
     }
 
-    fn spawn(&mut self, write: Write<S::Tenant, S::Item>) {
-        let deadline = write.deadline.map(|at| self.shared.instant(at));
-        let id = write.id;
-        // One span per attempt (S-R6): the sink's own logs nest in it.
-        let span = tracing::info_span!(
-            "outbox.attempt",
-            outbox = self.log.name(),
-            tenant = ?write.tenant,
-            write = %id,
-            attempt = write.attempt,
-        );
-        let run = write_task::run(
+    /// Starts one task for a group of slices (S-F1); they share their
+    /// start, so their deadline.
+    fn spawn(&mut self, group: Vec<Write<S::Tenant, S::Item>>) {
+        let deadline = group
+            .first()
+            .and_then(|w| w.deadline)
+            .map(|at| self.shared.instant(at));
+        let ids: Vec<_> = group.iter().map(|w| w.id).collect();
+        // One span per attempt (S-R6), the sink's own logs nesting in it;
+        // under fan-in one per group, named by its first slice.
+        let span = match group.first() {
+            Some(w) => tracing::info_span!(
+                "outbox.attempt",
+                outbox = self.log.name(),
+                tenant = ?w.tenant,
+                write = %w.id,
+                attempt = w.attempt,
+                slices = group.len(),
+            ),
+            None => tracing::Span::none(),
+        };
+        let run = write_task::run_group(
             Arc::clone(&self.shared.sink),
-            write,
+            group,
             deadline,
             self.cancel.clone(),
         );
@@ -398,7 +414,7 @@ impl<S: Sink> Writer<S> {
             .tasks
             .spawn(tracing::Instrument::instrument(run, span))
             .id();
-        self.running.insert(task, id);
+        self.running.insert(task, ids);
     }
 
     /// Logs an event and does what it asks: cancel the writes in flight,
@@ -534,7 +550,7 @@ mod tests {
                 panic!("escaped");
             })
             .id();
-        writer.running.insert(task, WriteId(1));
+        writer.running.insert(task, vec![WriteId(1)]);
         let joined = writer.tasks.join_next_with_id().await.unwrap();
         assert!(joined.as_ref().is_err_and(JoinError::is_panic));
         writer.task_ended(joined);

@@ -63,6 +63,15 @@
 //! the retry republishes the whole slice, whose stored part is absorbed.
 //! An empty slice publishes nothing.
 //!
+//! # Fan-in
+//! With [`max_slices_per_write`](crate::ConfigBuilder::max_slices_per_write)
+//! above 1, [`Sink::write_group`] publishes the messages of every slice of
+//! the group (at most `max_in_flight` awaiting their acks at once, across
+//! the group), then awaits the acks: one pipeline for many tenants (S-F1).
+//! Each slice's outcome comes from its own publishes and acks (S-F3): a
+//! slice whose tenant has no subject token or whose payload is too large
+//! is rejected alone, and a failed ack fails only its slice.
+//!
 //! # Order
 //! Items of a tenant are stored in staging order (S-W3), with one caveat
 //! that comes with pipelining: `async-nats` resends queued publishes on its
@@ -107,7 +116,7 @@ pub use async_nats;
 use bytes::Bytes;
 use uuid::Uuid;
 
-use crate::sink::{ErrorKind, Sink, WriteError, Written};
+use crate::sink::{ErrorKind, Sink, Slice, WriteError, Written};
 use crate::sinks::{InvalidTenant, Record};
 use crate::tenant::{TenantId, TenantKey};
 
@@ -329,6 +338,97 @@ impl<R: Record, K: NatsTenant> NatsSink<R, K> {
     }
 }
 
+impl<R: Record, K: NatsTenant> NatsSink<R, K> {
+    /// Publishes a group's messages, then awaits their acks (S-F1); each
+    /// slice's outcome from its own (S-F3).
+    async fn write_slices(&self, slices: &[Slice<K, R>]) -> Vec<Result<Written, WriteError>> {
+        let mut failed: Vec<Option<WriteError>> = slices.iter().map(|_| None).collect();
+        let mut orders: Vec<OrderCheck> = slices.iter().map(|_| OrderCheck::default()).collect();
+        let mut pending: VecDeque<(usize, PublishAckFuture)> = VecDeque::new();
+        let max_payload = self.client.server_info().max_payload;
+        let limit = max_payload.saturating_sub(HEADER_ALLOWANCE);
+        for (i, slice) in slices.iter().enumerate() {
+            let token = match slice.tenant.token() {
+                Ok(token) => token,
+                Err(e) => {
+                    failed[i] = Some(WriteError::terminal(e));
+                    continue;
+                }
+            };
+            if max_payload > 0 {
+                if let Some(item) = slice.items.iter().find(|i| i.payload().len() > limit) {
+                    failed[i] = Some(WriteError::terminal(PayloadTooLarge {
+                        item_id: item.id(),
+                        len: item.payload().len(),
+                        limit,
+                    }));
+                    continue;
+                }
+            }
+            let subject = format!("{}.{token}", self.prefix);
+            for item in &slice.items {
+                if failed[i].is_some() {
+                    break;
+                }
+                if pending.len() >= self.max_in_flight {
+                    if let Some((j, ack)) = pending.pop_front() {
+                        see_ack(j, ack.await, &mut failed, &mut orders);
+                    }
+                }
+                let message = PublishMessage::build()
+                    .message_id(format!("{token}:{}", item.id()))
+                    .payload(Bytes::copy_from_slice(item.payload()));
+                match self.js.send_publish(subject.clone(), message).await {
+                    Ok(ack) => pending.push_back((i, ack)),
+                    Err(e) => failed[i] = Some(publish_error(e)),
+                }
+            }
+        }
+        while let Some((j, ack)) = pending.pop_front() {
+            see_ack(j, ack.await, &mut failed, &mut orders);
+        }
+        failed
+            .into_iter()
+            .zip(orders)
+            .zip(slices)
+            .map(|((failed, order), slice)| match failed {
+                Some(e) => Err(e),
+                None => {
+                    if order.out_of_order {
+                        tracing::error!(
+                            sink = %self.name,
+                            tenant = ?slice.tenant,
+                            items = slice.items.len(),
+                            "stored out of order: a reconnect in the middle of a write let a \
+                             later item be stored before an earlier one (every item is stored \
+                             once); use max_in_flight(1) for strict order"
+                        );
+                    }
+                    Ok(Written::ALL)
+                }
+            })
+            .collect()
+    }
+}
+
+/// Files slice `j`'s ack: its sequence for the order check, or its
+/// slice's first failure.
+fn see_ack(
+    j: usize,
+    ack: Result<jetstream::publish::PublishAck, PublishError>,
+    failed: &mut [Option<WriteError>],
+    orders: &mut [OrderCheck],
+) {
+    match ack {
+        Ok(ack) => orders[j].see(ack.sequence),
+        Err(e) => {
+            if failed[j].is_none() {
+                failed[j] = Some(publish_error(e));
+            }
+        }
+    }
+}
+
 impl<R: Record, K: NatsTenant> Sink for NatsSink<R, K> {
     type Tenant = K;
     type Item = R;
@@ -343,6 +443,20 @@ impl<R: Record, K: NatsTenant> Sink for NatsSink<R, K> {
         items: &[R],
     ) -> impl std::future::Future<Output = Result<Written, WriteError>> + Send {
         self.write_slice(tenant, items)
+    }
+
+    /// Yes: see [`write_group`](Sink::write_group) (S-F1).
+    fn takes_groups(&self) -> bool {
+        true
+    }
+
+    /// One pipeline of publishes for the group (S-F1); see
+    /// [the module docs](self#fan-in).
+    fn write_group(
+        &self,
+        slices: &[Slice<K, R>],
+    ) -> impl std::future::Future<Output = Vec<Result<Written, WriteError>>> + Send {
+        self.write_slices(slices)
     }
 }
 

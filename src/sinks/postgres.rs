@@ -110,6 +110,16 @@
 //! retryable errors instead of a hung write, and a `write_timeout` in the
 //! outbox for a stalled server.
 //!
+//! # Fan-in
+//! With [`max_slices_per_write`](crate::ConfigBuilder::max_slices_per_write)
+//! above 1, [`Sink::write_group`] writes a group of several tenants'
+//! slices with one multi-row statement (or several in one transaction,
+//! past the per-statement limits) whose rows carry their tenant: one round
+//! trip for many tenants (S-F1). Each slice still gets its own outcome
+//! (S-F3): a slice that cannot be sent is rejected alone before any I/O,
+//! and when the group's transaction fails terminally each slice is
+//! written again alone, so bad data rejects only its own slice.
+//!
 //! # Errors
 //! | cause | kind |
 //! | --- | --- |
@@ -142,7 +152,7 @@ use uuid::Uuid;
 
 use tokio_postgres::types::ToSql;
 
-use crate::sink::{ErrorKind, Sink, WriteError, Written};
+use crate::sink::{ErrorKind, Sink, Slice, WriteError, Written};
 use crate::sinks::{InvalidTenant, Record};
 use crate::tenant::{TenantId, TenantKey};
 
@@ -157,7 +167,7 @@ pub trait PgTenant: TenantKey {
     const SQL_TYPE: &'static str;
 
     /// The value bound for the column.
-    type Param<'a>: ToSql + Send + Sync
+    type Param<'a>: ToSql + Clone + Send + Sync
     where
         Self: 'a;
 
@@ -246,6 +256,8 @@ pub struct PostgresSink<R, K = TenantId> {
     name: String,
     table: QualifiedName,
     insert_sql: String,
+    /// The group statement (S-F1): the tenant is a column of the arrays.
+    group_sql: String,
     max_rows: usize,
     max_bytes: usize,
     _items: PhantomData<fn(R, K)>,
@@ -283,11 +295,22 @@ impl<R: Record, K: PgTenant> PostgresSink<R, K> {
             t = table.quoted,
             k = K::SQL_TYPE,
         );
+        let group_sql = format!(
+            "INSERT INTO {t} (tenant, item_id, payload) \
+             SELECT u.tenant, u.item_id, u.payload \
+             FROM UNNEST($1::{k}[], $2::uuid[], $3::bytea[]) \
+             WITH ORDINALITY AS u(tenant, item_id, payload, ord) \
+             ORDER BY u.ord \
+             ON CONFLICT (tenant, item_id) DO NOTHING",
+            t = table.quoted,
+            k = K::SQL_TYPE,
+        );
         Ok(PostgresSink {
             pool,
             name: format!("postgres:{}", table.plain),
             table,
             insert_sql,
+            group_sql,
             max_rows: DEFAULT_MAX_ROWS_PER_STATEMENT,
             max_bytes: DEFAULT_MAX_BYTES_PER_STATEMENT,
             _items: PhantomData,
@@ -391,6 +414,149 @@ impl<R: Record, K: PgTenant> PostgresSink<R, K> {
     }
 }
 
+impl<R: Record, K: PgTenant> PostgresSink<R, K> {
+    /// Writes a group of slices (S-F1): one transaction, multi-row
+    /// statements whose rows carry their tenant, in group then slice order
+    /// (each tenant's rows keep staging order, S-W3). A slice that cannot
+    /// be sent (a payload over the `bytea` limit, a tenant key that does
+    /// not fit its column) is rejected alone before any I/O. If the
+    /// group's transaction fails terminally (bad data in one slice), each
+    /// slice is written again alone, so only the bad one is rejected
+    /// (S-F3); a retryable failure fails every slice of the transaction.
+    async fn write_slices(&self, slices: &[Slice<K, R>]) -> Vec<Result<Written, WriteError>> {
+        let mut outcomes: Vec<Option<Result<Written, WriteError>>> =
+            slices.iter().map(|_| None).collect();
+        let mut tenants = Vec::new();
+        let mut rows: Vec<&R> = Vec::new();
+        let mut sent = Vec::new();
+        for (i, slice) in slices.iter().enumerate() {
+            if slice.items.is_empty() {
+                outcomes[i] = Some(Ok(Written::ALL));
+                continue;
+            }
+            if let Some(item) = slice
+                .items
+                .iter()
+                .find(|i| i.payload().len() > MAX_PAYLOAD_BYTES)
+            {
+                outcomes[i] = Some(Err(WriteError::terminal(PayloadTooLarge {
+                    item_id: item.id(),
+                    len: item.payload().len(),
+                })));
+                continue;
+            }
+            match slice.tenant.param() {
+                Ok(t) => {
+                    for item in &slice.items {
+                        tenants.push(t.clone());
+                        rows.push(item);
+                    }
+                    sent.push(i);
+                }
+                Err(e) => outcomes[i] = Some(Err(WriteError::terminal(e))),
+            }
+        }
+        if !sent.is_empty() {
+            match self.insert_rows(&tenants, &rows).await {
+                Ok(()) => {
+                    for &i in &sent {
+                        outcomes[i] = Some(Ok(Written::ALL));
+                    }
+                }
+                Err(e) if e.is_terminal() && sent.len() > 1 => {
+                    // Which slice is bad is unknown: each goes alone.
+                    drop(e);
+                    for &i in &sent {
+                        let s = &slices[i];
+                        outcomes[i] = Some(self.write_slice(&s.tenant, &s.items).await);
+                    }
+                }
+                Err(e) => {
+                    let text = e.to_string();
+                    let kind = e.kind();
+                    outcomes[sent[0]] = Some(Err(e));
+                    for &i in &sent[1..] {
+                        let again = GroupFailed(text.clone());
+                        outcomes[i] = Some(Err(match kind {
+                            ErrorKind::Terminal => WriteError::terminal(again),
+                            _ => WriteError::retryable(again),
+                        }));
+                    }
+                }
+            }
+        }
+        outcomes
+            .into_iter()
+            .map(|o| o.unwrap_or(Ok(Written::ALL)))
+            .collect()
+    }
+
+    /// Inserts `rows` (with their `tenants`) all-or-nothing: one statement
+    /// if they fit one, else several in one transaction.
+    async fn insert_rows(&self, tenants: &[K::Param<'_>], rows: &[&R]) -> Result<(), WriteError> {
+        let mut client = self.pool.get().await.map_err(pool_error)?;
+        let chunk = |rows: &[&R]| {
+            let mut bytes = 0usize;
+            let mut n = 0usize;
+            for r in rows.iter().take(self.max_rows) {
+                let len = r.payload().len();
+                if n > 0 && bytes.saturating_add(len) > self.max_bytes {
+                    break;
+                }
+                bytes = bytes.saturating_add(len);
+                n += 1;
+            }
+            n.max(1)
+        };
+        if chunk(rows) == rows.len() {
+            let stmt = client
+                .prepare_cached(&self.group_sql)
+                .await
+                .map_err(pg_error)?;
+            let (ids, payloads) = columns(rows);
+            client
+                .execute(&stmt, &[&tenants, &ids, &payloads])
+                .await
+                .map_err(pg_error)?;
+            return Ok(());
+        }
+        let tx = client.transaction().await.map_err(pg_error)?;
+        let stmt = tx.prepare_cached(&self.group_sql).await.map_err(pg_error)?;
+        let mut at = 0;
+        while at < rows.len() {
+            let n = chunk(&rows[at..]);
+            let (ids, payloads) = columns(&rows[at..at + n]);
+            let ts = &tenants[at..at + n];
+            tx.execute(&stmt, &[&ts, &ids, &payloads])
+                .await
+                .map_err(pg_error)?;
+            at += n;
+        }
+        tx.commit().await.map_err(pg_error)
+    }
+}
+
+/// The id and payload columns of `rows`.
+fn columns<'a, R: Record>(rows: &[&'a R]) -> (Vec<Uuid>, Vec<&'a [u8]>) {
+    (
+        rows.iter().map(|r| r.id()).collect(),
+        rows.iter().map(|r| r.payload()).collect(),
+    )
+}
+
+/// A slice failed because its group's transaction failed (S-F4): the
+/// group's error, as text (the first slice of the group carries it whole).
+#[derive(Debug)]
+pub struct GroupFailed(pub String);
+
+impl fmt::Display for GroupFailed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the group's transaction failed: {}", self.0)
+    }
+}
+
+impl StdError for GroupFailed {}
+
 impl<R: Record, K: PgTenant> Sink for PostgresSink<R, K> {
     type Tenant = K;
     type Item = R;
@@ -405,6 +571,20 @@ impl<R: Record, K: PgTenant> Sink for PostgresSink<R, K> {
         items: &[R],
     ) -> impl std::future::Future<Output = Result<Written, WriteError>> + Send {
         self.write_slice(tenant, items)
+    }
+
+    /// Yes: see [`write_group`](Sink::write_group) (S-F1).
+    fn takes_groups(&self) -> bool {
+        true
+    }
+
+    /// One transaction for the group (S-F1); see
+    /// [the module docs](self#fan-in).
+    fn write_group(
+        &self,
+        slices: &[Slice<K, R>],
+    ) -> impl std::future::Future<Output = Vec<Result<Written, WriteError>>> + Send {
+        self.write_slices(slices)
     }
 }
 

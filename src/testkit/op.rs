@@ -129,6 +129,15 @@ pub struct ConfigDraw {
     pub write_timeout_10ms: u8,
     /// Jitter seed.
     pub seed: u64,
+    /// Fan-in (S-F1): slices per write, modulo 5 (0 is normalised to 1).
+    /// Not drawn by `arbitrary` (so older fuzz inputs decode as before);
+    /// the fuzz target reads it after a format byte.
+    #[arbitrary(default)]
+    pub max_slices: u8,
+    /// Fan-in (S-F2): items per group at most (0: no cap). Not drawn by
+    /// `arbitrary`, like `max_slices`.
+    #[arbitrary(default)]
+    pub max_group_items: u8,
 }
 
 impl ConfigDraw {
@@ -171,6 +180,10 @@ impl ConfigDraw {
         }
         if let Some(v) = nz(self.write_timeout_10ms) {
             b = b.write_timeout(Duration::from_millis(10 * u64::from(v)));
+        }
+        b = b.max_slices_per_write(usize::from(self.max_slices % 5));
+        if let Some(v) = nz(self.max_group_items) {
+            b = b.max_group_items(usize::from(v));
         }
         b.build().expect("every draw is in range")
     }

@@ -133,7 +133,7 @@ impl FastWorld {
     /// Draws the config, workload and faults of `seed`.
     pub fn new(seed: u64, opts: &RunOptions) -> FastWorld {
         let mut rng = draw::rng(seed);
-        let pick = draw::config(&mut rng);
+        let pick = draw::config_with(&mut rng, |b| draw::groups(seed, b));
         let workload = Workload::draw(&mut rng);
         let plan = FaultPlan::draw(&mut rng, opts.steps, workload.tenants);
         let setup = format!(

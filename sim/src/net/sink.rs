@@ -26,7 +26,7 @@ use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use outbox::{Sink, TenantId, TenantKey, WriteError, Written};
+use outbox::{Sink, Slice, TenantId, TenantKey, WriteError, Written};
 use rand::Rng;
 use turmoil::net::TcpStream;
 
@@ -457,12 +457,90 @@ impl Drop for InFlight {
     }
 }
 
+/// A group's slices as the book must see them if the group fails as a
+/// whole (S-F4: a later slice's panic, the group's timeout or
+/// cancellation): the driver then reports every slice failed. The slices
+/// the datastore already answered are taken as of unknown outcome
+/// (`Dropped`: their items may be in the store, as after a cut reply);
+/// the slices never sent are entered as attempted and failed, so their
+/// items count as sliced (a slice may fail, and be lost, without ever
+/// reaching the datastore).
+struct GroupEnds {
+    book: SharedBook,
+    /// Per slice, its items' (id, tenant index).
+    slices: Vec<Vec<(u64, u32)>>,
+    /// Slices whose `write` was called.
+    started: usize,
+    /// Slices whose `write` returned.
+    answered: usize,
+    finished: bool,
+}
+
+impl Drop for GroupEnds {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let now = book::now();
+        let mut b = book::lock(&self.book);
+        for (k, items) in self.slices.iter().enumerate() {
+            let Some(&(first, tenant)) = items.first() else {
+                continue;
+            };
+            if k < self.answered {
+                if let Some(s) = b.slices.get_mut(&first) {
+                    s.last = End::Dropped;
+                }
+            } else if k >= self.started {
+                let rec = b.slices.entry(first).or_insert_with(|| SliceRec {
+                    tenant,
+                    ids: items.iter().map(|(id, _)| *id).collect(),
+                    attempts: 0,
+                    last: End::Dropped,
+                    ended_at: None,
+                });
+                rec.last = End::Dropped;
+                rec.ended_at = Some(now);
+            }
+        }
+    }
+}
+
 impl<K: NetKey> Sink for NetSink<K> {
     type Tenant = K;
     type Item = Item;
 
     fn name(&self) -> &str {
         "datastore"
+    }
+
+    /// Yes (S-F1): a group's slices go one call after another, each an
+    /// attempt of its own in the book, so the sink never has more calls
+    /// in flight than the driver has groups.
+    fn takes_groups(&self) -> bool {
+        true
+    }
+
+    async fn write_group(&self, slices: &[Slice<K, Item>]) -> Vec<Result<Written, WriteError>> {
+        let mut ends = GroupEnds {
+            book: Arc::clone(&self.inner.book),
+            slices: slices
+                .iter()
+                .map(|s| s.items.iter().map(|i| (i.id, i.tenant)).collect())
+                .collect(),
+            started: 0,
+            answered: 0,
+            finished: false,
+        };
+        let mut outcomes = Vec::with_capacity(slices.len());
+        for (k, slice) in slices.iter().enumerate() {
+            // `write` begins the attempt in the book as it is called.
+            ends.started = k + 1;
+            outcomes.push(self.write(&slice.tenant, &slice.items).await);
+            ends.answered = k + 1;
+        }
+        ends.finished = true;
+        outcomes
     }
 
     fn write(

@@ -184,7 +184,11 @@ impl Draws {
     fn draw(seed: u64, opts: &RunOptions) -> Draws {
         let phase = Duration::from_secs(opts.net_secs.max(1));
         let mut r = rng(seed);
-        let pick = draw::config(&mut r);
+        // Fan-in for half the seeds, from a stream of its own (S-F1): the
+        // net sink takes groups (a slice per call, in turn), so groups,
+        // group-wide timeouts and cancellations, per-slice outcomes and
+        // retries in later groups run through the real driver.
+        let pick = draw::config_with(&mut r, |b| draw::groups(seed, b));
         let workload = NetWorkload::draw(&mut r, phase);
         let faults = NetFaults::draw(&mut r, phase);
         let turmoil_seed = r.next_u64();

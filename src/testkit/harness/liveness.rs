@@ -17,7 +17,7 @@ impl Harness {
             self.drain_due = true;
             return Ok(());
         }
-        let slots_full = self.engine.in_flight() >= self.config.concurrency();
+        let slots_full = self.engine.groups_in_flight() >= self.config.concurrency();
         let timer_due = self.armed.is_some_and(|at| at <= self.now);
         if self.drain_due || slots_full || timer_due {
             return Ok(());
@@ -65,7 +65,7 @@ impl Harness {
     pub(super) fn check_s_b1_work_conserving(&self) -> Result<(), Violation> {
         if self.engine.is_closed()
             || self.is_finished()
-            || self.in_flight.len() >= self.config.concurrency()
+            || self.groups_in_flight(None) >= self.config.concurrency()
             || !self.breaker_lets_work_start()
         {
             return Ok(());
@@ -124,7 +124,7 @@ impl Harness {
                         "tenant {tenant} has {} items waiting (oldest {front}) and {why}, \
                          but no write started with {} of {} slots busy",
                         queue.len(),
-                        self.in_flight.len(),
+                        self.groups_in_flight(None),
                         self.config.concurrency()
                     ),
                 ));

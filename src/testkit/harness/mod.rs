@@ -33,7 +33,10 @@
 //! |------|--------------|
 //! | I2 (S-W5) | `check_i2_fresh_write_id`, `check_i2_identical_retry_slice` (writing); an unknown write written (events) |
 //! | I3 | `check_i3_counters_match_the_ledger`, `check_i3_pending_bytes` (accounting) |
-//! | I4 | `check_i4_in_flight_bounds` (writing) |
+//! | I4, S-F1 | `check_i4_in_flight_bounds`, `check_s_f1_group_shape` (writing) |
+//! | S-F2 | `check_s_f2_group_items` (writing) |
+//! | S-F3 | every per-write check, each slice of a group checked as a write (writing, events) |
+//! | S-F4 | a group-wide failure ends every slice of its group (ops: `finish`, `finish_lost`) |
 //! | I5 | `check_i5_stage_drop_has_its_cause`, `check_i5_refused_only_after_the_fence` (staging); `check_i5_batch_dropped_only_under_the_drop_policy`, `check_i5_write_loss_has_its_cause` (writing); `check_i5_loss_reason_holds` (waits); `check_i5_released_items_are_counted` (accounting) |
 //! | I6 | `check_wake_hint` (liveness); [`Harness::drain_healthy`] (ops) |
 //! | I7 | `check_i7_backoff_respected` (writing) |
@@ -121,6 +124,11 @@ pub struct Harness {
     next_item: u64,
     step: usize,
     in_flight: Vec<Write<u8, u64>>,
+    /// The group each write in flight was handed out in (S-F1), numbered
+    /// by the harness from 1.
+    group_of: BTreeMap<WriteId, u64>,
+    /// The last group number given.
+    groups: u64,
     given_up: BTreeSet<WriteId>,
     /// Accepted items not yet in any write, per tenant, in staging order.
     waiting: BTreeMap<u8, VecDeque<u64>>,
@@ -207,6 +215,8 @@ impl Harness {
             next_item: 0,
             step: 0,
             in_flight: Vec::new(),
+            group_of: BTreeMap::new(),
+            groups: 0,
             given_up: BTreeSet::new(),
             waiting: BTreeMap::new(),
             fate: Vec::new(),
@@ -304,6 +314,33 @@ impl Harness {
     /// `Op::Finish { pick }` indexes).
     pub fn in_flight_writes(&self) -> &[Write<u8, u64>] {
         &self.in_flight
+    }
+
+    /// Groups with a write in flight, other than `except` (S-F1: each
+    /// holds one concurrency slot).
+    fn groups_in_flight(&self, except: Option<u64>) -> usize {
+        let mut open: Vec<u64> = self
+            .in_flight
+            .iter()
+            .filter_map(|w| self.group_of.get(&w.id).copied())
+            .filter(|g| Some(*g) != except)
+            .collect();
+        open.sort_unstable();
+        open.dedup();
+        open.len()
+    }
+
+    /// The writes in flight in the group of write `id` (S-F4), `id` first.
+    pub fn group_mates(&self, id: WriteId) -> Vec<WriteId> {
+        let group = self.group_of.get(&id).copied();
+        let mut mates = vec![id];
+        mates.extend(
+            self.in_flight
+                .iter()
+                .map(|w| w.id)
+                .filter(|o| *o != id && group.is_some() && self.group_of.get(o).copied() == group),
+        );
+        mates
     }
 
     /// Whether the engine gave up write `id` (a shutdown deadline or

@@ -160,21 +160,35 @@ impl Harness {
 
     /// Takes every write due, checking each (S-W3, S-W4, I2, I4, ...).
     fn poll(&mut self) -> Result<(), Violation> {
-        while let Some(w) = self.engine.poll_write(self.now) {
-            self.stats.attempts += 1;
-            w.hash(&mut self.hasher);
-            if let Some(t) = self.trace.as_mut() {
-                t.push(format!(
-                    "{} write {} tenant {} attempt {} items {:?}",
-                    self.now, w.id, w.tenant, w.attempt, w.items
-                ));
-            }
-            // What the engine settled before handing this write out
-            // (items expired, S-R3) is in the ledger before the write is
-            // checked against it.
+        while let Some(group) = self.engine.poll_group(self.now) {
+            self.groups += 1;
+            let g = self.groups;
+            // What the engine settled before handing this group out (items
+            // expired, S-R3) is in the ledger before its writes are checked
+            // against it.
             self.drain()?;
-            self.check_write(&w)?;
-            self.in_flight.push(w);
+            self.check_s_f1_group_shape(&group)?;
+            self.check_s_f2_group_items(&group)?;
+            let size = group.len();
+            for w in group {
+                self.stats.attempts += 1;
+                // Hashed as before, so a run without fan-in keeps its hash.
+                w.hash(&mut self.hasher);
+                if let Some(t) = self.trace.as_mut() {
+                    let of = if size > 1 {
+                        format!(" group {g}/{size}")
+                    } else {
+                        String::new()
+                    };
+                    t.push(format!(
+                        "{} write {} tenant {} attempt {} items {:?}{of}",
+                        self.now, w.id, w.tenant, w.attempt, w.items
+                    ));
+                }
+                self.check_write(&w, g)?;
+                self.group_of.insert(w.id, g);
+                self.in_flight.push(w);
+            }
         }
         self.drain()
     }
@@ -188,13 +202,39 @@ impl Harness {
 
     /// A write in flight ends with `outcome` (picked by index, modulo the
     /// writes in flight; nothing when none is).
+    ///
+    /// A timeout, panic or cancellation applies to the whole group (S-F4):
+    /// the picked write's group mates still in flight end the same way,
+    /// right after it. Any other outcome is the picked slice's own (S-F3).
     fn finish(&mut self, pick: u8, outcome: OpOutcome) -> Result<(), Violation> {
         if self.in_flight.is_empty() {
             return Ok(());
         }
-        let w = self
-            .in_flight
-            .remove(usize::from(pick) % self.in_flight.len());
+        let ix = usize::from(pick) % self.in_flight.len();
+        let group_wide = matches!(
+            outcome,
+            OpOutcome::TimedOut | OpOutcome::Panicked | OpOutcome::Cancelled
+        );
+        let mates = if group_wide {
+            self.group_mates(self.in_flight[ix].id)
+        } else {
+            vec![self.in_flight[ix].id]
+        };
+        for id in mates {
+            let ix = self
+                .in_flight
+                .iter()
+                .position(|w| w.id == id)
+                .expect("a group mate is in flight");
+            self.finish_one(ix, outcome)?;
+        }
+        Ok(())
+    }
+
+    /// The write in flight at `ix` ends with `outcome`.
+    fn finish_one(&mut self, ix: usize, outcome: OpOutcome) -> Result<(), Violation> {
+        let w = self.in_flight.remove(ix);
+        self.group_of.remove(&w.id);
         let id = w.id;
         if let OpOutcome::Discard(n) = outcome {
             self.discard.insert(id, usize::from(n));
@@ -223,13 +263,27 @@ impl Harness {
     }
 
     /// A write in flight whose task vanished (S-W13).
+    /// A lost task loses its whole group (S-F4).
     fn finish_lost(&mut self, pick: u8) -> Result<(), Violation> {
         if self.in_flight.is_empty() {
             return Ok(());
         }
-        let w = self
-            .in_flight
-            .remove(usize::from(pick) % self.in_flight.len());
+        let ix = usize::from(pick) % self.in_flight.len();
+        for id in self.group_mates(self.in_flight[ix].id) {
+            let ix = self
+                .in_flight
+                .iter()
+                .position(|w| w.id == id)
+                .expect("a group mate is in flight");
+            self.finish_lost_one(ix)?;
+        }
+        Ok(())
+    }
+
+    /// The task of the write in flight at `ix` vanished (S-W13).
+    fn finish_lost_one(&mut self, ix: usize) -> Result<(), Violation> {
+        let w = self.in_flight.remove(ix);
+        self.group_of.remove(&w.id);
         *self.stats.faults.entry("join_failed").or_default() += 1;
         self.model_attempt_ended(w.id, Some(crate::core::Failure::TaskLost));
         let given_up = self.given_up.remove(&w.id);

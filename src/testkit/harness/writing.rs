@@ -13,9 +13,9 @@ use crate::testkit::op::weight_of;
 impl Harness {
     /// Every check of a write just handed out (first attempt or retry),
     /// keeping the ledger's slices and backlogs in step.
-    pub(super) fn check_write(&mut self, w: &Write<u8, u64>) -> Result<(), Violation> {
+    pub(super) fn check_write(&mut self, w: &Write<u8, u64>, group: u64) -> Result<(), Violation> {
         self.check_i8_no_write_after_the_end(w)?;
-        self.check_i4_in_flight_bounds(w)?;
+        self.check_i4_in_flight_bounds(w, group)?;
         self.check_s_b3_write_deadline(w)?;
         self.check_s_w4_not_empty(w)?;
         self.check_i10_only_probes_while_open(w)?;
@@ -61,10 +61,38 @@ impl Harness {
         })
     }
 
-    /// I4: at most `concurrency` writes in flight, at most one per tenant.
-    fn check_i4_in_flight_bounds(&self, w: &Write<u8, u64>) -> Result<(), Violation> {
+    /// S-F1: a group holds 1 to `max_slices_per_write` slices (of
+    /// distinct tenants: each slice is checked by I4 in turn).
+    pub(super) fn check_s_f1_group_shape(&self, group: &[Write<u8, u64>]) -> Result<(), Violation> {
+        let max = self.config.max_slices_per_write();
+        self.expect(!group.is_empty() && group.len() <= max, "S-F1", || {
+            format!(
+                "a group of {} slices, max_slices_per_write {max}",
+                group.len()
+            )
+        })
+    }
+
+    /// S-F2: a group of more than one slice carries at most
+    /// `max_group_items` items.
+    pub(super) fn check_s_f2_group_items(&self, group: &[Write<u8, u64>]) -> Result<(), Violation> {
+        if let Some(cap) = self.config.max_group_items() {
+            let items: usize = group.iter().map(|w| w.items.len()).sum();
+            self.expect(group.len() == 1 || items <= cap, "S-F2", || {
+                format!(
+                    "a group of {} slices carries {items} items > max_group_items {cap}",
+                    group.len()
+                )
+            })?;
+        }
+        Ok(())
+    }
+
+    /// I4: at most `concurrency` groups in flight (S-F1; a group is one
+    /// write without fan-in), at most one write per tenant.
+    fn check_i4_in_flight_bounds(&self, w: &Write<u8, u64>, group: u64) -> Result<(), Violation> {
         self.expect(
-            self.in_flight.len() < self.config.concurrency(),
+            self.groups_in_flight(Some(group)) < self.config.concurrency(),
             "I4",
             || {
                 format!(
