@@ -731,8 +731,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         let mut items = first.items.len();
         let mut slices = vec![first];
         // While the breaker is open a probe goes alone (S-R1).
-        while slices.len() < self.config.max_slices_per_write && self.breaker.may_start(self.now)
-        {
+        while slices.len() < self.config.max_slices_per_write && self.breaker.may_start(self.now) {
             let Some(next) = self.sched.peek_ready() else {
                 break;
             };

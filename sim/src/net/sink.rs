@@ -365,7 +365,9 @@ struct InFlight {
 impl InFlight {
     /// Logs the attempt's start, checked by [`check::attempt::on_start`]
     /// (S-W4, I1, I2, I4, I7, I8) and [`check::i4::in_flight_within_bounds`].
-    fn begin<K: NetKey>(book: &SharedBook, tenant: &K, items: &[Item]) -> InFlight {
+    /// `in_group`: the slice is one of a group whose start was already
+    /// checked for the age limit and the breaker (I12, I10) as a whole.
+    fn begin<K: NetKey>(book: &SharedBook, tenant: &K, items: &[Item], in_group: bool) -> InFlight {
         let now = book::now();
         let first = items.first().map_or(u64::MAX, |i| i.id);
         let tenant_ix = items.first().map_or(u32::MAX, |i| i.tenant);
@@ -379,12 +381,15 @@ impl InFlight {
                 || items.iter().any(|i| i.tenant != tenant_ix),
             ids: &ids,
             first,
+            in_group,
         };
         for (rule, detail) in check::attempt::on_start(&b, &start) {
             b.fail(rule, detail);
         }
-        if let Some((rule, detail)) = b.breaker.on_start(first, now) {
-            b.fail(rule, detail);
+        if !in_group {
+            if let Some((rule, detail)) = b.breaker.on_start(first, now) {
+                b.fail(rule, detail);
+            }
         }
         let attempt = match b.slices.get_mut(&first) {
             Some(s) => {
@@ -532,11 +537,29 @@ impl<K: NetKey> Sink for NetSink<K> {
             answered: 0,
             finished: false,
         };
+        // The engine started every slice of the group at once: its age
+        // limit and its breaker are checked at the group's start, not as
+        // each slice's call comes up in turn (I12, I10).
+        {
+            let now = book::now();
+            let mut b = book::lock(&self.inner.book);
+            for slice in slices {
+                let ids: Vec<u64> = slice.items.iter().map(|i| i.id).collect();
+                let first = ids.first().copied().unwrap_or(u64::MAX);
+                let mut broken: Vec<_> = check::i12::no_item_too_old(&b, &ids, now)
+                    .into_iter()
+                    .collect();
+                broken.extend(b.breaker.on_start(first, now));
+                for (rule, detail) in broken {
+                    b.fail(rule, detail);
+                }
+            }
+        }
         let mut outcomes = Vec::with_capacity(slices.len());
         for (k, slice) in slices.iter().enumerate() {
-            // `write` begins the attempt in the book as it is called.
+            // `write_slice` begins the attempt in the book as it is called.
             ends.started = k + 1;
-            outcomes.push(self.write(&slice.tenant, &slice.items).await);
+            outcomes.push(self.write_slice(&slice.tenant, &slice.items, true).await);
             ends.answered = k + 1;
         }
         ends.finished = true;
@@ -548,8 +571,20 @@ impl<K: NetKey> Sink for NetSink<K> {
         tenant: &K,
         items: &[Item],
     ) -> impl Future<Output = Result<Written, WriteError>> + Send {
+        self.write_slice(tenant, items, false)
+    }
+}
+
+impl<K: NetKey> NetSink<K> {
+    /// One slice's call; `in_group` as in [`InFlight::begin`].
+    fn write_slice(
+        &self,
+        tenant: &K,
+        items: &[Item],
+        in_group: bool,
+    ) -> impl Future<Output = Result<Written, WriteError>> + Send {
         let act = self.draw();
-        let mut attempt = InFlight::begin(&self.inner.book, tenant, items);
+        let mut attempt = InFlight::begin(&self.inner.book, tenant, items, in_group);
         if act == Act::PanicCreate {
             attempt.end = End::Failed;
             book::lock(&self.inner.book).fault(book::now(), "panic_create");
