@@ -1,5 +1,5 @@
 //! `backoff`: 1,000,000 items over 100,000 tenants, 10% of which always
-//! fail (issue 5).
+//! fail.
 //!
 //! 1. The healthy items drain within 2x of the time all items take when
 //!    nothing fails (same run, same tenants, concurrency 4 and 64).

@@ -1,6 +1,6 @@
 //! `drain`: stage 1,000,000 small items over 1, 1,000, 10,000 and 100,000
 //! tenants into an outbox whose sink only counts, at concurrency 4 and 64,
-//! and wait until `settle` returns 0 (issue 5). Target: the 100,000-tenant
+//! and wait until `settle` returns 0. Target: the 100,000-tenant
 //! time within 2x of the 1-tenant time at both concurrencies (S-C4: the
 //! cost per write must not grow with the number of tenants).
 

@@ -1,6 +1,6 @@
 //! `memory`: bytes the outbox holds per pending item beyond the item itself
 //! (target <= 16) and per tenant with a backlog (target <= 256), for
-//! 1,000,000 items over 100,000 tenants (issue 5), from a counting global
+//! 1,000,000 items over 100,000 tenants, from a counting global
 //! allocator. The two parts are separated by also staging 100,000 items
 //! over 100,000 tenants (one item per tenant); 1,000,000 items over one
 //! tenant is printed as a check of the per-item part.

@@ -1,6 +1,6 @@
 //! `stage`: the cost of `Outbox::stage` for one item, against a bare
 //! `tokio::sync::mpsc::unbounded_channel` send of the same `(TenantId, item)`
-//! pair (issue 5, target ratio <= 1.5), on one thread and on two threads
+//! pair (target ratio <= 1.5), on one thread and on two threads
 //! contending. Both have a consumer draining concurrently on the runtime
 //! (the writer task; a receiver task), and the callers run in the runtime's
 //! context, as request handlers do.

@@ -13,6 +13,8 @@
 //! - [`Sink`]: where items go; its `write` must be idempotent.
 //! - [`core`]: the sans-IO engine, where every decision is made; configure
 //!   it with [`Config`].
+//! - [`contract`]: the rules the crate keeps; every rule id cited in these
+//!   docs (S-W1, S-W5, I3, ...) is defined there.
 //! - [`telemetry`]: the metrics and logs an outbox exports.
 //! - [`sinks`]: reference sinks, PostgreSQL (feature `postgres`) and NATS
 //!   JetStream (feature `nats`).
@@ -88,6 +90,7 @@
 
 #![warn(missing_docs)]
 
+pub mod contract;
 pub mod core;
 mod driver;
 #[cfg(feature = "journal")]

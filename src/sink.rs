@@ -1,4 +1,4 @@
-//! The destination of items: the `Sink` trait and its errors (SPEC S-A5,
+//! The destination of items: the `Sink` trait and its errors (S-A5,
 //! S-W5, S-W12).
 
 use std::error::Error as StdError;

@@ -1,4 +1,4 @@
-//! Metrics and logs of an outbox (SPEC S-W11, S-A6, I3).
+//! Metrics and logs of an outbox (S-W11, S-A6, I3).
 //!
 //! Every metric goes through the [`metrics`] facade and carries the label
 //! `outbox` = [`Sink::name`](crate::Sink::name):

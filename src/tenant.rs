@@ -5,7 +5,7 @@ use std::hash::{Hash, Hasher};
 
 use uuid::Uuid;
 
-/// A tenant: the key items are grouped, ordered and written by (SPEC Terms).
+/// A tenant: the key items are grouped, ordered and written by (contract: Terms).
 /// A UUID v7 newtype, so ids sort by creation time and compare cheaply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct TenantId(pub Uuid);

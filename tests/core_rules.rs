@@ -1,4 +1,4 @@
-//! One test (or a few) per rule of SPEC.md that the scenarios do not cover,
+//! One test (or a few) per rule of docs/contract.md that the scenarios do not cover,
 //! on the core alone with a hand-driven clock. Each cites its rule id and
 //! checks both sides of the rule's conditions and its boundaries.
 

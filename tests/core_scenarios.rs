@@ -1,4 +1,4 @@
-//! The scenarios of `cases/scenarios.md` at core level: the engine alone,
+//! The scenarios of `docs/scenarios.md` at core level: the engine alone,
 //! a clock moved by hand, the test playing driver and sink. Each test is
 //! named after its scenario and cites the rules it checks.
 

@@ -1,6 +1,6 @@
 //! The driver's lifecycle and robustness: runtime flavours, staging from
 //! many OS threads, endless panics, handle drops, concurrent shutdowns,
-//! build errors, exact metrics. Rule ids cite SPEC.md.
+//! build errors, exact metrics. Rule ids refer to docs/contract.md.
 
 mod support;
 

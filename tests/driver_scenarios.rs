@@ -1,5 +1,5 @@
-//! Every scenario of `cases/scenarios.md`, run through the tokio driver on
-//! tokio's paused clock. Rule ids cite SPEC.md.
+//! Every scenario of `docs/scenarios.md`, run through the tokio driver on
+//! tokio's paused clock. Rule ids refer to docs/contract.md.
 
 mod support;
 
@@ -35,7 +35,7 @@ fn stage_all(o: &Outbox<TestSink>, tenant: TenantId, items: impl IntoIterator<It
     }
 }
 
-// ----- from the reference outbox ---------------------------------------
+// ----- retries, order, isolation and shutdown (scenarios 1-9) -----------
 
 #[tokio::test(start_paused = true)]
 async fn scenario_01_failed_write_retried_in_order() {
@@ -241,7 +241,7 @@ async fn scenario_09_shutdown_fences_admission() {
     assert_eq!(o.pending(), 0);
 }
 
-// ----- from the reference batching sink (bounded mode) -------------------
+// ----- batching and bounded mode (scenarios 10-15) -----------------------
 
 #[tokio::test(start_paused = true)]
 async fn scenario_10_batches_not_one_by_one() {

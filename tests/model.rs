@@ -809,7 +809,7 @@ struct Sut {
 }
 
 /// Cases started, and whether a failure was already reported (to say how
-/// many cases it took to catch a bug; see the report of issue 2).
+/// many cases it took to catch a bug, for judging how strong the model is).
 static CASES: AtomicUsize = AtomicUsize::new(0);
 static REPORTED: AtomicBool = AtomicBool::new(false);
 

@@ -1,5 +1,5 @@
 //! Review: edge cases and races against the public API (`Outbox`,
-//! `core::Engine`, `Sink`). Rule ids cite SPEC.md.
+//! `core::Engine`, `Sink`). Rule ids refer to docs/contract.md.
 
 mod support;
 

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 use outbox::core::Counters;
 
-use crate::world::{run_seed, Failure, RunOptions, WorldError, WorldKind};
+use outbox::testkit::Violation;
+
+use crate::world::{run_seed, RunOptions, WorldError, WorldKind};
 
 /// Every 64th seed (and every replay) runs twice to check determinism.
 pub const DETERMINISM_EVERY: u64 = 64;
@@ -47,7 +49,7 @@ pub struct Summary {
     /// Faults and controls injected, by kind.
     pub faults: BTreeMap<&'static str, u64>,
     /// Failing seeds, in seed order.
-    pub failures: Vec<(u64, Failure)>,
+    pub failures: Vec<(u64, Violation)>,
     /// Wall-clock time (for the printout only).
     pub elapsed: Duration,
 }

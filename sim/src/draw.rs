@@ -1,5 +1,8 @@
-//! Everything a run draws from its seed: the engine's config, the workload
-//! and the fault plan (SPEC S-B4: a run is reproducible from its seed).
+//! The draws both worlds share: the run's generator, the integer draws
+//! (chance, log-uniform, gaps, Zipf weights) and the engine's config
+//! (S-B4: a run is reproducible from its seed). Each world draws its own
+//! workload and faults (`fast::workload`, `fast::faults`, `net::workload`,
+//! `net::faults`).
 //!
 //! One ChaCha8 generator per run, seeded with `seed_from_u64(seed)`, is the
 //! only source of randomness; draws use integer arithmetic only, so a seed
@@ -134,55 +137,6 @@ pub fn config(rng: &mut SimRng) -> ConfigPick {
     ConfigPick { config, weighs }
 }
 
-/// How tenants are picked: integer Zipf-like weights over `tenants`.
-#[derive(Clone, Debug)]
-pub struct Workload {
-    /// Tenants in play (1..=255).
-    pub tenants: u8,
-    /// Cumulative weights, one per tenant.
-    cumulative: Vec<u64>,
-    /// Mean gap between two stage calls outside bursts.
-    pub mean_gap: Duration,
-    /// One stage call in `burst_odds` starts a burst.
-    pub burst_odds: u32,
-    /// Stage calls in a burst, at most.
-    pub burst_max: u32,
-    /// Items per stage call, at most (1..=8).
-    pub max_count: u8,
-    /// Skew exponent ×2 (0: uniform, 4: Zipf s = 2).
-    pub skew_half: u8,
-}
-
-impl Workload {
-    /// Draws tenants, skew, rate and bursts.
-    pub fn draw(rng: &mut SimRng) -> Workload {
-        let tenants = match rng.random_range(0..6) {
-            0 => 1,
-            1 | 2 => rng.random_range(2..=8),
-            3 | 4 => log_uniform(rng, 1, 64) as u8,
-            _ => log_uniform(rng, 1, 255) as u8,
-        };
-        let skew_half = rng.random_range(0..=4u8);
-        let cumulative = zipf_cumulative(u32::from(tenants), skew_half);
-        Workload {
-            tenants,
-            cumulative,
-            mean_gap: Duration::from_micros(log_uniform(rng, 10, 200_000)),
-            burst_odds: rng.random_range(5..=200),
-            burst_max: log_uniform(rng, 2, 500) as u32,
-            max_count: rng.random_range(1..=8),
-            skew_half,
-        }
-    }
-
-    /// A tenant index, Zipf-skewed towards the low ones.
-    pub fn tenant(&self, rng: &mut SimRng) -> u8 {
-        let total = *self.cumulative.last().expect("at least one tenant");
-        let x = rng.random_range(0..total);
-        self.cumulative.partition_point(|c| *c <= x) as u8
-    }
-}
-
 /// Integer Zipf weights: tenant `k` weighs about `1 / (k+1)^(skew_half/2)`.
 pub(crate) fn zipf_cumulative(tenants: u32, skew_half: u8) -> Vec<u64> {
     let mut acc = 0u64;
@@ -202,102 +156,6 @@ pub(crate) fn zipf_cumulative(tenants: u32, skew_half: u8) -> Vec<u64> {
             acc
         })
         .collect()
-}
-
-/// Which faults a run injects and how often, in parts per 1,000 attempts
-/// (swarm testing: each kind is on in about half the runs, so rare
-/// combinations meet often).
-#[derive(Clone, Debug)]
-pub struct FaultPlan {
-    /// Retryable sink errors.
-    pub error: u32,
-    /// Panics in the sink.
-    pub panic: u32,
-    /// Terminal rejections.
-    pub reject: u32,
-    /// Write tasks lost (finish_lost, S-W13).
-    pub lose_task: u32,
-    /// Hangs: attempts that run for a long time (cut by a write timeout).
-    pub hang: u32,
-    /// Commits whose reply is lost: written, then reported failed.
-    pub ghost: u32,
-    /// Items consumed without writing (S-W12).
-    pub discard: u32,
-    /// Attempts cancelled by the driver though not given up.
-    pub cancel: u32,
-    /// Mean attempt latency.
-    pub latency: Duration,
-    /// During a storm every fault rate is multiplied by this.
-    pub storm_factor: u32,
-    /// Mean length of calm and of stormy spells.
-    pub spell: Duration,
-    /// Tenants below this index fail every attempt during a storm.
-    pub bad_tenants: u8,
-    /// A flush or settle every so often, on average (`None`: never).
-    pub control_gap: Option<Duration>,
-    /// Whether and when (in steps) a shutdown is called, with its deadline.
-    pub shutdown_at: Option<(u64, Duration)>,
-    /// A second shutdown call joins the first, this many steps later.
-    pub shutdown_join: Option<(u64, Duration)>,
-    /// Whether and when (in steps) the engine is abandoned.
-    pub abandon_at: Option<u64>,
-}
-
-impl FaultPlan {
-    /// Draws a fault plan for a run of `steps` steps.
-    pub fn draw(rng: &mut SimRng, steps: u64, tenants: u8) -> FaultPlan {
-        let rate = |rng: &mut SimRng, max: u64| {
-            if chance(rng, 1, 2) {
-                log_uniform(rng, 1, max) as u32
-            } else {
-                0
-            }
-        };
-        let error = rate(rng, 500);
-        let panic = rate(rng, 100);
-        let reject = rate(rng, 20);
-        let lose_task = rate(rng, 10);
-        let hang = rate(rng, 50);
-        let ghost = rate(rng, 100);
-        let discard = rate(rng, 20);
-        let cancel = rate(rng, 20);
-        let steps = steps.max(1);
-        let shutdown_at = chance(rng, 1, 4).then(|| {
-            (
-                rng.random_range(0..steps),
-                Duration::from_millis(log_uniform(rng, 1, 60_000)),
-            )
-        });
-        let shutdown_join = (shutdown_at.is_some() && chance(rng, 1, 4)).then(|| {
-            (
-                rng.random_range(0..=50),
-                Duration::from_millis(log_uniform(rng, 1, 60_000)),
-            )
-        });
-        FaultPlan {
-            error,
-            panic,
-            reject,
-            lose_task,
-            hang,
-            ghost,
-            discard,
-            cancel,
-            latency: Duration::from_micros(log_uniform(rng, 1, 50_000)),
-            storm_factor: log_uniform(rng, 1, 20) as u32,
-            spell: Duration::from_millis(log_uniform(rng, 10, 30_000)),
-            bad_tenants: if chance(rng, 1, 3) {
-                rng.random_range(1..=tenants.max(1))
-            } else {
-                0
-            },
-            control_gap: chance(rng, 2, 3)
-                .then(|| Duration::from_millis(log_uniform(rng, 1, 5_000))),
-            shutdown_at,
-            shutdown_join,
-            abandon_at: chance(rng, 1, 20).then(|| rng.random_range(0..steps)),
-        }
-    }
 }
 
 #[cfg(test)]

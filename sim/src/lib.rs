@@ -1,4 +1,4 @@
-//! `outbox-sim`: the deterministic simulation of the outbox (SPEC S-B4,
+//! `outbox-sim`: the deterministic simulation of the outbox (S-B4,
 //! in the spirit of TigerBeetle's VOPR and FoundationDB's simulator).
 //!
 //! A seed draws a config, a workload and faults; a world runs them and the
@@ -24,4 +24,5 @@ pub mod svg;
 pub mod timeline;
 pub mod world;
 
-pub use world::{replay_command, run_seed, Failure, RunOptions, RunResult, WorldError, WorldKind};
+pub use outbox::testkit::Violation;
+pub use world::{replay_command, run_seed, RunOptions, RunResult, WorldError, WorldKind};

@@ -7,6 +7,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::str::FromStr;
 
 use outbox::core::{Counters, Time};
+use outbox::testkit::Violation;
 
 use crate::fast::FastWorld;
 use crate::timeline::Timeline;
@@ -14,7 +15,7 @@ use crate::timeline::Timeline;
 /// Which world runs a seed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum WorldKind {
-    /// The core alone under a virtual clock (`fast.rs`).
+    /// The core alone under a virtual clock (`fast`).
     #[default]
     Fast,
     /// The tokio driver and a sink over turmoil's simulated network
@@ -106,24 +107,6 @@ impl Default for RunOptions {
     }
 }
 
-/// A broken invariant (or a panic), as a run reports it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Failure {
-    /// The invariant or rule id (`I1`, `S-A4`, …), `panic` or
-    /// `determinism`.
-    pub rule: String,
-    /// What was seen.
-    pub detail: String,
-    /// The step at which it was seen.
-    pub step: u64,
-}
-
-impl fmt::Display for Failure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} at step {}: {}", self.rule, self.step, self.detail)
-    }
-}
-
 /// What one run of one seed gives.
 #[derive(Clone, Debug)]
 pub struct RunResult {
@@ -138,7 +121,7 @@ pub struct RunResult {
     /// Faults and controls injected, by kind.
     pub faults: BTreeMap<&'static str, u64>,
     /// The first broken invariant, if any.
-    pub failure: Option<Failure>,
+    pub failure: Option<Violation>,
     /// Hash of every op and output (determinism self-check).
     pub trace_hash: u64,
     /// The trace, with `RunOptions::trace`.
@@ -170,14 +153,14 @@ pub fn run_seed(
     if check_determinism && result.failure.is_none() {
         let again = run(seed, opts);
         if again.trace_hash != result.trace_hash || again.steps != result.steps {
-            result.failure = Some(Failure {
-                rule: "determinism".to_string(),
+            result.failure = Some(Violation {
+                rule: "determinism",
                 detail: format!(
                     "two runs of the seed differ: trace hash {:#018x} vs {:#018x}, \
                      steps {} vs {}",
                     result.trace_hash, again.trace_hash, result.steps, again.steps
                 ),
-                step: result.steps.min(again.steps),
+                step: step_index(result.steps.min(again.steps)),
             });
         }
     }
@@ -205,8 +188,8 @@ pub(crate) fn catching_panics(seed: u64, run: impl FnOnce() -> RunResult) -> Run
                 items: 0,
                 counters: Counters::default(),
                 faults: BTreeMap::new(),
-                failure: Some(Failure {
-                    rule: "panic".to_string(),
+                failure: Some(Violation {
+                    rule: "panic",
                     detail: msg,
                     step: 0,
                 }),
@@ -218,6 +201,11 @@ pub(crate) fn catching_panics(seed: u64, run: impl FnOnce() -> RunResult) -> Run
             }
         }
     }
+}
+
+/// `steps` as a [`Violation::step`].
+pub(crate) fn step_index(steps: u64) -> usize {
+    usize::try_from(steps).unwrap_or(usize::MAX)
 }
 
 /// The command that replays `seed` with a trace.

@@ -1,8 +1,8 @@
-//! Exact accounting: where every staged item is (SPEC S-W14, S-A6).
+//! Exact accounting: where every staged item is (S-W14, S-A6).
 
 use std::fmt;
 
-/// Why items were lost: accepted, then given up (SPEC "lost").
+/// Why items were lost: accepted, then given up (contract: "lost").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum LostReason {
     /// Staged after the shutdown fence (S-W9).

@@ -1,4 +1,4 @@
-//! Backoff with optional seeded jitter (SPEC S-W7, S-B2).
+//! Backoff with optional seeded jitter (S-W7, S-B2).
 
 use std::time::Duration;
 
@@ -28,7 +28,8 @@ impl Backoff {
 
     /// The wait after the `failures`-th failure in a row (1-based):
     /// `initial * 2^(failures-1)`, capped at `max`, then shortened by a
-    /// uniform share of up to `jitter` of it. Never above `max` (scenario 28).
+    /// uniform share of up to `jitter` of it. Never above `max` (S-W7;
+    /// scenario 28 of docs/scenarios.md).
     pub(crate) fn wait(&mut self, failures: u32) -> Duration {
         let doublings = failures.saturating_sub(1).min(64);
         let initial = self.initial.as_nanos();
@@ -70,7 +71,7 @@ mod tests {
 
     #[test]
     fn jitter_stays_within_its_share_and_never_exceeds_the_cap() {
-        // Scenario 28 and S-B2.
+        // S-W7 (scenario 28 of docs/scenarios.md) and S-B2.
         let mut b = Backoff::new(50 * MS, 5_000 * MS, 500_000, 7);
         let mut distinct = std::collections::BTreeSet::new();
         for f in 1..200 {

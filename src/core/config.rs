@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-/// What to do with a batch whose attempt failed (SPEC S-A5).
+/// What to do with a batch whose attempt failed (S-A5).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum ErrorPolicy {
     /// Retry the identical slice after a backoff, forever unless
@@ -71,9 +71,9 @@ impl std::error::Error for ConfigError {}
 /// The engine's configuration. Build it with [`Config::builder`]; every
 /// value in a `Config` has been validated, so the engine never has to.
 ///
-/// Defaults equal the reference outbox: unbounded, each write takes the
-/// tenant's whole backlog, no linger, backoff 50 ms doubling to 5 s, retry
-/// forever, no write timeout, concurrency 8.
+/// Defaults: unbounded, each write takes the tenant's whole backlog, no
+/// linger, backoff 50 ms doubling to 5 s, retry forever, no write timeout,
+/// concurrency 8.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     pub(crate) concurrency: usize,
@@ -197,7 +197,7 @@ pub struct ConfigBuilder {
 
 impl ConfigBuilder {
     /// Writes in flight at once across all tenants (S-W3). `0` is
-    /// normalised to `1`, as the SPEC says. Default 8.
+    /// normalised to `1`, as the contract says (S-W3). Default 8.
     pub fn concurrency(mut self, writes: usize) -> Self {
         self.config.concurrency = writes.max(1);
         self

@@ -1,5 +1,5 @@
 //! The engine: every batching, retry, drop, loss, flush and shutdown
-//! decision, as a sans-IO state machine (SPEC S-C1).
+//! decision, as a sans-IO state machine (S-C1).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;

@@ -1,4 +1,4 @@
-//! The sans-IO engine: every decision the outbox makes (SPEC S-C1..S-C4).
+//! The sans-IO engine: every decision the outbox makes (S-C1..S-C4).
 //!
 //! Nothing here does IO, reads a clock, spawns, sleeps or draws unseeded
 //! randomness. Time comes in as [`Time`]; writes go out as [`Write`]s whose

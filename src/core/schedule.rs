@@ -1,5 +1,5 @@
 //! The schedule: which tenant writes next and when timers fall due
-//! (SPEC S-B1, S-A3, S-W7, S-W17, S-C4).
+//! (S-B1, S-A3, S-W7, S-W17, S-C4).
 //!
 //! Ready tenants wait in one FIFO in the order they became ready (S-B1).
 //! Timers sit in ordered maps keyed by (instant, arming sequence), so ties

@@ -8,7 +8,7 @@ use std::time::Duration;
 /// driver picks (the tokio driver uses the instant it started; the simulation
 /// uses zero).
 ///
-/// The core never reads a clock (SPEC S-C1): every operation takes a `Time`.
+/// The core never reads a clock (S-C1): every operation takes a `Time`.
 /// Only differences between `Time`s mean anything, so a run is reproducible
 /// from its inputs. Resolution: nanoseconds; range: about 584 years.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]

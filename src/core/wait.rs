@@ -1,5 +1,5 @@
 //! Flush, settle and shutdown waits: which items each one waits for and
-//! what became of them (SPEC S-A4, S-W10, S-B6).
+//! what became of them (S-A4, S-W10, S-B6).
 //!
 //! A wait covers the items pending when it was opened. Rather than stamp
 //! every item with a sequence number (8 bytes an item) or snapshot every

@@ -1,4 +1,4 @@
-//! The future a flush, settle or shutdown caller awaits (SPEC S-A4, S-W10,
+//! The future a flush, settle or shutdown caller awaits (S-A4, S-W10,
 //! S-W9, S-B6).
 
 use std::fmt;

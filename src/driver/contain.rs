@@ -1,4 +1,4 @@
-//! Panic containment for sink code (SPEC S-W5, S-W13): a panic while
+//! Panic containment for sink code (S-W5, S-W13): a panic while
 //! creating a write future, polling it, dropping it or rendering its error
 //! becomes a value, never an unwinding writer.
 

@@ -1,4 +1,4 @@
-//! The tokio driver (SPEC S-C3): a thin layer that feeds the engine
+//! The tokio driver (S-C3): a thin layer that feeds the engine
 //! inputs and time, runs sink writes, and exports what the engine decided.
 //!
 //! - `outbox`: the [`Outbox`] handle and its builder;

@@ -1,4 +1,4 @@
-//! The `Outbox` handle and its builder (SPEC S-W1, S-A1, S-A4, S-W10,
+//! The `Outbox` handle and its builder (S-W1, S-A1, S-A4, S-W10,
 //! S-W9, S-B6, S-A7, S-W16).
 
 use std::fmt;

@@ -1,6 +1,6 @@
 //! The state the handles and the writer share: the engine and the callers
 //! waiting for a flush, settle or shutdown, behind one short-held lock
-//! (SPEC S-C3, S-W15).
+//! (S-C3, S-W15).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};

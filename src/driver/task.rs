@@ -1,4 +1,4 @@
-//! One attempt of one write, run as its own task (SPEC S-W5, S-B3, S-W9,
+//! One attempt of one write, run as its own task (S-W5, S-B3, S-W9,
 //! S-C2): the sink's future under panic containment, a write timeout and
 //! the writer's cancellation; the items always travel back with the outcome.
 

@@ -1,6 +1,6 @@
 //! The writer task: the one place that drains the engine, spawns sink
 //! writes, joins them, arms the engine's timer and answers waiting callers
-//! (SPEC S-C3, S-W13, S-W15, S-W16, S-W17).
+//! (S-C3, S-W13, S-W15, S-W16, S-W17).
 
 use std::collections::BTreeMap;
 use std::mem;

@@ -4,7 +4,7 @@
 //! Both write [`Record`]s: an item that carries its own id (a UUID, minted
 //! once when the item is created, e.g. [`Envelope::new`]) and a payload of
 //! bytes. The pair (tenant, item id) is the item's **idempotency key**: the
-//! engine may repeat a write after an outcome it could not see (SPEC S-W5,
+//! engine may repeat a write after an outcome it could not see (S-W5,
 //! the idempotency duty of [`Sink`](crate::Sink)), and the store absorbs
 //! the repeat by that key, so a slice written twice leaves one copy (I1):
 //!

@@ -1,5 +1,5 @@
 //! Drives an [`Engine`] with [`Op`]s and checks the invariants after every
-//! op (SPEC I2-I5, I7-I9 and the order half of I1): the one checker the
+//! op (I2-I5, I7-I9 and the order half of I1): the one checker the
 //! fuzz target, the model test and the simulation's fast world share.
 //!
 //! The harness keeps its own account of every item (pending, written,
@@ -18,14 +18,18 @@ use crate::core::{
     Staged, Time, WaitId, Write, WriteId,
 };
 
-/// A broken invariant, with the rule it breaks and what was seen.
+/// A broken invariant, with the rule it breaks and what was seen: the one
+/// failure type of the harness and of both simulation worlds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Violation {
-    /// The invariant or rule id, e.g. `"I2"` or `"S-A4"`.
+    /// The invariant or rule id of docs/contract.md, e.g. `"I2"` or
+    /// `"S-A4"`; the simulation also uses `"panic"` (a panic escaped the
+    /// run) and `"determinism"` (two runs of a seed differ).
     pub rule: &'static str,
     /// What was seen.
     pub detail: String,
-    /// The op index at which it was seen.
+    /// Where it was seen: the op index in the harness, the step of the run
+    /// in the simulation.
     pub step: usize,
 }
 

@@ -31,13 +31,13 @@
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use outbox::core::{Counters, DropReason, LostReason, Report};
+use outbox::core::{Counters, LostReason, Report};
 use outbox::telemetry::names;
 use outbox::{Config, Outbox, Staged, TenantId};
 use rand::Rng;
 
 use super::book::{self, ms, Admit, End, Ev, ItemRec, SharedBook};
-use super::check::Ending;
+use super::check::{self, Ending};
 use super::faults::NetFaults;
 use super::metrics::SimRecorder;
 use super::sink::{Item, NetSink};
@@ -223,15 +223,12 @@ fn stage(outbox: &Net, book: &SharedBook, tenant: u32, size: u32) -> Staged {
         handed_back: false,
     });
     b.record(book::now(), Ev::Stage { tenant, id, admit });
-    if !c.balanced() {
-        b.fail("I3", format!("the counters do not balance: {c:?}"));
-    }
-    if c.staged != b.items.len() as u64 {
-        let n = b.items.len();
-        b.fail(
-            "I3",
-            format!("{n} items staged, the counters say {}", c.staged),
-        );
+    let n = b.items.len();
+    for (rule, detail) in check::i3::counters_balance(&c)
+        .into_iter()
+        .chain(check::i3::every_stage_counted(&c, n))
+    {
+        b.fail(rule, detail);
     }
     staged
 }
@@ -271,8 +268,8 @@ async fn sample(outbox: Net, book: SharedBook, recorder: SimRecorder, until: Dur
         let c = outbox.counters();
         let mismatch = recorder.mismatch(&c);
         let mut b = book::lock(&book);
-        if !c.balanced() {
-            b.fail("I3", format!("the counters do not balance: {c:?}"));
+        if let Some((rule, detail)) = check::i3::counters_balance(&c) {
+            b.fail(rule, detail);
         }
         if let Some(m) = mismatch {
             b.fail("I3", m);
@@ -631,42 +628,14 @@ async fn drop_handles(
             )
         })
         .filter(|bound| *bound <= deadline);
-    {
-        let mut b = book::lock(book);
-        b.record(
-            book::now(),
-            Ev::Control {
-                kind: "drop",
-                deadline_ms: ms(deadline),
-            },
-        );
-        b.fault(book::now(), "drop");
-        if covered.is_some() {
-            *b.faults.entry("drop_i6_bound").or_default() += 1;
-        }
-        b.must_end_by = Some(called + deadline + EXIT_SLACK + Duration::from_secs(60));
-    }
+    log_drop(book, called, deadline, covered.is_some());
     // The last handle: the stagers, the controls and the sampler have
     // ended (their tasks are done, so their clones are gone), no shutdown
     // ran (its task would hold one), and a flush or settle still waiting
     // holds only its answer's channel, not a handle.
     drop(outbox);
-    let limit = called + deadline + EXIT_SLACK;
-    while alive.strong_count() > 0 {
-        if elapsed() > limit {
-            book::lock(book).fail(
-                "S-W16",
-                format!(
-                    "the writer has not exited {} ms after every handle was dropped (drop \
-                     deadline {} ms, {} items pending then): it lingers as a zombie",
-                    ms(elapsed() - called),
-                    ms(deadline),
-                    before.pending
-                ),
-            );
-            return (before, Ending::Dropped { gave_up_at: None });
-        }
-        tokio::time::sleep(EXIT_POLL).await;
+    if !writer_exits(alive, book, called, deadline, before.pending).await {
+        return (before, Ending::Dropped { gave_up_at: None });
     }
     book::lock(book).record(book::now(), Ev::Phase("the writer exited"));
     let staged = book::lock(book).items.len() as u64;
@@ -678,68 +647,76 @@ async fn drop_handles(
         }
     };
     let mut b = book::lock(book);
-    if c.pending != 0 {
-        b.fail(
-            "S-W16",
-            format!(
-                "the pending gauge is {} after the writer exited (S-W14: everything is \
-                 written, lost or dropped)",
-                c.pending
-            ),
-        );
-    }
-    if !c.balanced() {
-        b.fail(
-            "I3",
-            format!("after the writer exited the counters do not balance: {c:?}"),
-        );
-    }
-    let shrank =
-        |what: &str, was: u64, is: u64| (is < was).then(|| format!("{what} {was} -> {is}"));
-    let mut shrunk = vec![shrank("staged", before.staged, c.staged)];
-    shrunk.push(shrank("written", before.written, c.written));
-    shrunk.push(shrank("writes", before.writes, c.writes));
-    shrunk.push(shrank(
-        "failed attempts",
-        before.failed_attempts,
-        c.failed_attempts,
-    ));
-    for r in LostReason::ALL {
-        shrunk.push(shrank(r.as_str(), before.lost_for(r), c.lost_for(r)));
-    }
-    for r in DropReason::ALL {
-        shrunk.push(shrank(r.as_str(), before.dropped_for(r), c.dropped_for(r)));
-    }
-    if let Some(m) = shrunk.into_iter().flatten().next() {
-        b.fail(
-            "I3",
-            format!("a counter went down after the drop (S-W14): {m}"),
-        );
-    }
     let lost = c.lost_for(LostReason::Deadline);
+    let broken = [
+        check::s_w16::nothing_pending_after_exit(&c),
+        check::i3::counters_balance_after_exit(&c),
+        check::i3::counters_never_decrease(&before, &c),
+    ];
+    for (rule, detail) in broken.into_iter().flatten() {
+        b.fail(rule, detail);
+    }
     if lost > 0 {
         *b.faults.entry("drop_gave_up").or_default() += 1;
     }
-    if let Some(bound) = covered.filter(|_| lost > 0) {
-        b.fail(
-            "S-W16",
-            format!(
-                "the drop deadline ({} ms) covered the I6 bound ({} ms) for the {} items \
-                 pending at the drop, yet {lost} were lost under `deadline`: the writer did \
-                 not drain what it held",
-                ms(deadline),
-                ms(bound),
-                before.pending
-            ),
-        );
+    if let Some(broken) =
+        covered.and_then(|bound| check::s_w16::drained_what_it_held(deadline, bound, &before, lost))
+    {
+        b.fail(broken.0, broken.1);
     }
     // With a zero deadline the writer gives up in the very round it starts
     // its shutdown, after applying the outcomes it had joined: none of the
     // attempts ending then was given up, and none can end later (they are
     // cancelled). Else the deadline fires in a later round, before any
-    // outcome of that round is applied (see `check::end`).
+    // outcome of that round is applied (see `check::fates::tally`).
     let gave_up_at = recorder
         .first_counted(names::EVENTS_LOST, Some(LostReason::Deadline.as_str()))
         .filter(|_| !deadline.is_zero());
     (c, Ending::Dropped { gave_up_at })
+}
+
+/// Logs the drop and sets the run's time cap (I6).
+fn log_drop(book: &SharedBook, called: Duration, deadline: Duration, covered: bool) {
+    let mut b = book::lock(book);
+    b.record(
+        book::now(),
+        Ev::Control {
+            kind: "drop",
+            deadline_ms: ms(deadline),
+        },
+    );
+    b.fault(book::now(), "drop");
+    if covered {
+        *b.faults.entry("drop_i6_bound").or_default() += 1;
+    }
+    b.must_end_by = Some(called + deadline + EXIT_SLACK + Duration::from_secs(60));
+}
+
+/// Waits for the writer to exit after the drop (S-W16); false, with the
+/// failure logged, if it is still there after `deadline` and some slack.
+async fn writer_exits(
+    alive: &Weak<()>,
+    book: &SharedBook,
+    called: Duration,
+    deadline: Duration,
+    pending: u64,
+) -> bool {
+    let limit = called + deadline + EXIT_SLACK;
+    while alive.strong_count() > 0 {
+        if elapsed() > limit {
+            book::lock(book).fail(
+                "S-W16",
+                format!(
+                    "the writer has not exited {} ms after every handle was dropped (drop \
+                     deadline {} ms, {} items pending then): it lingers as a zombie",
+                    ms(elapsed() - called),
+                    ms(deadline),
+                    pending
+                ),
+            );
+            return false;
+        }
+        tokio::time::sleep(EXIT_POLL).await;
+    }
+    true
 }

@@ -22,7 +22,9 @@ use std::time::Duration;
 use outbox::core::Time;
 
 use crate::timeline::{Attempt, AttemptEnd, ControlKind, Timeline};
-use crate::world::Failure;
+use outbox::testkit::Violation;
+
+use crate::world::step_index;
 
 /// The book, shared.
 pub type SharedBook = Arc<Mutex<Book>>;
@@ -218,7 +220,7 @@ pub struct Book {
     /// The event log as text, with `--trace`.
     pub trace: Option<Vec<String>>,
     /// The first broken invariant.
-    pub failure: Option<Failure>,
+    pub failure: Option<Violation>,
     /// Faults and controls injected, by kind.
     pub faults: BTreeMap<&'static str, u64>,
     /// The weather.
@@ -397,15 +399,15 @@ impl Book {
     }
 
     /// Records a broken invariant (the first one is kept).
-    pub fn fail(&mut self, rule: &str, detail: String) {
+    pub fn fail(&mut self, rule: &'static str, detail: String) {
         if let Some(t) = self.trace.as_mut() {
             t.push(format!("!! {rule} broken: {detail}"));
         }
         if self.failure.is_none() {
-            self.failure = Some(Failure {
-                rule: rule.to_string(),
+            self.failure = Some(Violation {
+                rule,
                 detail,
-                step: self.steps,
+                step: step_index(self.steps),
             });
         }
     }

@@ -12,10 +12,12 @@
 //! steps, then heals everything at the end of the faulty phase.
 //!
 //! The checker is split as TigerBeetle does: safety during the run where
-//! each thing is seen ([`sink`], [`datastore`], [`app`]) and at the end
-//! ([`check`]), liveness (I6, or the writer's drain and exit after every
-//! handle is dropped, S-W16) in the healed phase ([`app`]). Every event
-//! goes into the [`book`], whose hash is the determinism self-check.
+//! each thing is seen ([`sink`], [`datastore`], [`app`]) and at the end,
+//! liveness (I6, or the writer's drain and exit after every handle is
+//! dropped, S-W16) in the healed phase ([`app`]). The checks themselves are
+//! gathered by rule in [`check`], whose docs say where each rule is
+//! checked. Every event goes into the [`book`], whose hash is the
+//! determinism self-check.
 
 pub mod app;
 pub mod book;

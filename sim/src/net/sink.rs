@@ -30,6 +30,7 @@ use rand::Rng;
 use turmoil::net::TcpStream;
 
 use super::book::{self, End, Ev, SharedBook, SliceRec};
+use super::check;
 use super::datastore::{HOST, PORT};
 use super::faults::Rates;
 use super::protocol::{read_frame, write_frame, Reply, Request, WireItem};
@@ -273,91 +274,33 @@ struct InFlight {
 }
 
 impl InFlight {
-    /// Logs the attempt's start and checks I2, I4, I8 and the per-tenant
-    /// order of slices.
+    /// Logs the attempt's start, checked by [`check::attempt::on_start`]
+    /// (S-W4, I1, I2, I4, I7, I8) and [`check::i4::in_flight_within_bounds`].
     fn begin(book: &SharedBook, tenant: TenantId, items: &[Item]) -> InFlight {
         let now = book::now();
         let first = items.first().map_or(u64::MAX, |i| i.id);
         let tenant_ix = items.first().map_or(u32::MAX, |i| i.tenant);
         let mut b = book::lock(book);
-        if items.is_empty() {
-            b.fail("S-W4", "the driver handed the sink an empty slice".into());
-        }
-        if TenantId::from_u128(u128::from(tenant_ix) + 1) != tenant
-            || items.iter().any(|i| i.tenant != tenant_ix)
-        {
-            b.fail(
-                "I1",
-                format!("a write for tenant {tenant} carries another tenant's items"),
-            );
-        }
-        if let Some(w) = items.windows(2).find(|w| w[0].id >= w[1].id) {
-            b.fail(
-                "I1",
-                format!(
-                    "a slice of tenant {tenant_ix} is out of staging order: #{} before #{}",
-                    w[0].id, w[1].id
-                ),
-            );
-        }
-        if let Some(at) = b.closed_at {
-            b.fail(
-                "I8",
-                format!("an attempt of slice #{first} started at {now}, after the outbox closed at {at}"),
-            );
-        }
         let ids: Vec<u64> = items.iter().map(|i| i.id).collect();
-        let (min_backoff, closing) = (b.min_backoff, b.closing);
+        let start = check::attempt::Start {
+            now,
+            tenant: &tenant,
+            tenant_ix,
+            wrong_tenant: TenantId::from_u128(u128::from(tenant_ix) + 1) != tenant
+                || items.iter().any(|i| i.tenant != tenant_ix),
+            ids: &ids,
+            first,
+        };
+        for (rule, detail) in check::attempt::on_start(&b, &start) {
+            b.fail(rule, detail);
+        }
         let attempt = match b.slices.get_mut(&first) {
             Some(s) => {
-                if s.ids != ids {
-                    let detail = format!(
-                        "attempt {} of slice #{first} (tenant {tenant_ix}) carries {} items \
-                         {:?}.., the first attempt {} items {:?}..",
-                        s.attempts + 1,
-                        ids.len(),
-                        &ids[..ids.len().min(4)],
-                        s.ids.len(),
-                        &s.ids[..s.ids.len().min(4)]
-                    );
-                    b.fail("I2", detail);
-                } else if let Some(end) = s.ended_at.filter(|e| now < *e + min_backoff) {
-                    let detail = format!(
-                        "attempt {} of slice #{first} started {:?} after the last one ended, \
-                         the shortest backoff is {min_backoff:?}",
-                        s.attempts + 1,
-                        now - end
-                    );
-                    if !closing {
-                        b.fail("I7", detail);
-                    }
-                } else if s.last == End::Running {
-                    b.fail(
-                        "I4",
-                        format!("slice #{first} has two attempts in flight at once"),
-                    );
-                }
-                let s = b.slices.get_mut(&first).expect("present");
                 s.attempts += 1;
                 s.last = End::Running;
                 s.attempts
             }
             None => {
-                // A new slice must come after every earlier slice of its
-                // tenant (S-W3: staging order).
-                let earlier = b
-                    .slices
-                    .range(first..)
-                    .find(|(_, s)| s.tenant == tenant_ix)
-                    .map(|(f, _)| *f);
-                if let Some(later) = earlier {
-                    b.fail(
-                        "I1",
-                        format!(
-                            "tenant {tenant_ix}'s slice #{first} started after its slice #{later}"
-                        ),
-                    );
-                }
                 b.slices.insert(
                     first,
                     SliceRec {
@@ -371,25 +314,11 @@ impl InFlight {
                 1
             }
         };
-        let n = {
-            let n = b.in_flight.entry(tenant_ix).or_default();
-            *n += 1;
-            *n
-        };
+        *b.in_flight.entry(tenant_ix).or_default() += 1;
         b.in_flight_total += 1;
         b.in_flight_max = b.in_flight_max.max(b.in_flight_total);
-        if n > 1 {
-            b.fail(
-                "I4",
-                format!("tenant {tenant_ix} has {n} writes in flight in the sink"),
-            );
-        }
-        if b.in_flight_total > b.concurrency {
-            let (total, conc) = (b.in_flight_total, b.concurrency);
-            b.fail(
-                "I4",
-                format!("{total} writes in flight in the sink, concurrency is {conc}"),
-            );
+        for (rule, detail) in check::i4::in_flight_within_bounds(&b, tenant_ix) {
+            b.fail(rule, detail);
         }
         b.record(
             now,

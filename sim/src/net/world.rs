@@ -16,7 +16,7 @@ use rand::RngCore;
 use super::app::{self, AppEnd, AppPlan};
 use super::book::{self, Book, Ev, SharedBook};
 use super::check::{self, Ending};
-use super::datastore::{self, Durable, HOST};
+use super::datastore::{self, Durable, SharedStore, HOST};
 use super::faults::{self, NetEvent, NetFaults, DROP_STREAM};
 use super::sink::{Injected, NetSink};
 use super::workload::NetWorkload;
@@ -110,231 +110,23 @@ fn liveness_base(config: &outbox::Config, faults: &NetFaults) -> Option<Duration
 }
 
 fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
-    let phase = Duration::from_secs(opts.net_secs.max(1));
-    let mut r = rng(seed);
-    let pick = draw::config(&mut r);
-    let workload = NetWorkload::draw(&mut r, phase);
-    let faults = NetFaults::draw(&mut r, phase);
-    let turmoil_seed = r.next_u64();
-    let sink_seed = r.next_u64();
-    let store_seed = r.next_u64();
-    let liveness = liveness_base(&pick.config, &faults);
-    // A drop deadline that covers the I6 bound for every item the stagers
-    // can stage (each may pass the cap by one call).
-    let covers = liveness.map(|base| {
-        let most = workload.cap + u64::from(workload.stagers) * u64::from(workload.max_count);
-        app::i6_bound(base, most, pick.config.concurrency(), workload.tenants)
-    });
-    let drop_deadline = faults::draw_drop(&mut rng(seed ^ DROP_STREAM), covers);
-    let setup = format!(
-        "config {:?} weighs={} | tenants {} skew {}/2 items ~{} stagers {} gap {:?} burst 1/{} x{} \
-         sizes <= {} | rates {:?} storm x{} rpc timeout {:?} latency {:?} net events {} \
-         control gap {:?} shutdown {:?} join {:?} abandon {:?} | I6 base {:?} | drop {:?}",
-        pick.config,
-        pick.weighs,
-        workload.tenants,
-        workload.skew_half,
-        workload.items,
-        workload.stagers,
-        workload.mean_gap,
-        workload.burst_odds,
-        workload.burst_max,
-        workload.max_size,
-        faults.rates,
-        faults.storm_factor,
-        faults.rpc_timeout,
-        faults.calm_latency,
-        faults.schedule.len(),
-        faults.control_gap,
-        faults.shutdown_at,
-        faults.shutdown_join,
-        faults.abandon_at,
-        liveness,
-        drop_deadline
-    );
-
-    let mut new_book = Book::new(opts.trace, pick.config.concurrency());
-    let jitter = (pick.config.jitter() * 1_000_000.0).round() as u128;
-    let initial = pick.config.initial_backoff().as_nanos();
-    new_book.min_backoff =
-        Duration::from_nanos(u64::try_from(initial - initial * jitter / 1_000_000).unwrap_or(0));
-    if opts.trace {
-        new_book = new_book.with_timeline(workload.tenants);
-    }
-    let book: SharedBook = Arc::new(Mutex::new(new_book));
-    {
-        let mut b = book::lock(&book);
-        for k in FAULT_KINDS {
-            b.faults.insert(k, 0);
-        }
-    }
+    let d = Draws::draw(seed, opts);
+    let setup = d.setup();
+    let book = new_book(opts, &d);
     let store = Arc::new(Mutex::new(Durable::new(
-        rng(store_seed),
-        faults.rates,
-        faults.storm_factor,
+        rng(d.store_seed),
+        d.faults.rates,
+        d.faults.storm_factor,
     )));
     let end = Arc::new(Mutex::new(AppEnd::default()));
-    let sink = NetSink::new(
-        Arc::clone(&book),
-        rng(sink_seed),
-        faults.rates,
-        faults.storm_factor,
-        faults.rpc_timeout,
-        pick.config.concurrency().max(1) * 2 + 2,
-    );
-    let plan = AppPlan {
-        seed,
-        config: pick.config.clone(),
-        weighs: pick.weighs,
-        workload,
-        faults: faults.clone(),
-        phase,
-        liveness_base: liveness,
-        drop_deadline,
-    };
-
-    let mut sim = turmoil::Builder::new()
-        .rng_seed(turmoil_seed)
-        .epoch(UNIX_EPOCH)
-        // Turmoil has no TIME_WAIT: a wide port range keeps a reused port
-        // from meeting a server socket still open for its last owner.
-        .ephemeral_ports(1024..=65535)
-        .tick_duration(TICK)
-        .simulation_duration(Duration::from_secs(365 * 24 * 3600))
-        .min_message_latency(Duration::ZERO)
-        .max_message_latency(faults.calm_latency)
-        .build();
-    {
-        let store = Arc::clone(&store);
-        let book = Arc::clone(&book);
-        sim.host(HOST, move || {
-            datastore::serve(Arc::clone(&store), Arc::clone(&book))
-        });
-    }
-    sim.client(
-        APP,
-        app::run(plan, sink, Arc::clone(&book), Arc::clone(&end)),
-    );
-
-    let healed_latency = faults.calm_latency.min(Duration::from_millis(5));
-    let mut next = 0;
-    let mut healed = false;
-    let mut down = false;
-    let mut partitioned = false;
-    let mut steps = 0u64;
-    loop {
-        let t = sim.elapsed();
-        let at = Time::from_elapsed(t);
-        while !healed && next < faults.schedule.len() && faults.schedule[next].0 <= t {
-            let ev = faults.schedule[next].1;
-            next += 1;
-            let mut b = book::lock(&book);
-            match ev {
-                NetEvent::Partition => {
-                    partitioned = true;
-                    sim.partition(APP, HOST);
-                    b.fault(at, "partition");
-                }
-                NetEvent::Repair => {
-                    partitioned = false;
-                    sim.repair(APP, HOST);
-                    b.record(at, Ev::Net("repair"));
-                }
-                NetEvent::Crash => {
-                    if !down {
-                        down = true;
-                        sim.crash(HOST);
-                        b.fault(at, "crash");
-                    }
-                }
-                NetEvent::Restart => {
-                    if down {
-                        down = false;
-                        sim.bounce(HOST);
-                        b.fault(at, "restart");
-                    }
-                }
-                NetEvent::Latency(us) => {
-                    sim.set_max_message_latency(Duration::from_micros(us));
-                    b.fault(at, "latency");
-                }
-                NetEvent::StormBegins => {
-                    b.weather.storm = true;
-                    b.fault(at, "storm");
-                }
-                NetEvent::StormEnds => {
-                    b.weather.storm = false;
-                    b.record(at, Ev::Net(ev.kind()));
-                }
-            }
-        }
-        if !healed && t >= phase {
-            healed = true;
-            if partitioned {
-                sim.repair(APP, HOST);
-            }
-            if down {
-                sim.bounce(HOST);
-            }
-            sim.set_max_message_latency(healed_latency);
-            let mut b = book::lock(&book);
-            b.weather = book::Weather {
-                storm: false,
-                healed: true,
-            };
-            b.record(at, Ev::Net("healed: every fault stops"));
-        }
-        if healed {
-            let cap = book::lock(&book)
-                .must_end_by
-                .unwrap_or_default()
-                .max(phase + Duration::from_secs(200));
-            if t > cap {
-                let mut b = book::lock(&book);
-                b.fail(
-                    "I6",
-                    format!(
-                        "the application had not finished at {} ms, after the faults stopped \
-                         at {} ms: an answer never came",
-                        t.as_millis(),
-                        phase.as_millis()
-                    ),
-                );
-                break;
-            }
-        }
-        steps += 1;
-        book::lock(&book).steps = steps;
-        match sim.step() {
-            Ok(true) => break,
-            Ok(false) => {}
-            Err(e) => {
-                book::lock(&book).fail("host", format!("a host failed: {e}"));
-                break;
-            }
-        }
-    }
+    let mut sim = build_sim(seed, &d, &book, &store, &end);
+    let steps = step_until_done(&mut sim, &book, &d.faults, d.phase);
     let end_time = Time::from_elapsed(sim.elapsed());
     drop(sim);
 
     let app_end = std::mem::take(&mut *end.lock().unwrap_or_else(|e| e.into_inner()));
     let mut b = book::lock(&book);
-    if b.failure.is_none() {
-        if !app_end.finished {
-            b.fail("I6", "the application did not finish its script".into());
-        } else {
-            let abandoned = b.faults.get("abandon").copied().unwrap_or(0) > 0;
-            let ending = match app_end.ending {
-                Ending::Shutdown if abandoned => Ending::Abandoned,
-                e => e,
-            };
-            let st = datastore::lock(&store);
-            if let Some((rule, detail)) = check::end(&b, &st, &app_end.counters, ending) {
-                drop(st);
-                b.fail(rule, detail);
-            }
-        }
-    }
+    check_the_end(&mut b, &store, &app_end);
     let mut counters = app_end.counters;
     if matches!(app_end.ending, Ending::Dropped { .. }) {
         // For the summary only (no check reads it): the metrics do not
@@ -355,5 +147,308 @@ fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
         timeline: b.take_timeline(end_time),
         setup,
         end: end_time,
+    }
+}
+
+/// Everything a seed draws, in the order it draws it.
+struct Draws {
+    phase: Duration,
+    pick: draw::ConfigPick,
+    workload: NetWorkload,
+    faults: NetFaults,
+    turmoil_seed: u64,
+    sink_seed: u64,
+    store_seed: u64,
+    /// [`liveness_base`].
+    liveness: Option<Duration>,
+    /// Drawn from a stream of its own ([`DROP_STREAM`]).
+    drop_deadline: Option<Duration>,
+}
+
+impl Draws {
+    fn draw(seed: u64, opts: &RunOptions) -> Draws {
+        let phase = Duration::from_secs(opts.net_secs.max(1));
+        let mut r = rng(seed);
+        let pick = draw::config(&mut r);
+        let workload = NetWorkload::draw(&mut r, phase);
+        let faults = NetFaults::draw(&mut r, phase);
+        let turmoil_seed = r.next_u64();
+        let sink_seed = r.next_u64();
+        let store_seed = r.next_u64();
+        let liveness = liveness_base(&pick.config, &faults);
+        // A drop deadline that covers the I6 bound for every item the stagers
+        // can stage (each may pass the cap by one call).
+        let covers = liveness.map(|base| {
+            let most = workload.cap + u64::from(workload.stagers) * u64::from(workload.max_count);
+            app::i6_bound(base, most, pick.config.concurrency(), workload.tenants)
+        });
+        let drop_deadline = faults::draw_drop(&mut rng(seed ^ DROP_STREAM), covers);
+        Draws {
+            phase,
+            pick,
+            workload,
+            faults,
+            turmoil_seed,
+            sink_seed,
+            store_seed,
+            liveness,
+            drop_deadline,
+        }
+    }
+
+    /// What the seed drew, one line.
+    fn setup(&self) -> String {
+        let (pick, workload, faults) = (&self.pick, &self.workload, &self.faults);
+        format!(
+            "config {:?} weighs={} | tenants {} skew {}/2 items ~{} stagers {} gap {:?} burst 1/{} x{} \
+             sizes <= {} | rates {:?} storm x{} rpc timeout {:?} latency {:?} net events {} \
+             control gap {:?} shutdown {:?} join {:?} abandon {:?} | I6 base {:?} | drop {:?}",
+            pick.config,
+            pick.weighs,
+            workload.tenants,
+            workload.skew_half,
+            workload.items,
+            workload.stagers,
+            workload.mean_gap,
+            workload.burst_odds,
+            workload.burst_max,
+            workload.max_size,
+            faults.rates,
+            faults.storm_factor,
+            faults.rpc_timeout,
+            faults.calm_latency,
+            faults.schedule.len(),
+            faults.control_gap,
+            faults.shutdown_at,
+            faults.shutdown_join,
+            faults.abandon_at,
+            self.liveness,
+            self.drop_deadline
+        )
+    }
+}
+
+/// The run's book: the shortest backoff for I7, every fault kind at zero.
+fn new_book(opts: &RunOptions, d: &Draws) -> SharedBook {
+    let config = &d.pick.config;
+    let mut new_book = Book::new(opts.trace, config.concurrency());
+    let jitter = (config.jitter() * 1_000_000.0).round() as u128;
+    let initial = config.initial_backoff().as_nanos();
+    new_book.min_backoff =
+        Duration::from_nanos(u64::try_from(initial - initial * jitter / 1_000_000).unwrap_or(0));
+    if opts.trace {
+        new_book = new_book.with_timeline(d.workload.tenants);
+    }
+    let book: SharedBook = Arc::new(Mutex::new(new_book));
+    {
+        let mut b = book::lock(&book);
+        for k in FAULT_KINDS {
+            b.faults.insert(k, 0);
+        }
+    }
+    book
+}
+
+/// The turmoil simulation: the datastore host and the application client.
+fn build_sim(
+    seed: u64,
+    d: &Draws,
+    book: &SharedBook,
+    store: &SharedStore,
+    end: &Arc<Mutex<AppEnd>>,
+) -> turmoil::Sim<'static> {
+    let sink = NetSink::new(
+        Arc::clone(book),
+        rng(d.sink_seed),
+        d.faults.rates,
+        d.faults.storm_factor,
+        d.faults.rpc_timeout,
+        d.pick.config.concurrency().max(1) * 2 + 2,
+    );
+    let plan = AppPlan {
+        seed,
+        config: d.pick.config.clone(),
+        weighs: d.pick.weighs,
+        workload: d.workload.clone(),
+        faults: d.faults.clone(),
+        phase: d.phase,
+        liveness_base: d.liveness,
+        drop_deadline: d.drop_deadline,
+    };
+    let mut sim = turmoil::Builder::new()
+        .rng_seed(d.turmoil_seed)
+        .epoch(UNIX_EPOCH)
+        // Turmoil has no TIME_WAIT: a wide port range keeps a reused port
+        // from meeting a server socket still open for its last owner.
+        .ephemeral_ports(1024..=65535)
+        .tick_duration(TICK)
+        .simulation_duration(Duration::from_secs(365 * 24 * 3600))
+        .min_message_latency(Duration::ZERO)
+        .max_message_latency(d.faults.calm_latency)
+        .build();
+    {
+        let store = Arc::clone(store);
+        let book = Arc::clone(book);
+        sim.host(HOST, move || {
+            datastore::serve(Arc::clone(&store), Arc::clone(&book))
+        });
+    }
+    sim.client(APP, app::run(plan, sink, Arc::clone(book), Arc::clone(end)));
+    sim
+}
+
+/// The network's state under the fault schedule.
+#[derive(Default)]
+struct Network {
+    /// The next schedule entry to apply.
+    next: usize,
+    healed: bool,
+    down: bool,
+    partitioned: bool,
+}
+
+impl Network {
+    /// Applies the schedule's entries due by `t` (none once healed).
+    fn apply_due(&mut self, sim: &mut turmoil::Sim<'_>, book: &SharedBook, faults: &NetFaults) {
+        let t = sim.elapsed();
+        let at = Time::from_elapsed(t);
+        while !self.healed && self.next < faults.schedule.len() && faults.schedule[self.next].0 <= t
+        {
+            let ev = faults.schedule[self.next].1;
+            self.next += 1;
+            let mut b = book::lock(book);
+            match ev {
+                NetEvent::Partition => {
+                    self.partitioned = true;
+                    sim.partition(APP, HOST);
+                    b.fault(at, "partition");
+                }
+                NetEvent::Repair => {
+                    self.partitioned = false;
+                    sim.repair(APP, HOST);
+                    b.record(at, Ev::Net("repair"));
+                }
+                NetEvent::Crash => {
+                    if !self.down {
+                        self.down = true;
+                        sim.crash(HOST);
+                        b.fault(at, "crash");
+                    }
+                }
+                NetEvent::Restart => {
+                    if self.down {
+                        self.down = false;
+                        sim.bounce(HOST);
+                        b.fault(at, "restart");
+                    }
+                }
+                NetEvent::Latency(us) => {
+                    sim.set_max_message_latency(Duration::from_micros(us));
+                    b.fault(at, "latency");
+                }
+                NetEvent::StormBegins => {
+                    b.weather.storm = true;
+                    b.fault(at, "storm");
+                }
+                NetEvent::StormEnds => {
+                    b.weather.storm = false;
+                    b.record(at, Ev::Net(ev.kind()));
+                }
+            }
+        }
+    }
+
+    /// Ends every fault at the end of the faulty phase.
+    fn heal(&mut self, sim: &mut turmoil::Sim<'_>, book: &SharedBook, faults: &NetFaults) {
+        let at = Time::from_elapsed(sim.elapsed());
+        self.healed = true;
+        if self.partitioned {
+            sim.repair(APP, HOST);
+        }
+        if self.down {
+            sim.bounce(HOST);
+        }
+        sim.set_max_message_latency(faults.calm_latency.min(Duration::from_millis(5)));
+        let mut b = book::lock(book);
+        b.weather = book::Weather {
+            storm: false,
+            healed: true,
+        };
+        b.record(at, Ev::Net("healed: every fault stops"));
+    }
+}
+
+/// Steps the simulation until the application finishes, a host fails or
+/// the healed phase outlives its cap (I6); the steps taken.
+fn step_until_done(
+    sim: &mut turmoil::Sim<'_>,
+    book: &SharedBook,
+    faults: &NetFaults,
+    phase: Duration,
+) -> u64 {
+    let mut net = Network::default();
+    let mut steps = 0u64;
+    loop {
+        net.apply_due(sim, book, faults);
+        let t = sim.elapsed();
+        if !net.healed && t >= phase {
+            net.heal(sim, book, faults);
+        }
+        if net.healed && healed_phase_overran(book, t, phase) {
+            break;
+        }
+        steps += 1;
+        book::lock(book).steps = steps;
+        match sim.step() {
+            Ok(true) => break,
+            Ok(false) => {}
+            Err(e) => {
+                book::lock(book).fail("host", format!("a host failed: {e}"));
+                break;
+            }
+        }
+    }
+    steps
+}
+
+/// I6: the application must finish by its cap after the heal.
+fn healed_phase_overran(book: &SharedBook, t: Duration, phase: Duration) -> bool {
+    let cap = book::lock(book)
+        .must_end_by
+        .unwrap_or_default()
+        .max(phase + Duration::from_secs(200));
+    if t <= cap {
+        return false;
+    }
+    book::lock(book).fail(
+        "I6",
+        format!(
+            "the application had not finished at {} ms, after the faults stopped \
+             at {} ms: an answer never came",
+            t.as_millis(),
+            phase.as_millis()
+        ),
+    );
+    true
+}
+
+/// The application finished its script (I6), then the end checks.
+fn check_the_end(b: &mut Book, store: &SharedStore, app_end: &AppEnd) {
+    if b.failure.is_some() {
+        return;
+    }
+    if !app_end.finished {
+        b.fail("I6", "the application did not finish its script".into());
+        return;
+    }
+    let abandoned = b.faults.get("abandon").copied().unwrap_or(0) > 0;
+    let ending = match app_end.ending {
+        Ending::Shutdown if abandoned => Ending::Abandoned,
+        e => e,
+    };
+    let st = datastore::lock(store);
+    if let Some((rule, detail)) = check::end(b, &st, &app_end.counters, ending) {
+        drop(st);
+        b.fail(rule, detail);
     }
 }

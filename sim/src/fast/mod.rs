@@ -11,9 +11,15 @@ use outbox::core::{Time, WriteId};
 use outbox::testkit::{Fate, Harness, Op, OpOutcome, Violation};
 use rand::Rng;
 
-use crate::draw::{self, chance, gap, log_uniform, FaultPlan, SimRng, Workload};
+use crate::draw::{self, chance, gap, log_uniform, SimRng};
+
+pub mod faults;
+pub mod workload;
+
 use crate::timeline::{Attempt, AttemptEnd, ControlKind, Timeline};
-use crate::world::{Failure, RunOptions, RunResult};
+use crate::world::{RunOptions, RunResult};
+pub use faults::FaultPlan;
+pub use workload::Workload;
 
 /// What the simulated sink does with one attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -186,11 +192,7 @@ impl FastWorld {
             .faulty()
             .and_then(|()| self.healed())
             .and_then(|()| self.check_store());
-        let failure = outcome.err().map(|v| Failure {
-            rule: v.rule.to_string(),
-            detail: v.detail,
-            step: v.step as u64,
-        });
+        let failure = outcome.err();
         let mut timeline = self.timeline.take();
         if let Some(t) = timeline.as_mut() {
             t.losses = self.h.losses().to_vec();
