@@ -49,7 +49,11 @@ fn stage(c: &mut Criterion, samples: &Samples) {
         group.bench_function(id, |b| {
             let outbox = rt.block_on(async {
                 let builder = Outbox::builder(Counting::default()).config(Config::default());
-                let builder = if on { builder.journal(JournalConfig::new(&dir)) } else { builder };
+                let builder = if on {
+                    builder.journal(JournalConfig::new(&dir))
+                } else {
+                    builder
+                };
                 builder.build().unwrap()
             });
             samples.iter_custom(b, id, |iters| {
@@ -71,6 +75,23 @@ fn stage(c: &mut Criterion, samples: &Samples) {
     group.finish();
 }
 
+/// An outbox on `journal` that holds every item (its tenants linger an
+/// hour for a batch that never fills): everything staged stays pending,
+/// so the journal's bytes are all it wrote. Built in a runtime.
+fn holding(journal: JournalConfig) -> Outbox<Counting> {
+    let config = Config::builder()
+        .concurrency(1)
+        .linger(Duration::from_secs(3600))
+        .max_batch(usize::MAX)
+        .build()
+        .unwrap();
+    Outbox::builder(Counting::default())
+        .config(config)
+        .journal(journal)
+        .build()
+        .unwrap()
+}
+
 /// Stages `SUSTAINED` items and syncs; returns the time, the journal's
 /// bytes written (segment file sizes before cleanup) and its commits.
 fn sustained_journal() -> (Duration, u64, u64) {
@@ -80,13 +101,7 @@ fn sustained_journal() -> (Duration, u64, u64) {
     let rt = runtime();
     let (d, bytes) = metrics::with_local_recorder(&recorder, || {
         rt.block_on(async {
-            // The sink never writes: every item stays pending, so the bytes
-            // on disk are all the journal wrote.
-            let outbox = Outbox::builder(Counting::default())
-                .config(Config::builder().concurrency(1).linger(Duration::from_secs(3600)).max_batch(usize::MAX).build().unwrap())
-                .journal(JournalConfig::new(&dir).segment_bytes(1 << 30))
-                .build()
-                .unwrap();
+            let outbox = holding(JournalConfig::new(&dir).segment_bytes(1 << 30));
             let start = Instant::now();
             for i in 0..SUSTAINED {
                 let _ = outbox.stage(tenant(i % TENANTS), i);
@@ -119,7 +134,11 @@ fn sustained_journal() -> (Duration, u64, u64) {
 fn sustained_raw(bytes: u64, batches: u64) -> Duration {
     let dir = temp("raw");
     std::fs::create_dir_all(&dir).unwrap();
-    let mut f = OpenOptions::new().create(true).append(true).open(dir.join("raw")).unwrap();
+    let mut f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("raw"))
+        .unwrap();
     let chunk = vec![7u8; (bytes / batches).max(1) as usize];
     let start = Instant::now();
     for _ in 0..batches {
@@ -139,11 +158,7 @@ fn recovery() -> (Duration, u64) {
     {
         let rt = runtime();
         rt.block_on(async {
-            let outbox = Outbox::builder(Counting::default())
-                .config(Config::builder().concurrency(1).linger(Duration::from_secs(3600)).max_batch(usize::MAX).build().unwrap())
-                .journal(JournalConfig::new(&dir))
-                .build()
-                .unwrap();
+            let outbox = holding(JournalConfig::new(&dir));
             for i in 0..RECOVERY {
                 let _ = outbox.stage(tenant(i % TENANTS), i);
             }
@@ -180,8 +195,16 @@ fn journal(c: &mut Criterion) {
     ) {
         stage_ratio = on / off;
         all_met &= stage_ratio <= 3.0;
-        println!("journal stage: on {} / off {} per item = {stage_ratio:.2} (target <= 3)", fmt_secs(on), fmt_secs(off));
-        parts.push(format!("stage on={} off={} ratio={stage_ratio:.2}", fmt_secs(on), fmt_secs(off)));
+        println!(
+            "journal stage: on {} / off {} per item = {stage_ratio:.2} (target <= 3)",
+            fmt_secs(on),
+            fmt_secs(off)
+        );
+        parts.push(format!(
+            "stage on={} off={} ratio={stage_ratio:.2}",
+            fmt_secs(on),
+            fmt_secs(off)
+        ));
     }
     let (jd, bytes, commits) = sustained_journal();
     let rd = sustained_raw(bytes, commits);
@@ -192,12 +215,24 @@ fn journal(c: &mut Criterion) {
         fmt_secs(jd.as_secs_f64()),
         fmt_secs(rd.as_secs_f64())
     );
-    parts.push(format!("sustained={throughput:.2}x ({:.0} items/s)", SUSTAINED as f64 / jd.as_secs_f64()));
+    parts.push(format!(
+        "sustained={throughput:.2}x ({:.0} items/s)",
+        SUSTAINED as f64 / jd.as_secs_f64()
+    ));
     let (rd, recovered) = recovery();
     let rate = recovered as f64 / rd.as_secs_f64();
-    println!("journal recovery: {recovered} items in {} = {rate:.0} items/s", fmt_secs(rd.as_secs_f64()));
+    println!(
+        "journal recovery: {recovered} items in {} = {rate:.0} items/s",
+        fmt_secs(rd.as_secs_f64())
+    );
     parts.push(format!("recovery={rate:.0} items/s"));
-    summary("journal", stage_ratio, "<=3 and sustained>=0.7", Some(all_met), &parts.join(" | "));
+    summary(
+        "journal",
+        stage_ratio,
+        "<=3 and sustained>=0.7",
+        Some(all_met),
+        &parts.join(" | "),
+    );
 }
 
 criterion_group!(benches, journal);

@@ -74,10 +74,18 @@ fn child() {
 
 async fn child_run(url: String, table: String, dir: PathBuf, run: u64, last: bool) {
     let sink = PostgresSink::<Envelope>::new(pool(&url, 8), &table).unwrap();
-    let config = Config::builder().max_batch(100).concurrency(8).build().unwrap();
+    let config = Config::builder()
+        .max_batch(100)
+        .concurrency(8)
+        .build()
+        .unwrap();
     let outbox = Outbox::builder(sink)
         .config(config)
-        .journal(JournalConfig::new(&dir).sync_interval(Duration::from_millis(2)).segment_bytes(64 << 10))
+        .journal(
+            JournalConfig::new(&dir)
+                .sync_interval(Duration::from_millis(2))
+                .segment_bytes(64 << 10),
+        )
         .build()
         .unwrap();
     println!("READY {run} {}", outbox.counters().recovered);
@@ -197,9 +205,15 @@ fn records_covered_by_a_sync_survive_kill_9_exactly_once_in_order() {
         .unwrap();
     let admin = rt.block_on(async {
         let config: tokio_postgres::Config = url.parse().expect("a valid URL");
-        let (client, conn) = config.connect(tokio_postgres::NoTls).await.unwrap_or_else(|e| {
-            panic!("{}={url} is set but the server does not answer: {e}", common::postgres::VAR)
-        });
+        let (client, conn) = config
+            .connect(tokio_postgres::NoTls)
+            .await
+            .unwrap_or_else(|e| {
+                panic!(
+                    "{}={url} is set but the server does not answer: {e}",
+                    common::postgres::VAR
+                )
+            });
         tokio::spawn(conn);
         let sink = PostgresSink::<Envelope>::new(pool(&url, 1), &table).unwrap();
         sink.create_table().await.unwrap();
@@ -247,12 +261,18 @@ fn records_covered_by_a_sync_survive_kill_9_exactly_once_in_order() {
     });
     let mut last = last;
     let status = last.child.wait().unwrap();
-    assert!(ok && status.success(), "seed {seed}: the last run failed ({status})");
+    assert!(
+        ok && status.success(),
+        "seed {seed}: the last run failed ({status})"
+    );
 
     // D1, D2, D3 in the table.
     let rows = rt.block_on(async {
         admin
-            .query(&format!("SELECT tenant, item_id FROM \"{table}\" ORDER BY tenant, seq"), &[])
+            .query(
+                &format!("SELECT tenant, item_id FROM \"{table}\" ORDER BY tenant, seq"),
+                &[],
+            )
             .await
             .unwrap()
     });
@@ -263,12 +283,24 @@ fn records_covered_by_a_sync_survive_kill_9_exactly_once_in_order() {
     let mut present = BTreeSet::new();
     for (t, ids) in &per_tenant {
         for w in ids.windows(2) {
-            assert!(w[0] < w[1], "seed {seed}: D2: tenant {t} has {} before {}", w[0], w[1]);
+            assert!(
+                w[0] < w[1],
+                "seed {seed}: D2: tenant {t} has {} before {}",
+                w[0],
+                w[1]
+            );
         }
         for item in ids {
             let (run, n) = item.as_u64_pair();
-            assert!(run <= KILLS as u64, "seed {seed}: D3: {item} was never staged");
-            assert_eq!(tenant(n).0, *t, "seed {seed}: D3: {item} under another tenant");
+            assert!(
+                run <= KILLS as u64,
+                "seed {seed}: D3: {item} was never staged"
+            );
+            assert_eq!(
+                tenant(n).0,
+                *t,
+                "seed {seed}: D3: {item} under another tenant"
+            );
             present.insert(*item);
         }
     }
@@ -287,10 +319,18 @@ fn records_covered_by_a_sync_survive_kill_9_exactly_once_in_order() {
     let rec = outbox::journal::recover::<TenantId, Envelope, _, _>(
         &mut storage,
         &Postcard,
-        outbox::core::journal::Limits { segment_bytes: 1 << 20, max_bytes: None },
+        outbox::core::journal::Limits {
+            segment_bytes: 1 << 20,
+            max_bytes: None,
+        },
     )
     .unwrap();
-    assert_eq!((rec.report.recovered, rec.report.unreadable), (0, 0), "seed {seed}: {:?}", rec.report);
+    assert_eq!(
+        (rec.report.recovered, rec.report.unreadable),
+        (0, 0),
+        "seed {seed}: {:?}",
+        rec.report
+    );
     drop(storage);
     eprintln!(
         "journal_crash: seed {seed}: {KILLS} kills, {runs_with_sync} runs with an answered sync, \
@@ -300,9 +340,15 @@ fn records_covered_by_a_sync_survive_kill_9_exactly_once_in_order() {
         per_tenant.len(),
         done.unwrap_or_default()
     );
-    assert!(runs_with_sync >= KILLS / 2, "seed {seed}: too few syncs answered to prove anything");
+    assert!(
+        runs_with_sync >= KILLS / 2,
+        "seed {seed}: too few syncs answered to prove anything"
+    );
     rt.block_on(async {
-        admin.execute(&format!("DROP TABLE \"{table}\""), &[]).await.unwrap();
+        admin
+            .execute(&format!("DROP TABLE \"{table}\""), &[])
+            .await
+            .unwrap();
     });
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -288,7 +288,9 @@ fn build_refuses_a_locked_or_foreign_journal() {
         let r = Outbox::builder(sink.clone())
             .journal(JournalConfig::new(&dir))
             .build();
-        let err = r.err().expect("refused");
+        let Err(err) = r else {
+            panic!("a foreign file is refused")
+        };
         assert!(err.to_string().contains("README"), "{err}");
     });
     std::fs::remove_dir_all(&dir).unwrap();

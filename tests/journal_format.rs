@@ -164,8 +164,11 @@ fn sample() -> MemStorage {
     disk
 }
 
+/// A segment file's records, each with its byte range.
+type Layout = Vec<(String, Vec<(std::ops::Range<usize>, Record<'static>)>)>;
+
 /// What each record of each segment file is, with its byte range.
-fn layout(disk: &MemStorage) -> Vec<(String, Vec<(std::ops::Range<usize>, Record<'static>)>)> {
+fn layout(disk: &MemStorage) -> Layout {
     disk.files()
         .into_iter()
         .filter(|(n, _)| n != "LOCK")

@@ -139,6 +139,8 @@ pub(crate) struct Journal<K, I> {
     soon: Notify,
     sync_interval: Duration,
     sync_bytes: usize,
+    max_buffered: usize,
+    inline_io: bool,
     retry_interval: Duration,
     dir: String,
     name: String,
@@ -211,6 +213,8 @@ where
             soon: Notify::new(),
             sync_interval: config.sync_interval,
             sync_bytes: config.sync_bytes,
+            max_buffered: config.max_buffered_bytes.max(config.sync_bytes),
+            inline_io: config.inline_io,
             retry_interval: config.retry_interval,
             dir,
             name: outbox.to_owned(),
@@ -248,9 +252,12 @@ where
     }
 
     /// Under the outbox's lock, before the engine takes the item: whether
-    /// `max_bytes` leaves room for it (S-J4).
+    /// `max_bytes` leaves room for it on disk (S-J4) and
+    /// `max_buffered_bytes` in memory (S-B8).
     pub(crate) fn admit(&self, record: &EncodedItem) -> Result<(), Refusal> {
-        if self.lock().state.fits(record.len()) {
+        let g = self.lock();
+        let buffered = g.state.buffered().saturating_add(record.len());
+        if g.state.fits(record.len()) && buffered <= self.max_buffered {
             Ok(())
         } else {
             Err(Refusal::Full)
@@ -402,6 +409,10 @@ where
         let started = Instant::now();
         let (back, result) = if batch.is_empty() {
             (None, Ok(()))
+        } else if self.inline_io {
+            let r = contain::call(|| committer.commit(&batch))
+                .unwrap_or_else(|_| Err(io::Error::other("the journal storage panicked")));
+            (Some(batch.upto), r)
         } else {
             let mut c = std::mem::replace(committer, Committer::new(Box::new(Gone)));
             let joined = tokio::task::spawn_blocking(move || {
@@ -699,6 +710,36 @@ mod tests {
         // tenant length, 1 tenant, 1 item (postcard varints)).
         assert_eq!(accepted, (100 - 32) / 23);
         assert!(j.lock().state.ledger().bytes() <= 100);
+    }
+
+    #[test]
+    fn a_slow_disk_cannot_make_the_buffer_grow_past_its_bound() {
+        // S-B8: nothing commits (no task runs), so records pile up.
+        let config = JournalConfig::with_storage(MemStorage::new())
+            .sync_bytes(100)
+            .max_buffered_bytes(1_000);
+        let j = J::open(config, Box::new(Postcard), "test").unwrap().journal;
+        let mut accepted = 0;
+        while j.admit(&j.encode(&1, &7).unwrap()).is_ok() {
+            j.append(1, j.encode(&1, &7).unwrap());
+            accepted += 1;
+        }
+        assert!(j.lock().state.buffered() <= 1_000);
+        assert_eq!(accepted, (1_000 - 32) / 23, "the header waits too");
+    }
+
+    #[tokio::test]
+    async fn inline_io_commits_on_the_task_itself() {
+        let disk = MemStorage::new();
+        let config = JournalConfig::with_storage(disk.clone()).inline_io(true);
+        let opened = J::open(config, Box::new(Postcard), "test").unwrap();
+        let j = Arc::clone(&opened.journal);
+        let task = tokio::spawn(Arc::clone(&j).run(opened.committer));
+        stage(&j, 3, 9);
+        assert_eq!(j.sync().await, Ok(()));
+        assert_eq!(recovered(&disk), [(3, 9)]);
+        j.close();
+        task.await.unwrap();
     }
 
     #[test]

@@ -239,6 +239,13 @@ impl<S: Sink> OutboxBuilder<S> {
     }
 }
 
+/// An open journal and the committer its task runs.
+#[cfg(feature = "journal")]
+type OpenedJournal<I> = (
+    Arc<super::journal::Journal<TenantId, I>>,
+    crate::journal::Committer<Box<dyn crate::journal::Storage>>,
+);
+
 /// Opens a journal and stages what it recovers into `engine`, per tenant
 /// in staging order, before any new stage (D2, D4).
 #[cfg(feature = "journal")]
@@ -247,13 +254,7 @@ fn open_journal<I: Send + 'static>(
     codec: Box<dyn crate::journal::Codec<TenantId, I>>,
     name: &str,
     engine: &mut Engine<TenantId, I>,
-) -> Result<
-    (
-        Arc<super::journal::Journal<TenantId, I>>,
-        crate::journal::Committer<Box<dyn crate::journal::Storage>>,
-    ),
-    BuildError,
-> {
+) -> Result<OpenedJournal<I>, BuildError> {
     let dir = config.dir.display().to_string();
     let opened = super::journal::Journal::open(config, codec, name).map_err(BuildError::Journal)?;
     let r = &opened.report;

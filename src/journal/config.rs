@@ -14,6 +14,8 @@ pub const DEFAULT_SYNC_BYTES: usize = 1 << 20;
 pub const DEFAULT_SEGMENT_BYTES: u64 = 16 << 20;
 /// The default [`JournalConfig::retry_interval`]: 1 s.
 pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_secs(1);
+/// The default [`JournalConfig::max_buffered_bytes`]: 64 MiB.
+pub const DEFAULT_MAX_BUFFERED_BYTES: usize = 64 << 20;
 /// The smallest segment size: 4 KiB (smaller values are raised to it).
 pub const MIN_SEGMENT_BYTES: u64 = 4 << 10;
 
@@ -34,6 +36,8 @@ pub struct JournalConfig {
     pub(crate) segment_bytes: u64,
     pub(crate) max_bytes: Option<u64>,
     pub(crate) retry_interval: Duration,
+    pub(crate) max_buffered_bytes: usize,
+    pub(crate) inline_io: bool,
 }
 
 impl fmt::Debug for JournalConfig {
@@ -46,6 +50,8 @@ impl fmt::Debug for JournalConfig {
             .field("segment_bytes", &self.segment_bytes)
             .field("max_bytes", &self.max_bytes)
             .field("retry_interval", &self.retry_interval)
+            .field("max_buffered_bytes", &self.max_buffered_bytes)
+            .field("inline_io", &self.inline_io)
             .finish()
     }
 }
@@ -64,6 +70,8 @@ impl JournalConfig {
             segment_bytes: DEFAULT_SEGMENT_BYTES,
             max_bytes: None,
             retry_interval: DEFAULT_RETRY_INTERVAL,
+            max_buffered_bytes: DEFAULT_MAX_BUFFERED_BYTES,
+            inline_io: false,
         }
     }
 
@@ -108,6 +116,27 @@ impl JournalConfig {
     /// [`segment_bytes`](Self::segment_bytes): a segment is freed whole.
     pub fn max_bytes(mut self, bytes: Option<u64>) -> Self {
         self.max_bytes = bytes;
+        self
+    }
+
+    /// The most bytes of records that may wait in memory for their group
+    /// commit (S-B8: memory stays bounded when the disk is slower than the
+    /// stages): a stage past it is dropped and counted under
+    /// `journal_full`, like one past [`max_bytes`](Self::max_bytes).
+    /// Default 64 MiB; values under [`sync_bytes`](Self::sync_bytes) are
+    /// raised to it.
+    pub fn max_buffered_bytes(mut self, bytes: usize) -> Self {
+        self.max_buffered_bytes = bytes;
+        self
+    }
+
+    /// Runs the storage calls on the journal's task itself rather than on
+    /// tokio's blocking pool. For a simulated disk (turmoil's
+    /// `unstable-fs`, whose files live in the simulated host's context and
+    /// must be reached from its task, deterministically); on a real disk
+    /// it blocks a runtime thread for every `fdatasync`. Default `false`.
+    pub fn inline_io(mut self, inline: bool) -> Self {
+        self.inline_io = inline;
         self
     }
 

@@ -403,7 +403,7 @@ mod tests {
             })
             .collect();
         assert_eq!(seqs, [1, 3]);
-        assert_eq!(scan.skipped, [second..third]);
+        assert_eq!(scan.skipped, vec![second..third]);
     }
 
     #[test]

@@ -71,7 +71,7 @@
 //! - [`Storage`]: the file IO, behind a small trait so that a simulated
 //!   disk can stand in for the real one; [`FsStorage`] is `std::fs`,
 //!   [`MemStorage`] a disk in memory with faults and crashes for tests.
-//! - [`format`]: segment files of checksummed records, and the scanner
+//! - [`format`](mod@format): segment files of checksummed records, and the scanner
 //!   that reads them back through damage.
 //! - [`Codec`]: how tenants and items become bytes; [`Postcard`] for serde
 //!   types (the default).
@@ -95,8 +95,8 @@ use std::io;
 
 pub use codec::{Codec, Postcard};
 pub use config::{
-    JournalConfig, DEFAULT_RETRY_INTERVAL, DEFAULT_SEGMENT_BYTES, DEFAULT_SYNC_BYTES,
-    DEFAULT_SYNC_INTERVAL, MIN_SEGMENT_BYTES,
+    JournalConfig, DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_RETRY_INTERVAL, DEFAULT_SEGMENT_BYTES,
+    DEFAULT_SYNC_BYTES, DEFAULT_SYNC_INTERVAL, MIN_SEGMENT_BYTES,
 };
 pub use memory::MemStorage;
 pub use recover::{recover, Recovered, RecoveryReport};
