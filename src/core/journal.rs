@@ -109,8 +109,10 @@ pub struct Ledger<K> {
     next_seq: Seq,
     current: SegmentId,
     segments: BTreeMap<SegmentId, Segment>,
-    /// `first` sequence number -> segment, to find a sequence's segment.
-    by_first: BTreeMap<Seq, SegmentId>,
+    /// (`first` sequence number, segment), to find a sequence's segment.
+    /// Empty segments share their `first` with the next one: the later
+    /// one is the one that holds items.
+    by_first: BTreeSet<(Seq, SegmentId)>,
     tenants: BTreeMap<K, VecDeque<Entry>>,
     marks: Vec<Seq>,
     deletable: BTreeSet<SegmentId>,
@@ -135,7 +137,7 @@ impl<K: Ord + Clone> Ledger<K> {
             next_seq,
             current: segment,
             segments: BTreeMap::new(),
-            by_first: BTreeMap::new(),
+            by_first: BTreeSet::new(),
             tenants: BTreeMap::new(),
             marks: Vec::new(),
             deletable: BTreeSet::new(),
@@ -353,6 +355,30 @@ impl<K: Ord + Clone> Ledger<K> {
         marks
     }
 
+    /// Marks taken before (by [`take_marks`](Self::take_marks)) are
+    /// written again into the current segment, their first copy lost with
+    /// a failed commit: the current segment now holds marks for their
+    /// segments (S-J2). Live counts are not touched again.
+    pub fn remark(&mut self, seqs: &[Seq]) {
+        let current = self.current;
+        for &seq in seqs {
+            let Some(id) = self.segment_of(seq) else {
+                continue;
+            };
+            if id == current {
+                continue;
+            }
+            if let Some(seg) = self.segments.get_mut(&id) {
+                seg.marked_by.insert(current);
+                self.segments
+                    .get_mut(&current)
+                    .expect("current exists")
+                    .marks_for
+                    .insert(id);
+            }
+        }
+    }
+
     /// Whether marks wait for [`take_marks`](Self::take_marks).
     pub fn has_marks(&self) -> bool {
         !self.marks.is_empty()
@@ -364,7 +390,7 @@ impl<K: Ord + Clone> Ledger<K> {
     pub fn poll_delete(&mut self) -> Option<SegmentId> {
         let id = self.deletable.pop_first()?;
         let seg = self.segments.remove(&id)?;
-        self.by_first.remove(&seg.first);
+        self.by_first.remove(&(seg.first, id));
         self.bytes -= seg.bytes;
         for other in &seg.marked_by {
             if let Some(o) = self.segments.get_mut(other) {
@@ -391,7 +417,7 @@ impl<K: Ord + Clone> Ledger<K> {
 
     fn open_segment(&mut self, id: SegmentId, first: Seq, header_bytes: u64) {
         self.current = id;
-        self.by_first.insert(first, id);
+        self.by_first.insert((first, id));
         self.segments.insert(
             id,
             Segment {
@@ -411,7 +437,10 @@ impl<K: Ord + Clone> Ledger<K> {
     }
 
     fn segment_of(&self, seq: Seq) -> Option<SegmentId> {
-        self.by_first.range(..=seq).next_back().map(|(_, id)| *id)
+        self.by_first
+            .range(..=(seq, SegmentId::MAX))
+            .next_back()
+            .map(|(_, id)| *id)
     }
 
     fn check_deletable(&mut self, id: SegmentId) {
@@ -435,7 +464,7 @@ impl<K: Ord + Clone> Ledger<K> {
         bytes: u64,
         marks_for: BTreeSet<SegmentId>,
     ) {
-        self.by_first.insert(first, id);
+        self.by_first.insert((first, id));
         self.bytes += bytes;
         for other in &marks_for {
             if let Some(o) = self.segments.get_mut(other) {
@@ -605,19 +634,30 @@ impl<K: Ord + Clone, P> Recovery<K, P> {
                 *m.entry(*id).or_default() += 1;
                 m
             });
-        let mut firsts: BTreeMap<Seq, SegmentId> = BTreeMap::new();
-        for s in &segments {
-            firsts.insert(s.first, s.id);
-        }
-        let segment_of = |seq: Seq| firsts.range(..=seq).next_back().map(|(_, id)| *id);
+        let firsts: BTreeSet<(Seq, SegmentId)> = segments.iter().map(|s| (s.first, s.id)).collect();
+        let segment_of = |seq: Seq| {
+            firsts
+                .range(..=(seq, SegmentId::MAX))
+                .next_back()
+                .map(|(_, id)| *id)
+        };
+        let ends: BTreeMap<SegmentId, Option<Seq>> =
+            segments.iter().map(|s| (s.id, s.end)).collect();
         let mut sorted: Vec<&ScannedSegment<K, P>> = segments.iter().collect();
         sorted.sort_by_key(|s| s.id);
         for s in &sorted {
+            // Marks for every other segment still on disk, done or not: a
+            // segment kept for its own marks keeps its items' marks too
+            // (S-J2). A mark past its segment's end is for a deleted one.
             let marks_for: BTreeSet<SegmentId> = s
                 .marks
                 .iter()
-                .filter_map(|q| segment_of(*q))
-                .filter(|id| *id != s.id && live_per.get(id).copied().unwrap_or(0) > 0)
+                .filter_map(|q| {
+                    let id = segment_of(*q)?;
+                    let past_end = ends.get(&id).copied().flatten().is_some_and(|e| *q >= e);
+                    (!past_end).then_some(id)
+                })
+                .filter(|id| *id != s.id)
                 .collect();
             let live = live_per.get(&s.id).copied().unwrap_or(0);
             ledger.restore(s.id, s.first, live, s.bytes, marks_for);
@@ -937,6 +977,39 @@ mod tests {
         );
         assert_eq!(settled.get(&6), None, "refused after the fence");
         assert_eq!(settled.get(&5), Some(&1), "lost at the deadline");
+    }
+
+    #[test]
+    fn an_empty_segment_sharing_its_first_with_the_next_is_told_apart() {
+        // Found by tests/journal_model.rs: a recovered empty segment 1 and
+        // the new segment 2 both start at sequence 1; deleting 1 must not
+        // make sequence 1 unfindable in 2.
+        let segments = vec![seg(1, 1, Some(1), &[], &[])];
+        let (_, mut l) = Recovery::new(segments, limits(1_000), H);
+        assert_eq!(deletions(&mut l), [1]);
+        l.append(5, 10, H).unwrap();
+        l.settle(&5, 1);
+        assert_eq!(l.take_marks(), [1]);
+        assert_eq!(l.live(), 0);
+    }
+
+    #[test]
+    fn a_recovered_segment_kept_for_its_marks_keeps_the_marks_of_its_items() {
+        // Found by tests/journal_model.rs: segment 2 holds item 3 (done)
+        // and the mark of item 1 (segment 1, live): it is kept. Segment 3
+        // holds the mark of item 3: deleting it would bring item 3 back
+        // after the next crash.
+        let segments = vec![
+            seg(1, 1, Some(3), &[(1, 1), (2, 1)], &[]),
+            seg(2, 3, Some(4), &[(3, 2)], &[1]),
+            seg(3, 4, Some(4), &[], &[3]),
+        ];
+        let (r, mut l) = Recovery::new(segments, limits(1_000), H);
+        assert_eq!(r.items.iter().map(|x| x.0).collect::<Vec<_>>(), [2]);
+        assert_eq!(deletions(&mut l), [] as [u64; 0]);
+        l.settle(&1, 1);
+        l.take_marks();
+        assert_eq!(deletions(&mut l), [1, 2, 3]);
     }
 
     #[test]

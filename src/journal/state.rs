@@ -97,6 +97,13 @@ pub struct JournalState<K> {
     /// Where the ranges of the segments a failed commit wrote end: what
     /// was synced before it.
     failed_end: Seq,
+    /// Done marks and deletions of the commit in flight, and of failed
+    /// commits still to redo once the journal resumes: the ledger counted
+    /// them already, the disk may not have them (S-J5).
+    taken_marks: Vec<Seq>,
+    taken_deletes: Vec<SegmentId>,
+    redo_marks: Vec<Seq>,
+    redo_deletes: Vec<SegmentId>,
 }
 
 impl<K: Ord + Clone> JournalState<K> {
@@ -112,6 +119,10 @@ impl<K: Ord + Clone> JournalState<K> {
             down: false,
             in_flight: BTreeSet::new(),
             failed_end: first,
+            taken_marks: Vec::new(),
+            taken_deletes: Vec::new(),
+            redo_marks: Vec::new(),
+            redo_deletes: Vec::new(),
             ledger,
         }
     }
@@ -236,9 +247,12 @@ impl<K: Ord + Clone> JournalState<K> {
         }
         let mut ops = std::mem::take(&mut self.ops);
         self.buffered = 0;
+        self.taken_deletes.clear();
         while let Some(id) = self.ledger.poll_delete() {
             ops.push(Op::Delete(id));
+            self.taken_deletes.push(id);
         }
+        self.taken_marks = marks;
         self.in_flight = ops.iter().filter_map(Op::writes).collect();
         Batch {
             ops,
@@ -253,6 +267,13 @@ impl<K: Ord + Clone> JournalState<K> {
         if ok {
             self.synced = self.synced.max(upto);
             self.in_flight.clear();
+            if self.down {
+                // The resume carried the redo.
+                self.redo_marks.clear();
+                self.redo_deletes.clear();
+            }
+            self.taken_marks.clear();
+            self.taken_deletes.clear();
             self.down = false;
             return 0;
         }
@@ -260,6 +281,9 @@ impl<K: Ord + Clone> JournalState<K> {
             // The first failure of an incident: the segments written since
             // hold nothing promised past this.
             self.failed_end = self.synced;
+            // Its marks and deletions are redone by the resume.
+            self.redo_marks.append(&mut self.taken_marks);
+            self.redo_deletes.append(&mut self.taken_deletes);
         }
         self.down = true;
         // Every item the buffer held since is on no disk either.
@@ -282,7 +306,8 @@ impl<K: Ord + Clone> JournalState<K> {
 
     /// After a fault: the batch that retries the journal, sealing the
     /// segments the failed commit wrote (their range ends at what was
-    /// synced) and opening a new segment. If it commits, the journal is up
+    /// synced), opening a new segment, and redoing the failed commit's
+    /// done marks and deletions. If it commits, the journal is up
     /// again; if not, call `committed(_, false)` and retry later.
     pub fn resume(&mut self) -> Batch {
         let end = self.failed_end;
@@ -295,6 +320,14 @@ impl<K: Ord + Clone> JournalState<K> {
             id,
             first: self.ledger.next_seq(),
         });
+        if !self.redo_marks.is_empty() {
+            let mut b = Vec::with_capacity(self.redo_marks.len() * 8 + 16);
+            format::done(&mut b, &self.redo_marks);
+            self.ledger.add_bytes(b.len() as u64);
+            self.ledger.remark(&self.redo_marks);
+            ops.push(Op::Append { id, bytes: b });
+        }
+        ops.extend(self.redo_deletes.iter().map(|d| Op::Delete(*d)));
         self.in_flight = ops.iter().filter_map(Op::writes).collect();
         Batch {
             ops,
