@@ -78,7 +78,6 @@ impl CrashFaults {
     pub fn draw(seed: u64, phase: Duration) -> CrashFaults {
         let mut r = crate::draw::rng(seed ^ CRASH_STREAM);
         let n = r.random_range(2..=8);
-        let n = if std::env::var("XX_NOCRASH").is_ok() { 0 } else { n };
         let phase_ms = u64::try_from(phase.as_millis()).unwrap_or(u64::MAX).max(2);
         let mut crashes = Vec::new();
         for _ in 0..n {
@@ -125,9 +124,6 @@ impl CrashFaults {
                 }
             }
         }
-        let nodisk = std::env::var("XX_NODISK").is_ok();
-        let (eio, rot, block_size) = if nodisk { (0, 0, None) } else { (eio, rot, block_size) };
-        if nodisk { full = [None; 3]; }
         CrashFaults {
             crashes,
             max_downtime,
@@ -136,8 +132,20 @@ impl CrashFaults {
                 eio,
                 rot,
                 full,
-                skip_sync: false,
+                skip_sync: no_fsync_canary(),
             },
         }
     }
+}
+
+/// The `no_fsync` canary (feature `canary`, `OUTBOX_CANARY=no_fsync`): the
+/// disk's `sync` answers without syncing.
+#[cfg(feature = "canary")]
+fn no_fsync_canary() -> bool {
+    std::env::var("OUTBOX_CANARY").is_ok_and(|v| v == "no_fsync")
+}
+
+#[cfg(not(feature = "canary"))]
+fn no_fsync_canary() -> bool {
+    false
 }
