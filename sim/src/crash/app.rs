@@ -130,7 +130,10 @@ pub async fn life(ctx: Ctx) -> turmoil::Result {
                             format!("the journal does not open after the faults stopped: {e}"),
                         )],
                     );
-                    ctx.end.lock().unwrap_or_else(PoisonError::into_inner).finished = true;
+                    ctx.end
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .finished = true;
                     return Ok(());
                 }
                 // A supervisor starts the process again a moment later.
@@ -149,14 +152,22 @@ pub async fn life(ctx: Ctx) -> turmoil::Result {
         book::now(),
         Ev::Host(
             HostMark::Recovery(c.recovered),
-            format!("life {life}: recovered {} items, {unreadable} unreadable", c.recovered),
+            format!(
+                "life {life}: recovered {} items, {unreadable} unreadable",
+                c.recovered
+            ),
         ),
     );
     let stop = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
     for k in 0..ctx.plan.workload.stagers {
         let r = rng(ctx.plan.seed ^ (0x5747_0000 + u64::from(k)) ^ (u64::from(life) << 32));
-        tasks.push(tokio::spawn(stager(outbox.clone(), ctx.clone(), r, Arc::clone(&stop))));
+        tasks.push(tokio::spawn(stager(
+            outbox.clone(),
+            ctx.clone(),
+            r,
+            Arc::clone(&stop),
+        )));
     }
     tasks.push(tokio::spawn(syncer(
         outbox.clone(),
@@ -378,7 +389,10 @@ async fn healed(outbox: Crash, ctx: &Ctx, life: u32) {
                     (files.len() > 1).then(|| {
                         (
                             "D6",
-                            format!("1 s after the final shutdown: {} files: {files:?}", files.len()),
+                            format!(
+                                "1 s after the final shutdown: {} files: {files:?}",
+                                files.len()
+                            ),
                         )
                     })
                 }),

@@ -210,7 +210,10 @@ impl DiskFaults {
             } else {
                 0
             };
-            return Err((io::Error::other(format!("EIO on {} `{name}`", call.as_str())), prefix));
+            return Err((
+                io::Error::other(format!("EIO on {} `{name}`", call.as_str())),
+                prefix,
+            ));
         }
         if matches!(call, Call::Append | Call::Create) {
             let now = turmoil::sim_elapsed().unwrap_or_default();
@@ -241,7 +244,10 @@ impl DiskFaults {
         {
             let at = self.rng.random_range(format::HEADER_LEN..bytes.len());
             let mask = self.rng.random_range(1..=255u8);
-            self.rot.entry(name.to_owned()).or_default().push((at, mask));
+            self.rot
+                .entry(name.to_owned())
+                .or_default()
+                .push((at, mask));
             self.rot_events += 1;
             self.fault("rot");
         }

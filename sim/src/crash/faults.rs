@@ -85,7 +85,11 @@ impl CrashFaults {
             let how = match r.random_range(0..10) {
                 0 | 1 => How::Now,
                 2 => How::Inside(trip(&mut r, Call::Append, "during a group commit's write")),
-                3 | 4 => How::Inside(trip(&mut r, Call::Sync, "during a group commit's fdatasync")),
+                3 | 4 => How::Inside(trip(
+                    &mut r,
+                    Call::Sync,
+                    "during a group commit's fdatasync",
+                )),
                 5 | 6 => How::Inside(trip(&mut r, Call::Delete, "during a segment deletion")),
                 7 | 8 => {
                     let call = match r.random_range(0..4) {

@@ -45,7 +45,11 @@ impl CrashSink {
     }
 
     async fn call(&self, frame: Vec<u8>) -> io::Result<Reply> {
-        let pooled = self.idle.lock().unwrap_or_else(PoisonError::into_inner).pop();
+        let pooled = self
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
         let mut conn = match pooled {
             Some(c) => c,
             None => TcpStream::connect((HOST, PORT)).await?,
@@ -66,7 +70,10 @@ impl CrashSink {
         let mut l = ledger::lock(&self.ledger);
         let life = l.life;
         for i in items {
-            if l.item_life.get(i.id as usize).is_some_and(|&born| born < life) {
+            if l.item_life
+                .get(i.id as usize)
+                .is_some_and(|&born| born < life)
+            {
                 l.replayed.insert(i.id);
             }
         }
@@ -116,14 +123,20 @@ impl Sink for CrashSink {
                 Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "no answer in time")),
             };
             if reply.is_err() {
-                sink.idle.lock().unwrap_or_else(PoisonError::into_inner).clear();
+                sink.idle
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clear();
             }
             let (result, end) = match reply {
-                Ok(Reply::Committed { discarded }) => {
-                    (Ok(Written::discarding(discarded as usize)), End::Ok(discarded))
-                }
+                Ok(Reply::Committed { discarded }) => (
+                    Ok(Written::discarding(discarded as usize)),
+                    End::Ok(discarded),
+                ),
                 Ok(other) => (
-                    Err(WriteError::retryable(format!("the datastore answered {other:?}"))),
+                    Err(WriteError::retryable(format!(
+                        "the datastore answered {other:?}"
+                    ))),
                     End::Failed,
                 ),
                 Err(e) => (Err(WriteError::retryable(e)), End::Failed),

@@ -172,8 +172,7 @@ fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
             let st = datastore::lock(&store);
             let l = ledger::lock(&ledger);
             let rot = disk::lock(&faults).rot_events;
-            if let Some((rule, detail)) = check::d1::synced_items_written(&b, &st, &l.synced, rot)
-            {
+            if let Some((rule, detail)) = check::d1::synced_items_written(&b, &st, &l.synced, rot) {
                 drop(st);
                 b.fail(rule, detail);
             }
@@ -203,7 +202,12 @@ fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
 }
 
 /// The turmoil simulation: the datastore host and the application host.
-fn build_sim(d: &Draws, book: &SharedBook, store: &SharedStore, ctx: &Ctx) -> turmoil::Sim<'static> {
+fn build_sim(
+    d: &Draws,
+    book: &SharedBook,
+    store: &SharedStore,
+    ctx: &Ctx,
+) -> turmoil::Sim<'static> {
     let mut b = turmoil::Builder::new();
     b.rng_seed(d.turmoil_seed)
         .epoch(UNIX_EPOCH)
@@ -298,7 +302,10 @@ impl Host {
         *b.faults.entry("restart").or_default() += 1;
         b.record(
             Time::from_elapsed(sim.elapsed()),
-            Ev::Host(HostMark::Restart, format!("life {life} starts on the same disk")),
+            Ev::Host(
+                HostMark::Restart,
+                format!("life {life} starts on the same disk"),
+            ),
         );
     }
 
@@ -341,7 +348,12 @@ impl Host {
                 How::Recovery(trip) => {
                     self.armed_kind = how.kind();
                     self.arm_at_restart = Some(trip);
-                    self.crash(sim, ctx, "crash", "at a drawn moment, to crash again in recovery");
+                    self.crash(
+                        sim,
+                        ctx,
+                        "crash",
+                        "at a drawn moment, to crash again in recovery",
+                    );
                 }
                 How::Shutdown(after) => {
                     ctx.control.shutdown.store(true, Ordering::SeqCst);

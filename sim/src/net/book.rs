@@ -27,8 +27,12 @@ use outbox::testkit::Violation;
 use crate::world::step_index;
 
 /// A check of the items a per-item commit wrote for the first time.
-pub type CommitCheck =
-    fn(&Book, u128, &[crate::net::protocol::WireItem], &crate::net::datastore::Durable) -> Vec<(&'static str, String)>;
+pub type CommitCheck = fn(
+    &Book,
+    u128,
+    &[crate::net::protocol::WireItem],
+    &crate::net::datastore::Durable,
+) -> Vec<(&'static str, String)>;
 
 /// The book, shared.
 pub type SharedBook = Arc<Mutex<Book>>;

@@ -10,7 +10,8 @@ use super::Broken;
 /// The settle's bound for `pending` items: a healthy write takes a few
 /// ticks; 5 s plus 2 ms per item.
 pub fn bound(pending: u64) -> Duration {
-    Duration::from_secs(5) + Duration::from_millis(2).saturating_mul(u32::try_from(pending).unwrap_or(u32::MAX))
+    Duration::from_secs(5)
+        + Duration::from_millis(2).saturating_mul(u32::try_from(pending).unwrap_or(u32::MAX))
 }
 
 /// The final settle answered in its bound with nothing pending.
