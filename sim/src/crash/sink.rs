@@ -20,8 +20,8 @@ use turmoil::net::TcpStream;
 use super::ledger::{self, SharedLedger};
 use crate::net::book::{self, End, Ev, SharedBook};
 use crate::net::datastore::{HOST, PORT};
-use crate::net::protocol::{read_frame, write_frame, Reply, Request, WireItem};
-use crate::net::sink::Item;
+use crate::net::protocol::{read_frame, write_frame, Reply};
+use crate::net::sink::{write_frame_of, Item};
 
 /// A call to the datastore gives up after this long.
 pub const RPC_TIMEOUT: Duration = Duration::from_secs(2);
@@ -104,18 +104,7 @@ impl Sink for CrashSink {
                 attempt: 1,
             },
         );
-        let frame = Request {
-            tenant: tenant.as_uuid().as_u128(),
-            items: items
-                .iter()
-                .map(|i| WireItem {
-                    id: i.id,
-                    tenant: i.tenant,
-                    size: i.size,
-                })
-                .collect(),
-        }
-        .encode();
+        let frame = write_frame_of(tenant, items);
         let sink = self.clone();
         async move {
             let reply = match tokio::time::timeout(RPC_TIMEOUT, sink.call(frame)).await {

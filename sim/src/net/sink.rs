@@ -47,6 +47,22 @@ pub struct Item {
     pub size: u32,
 }
 
+/// The request frame writing `items` for `tenant` (both worlds' sinks).
+pub fn write_frame_of(tenant: TenantId, items: &[Item]) -> Vec<u8> {
+    Request {
+        tenant: tenant.as_uuid().as_u128(),
+        items: items
+            .iter()
+            .map(|i| WireItem {
+                id: i.id,
+                tenant: i.tenant,
+                size: i.size,
+            })
+            .collect(),
+    }
+    .encode()
+}
+
 /// The payload of a deliberate panic; the world's panic hook keeps quiet
 /// about it.
 #[derive(Debug)]
@@ -384,18 +400,7 @@ impl Sink for NetSink {
             drop(attempt);
             std::panic::panic_any(Injected);
         }
-        let frame = Request {
-            tenant: tenant.as_uuid().as_u128(),
-            items: items
-                .iter()
-                .map(|i| WireItem {
-                    id: i.id,
-                    tenant: i.tenant,
-                    size: i.size,
-                })
-                .collect(),
-        }
-        .encode();
+        let frame = write_frame_of(tenant, items);
         let sink = self.clone();
         async move {
             let mut attempt = attempt;
