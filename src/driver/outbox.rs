@@ -260,7 +260,11 @@ fn open_journal<K: crate::TenantKey, I: Send + 'static>(
     let dir = config.dir.display().to_string();
     let opened = super::journal::Journal::open(config, codec, name).map_err(BuildError::Journal)?;
     let r = &opened.report;
-    for (tenant, item) in opened.items {
+    let mut items = opened.items;
+    if crate::journal::canary::on(crate::journal::canary::REORDER) {
+        items.reverse();
+    }
+    for (tenant, item) in items {
         let _ = engine.recover(Time::ZERO, tenant, item);
     }
     engine.recover_unreadable(r.unreadable);

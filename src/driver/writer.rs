@@ -347,6 +347,12 @@ impl<S: Sink> Writer<S> {
     }
 
     fn spawn(&mut self, write: Write<S::Tenant, S::Item>) {
+        #[cfg(feature = "journal")]
+        if crate::journal::canary::on(crate::journal::canary::EARLY_MARK) && write.attempt == 1 {
+            if let Some(journal) = &self.shared.journal {
+                journal.mark_early(&write.tenant, write.items.len() as u64);
+            }
+        }
         let deadline = write.deadline.map(|at| self.shared.instant(at));
         let id = write.id;
         let run = write_task::run(

@@ -292,7 +292,9 @@ fn record_at(bytes: &[u8], at: usize) -> Option<(Record<'_>, usize)> {
     let end = at + FRAME_LEN + len;
     let body = bytes.get(at + FRAME_LEN..end)?;
     let crc = u32::from_le_bytes(head[4..8].try_into().ok()?);
-    if crc32c::crc32c_append(crc32c::crc32c(&head[..4]), body) != crc {
+    if crc32c::crc32c_append(crc32c::crc32c(&head[..4]), body) != crc
+        && !super::canary::on(super::canary::NO_CHECKSUM)
+    {
         return None;
     }
     parse_body(body).map(|r| (r, end))

@@ -82,6 +82,7 @@
 //! a recovery stages again and counts lost) are the core's:
 //! [`crate::core::journal`].
 
+pub mod canary;
 mod codec;
 mod config;
 pub mod format;
