@@ -518,7 +518,9 @@ impl<S: Sink> Outbox<S> {
     /// call's time plus `timeout`; then the writes in flight are cancelled and every unwritten item is counted
     /// lost under `deadline` and handed back in
     /// [`ShutdownReport::unwritten`]. After the answer nothing is pending
-    /// and no write starts (I8).
+    /// and no write starts (I8). With a journal, the answer comes once the
+    /// done marks are on disk (S-J3); the journal is left holding one empty
+    /// segment once the last handle is dropped (D6).
     ///
     /// Called more than once (or concurrently), the first call's report
     /// carries the accounting and the others report zeros

@@ -339,15 +339,57 @@ impl<K: Ord + Clone> JournalState<K> {
 /// Carries batches to a [`Storage`]: appends in order, then one sync per
 /// segment written, then deletions (S-J2: a segment goes only after the
 /// marks that free it are durable).
+///
+/// A new segment's header is written and synced on its own, before any
+/// record goes in (S-J7): a disk may keep a later write of a file and lose
+/// an earlier unsynced one, and a segment whose header is lost while its
+/// records survive could not be told from a foreign file. A segment whose
+/// creation failed is deleted before anything else is written.
 #[derive(Debug)]
 pub struct Committer<S> {
     storage: S,
+    /// Segments whose creation failed (their header may be missing or
+    /// torn) and whose deletion has not worked yet.
+    unheaded: BTreeSet<SegmentId>,
 }
 
 impl<S: Storage> Committer<S> {
     /// A committer on `storage` (already locked by the recovery).
     pub fn new(storage: S) -> Self {
-        Committer { storage }
+        Committer {
+            storage,
+            unheaded: BTreeSet::new(),
+        }
+    }
+
+    /// Creates segment `id` with a durable header (first sequence
+    /// `first`). On failure the segment is remembered as unheaded and its
+    /// deletion tried at once.
+    fn create(&mut self, id: SegmentId, first: Seq) -> io::Result<()> {
+        let name = format::segment_name(id);
+        let made = self.storage.create(&name).and_then(|()| {
+            self.storage.append(&name, &format::header(id, first))?;
+            self.storage.sync(&name)
+        });
+        if made.is_err() {
+            self.unheaded.insert(id);
+            self.delete_unheaded();
+        }
+        made
+    }
+
+    /// Deletes every segment whose creation failed; `false` while one
+    /// cannot be deleted.
+    fn delete_unheaded(&mut self) -> bool {
+        while let Some(&id) = self.unheaded.first() {
+            match self.storage.delete(&format::segment_name(id)) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return false,
+                _ => {
+                    self.unheaded.remove(&id);
+                }
+            }
+        }
+        true
     }
 
     /// The storage.
@@ -360,15 +402,15 @@ impl<S: Storage> Committer<S> {
     /// # Errors
     /// The first IO error; what came before it may or may not be on disk.
     pub fn commit(&mut self, batch: &Batch) -> io::Result<()> {
+        if !self.delete_unheaded() {
+            return Err(io::Error::other(
+                "a segment whose creation failed cannot be deleted",
+            ));
+        }
         let mut written = BTreeSet::new();
         for op in &batch.ops {
             match op {
-                Op::Create { id, first } => {
-                    let name = format::segment_name(*id);
-                    self.storage.create(&name)?;
-                    self.storage.append(&name, &format::header(*id, *first))?;
-                    written.insert(*id);
-                }
+                Op::Create { id, first } => self.create(*id, *first)?,
                 Op::Append { id, bytes } => {
                     self.storage.append(&format::segment_name(*id), bytes)?;
                     written.insert(*id);
