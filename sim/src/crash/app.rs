@@ -104,6 +104,7 @@ fn build(ctx: &Ctx) -> Result<Crash, outbox::BuildError> {
     Outbox::builder(CrashSink::new(
         Arc::clone(&ctx.book),
         Arc::clone(&ctx.ledger),
+        Arc::clone(&ctx.faults),
     ))
     .config(plan.config.clone())
     .journal_with_codec(journal, ItemCodec)
@@ -143,6 +144,15 @@ pub async fn life(ctx: Ctx) -> turmoil::Result {
     };
     let c = outbox.counters();
     let unreadable = c.lost(LostReason::JournalUnreadable);
+    let accepted_before = book::lock(&ctx.book)
+        .items
+        .iter()
+        .filter(|i| i.admit == Admit::Accepted)
+        .count() as u64;
+    fail(
+        &ctx.book,
+        check::d4::recovery_bounded(c.recovered, accepted_before, life),
+    );
     {
         let mut l = ledger::lock(&ctx.ledger);
         l.recoveries.push((life, c.recovered, unreadable));

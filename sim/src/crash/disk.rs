@@ -24,7 +24,7 @@
 //!   writes a prefix) and the world crashes the host before its next step:
 //!   the process died inside that call.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -113,6 +113,10 @@ pub struct DiskFaults {
     tripped: Option<&'static str>,
     /// Rot events injected (each damages at most one record).
     pub rot_events: u64,
+    /// The items whose record a rotten byte hit (its pristine bytes a
+    /// valid item record): from that read on the journal must never hand
+    /// them to the sink again, and may lose them (D1, D4).
+    pub rotten_items: BTreeSet<u64>,
     book: SharedBook,
 }
 
@@ -136,6 +140,7 @@ impl DiskFaults {
             armed: None,
             tripped: None,
             rot_events: 0,
+            rotten_items: BTreeSet::new(),
             book,
         }))
     }
@@ -242,8 +247,19 @@ impl DiskFaults {
             && bytes.len() > format::HEADER_LEN
             && self.rng.random_range(0..1_000) < self.plan.rot
         {
-            let at = self.rng.random_range(format::HEADER_LEN..bytes.len());
+            // Half the time near the end, where the records of pending
+            // items are: a rotten record is only seen when it is read back
+            // as an item not yet done.
+            let from = if self.rng.random_bool(0.5) {
+                bytes.len().saturating_sub(TAIL).max(format::HEADER_LEN)
+            } else {
+                format::HEADER_LEN
+            };
+            let at = self.rng.random_range(from..bytes.len());
             let mask = self.rng.random_range(1..=255u8);
+            if let Some(id) = item_hit(bytes, at) {
+                self.rotten_items.insert(id);
+            }
             self.rot
                 .entry(name.to_owned())
                 .or_default()
@@ -270,6 +286,43 @@ impl DiskFaults {
             }
         }
     }
+}
+
+/// The bytes at a segment's end a rotten byte lands in half the time.
+const TAIL: usize = 512;
+
+/// The crash world's item record: frame, kind, sequence, tenant length,
+/// a 16-byte tenant and a 16-byte item (see [`super::codec`]).
+const ITEM_BODY: usize = 1 + 8 + 4 + 16 + 16;
+
+/// The id of the item whose record holds byte `at` of the segment
+/// `bytes` (pristine), if a valid item record does. Walks the records
+/// with the format's framing and its own checksum test (not the
+/// journal's, which a canary may break), skipping damage byte by byte as
+/// the journal's scanner does.
+fn item_hit(bytes: &[u8], at: usize) -> Option<u64> {
+    let u32_at = |o: usize| u32::from_le_bytes(bytes[o..o + 4].try_into().expect("4 bytes"));
+    let mut o = format::HEADER_LEN;
+    while o + format::FRAME_LEN <= bytes.len() && o <= at {
+        let len = u32_at(o) as usize;
+        let end = o + format::FRAME_LEN + len;
+        let valid = len > 0
+            && end <= bytes.len()
+            && crc32c::crc32c_append(crc32c::crc32c(&bytes[o..o + 4]), &bytes[o + 8..end])
+                == u32_at(o + 4);
+        if !valid {
+            o += 1;
+            continue;
+        }
+        if at < end {
+            let body = &bytes[o + format::FRAME_LEN..end];
+            return (body[0] == 1 && len == ITEM_BODY).then(|| {
+                u64::from_le_bytes(body[1 + 8 + 4 + 16..][..8].try_into().expect("8 bytes"))
+            });
+        }
+        o = end;
+    }
+    None
 }
 
 /// The journal's storage on the app host's simulated disk (see the module

@@ -41,3 +41,19 @@ pub fn settled_accounting(c: &Counters, life: u32) -> Option<Broken> {
         )
     })
 }
+
+/// A recovery counts no item that never was: what it stages again plus
+/// what it counts unreadable (the outbox's `recovered`, which holds both)
+/// is at most the items accepted in earlier lives, each journaled under
+/// one sequence number at most.
+pub fn recovery_bounded(recovered: u64, accepted_before: u64, life: u32) -> Option<Broken> {
+    (recovered > accepted_before).then(|| {
+        (
+            "D4",
+            format!(
+                "life {life}: recovery counts {recovered} items (recovered or unreadable), \
+                 more than the {accepted_before} ever accepted before it"
+            ),
+        )
+    })
+}

@@ -8,6 +8,9 @@
 //! | D3 | [`d3::nothing_invented`] | each commit of the datastore |
 //! | D4 | [`d4::recovered_counted`] | each sync answer and the final settle (the app) |
 //! | D4 | [`d4::settled_accounting`] | the final settle (the app) |
+//! | D4 | [`d4::recovery_bounded`] | each recovery (the app) |
+//! | D4 | a rotten record's item never reaches the sink again (`CrashSink`) | each write |
+//! | D1 | a synced item may be missing only when a rotten byte hit its record ([`d1::synced_items_written`]) | at the end |
 //! | D5 | [`d5::settled_in_bound`]; the journal opens once the faults stop (`app`); the run's time cap (`world`) | healed phase |
 //! | D6 | [`d6::disk_use_small`] | after the final settle, and after the final shutdown (the app) |
 //! | I3 | [`crate::net::check::i3::counters_balance`] | each sync answer, each sample (the app) |
