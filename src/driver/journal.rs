@@ -356,7 +356,12 @@ where
             if exit {
                 break;
             }
-            self.wait().await;
+            // Closing: nobody kicks the task any more, and each round either
+            // finishes or makes progress (a resume that worked is followed
+            // by the closing roll, D6).
+            if !self.lock().closing {
+                self.wait().await;
+            }
         }
         let mut g = self.lock();
         g.gone = true;
@@ -395,7 +400,7 @@ where
 
     /// One group commit. Returns whether the task is done.
     async fn round(&self, committer: &mut Committer<Box<dyn Storage>>) -> bool {
-        let (batch, round, closing, resuming) = {
+        let (batch, round, closing, resuming, rolling) = {
             let mut g = self.lock();
             if g.state.is_down() {
                 let due = g.retry_at.is_none_or(|at| Instant::now() >= at);
@@ -407,14 +412,13 @@ where
                     return false;
                 }
                 g.started += 1;
-                (g.state.resume(), g.started, g.closing, true)
+                (g.state.resume(), g.started, g.closing, true, false)
             } else {
                 // Closing with nothing pending: a fresh segment, so every
                 // old one goes (D6); once.
                 let roll = g.closing && !g.rolled;
-                g.rolled |= roll;
                 g.started += 1;
-                (g.state.take_batch_then(roll), g.started, g.closing, false)
+                (g.state.take_batch_then(roll), g.started, g.closing, false, roll)
             }
         };
         let started = Instant::now();
@@ -456,6 +460,9 @@ where
             g.state.committed(0, false);
         }
         g.finished = round;
+        // The closing roll counts once it is on disk: after a failed one,
+        // the resume and then another roll follow.
+        g.rolled |= rolling && ok;
         match &result {
             Ok(()) => {
                 if resuming {
@@ -502,7 +509,11 @@ where
         self.export(&g);
         // Done when closing, nothing is left to write and nobody waits.
         let idle = g.state.buffered() == 0 && !g.state.ledger().has_marks();
-        closing && g.closing && idle && g.waiters.is_empty() && (ok || g.state.is_down())
+        closing
+            && g.closing
+            && idle
+            && g.waiters.is_empty()
+            && ((ok && g.rolled) || g.state.is_down())
     }
 }
 

@@ -207,8 +207,8 @@ fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
 pub const STORE_STREAM: u64 = 0x5707_E000_0000_0004;
 
 /// The datastore's faults until the heal, drawn from their own stream: in
-/// half the seeds it answers retryable errors and is slow now and then,
-/// so that writes are retried while crashes come (a done mark taken
+/// half the seeds it answers retryable errors (2% to 20% of requests), so
+/// that writes are retried while crashes come (a done mark taken
 /// before its write completes is then seen, D1); none in the others.
 fn datastore_rates(seed: u64) -> Rates {
     let mut r = rng(seed ^ STORE_STREAM);
@@ -217,7 +217,6 @@ fn datastore_rates(seed: u64) -> Rates {
     }
     Rates {
         error: r.random_range(20..200),
-        slow: r.random_range(0..50),
         ..Rates::default()
     }
 }

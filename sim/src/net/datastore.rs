@@ -222,6 +222,12 @@ async fn handle(req: &Request, store: &SharedStore, book: &SharedBook) -> Option
     let act = {
         let mut d = lock(store);
         if d.per_item {
+            // The crash world's store: only retryable errors, never a
+            // reject, discard or lost reply.
+            if draw(&mut d, book, req.items.len()) == Act::Error {
+                book::lock(book).fault(book::now(), "datastore_error");
+                return Some(Reply::Busy);
+            }
             return Some(commit_per_item(req, &mut d, book));
         }
         let act = draw(&mut d, book, req.items.len());
