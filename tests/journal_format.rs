@@ -590,7 +590,10 @@ impl outbox::journal::Storage for Recording {
         self.disk.truncate(name, len)
     }
     fn delete(&mut self, name: &str) -> io::Result<()> {
-        if self.refuse_deletes.load(std::sync::atomic::Ordering::SeqCst) {
+        if self
+            .refuse_deletes
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
             return Err(io::Error::other("EIO on delete"));
         }
         self.note(Call::Delete(name.to_owned()));
@@ -603,7 +606,11 @@ impl outbox::journal::Storage for Recording {
 fn open_on(
     mut storage: Recording,
     segment_bytes: u64,
-) -> (JournalState<Tenant>, Committer<Recording>, Recovered<Tenant, Item>) {
+) -> (
+    JournalState<Tenant>,
+    Committer<Recording>,
+    Recovered<Tenant, Item>,
+) {
     let mut rec: Recovered<Tenant, Item> =
         recover(&mut storage, &Postcard, limits(segment_bytes)).expect("recovers");
     let ledger = std::mem::replace(

@@ -28,11 +28,13 @@ fn every_canary_fails_a_campaign() {
         // Nothing is durable: synced items vanish (D1), or a segment whose
         // header never reached the disk makes the journal unopenable (D5).
         ("no_fsync", &["D1", "D5"]),
-        // A mark before its write: a crash between them loses the item
-        // (D1) or the marks no longer match the items (D4, D5).
+        // A mark before its write: a crash while the write is retried
+        // (the datastore's errors) loses the item (D1), or the marks no
+        // longer match the items (D4, D5).
         ("early_mark", &["D1", "D4", "D5"]),
-        // A rotten record decodes into an item never staged (D3), or a
-        // mark for items it never marked (D1).
+        // A rotten record decodes into an item never staged (D3), a
+        // rotten item handed to the sink or sequence numbers no item had
+        // (D4), or a mark for items it never marked (D1).
         ("no_checksum", &["D1", "D2", "D3", "D4"]),
         // Recovery reverses each tenant (D2).
         ("reorder", &["D2"]),

@@ -418,7 +418,13 @@ where
                 // old one goes (D6); once.
                 let roll = g.closing && !g.rolled;
                 g.started += 1;
-                (g.state.take_batch_then(roll), g.started, g.closing, false, roll)
+                (
+                    g.state.take_batch_then(roll),
+                    g.started,
+                    g.closing,
+                    false,
+                    roll,
+                )
             }
         };
         let started = Instant::now();

@@ -126,7 +126,10 @@ pub fn read_header(bytes: &[u8]) -> Header {
 /// or never made).
 pub fn torn_header(bytes: &[u8]) -> bool {
     if bytes.len() > HEADER_LEN
-        || matches!(read_header(bytes), Header::Valid { .. } | Header::Version(_))
+        || matches!(
+            read_header(bytes),
+            Header::Valid { .. } | Header::Version(_)
+        )
     {
         return false;
     }
