@@ -9,12 +9,16 @@
 //!   datastore (I1);
 //! - [`net`]: the tokio driver (`outbox::Outbox`) and a network sink over
 //!   turmoil's simulated TCP to a datastore host, with network faults, a
-//!   healed phase for liveness (I6) and the end checks (I1, I5).
+//!   healed phase for liveness (I6) and the end checks (I1, I5);
+//! - [`crash`]: the net world's datastore and a journaled outbox on a
+//!   simulated disk, the application host crashing and restarting on it,
+//!   storage faults, and the durability checks (D1-D6).
 //!
 //! The CLI (`outbox-sim run`, `outbox-sim replay SEED`) and the tests share
 //! this library.
 
 pub mod campaign;
+pub mod crash;
 pub mod draw;
 pub mod fast;
 pub mod net;

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 
 use outbox::core::Time;
 
-use crate::timeline::{AttemptEnd, ControlKind, Timeline};
+use crate::timeline::{AttemptEnd, ControlKind, HostMark, Timeline};
 
 const WIDTH: f64 = 1400.0;
 const LEFT: f64 = 80.0;
@@ -62,6 +62,7 @@ pub fn render(t: &Timeline, title: &str) -> String {
     c.attempts(t);
     c.losses(t);
     c.controls(t);
+    c.host_marks(t);
     c.time_axis();
     c.o.push_str("</svg>\n");
     c.o
@@ -361,6 +362,36 @@ impl Canvas {
                     kind.as_str()
                 );
             }
+        }
+    }
+
+    /// The application host's crashes (thick red), restarts (green),
+    /// recoveries (blue) and sync answers (small ticks above the lanes:
+    /// grey if durable, orange if not); crash world.
+    fn host_marks(&mut self, t: &Timeline) {
+        let bottom = self.bottom;
+        for (at, mark) in &t.host {
+            let x = self.x(*at);
+            let (c, width, top) = match mark {
+                HostMark::Crash => ("#b71c1c", 3.0, TOP - 10.0),
+                HostMark::Restart => ("#2e7d32", 2.0, TOP - 10.0),
+                HostMark::Recovery(_) => ("#1565c0", 1.5, TOP - 10.0),
+                HostMark::Sync(true) => ("#9e9e9e", 1.0, TOP - 8.0),
+                HostMark::Sync(false) => ("#ef6c00", 1.0, TOP - 8.0),
+            };
+            let y2 = if matches!(mark, HostMark::Sync(_)) {
+                TOP - 2.0
+            } else {
+                bottom
+            };
+            let label = match mark {
+                HostMark::Recovery(n) => format!("recovery: {n} items"),
+                m => m.as_str().to_owned(),
+            };
+            let _ = writeln!(
+                self.o,
+                r#"<line x1="{x:.1}" y1="{top}" x2="{x:.1}" y2="{y2:.1}" stroke="{c}" stroke-width="{width}"><title>{at} {label}</title></line>"#
+            );
         }
     }
 

@@ -69,6 +69,32 @@ impl ControlKind {
     }
 }
 
+/// What happened to the application host or its journal (crash world).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HostMark {
+    /// The host crashed.
+    Crash,
+    /// The host started again on the same disk.
+    Restart,
+    /// The journal was read back: items recovered.
+    Recovery(u64),
+    /// A `sync` answered: Ok, or not.
+    Sync(bool),
+}
+
+impl HostMark {
+    /// Lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HostMark::Crash => "crash",
+            HostMark::Restart => "restart",
+            HostMark::Recovery(_) => "recovery",
+            HostMark::Sync(true) => "sync ok",
+            HostMark::Sync(false) => "sync not durable",
+        }
+    }
+}
+
 /// Everything a traced run draws.
 #[derive(Clone, Debug, Default)]
 pub struct Timeline {
@@ -86,6 +112,8 @@ pub struct Timeline {
     pub losses: Vec<Loss>,
     /// Storms: (from, to).
     pub storms: Vec<(Time, Time)>,
+    /// Crashes, restarts, recoveries and syncs of the application host.
+    pub host: Vec<(Time, HostMark)>,
     /// When the healed phase began, if it ran.
     pub healed_at: Option<Time>,
     /// The end of the run.

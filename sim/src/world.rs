@@ -21,6 +21,9 @@ pub enum WorldKind {
     /// The tokio driver and a sink over turmoil's simulated network
     /// (`net/`).
     Net,
+    /// The net world with a journaled outbox on a simulated disk, the
+    /// application crashing and restarting (`crash/`).
+    Crash,
 }
 
 impl WorldKind {
@@ -29,6 +32,7 @@ impl WorldKind {
         match self {
             WorldKind::Fast => "fast",
             WorldKind::Net => "net",
+            WorldKind::Crash => "crash",
         }
     }
 }
@@ -45,8 +49,9 @@ impl FromStr for WorldKind {
         match s {
             "fast" => Ok(WorldKind::Fast),
             "net" => Ok(WorldKind::Net),
+            "crash" => Ok(WorldKind::Crash),
             other => Err(format!(
-                "unknown world `{other}` (expected `fast` or `net`)"
+                "unknown world `{other}` (expected `fast`, `net` or `crash`)"
             )),
         }
     }
@@ -148,6 +153,7 @@ pub fn run_seed(
     let run = |seed: u64, opts: &RunOptions| match world {
         WorldKind::Fast => run_fast(seed, opts),
         WorldKind::Net => crate::net::run(seed, opts),
+        WorldKind::Crash => crate::crash::run(seed, opts),
     };
     let mut result = run(seed, opts);
     if check_determinism && result.failure.is_none() {

@@ -635,11 +635,17 @@ fn plan<K, P>(segments: &[ScannedSegment<K, P>]) -> (Vec<(Seq, SegmentId)>, u64,
             .iter()
             .chain(&seg.undecodable)
             .max()
-            .map_or(seg.first, |s| s + 1);
-        let end = seg.end.unwrap_or(last).max(last);
-        unreadable += (seg.first..end)
-            .filter(|s| !readable.contains(s) && !marked.contains(s))
-            .count() as u64;
+            .map_or(seg.first, |s| s.saturating_add(1));
+        let end = seg.end.unwrap_or(last).max(last).max(seg.first);
+        // Counted by range queries, not by walking the range: a range is
+        // only as wide as the sequence numbers on disk say, and the cost
+        // must follow the records, never the numbers.
+        let known = readable.range(seg.first..end).count() as u64
+            + marked
+                .range(seg.first..end)
+                .filter(|s| !readable.contains(s))
+                .count() as u64;
+        unreadable += (end - seg.first).saturating_sub(known);
     }
     keep.sort_unstable();
     (keep, unreadable, done)
@@ -660,14 +666,18 @@ impl<K: Ord + Hash + Clone, P> Recovery<K, P> {
             .flat_map(|s| {
                 s.items
                     .iter()
-                    .map(|(q, _, _)| q + 1)
+                    .map(|(q, _, _)| q.saturating_add(1))
                     .chain(s.end)
-                    .chain(s.marks.iter().map(|q| q + 1))
+                    .chain(s.marks.iter().map(|q| q.saturating_add(1)))
                     .chain([s.first])
             })
             .max()
             .unwrap_or(1);
-        let next_segment = segments.iter().map(|s| s.id + 1).max().unwrap_or(1);
+        let next_segment = segments
+            .iter()
+            .map(|s| s.id.saturating_add(1))
+            .max()
+            .unwrap_or(1);
         let mut ledger = Ledger::new(limits, next_seq, next_segment, header_bytes);
         let live_per: BTreeMap<SegmentId, u64> =
             keep.iter().fold(BTreeMap::new(), |mut m, (_, id)| {

@@ -330,6 +330,10 @@ where
         K: 'a,
         I: 'a,
     {
+        if crate::journal::canary::on(crate::journal::canary::EARLY_MARK) {
+            // The canary marks at the first attempt's start instead.
+            return;
+        }
         let mut g = self.lock();
         let mut any = false;
         for event in events {
@@ -342,6 +346,13 @@ where
         if any {
             self.soon.notify_one();
         }
+    }
+
+    /// The `early_mark` canary (issue 13): `tenant`'s oldest `n` items are
+    /// marked done as their first attempt starts, before the write.
+    pub(crate) fn mark_early(&self, tenant: &K, n: u64) {
+        self.lock().state.settle(tenant, n);
+        self.soon.notify_one();
     }
 
     /// A durability barrier (D1): answers once every item staged before
@@ -383,7 +394,12 @@ where
             if exit {
                 break;
             }
-            self.wait().await;
+            // Closing: nobody kicks the task any more, and each round either
+            // finishes or makes progress (a resume that worked is followed
+            // by the closing roll, D6).
+            if !self.lock().closing {
+                self.wait().await;
+            }
         }
         let mut g = self.lock();
         g.gone = true;
@@ -422,7 +438,7 @@ where
 
     /// One group commit. Returns whether the task is done.
     async fn round(&self, committer: &mut Committer<Box<dyn Storage>>) -> bool {
-        let (batch, round, closing, resuming) = {
+        let (batch, round, closing, resuming, rolling) = {
             let mut g = self.lock();
             if g.state.is_down() {
                 let due = g.retry_at.is_none_or(|at| Instant::now() >= at);
@@ -434,14 +450,19 @@ where
                     return false;
                 }
                 g.started += 1;
-                (g.state.resume(), g.started, g.closing, true)
+                (g.state.resume(), g.started, g.closing, true, false)
             } else {
                 // Closing with nothing pending: a fresh segment, so every
                 // old one goes (D6); once.
                 let roll = g.closing && !g.rolled;
-                g.rolled |= roll;
                 g.started += 1;
-                (g.state.take_batch_then(roll), g.started, g.closing, false)
+                (
+                    g.state.take_batch_then(roll),
+                    g.started,
+                    g.closing,
+                    false,
+                    roll,
+                )
             }
         };
         let started = Instant::now();
@@ -486,6 +507,9 @@ where
             g.state.committed(0, false);
         }
         g.finished = round;
+        // The closing roll counts once it is on disk: after a failed one,
+        // the resume and then another roll follow.
+        g.rolled |= rolling && ok;
         match &result {
             Ok(()) => {
                 if resuming {
@@ -532,7 +556,11 @@ where
         self.export(&g);
         // Done when closing, nothing is left to write and nobody waits.
         let idle = g.state.buffered() == 0 && !g.state.ledger().has_marks();
-        closing && g.closing && idle && g.waiters.is_empty() && (ok || g.state.is_down())
+        closing
+            && g.closing
+            && idle
+            && g.waiters.is_empty()
+            && ((ok && g.rolled) || g.state.is_down())
     }
 }
 

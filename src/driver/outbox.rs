@@ -334,7 +334,11 @@ fn open_journal<K: crate::TenantKey, I: Send + 'static>(
     let dir = config.dir.display().to_string();
     let opened = super::journal::Journal::open(config, codec, name).map_err(BuildError::Journal)?;
     let r = &opened.report;
-    for (tenant, item) in opened.items {
+    let mut items = opened.items;
+    if crate::journal::canary::on(crate::journal::canary::REORDER) {
+        items.reverse();
+    }
+    for (tenant, item) in items {
         let _ = engine.recover(Time::ZERO, tenant, item);
     }
     engine.recover_unreadable(r.unreadable);
@@ -697,7 +701,9 @@ impl<S: Sink> Outbox<S> {
     /// call's time plus `timeout`; then the writes in flight are cancelled and every unwritten item is counted
     /// lost under `deadline` and handed back in
     /// [`ShutdownReport::unwritten`]. After the answer nothing is pending
-    /// and no write starts (I8).
+    /// and no write starts (I8). With a journal, the answer comes once the
+    /// done marks are on disk (S-J3); the journal is left holding one empty
+    /// segment once the last handle is dropped (D6).
     ///
     /// Called more than once (or concurrently), the first call's report
     /// carries the accounting and the others report zeros

@@ -390,6 +390,14 @@ impl<S: Sink> Writer<S> {
             .first()
             .and_then(|w| w.deadline)
             .map(|at| self.shared.instant(at));
+        #[cfg(feature = "journal")]
+        if crate::journal::canary::on(crate::journal::canary::EARLY_MARK) {
+            if let Some(journal) = &self.shared.journal {
+                for write in group.iter().filter(|w| w.attempt == 1) {
+                    journal.mark_early(&write.tenant, write.items.len() as u64);
+                }
+            }
+        }
         let ids: Vec<_> = group.iter().map(|w| w.id).collect();
         // One span per attempt (S-R6), the sink's own logs nesting in it;
         // under fan-in one per group, named by its first slice.

@@ -43,7 +43,9 @@
 //! [`segment_bytes`](JournalConfig::segment_bytes); a segment is deleted
 //! once all its items are done (written, lost or dropped) and no other
 //! segment's items depend on its done marks (S-J2). A clean shutdown
-//! leaves one empty segment. [`max_bytes`](JournalConfig::max_bytes)
+//! leaves one empty segment (32 bytes) once the last handle is dropped and
+//! the writer exits; until then the segments its marks emptied may remain
+//! (D6). [`max_bytes`](JournalConfig::max_bytes)
 //! bounds the total: a stage that would pass it is dropped and counted
 //! under `journal_full` (S-J4).
 //!
@@ -67,6 +69,11 @@
 //! record elsewhere is skipped and its item, if not known done, counted
 //! lost under `journal_unreadable`; a file that is not the journal's, or of
 //! another format version, is a [`JournalError`] at build, never a guess.
+//! A new segment's header is synced before any record goes in, and a
+//! segment whose creation failed is deleted before anything else is
+//! written, so a last segment holding at most a torn header is a crash
+//! while creating it: deleted, counted in
+//! [`RecoveryReport::empty_segments`].
 //! Two processes on one directory: the second gets
 //! [`JournalError::Locked`] (an advisory lock, S-J6).
 //!
@@ -85,6 +92,7 @@
 //! a recovery stages again and counts lost) are the core's:
 //! [`crate::core::journal`].
 
+pub mod canary;
 mod codec;
 mod config;
 pub mod format;

@@ -31,7 +31,9 @@ pub struct RecoveryReport {
     pub damaged_bytes: u64,
     /// Segments with a damaged header (their records were still read).
     pub damaged_headers: usize,
-    /// Empty segment files left by a crash while creating one, deleted.
+    /// Segment files left by a crash while creating one (empty, or at
+    /// most a torn header: a header is synced before any record goes in,
+    /// S-J7), deleted.
     pub empty_segments: usize,
 }
 
@@ -102,6 +104,14 @@ where
         let name = format::segment_name(id);
         let bytes = storage.read(&name).map_err(io_err("read", &name))?;
         let header = format::read_header(&bytes);
+        if i + 1 == ids.len() && format::torn_header(&bytes) {
+            // A crash while creating it, before its header was durable: it
+            // never held a record (a header is synced before any record
+            // goes in, S-J7).
+            storage.delete(&name).map_err(io_err("delete", &name))?;
+            report.empty_segments += 1;
+            continue;
+        }
         match header {
             Header::Foreign => return Err(JournalError::Foreign { file: name }),
             Header::Version(v) => {
@@ -112,12 +122,6 @@ where
             }
             Header::Valid { id: inner, .. } if inner != id => {
                 return Err(JournalError::Foreign { file: name })
-            }
-            Header::Short if i + 1 == ids.len() => {
-                // A crash while creating it: it never held a record.
-                storage.delete(&name).map_err(io_err("delete", &name))?;
-                report.empty_segments += 1;
-                continue;
             }
             Header::Short | Header::Damaged => report.damaged_headers += 1,
             Header::Valid { .. } => {}

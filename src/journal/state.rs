@@ -374,12 +374,21 @@ impl<K: Ord + std::hash::Hash + Clone> JournalState<K> {
 /// Carries batches to a [`Storage`]: appends in order, then one sync per
 /// segment written, then deletions (S-J2: a segment goes only after the
 /// marks that free it are durable).
+///
+/// A new segment's header is written and synced on its own, before any
+/// record goes in (S-J7): a disk may keep a later write of a file and lose
+/// an earlier unsynced one, and a segment whose header is lost while its
+/// records survive could not be told from a foreign file. A segment whose
+/// creation failed is deleted before anything else is written.
 #[derive(Debug)]
 pub struct Committer<S> {
     storage: S,
     /// Where an append's records get their checksums before they are
     /// written (reused from one commit to the next).
     sealed: Vec<u8>,
+    /// Segments whose creation failed (their header may be missing or
+    /// torn) and whose deletion has not worked yet.
+    unheaded: BTreeSet<SegmentId>,
 }
 
 /// A commit's scratch buffer grown past this by a burst is let go.
@@ -391,7 +400,38 @@ impl<S: Storage> Committer<S> {
         Committer {
             storage,
             sealed: Vec::new(),
+            unheaded: BTreeSet::new(),
         }
+    }
+
+    /// Creates segment `id` with a durable header (first sequence
+    /// `first`). On failure the segment is remembered as unheaded and its
+    /// deletion tried at once.
+    fn create(&mut self, id: SegmentId, first: Seq) -> io::Result<()> {
+        let name = format::segment_name(id);
+        let made = self.storage.create(&name).and_then(|()| {
+            self.storage.append(&name, &format::header(id, first))?;
+            self.storage.sync(&name)
+        });
+        if made.is_err() {
+            self.unheaded.insert(id);
+            self.delete_unheaded();
+        }
+        made
+    }
+
+    /// Deletes every segment whose creation failed; `false` while one
+    /// cannot be deleted.
+    fn delete_unheaded(&mut self) -> bool {
+        while let Some(&id) = self.unheaded.first() {
+            match self.storage.delete(&format::segment_name(id)) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return false,
+                _ => {
+                    self.unheaded.remove(&id);
+                }
+            }
+        }
+        true
     }
 
     /// The storage.
@@ -404,15 +444,15 @@ impl<S: Storage> Committer<S> {
     /// # Errors
     /// The first IO error; what came before it may or may not be on disk.
     pub fn commit(&mut self, batch: &Batch) -> io::Result<()> {
+        if !self.delete_unheaded() {
+            return Err(io::Error::other(
+                "a segment whose creation failed cannot be deleted",
+            ));
+        }
         let mut written = BTreeSet::new();
         for op in &batch.ops {
             match op {
-                Op::Create { id, first } => {
-                    let name = format::segment_name(*id);
-                    self.storage.create(&name)?;
-                    self.storage.append(&name, &format::header(*id, *first))?;
-                    written.insert(*id);
-                }
+                Op::Create { id, first } => self.create(*id, *first)?,
                 Op::Append { id, bytes } => {
                     // The checksums are computed here, on the commit's
                     // thread, not under the lock `stage` takes (S-J1).

@@ -21,10 +21,18 @@ use std::time::Duration;
 
 use outbox::core::Time;
 
-use crate::timeline::{Attempt, AttemptEnd, ControlKind, Timeline};
+use crate::timeline::{Attempt, AttemptEnd, ControlKind, HostMark, Timeline};
 use outbox::testkit::Violation;
 
 use crate::world::step_index;
+
+/// A check of the items a per-item commit wrote for the first time.
+pub type CommitCheck = fn(
+    &Book,
+    u128,
+    &[crate::net::protocol::WireItem],
+    &crate::net::datastore::Durable,
+) -> Vec<(&'static str, String)>;
 
 /// The book, shared.
 pub type SharedBook = Arc<Mutex<Book>>;
@@ -129,6 +137,11 @@ pub enum Ev {
     },
     /// A phase of the run began.
     Phase(&'static str),
+    /// The application host or its journal (crash world): a crash, a
+    /// restart, a recovery, a sync's answer.
+    Host(HostMark, String),
+    /// A line of the crash world's trace that is not drawn.
+    Note(String),
 }
 
 impl fmt::Display for Ev {
@@ -173,6 +186,8 @@ impl fmt::Display for Ev {
                 }
             ),
             Ev::Phase(p) => write!(f, "== {p}"),
+            Ev::Host(mark, what) => write!(f, "host {}: {what}", mark.as_str()),
+            Ev::Note(what) => write!(f, "{what}"),
         }
     }
 }
@@ -264,6 +279,9 @@ pub struct Book {
     pub must_end_by: Option<Duration>,
     /// The picture of the run, with `--trace` and at most 255 tenants.
     pub timeline: Option<Timeline>,
+    /// Checks run on each per-item commit (crash world: D2, D3), given
+    /// the request's tenant, the items committed now and the store.
+    pub on_commit: Option<CommitCheck>,
     /// Per slice (first item id): its open attempt's index in the
     /// timeline, and when its last attempt ended (for backoff lines).
     open: BTreeMap<u64, usize>,
@@ -297,6 +315,7 @@ impl Book {
             steps: 0,
             must_end_by: None,
             timeline: None,
+            on_commit: None,
             open: BTreeMap::new(),
             last_end: BTreeMap::new(),
             storm_began: None,
@@ -384,6 +403,7 @@ impl Book {
                 let deadline = deadline.map(|d| at + Duration::from_millis(d));
                 t.controls.push((at, kind, deadline));
             }
+            Ev::Host(mark, _) => t.host.push((at, *mark)),
             Ev::Fault("storm") => self.storm_began = Some(at),
             Ev::Net(what) if what.starts_with("storm_end") || what.starts_with("healed") => {
                 if let Some(began) = self.storm_began.take() {

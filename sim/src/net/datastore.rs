@@ -51,6 +51,14 @@ pub struct Durable {
     pub slices: BTreeMap<(u128, u64), SliceSeen>,
     /// Every item id committed, to catch one committed twice.
     committed_items: BTreeSet<u64>,
+    /// Idempotent per item rather than per slice (the crash world: after
+    /// a crash the journal stages items again in slices of other shapes,
+    /// and an item written twice is absorbed, as a unique key on the item
+    /// id would absorb it).
+    pub per_item: bool,
+    /// Items that reached the store again after their first commit and
+    /// changed nothing (per-item mode).
+    pub repeats: u64,
     rng: SimRng,
     rates: Rates,
     storm_factor: u32,
@@ -71,6 +79,8 @@ impl Durable {
             by_tenant: BTreeMap::new(),
             slices: BTreeMap::new(),
             committed_items: BTreeSet::new(),
+            per_item: false,
+            repeats: 0,
             rng,
             rates,
             storm_factor,
@@ -169,6 +179,39 @@ fn draw(d: &mut Durable, book: &SharedBook, len: usize) -> Act {
     Act::Ok
 }
 
+/// Per-item mode: commits every item not committed yet, in the request's
+/// order, and counts the others as repeats; never a fault. Returns the
+/// items committed now, for the crash world's checks (D2, D3), which the
+/// book's `on_commit` hook runs.
+fn commit_per_item(req: &Request, d: &mut Durable, book: &SharedBook) -> Reply {
+    let now = book::now();
+    let mut fresh = Vec::new();
+    for item in &req.items {
+        if d.committed_items.insert(item.id) {
+            d.by_tenant.entry(item.tenant).or_default().push(item.id);
+            fresh.push(*item);
+        } else {
+            d.repeats += 1;
+        }
+    }
+    let mut b = book::lock(book);
+    if let Some(hook) = b.on_commit {
+        for (rule, detail) in hook(&b, req.tenant, &fresh, d) {
+            b.fail(rule, detail);
+        }
+    }
+    b.record(
+        now,
+        Ev::Commit {
+            tenant: req.items[0].tenant,
+            first: req.items[0].id,
+            len: req.items.len(),
+            fresh: !fresh.is_empty(),
+        },
+    );
+    Reply::Committed { discarded: 0 }
+}
+
 /// Serves one request; `None` drops the reply.
 async fn handle(req: &Request, store: &SharedStore, book: &SharedBook) -> Option<Reply> {
     let Some(first) = req.items.first().map(|i| i.id) else {
@@ -178,6 +221,15 @@ async fn handle(req: &Request, store: &SharedStore, book: &SharedBook) -> Option
     let key = (req.tenant, first);
     let act = {
         let mut d = lock(store);
+        if d.per_item {
+            // The crash world's store: only retryable errors, never a
+            // reject, discard or lost reply.
+            if draw(&mut d, book, req.items.len()) == Act::Error {
+                book::lock(book).fault(book::now(), "datastore_error");
+                return Some(Reply::Busy);
+            }
+            return Some(commit_per_item(req, &mut d, book));
+        }
         let act = draw(&mut d, book, req.items.len());
         let seen = d.slices.entry(key).or_insert_with(|| SliceSeen {
             items: req.items.clone(),

@@ -123,6 +123,23 @@ impl KeyType {
     }
 }
 
+/// The request frame writing `items` for the wire's `tenant` (both worlds'
+/// sinks).
+pub fn write_frame_of(tenant: u128, items: &[Item]) -> Vec<u8> {
+    Request {
+        tenant,
+        items: items
+            .iter()
+            .map(|i| WireItem {
+                id: i.id,
+                tenant: i.tenant,
+                size: i.size,
+            })
+            .collect(),
+    }
+    .encode()
+}
+
 /// The payload of a deliberate panic; the world's panic hook keeps quiet
 /// about it.
 #[derive(Debug)]
@@ -591,18 +608,7 @@ impl<K: NetKey> NetSink<K> {
             drop(attempt);
             std::panic::panic_any(Injected);
         }
-        let frame = Request {
-            tenant: tenant.wire().unwrap_or(u128::MAX),
-            items: items
-                .iter()
-                .map(|i| WireItem {
-                    id: i.id,
-                    tenant: i.tenant,
-                    size: i.size,
-                })
-                .collect(),
-        }
-        .encode();
+        let frame = write_frame_of(tenant.wire().unwrap_or(u128::MAX), items);
         let sink = self.clone();
         async move {
             let mut attempt = attempt;

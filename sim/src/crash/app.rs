@@ -1,0 +1,419 @@
+//! The application host of the crash world: one life of the process per
+//! start. Each life builds a journaled outbox on the host's simulated disk
+//! (recovery runs in the build), then, until the world heals or asks for
+//! a clean shutdown, stages the drawn workload and calls `sync` from time
+//! to time, noting in the [`Ledger`] which items each answered sync
+//! covered (D1). A crash ends a life anywhere; the world starts the next
+//! one on the same disk.
+//!
+//! Once healed, the life that runs then settles the outbox within a bound
+//! (D5), checks the accounting (D4) and the disk use (D6), shuts down
+//! cleanly, checks the disk use again and ends the run.
+//!
+//! [`Ledger`]: super::ledger::Ledger
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use outbox::core::{Counters, LostReason};
+use outbox::journal::JournalConfig;
+use outbox::{Config, Outbox, Staged, TenantId};
+use rand::Rng;
+
+use super::check::{self, Broken};
+use super::codec::ItemCodec;
+use super::disk::{self, SharedFaults, SimDisk};
+use super::ledger::{self, SharedLedger};
+use super::sink::CrashSink;
+use crate::draw::{gap, rng, SimRng};
+use crate::net::book::{self, Admit, Ev, ItemRec, SharedBook};
+use crate::net::check::i3;
+use crate::net::sink::Item;
+use crate::net::workload::NetWorkload;
+use crate::timeline::HostMark;
+
+type Crash = Outbox<CrashSink>;
+
+/// Everything a life needs, drawn by the world.
+#[derive(Clone)]
+pub struct AppPlan {
+    /// The run's seed.
+    pub seed: u64,
+    /// The outbox's config.
+    pub config: Config,
+    /// The journal's segment size (small, so segments roll and go).
+    pub segment_bytes: u64,
+    /// The journal's group-commit interval.
+    pub sync_interval: Duration,
+    /// The workload.
+    pub workload: NetWorkload,
+    /// Mean gap between two `sync` calls.
+    pub sync_gap: Duration,
+}
+
+/// What the world tells the running life.
+#[derive(Debug, Default)]
+pub struct Control {
+    /// Every fault stopped: settle, check and end.
+    pub healed: AtomicBool,
+    /// Shut down cleanly now and exit.
+    pub shutdown: AtomicBool,
+}
+
+/// What the application leaves for the end checks.
+#[derive(Debug, Default)]
+pub struct AppEnd {
+    /// The last life's counters after its final shutdown.
+    pub counters: Counters,
+    /// The run's script finished.
+    pub finished: bool,
+}
+
+/// Everything shared by the lives of the application.
+#[derive(Clone)]
+pub struct Ctx {
+    /// The plan.
+    pub plan: Arc<AppPlan>,
+    /// The book.
+    pub book: SharedBook,
+    /// The ledger.
+    pub ledger: SharedLedger,
+    /// The disk's faults.
+    pub faults: SharedFaults,
+    /// The world's orders.
+    pub control: Arc<Control>,
+    /// The end.
+    pub end: Arc<Mutex<AppEnd>>,
+}
+
+fn fail(book: &SharedBook, broken: impl IntoIterator<Item = Broken>) {
+    let mut b = book::lock(book);
+    for (rule, detail) in broken {
+        b.fail(rule, detail);
+    }
+}
+
+fn build(ctx: &Ctx) -> Result<Crash, outbox::BuildError> {
+    let plan = &ctx.plan;
+    let journal = JournalConfig::with_storage(SimDisk::new(Arc::clone(&ctx.faults)))
+        .inline_io(true)
+        .segment_bytes(plan.segment_bytes)
+        .sync_interval(plan.sync_interval)
+        .retry_interval(Duration::from_millis(100));
+    Outbox::builder(CrashSink::new(
+        Arc::clone(&ctx.book),
+        Arc::clone(&ctx.ledger),
+        Arc::clone(&ctx.faults),
+    ))
+    .config(plan.config.clone())
+    .journal_with_codec(journal, ItemCodec)
+    .build()
+}
+
+/// One life of the host (its software; turmoil calls it at every start).
+pub async fn life(ctx: Ctx) -> turmoil::Result {
+    let life = ledger::lock(&ctx.ledger).life;
+    let outbox = loop {
+        match build(&ctx) {
+            Ok(o) => break o,
+            Err(e) => {
+                let healed = ctx.control.healed.load(Ordering::SeqCst);
+                book::lock(&ctx.book).record(
+                    book::now(),
+                    Ev::Note(format!("life {life}: the outbox did not build: {e}")),
+                );
+                if healed {
+                    fail(
+                        &ctx.book,
+                        [(
+                            "D5",
+                            format!("the journal does not open after the faults stopped: {e}"),
+                        )],
+                    );
+                    ctx.end
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .finished = true;
+                    return Ok(());
+                }
+                // A supervisor starts the process again a moment later.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let c = outbox.counters();
+    let unreadable = c.lost(LostReason::JournalUnreadable);
+    let accepted_before = book::lock(&ctx.book)
+        .items
+        .iter()
+        .filter(|i| i.admit == Admit::Accepted)
+        .count() as u64;
+    fail(
+        &ctx.book,
+        check::d4::recovery_bounded(c.recovered, accepted_before, life),
+    );
+    {
+        let mut l = ledger::lock(&ctx.ledger);
+        l.recoveries.push((life, c.recovered, unreadable));
+        l.unreadable += unreadable;
+    }
+    book::lock(&ctx.book).record(
+        book::now(),
+        Ev::Host(
+            HostMark::Recovery(c.recovered),
+            format!(
+                "life {life}: recovered {} items, {unreadable} unreadable",
+                c.recovered
+            ),
+        ),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for k in 0..ctx.plan.workload.stagers {
+        let r = rng(ctx.plan.seed ^ (0x5747_0000 + u64::from(k)) ^ (u64::from(life) << 32));
+        tasks.push(tokio::spawn(stager(
+            outbox.clone(),
+            ctx.clone(),
+            r,
+            Arc::clone(&stop),
+        )));
+    }
+    tasks.push(tokio::spawn(syncer(
+        outbox.clone(),
+        ctx.clone(),
+        rng(ctx.plan.seed ^ 0x5_1C ^ (u64::from(life) << 32)),
+        Arc::clone(&stop),
+    )));
+    loop {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        if ctx.control.healed.load(Ordering::SeqCst) {
+            stop.store(true, Ordering::SeqCst);
+            for t in tasks {
+                let _ = t.await;
+            }
+            healed(outbox, &ctx, life).await;
+            return Ok(());
+        }
+        if ctx.control.shutdown.swap(false, Ordering::SeqCst) {
+            stop.store(true, Ordering::SeqCst);
+            for t in tasks {
+                let _ = t.await;
+            }
+            shut_down(&outbox, &ctx, life, Duration::from_secs(5)).await;
+            book::lock(&ctx.book).record(
+                book::now(),
+                Ev::Note(format!("life {life}: the process exits after its shutdown")),
+            );
+            return Ok(());
+        }
+    }
+}
+
+/// Stages one item and notes it.
+fn stage(outbox: &Crash, ctx: &Ctx, tenant: u32, size: u32) -> Option<u64> {
+    let mut b = book::lock(&ctx.book);
+    let id = b.items.len() as u64;
+    // Noted before the call: the sink may be handed it at once.
+    b.items.push(ItemRec {
+        tenant,
+        admit: Admit::Refused,
+        handed_back: false,
+        staged_at: book::now(),
+        dead_letter: false,
+    });
+    {
+        let mut l = ledger::lock(&ctx.ledger);
+        let life = l.life;
+        l.item_life.push(life);
+    }
+    drop(b);
+    let item = Item { id, tenant, size };
+    let staged = outbox.stage(TenantId::from_u128(u128::from(tenant) + 1), item);
+    let admit = match staged {
+        Staged::Accepted => Admit::Accepted,
+        Staged::Dropped(r) => Admit::Dropped(r.as_str()),
+        Staged::Refused => Admit::Refused,
+        // A new outcome must be taught to the crash world before it runs.
+        other => unimplemented!("the crash world does not know the stage outcome {other:?}"),
+    };
+    let mut b = book::lock(&ctx.book);
+    b.items[id as usize].admit = admit;
+    b.record(book::now(), Ev::Stage { tenant, id, admit });
+    (admit == Admit::Accepted).then_some(id)
+}
+
+async fn stager(outbox: Crash, ctx: Ctx, mut r: SimRng, stop: Arc<AtomicBool>) {
+    let w = &ctx.plan.workload;
+    loop {
+        tokio::time::sleep(gap(&mut r, w.mean_gap)).await;
+        if stop.load(Ordering::SeqCst) || book::lock(&ctx.book).items.len() as u64 >= w.cap {
+            return;
+        }
+        let tenant = w.tenant(&mut r);
+        let count = r.random_range(1..=w.max_count);
+        for _ in 0..count {
+            let size = w.size(&mut r);
+            stage(&outbox, &ctx, tenant, size);
+        }
+    }
+}
+
+/// Calls `sync` every so often; an `Ok` answer covers every item this
+/// life accepted before the call (D1).
+async fn syncer(outbox: Crash, ctx: Ctx, mut r: SimRng, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::SeqCst) {
+        tokio::time::sleep(gap(&mut r, ctx.plan.sync_gap)).await;
+        let (life, covered) = {
+            let b = book::lock(&ctx.book);
+            let l = ledger::lock(&ctx.ledger);
+            let covered: Vec<u64> = (l.life_start..b.items.len() as u64)
+                .filter(|id| b.items[*id as usize].admit == Admit::Accepted)
+                .collect();
+            (l.life, covered)
+        };
+        let answer = outbox.sync().await;
+        let ok = answer.is_ok();
+        {
+            let mut l = ledger::lock(&ctx.ledger);
+            if ok {
+                l.synced.extend(covered.iter().copied());
+            }
+        }
+        book::lock(&ctx.book).record(
+            book::now(),
+            Ev::Host(
+                HostMark::Sync(ok),
+                format!(
+                    "life {life}: sync over {} items answered {}",
+                    covered.len(),
+                    match &answer {
+                        Ok(()) => "ok".to_owned(),
+                        Err(e) => e.to_string(),
+                    }
+                ),
+            ),
+        );
+        accounting(&outbox, &ctx, life);
+    }
+}
+
+/// I3 and D4 at any moment of a life.
+fn accounting(outbox: &Crash, ctx: &Ctx, life: u32) {
+    let c = outbox.counters();
+    let replayed = ledger::lock(&ctx.ledger).replayed.len();
+    fail(
+        &ctx.book,
+        i3::counters_balance(&c)
+            .into_iter()
+            .chain(check::d4::recovered_counted(&c, replayed, life)),
+    );
+}
+
+/// A clean shutdown: every item handed back is the caller's (D1 does not
+/// ask for it).
+async fn shut_down(outbox: &Crash, ctx: &Ctx, life: u32, deadline: Duration) {
+    book::lock(&ctx.book).record(
+        book::now(),
+        Ev::Control {
+            kind: "shutdown",
+            deadline_ms: u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX),
+        },
+    );
+    let report = outbox.shutdown(deadline).await;
+    let mut b = book::lock(&ctx.book);
+    for (_, items) in &report.unwritten {
+        for i in items {
+            b.items[i.id as usize].handed_back = true;
+        }
+    }
+    let r = report.report();
+    b.record(
+        book::now(),
+        Ev::Answer {
+            kind: "shutdown",
+            counts: [r.written, r.dropped, r.lost, r.pending],
+            deadline_passed: r.deadline_passed,
+        },
+    );
+    b.record(book::now(), Ev::Note(format!("life {life}: shut down")));
+}
+
+/// The healed phase: D5, D4, D6, a clean shutdown, D6 again.
+async fn healed(outbox: Crash, ctx: &Ctx, life: u32) {
+    let pending = outbox.pending();
+    let bound = check::d5::bound(pending);
+    book::lock(&ctx.book).record(
+        book::now(),
+        Ev::Control {
+            kind: "settle",
+            deadline_ms: u64::try_from(bound.as_millis()).unwrap_or(u64::MAX),
+        },
+    );
+    let report = outbox.settle(bound).await;
+    let c = outbox.counters();
+    let replayed = ledger::lock(&ctx.ledger).replayed.len();
+    fail(
+        &ctx.book,
+        check::d5::settled_in_bound(&report, pending, bound)
+            .into_iter()
+            .chain(check::d4::settled_accounting(&c, life))
+            .chain(check::d4::recovered_counted(&c, replayed, life))
+            .chain(i3::counters_balance(&c)),
+    );
+    // Done marks go to disk with a commit; a second one lets the segments
+    // they free go.
+    for _ in 0..3 {
+        let _ = outbox.sync().await;
+    }
+    let segment = ctx.plan.segment_bytes;
+    match disk::disk_use() {
+        Ok((bytes, files)) => fail(
+            &ctx.book,
+            check::d6::disk_use_small("after the final settle", bytes, &files, 2 * segment + 4096),
+        ),
+        Err(e) => fail(&ctx.book, [("D6", format!("the disk cannot be read: {e}"))]),
+    }
+    shut_down(&outbox, ctx, life, Duration::from_secs(10)).await;
+    let counters = outbox.counters();
+    // The shutdown answers once the last done marks are durable; the
+    // journal's closing round runs when the writer exits, once the last
+    // handle is gone. With nothing pending, disk use must be at most the
+    // current segment, whose items are all done (the journal's docs promise
+    // one empty segment; a segment of an earlier life left behind is a
+    // leak that grows with crashes).
+    drop(outbox);
+    let limit = segment + 4096;
+    let mut used = disk::disk_use();
+    for _ in 0..200 {
+        if used
+            .as_ref()
+            .is_ok_and(|(bytes, files)| *bytes <= limit && files.len() <= 1)
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        used = disk::disk_use();
+    }
+    match used {
+        Ok((bytes, files)) => fail(
+            &ctx.book,
+            check::d6::disk_use_small("1 s after the final shutdown", bytes, &files, limit)
+                .or_else(|| {
+                    (files.len() > 1).then(|| {
+                        (
+                            "D6",
+                            format!(
+                                "1 s after the final shutdown: {} files: {files:?}",
+                                files.len()
+                            ),
+                        )
+                    })
+                }),
+        ),
+        Err(e) => fail(&ctx.book, [("D6", format!("the disk cannot be read: {e}"))]),
+    }
+    let mut e = ctx.end.lock().unwrap_or_else(PoisonError::into_inner);
+    e.counters = counters;
+    e.finished = true;
+}

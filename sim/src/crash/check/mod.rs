@@ -1,0 +1,38 @@
+//! The crash world's checks, by the contract's rule ids (docs/contract.md,
+//! D1-D6), one file per rule. Where each is checked:
+//!
+//! | rule | function | when |
+//! | --- | --- | --- |
+//! | D1 | [`d1::synced_items_written`] | at the end |
+//! | D2 | [`d2::tenant_order_kept`] | each commit of the datastore (first commits of items) |
+//! | D3 | [`d3::nothing_invented`] | each commit of the datastore |
+//! | D4 | [`d4::recovered_counted`] | each sync answer and the final settle (the app) |
+//! | D4 | [`d4::settled_accounting`] | the final settle (the app) |
+//! | D4 | [`d4::recovery_bounded`] | each recovery (the app) |
+//! | D4 | a rotten record's item never reaches the sink again (`CrashSink`) | each write |
+//! | D1 | a synced item may be missing only when a rotten byte hit its record ([`d1::synced_items_written`]) | at the end |
+//! | D5 | [`d5::settled_in_bound`]; the journal opens once the faults stop (`app`); the run's time cap (`world`) | healed phase |
+//! | D6 | [`d6::disk_use_small`] | after the final settle, and after the final shutdown (the app) |
+//! | I3 | [`crate::net::check::i3::counters_balance`] | each sync answer, each sample (the app) |
+
+use crate::net::book::Book;
+use crate::net::datastore::Durable;
+use crate::net::protocol::WireItem;
+
+pub mod d1;
+pub mod d2;
+pub mod d3;
+pub mod d4;
+pub mod d5;
+pub mod d6;
+
+pub use crate::net::check::Broken;
+
+/// The checks of a per-item commit (the book's `on_commit` hook): D2, D3.
+pub fn on_commit(book: &Book, tenant: u128, fresh: &[WireItem], store: &Durable) -> Vec<Broken> {
+    let mut broken = d3::nothing_invented(book, tenant, fresh);
+    if let Some(first) = fresh.first() {
+        broken.extend(d2::tenant_order_kept(store, first.tenant, fresh.len()));
+    }
+    broken
+}
