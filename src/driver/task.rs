@@ -49,35 +49,21 @@ pub(crate) async fn run<S: Sink>(
             Outcome::Panicked,
             Some("the sink panicked creating the write".to_owned()),
         ),
-        Ok(future) => {
-            let future = Contained::new(future);
-            let timed = async {
-                match deadline {
-                    Some(at) => tokio::time::timeout_at(at, future).await.ok(),
-                    None => Some(future.await),
-                }
-            };
-            let result = tokio::select! {
-                biased;
-                () = cancel.cancelled() => None,
-                result = timed => Some(result),
-            };
-            match result {
-                None => (Outcome::Cancelled, None),
-                Some(None) => (Outcome::TimedOut, Some("the write timed out".to_owned())),
-                Some(Some(Err(contain::Panicked))) => (
-                    Outcome::Panicked,
-                    Some("the sink panicked in the write".to_owned()),
-                ),
-                Some(Some(Ok(Ok(written)))) => (
-                    Outcome::Written {
-                        discarded: written.discarded,
-                    },
-                    None,
-                ),
-                Some(Some(Ok(Err(error)))) => outcome_of_error(error),
-            }
-        }
+        Ok(future) => match bounded(future, deadline, &cancel).await {
+            Bounded::Cancelled => (Outcome::Cancelled, None),
+            Bounded::TimedOut => (Outcome::TimedOut, Some("the write timed out".to_owned())),
+            Bounded::Panicked => (
+                Outcome::Panicked,
+                Some("the sink panicked in the write".to_owned()),
+            ),
+            Bounded::Done(Ok(written)) => (
+                Outcome::Written {
+                    discarded: written.discarded,
+                },
+                None,
+            ),
+            Bounded::Done(Err(error)) => outcome_of_error(error),
+        },
     };
     Finished {
         write,
@@ -123,28 +109,12 @@ pub(crate) async fn run_group<S: Sink>(
             Outcome::Panicked,
             "the sink panicked creating the group write",
         ),
-        Ok(future) => {
-            let future = Contained::new(future);
-            let timed = async {
-                match deadline {
-                    Some(at) => tokio::time::timeout_at(at, future).await.ok(),
-                    None => Some(future.await),
-                }
-            };
-            let result = tokio::select! {
-                biased;
-                () = cancel.cancelled() => None,
-                result = timed => Some(result),
-            };
-            match result {
-                None => vec![(Outcome::Cancelled, None); n],
-                Some(None) => all(n, Outcome::TimedOut, "the group write timed out"),
-                Some(Some(Err(contain::Panicked))) => {
-                    all(n, Outcome::Panicked, "the sink panicked in the group write")
-                }
-                Some(Some(Ok(results))) => per_slice(n, results),
-            }
-        }
+        Ok(future) => match bounded(future, deadline, &cancel).await {
+            Bounded::Cancelled => vec![(Outcome::Cancelled, None); n],
+            Bounded::TimedOut => all(n, Outcome::TimedOut, "the group write timed out"),
+            Bounded::Panicked => all(n, Outcome::Panicked, "the sink panicked in the group write"),
+            Bounded::Done(results) => per_slice(n, results),
+        },
     };
     slices
         .into_iter()
@@ -214,5 +184,45 @@ fn outcome_of_error(error: WriteError) -> (Outcome, Option<String>) {
             Outcome::Panicked,
             Some("the sink's error panicked while rendering".into()),
         ),
+    }
+}
+
+/// How a sink's future ended under the task's bounds.
+enum Bounded<T> {
+    /// The writer's cancellation fired first (S-W9, S-A7).
+    Cancelled,
+    /// Not finished by the deadline (S-B3).
+    TimedOut,
+    /// It panicked while polled (S-W5).
+    Panicked,
+    /// It finished with this.
+    Done(T),
+}
+
+/// Polls `future` contained, until `deadline` and unless `cancel` fires
+/// (checked first: `biased;`); on a timeout or a cancellation the future is
+/// dropped.
+async fn bounded<F: std::future::Future>(
+    future: F,
+    deadline: Option<Instant>,
+    cancel: &CancellationToken,
+) -> Bounded<F::Output> {
+    let future = Contained::new(future);
+    let timed = async {
+        match deadline {
+            Some(at) => tokio::time::timeout_at(at, future).await.ok(),
+            None => Some(future.await),
+        }
+    };
+    let result = tokio::select! {
+        biased;
+        () = cancel.cancelled() => None,
+        result = timed => Some(result),
+    };
+    match result {
+        None => Bounded::Cancelled,
+        Some(None) => Bounded::TimedOut,
+        Some(Some(Err(contain::Panicked))) => Bounded::Panicked,
+        Some(Some(Ok(out))) => Bounded::Done(out),
     }
 }
