@@ -96,6 +96,32 @@ pub struct Append {
     pub roll: Option<SegmentId>,
 }
 
+/// The sizes of done records, for [`Ledger::take_mark_runs`]: a record of
+/// `n` marks takes `record + n * mark` bytes and holds at most `per_record`
+/// marks; a new segment starts with `header` bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MarkSizes {
+    /// A segment header's bytes.
+    pub header: u64,
+    /// A done record's framing bytes.
+    pub record: u64,
+    /// One mark's bytes (at least 1).
+    pub mark: u64,
+    /// Marks in one record at most (at least 1).
+    pub per_record: usize,
+}
+
+/// One done record to append: to a new segment `roll` (seal the current
+/// one first) if set, else to the current segment (S-J2, D6).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MarkRun {
+    /// Start this new segment first; its first sequence number is
+    /// [`Ledger::next_seq`].
+    pub roll: Option<SegmentId>,
+    /// The marks, in sequence order.
+    pub seqs: Vec<Seq>,
+}
+
 /// Why [`Ledger::append`] refused an item.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refusal {
@@ -363,6 +389,56 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
     /// remembers whose marks it holds (S-J2); segments left with no live
     /// item become deletable when nothing else holds them.
     pub fn take_marks(&mut self) -> Vec<Seq> {
+        let marks = self.take_done();
+        self.remark(&marks);
+        marks
+    }
+
+    /// Like [`take_marks`](Self::take_marks), with the marks cut into done
+    /// records that keep every segment within `segment_bytes` (D6): marks
+    /// fill the current segment's room, then the ledger rolls to a new
+    /// segment and goes on there. Without this, the marks of a settle
+    /// would grow the current segment past `segment_bytes` with nothing to
+    /// roll it, since only an item's append rolls. A segment holding only
+    /// its header takes at least one mark, so a tiny `segment_bytes` never
+    /// rolls forever (S-J3, D6). The runs' bytes are counted here, from `sizes`: the
+    /// caller appends each run's record (after the roll, if any) and does
+    /// not call [`add_bytes`](Self::add_bytes) for it.
+    pub fn take_mark_runs(&mut self, sizes: MarkSizes) -> Vec<MarkRun> {
+        let marks = self.take_done();
+        let mark = sizes.mark.max(1);
+        let mut runs = Vec::new();
+        let mut rest = &marks[..];
+        while !rest.is_empty() {
+            let cur = self.segments.get(&self.current).map_or(0, |s| s.bytes);
+            let segment_bytes = self.limits.segment_bytes;
+            let fit = |cur: u64| segment_bytes.saturating_sub(cur + sizes.record) / mark;
+            let mut roll = None;
+            let mut n = fit(cur);
+            if n == 0 && cur > sizes.header {
+                roll = Some(self.roll(sizes.header));
+                n = fit(sizes.header);
+            }
+            let n = usize::try_from(n)
+                .unwrap_or(usize::MAX)
+                .clamp(1, sizes.per_record.max(1))
+                .min(rest.len());
+            let (seqs, tail) = rest.split_at(n);
+            rest = tail;
+            self.remark(seqs);
+            self.add_bytes(sizes.record + mark * n as u64);
+            runs.push(MarkRun {
+                roll,
+                seqs: seqs.to_vec(),
+            });
+        }
+        runs
+    }
+
+    /// The done marks waiting, sorted; their items stop counting as live,
+    /// and segments left with no live item become deletable when nothing
+    /// else holds them. Not yet linked to the segment that will hold them.
+    fn take_done(&mut self) -> Vec<Seq> {
         self.forget_emptied();
         let mut marks = std::mem::take(&mut self.marks);
         marks.sort_unstable();
@@ -372,7 +448,6 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
             };
             let seg = self.segments.get_mut(&id).expect("found above");
             seg.live = seg.live.saturating_sub(1);
-            self.link_mark(id);
             self.check_deletable(id);
         }
         marks
@@ -390,10 +465,10 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
         shrink::vec(&mut self.emptied);
     }
 
-    /// Marks taken before (by [`take_marks`](Self::take_marks)) are
-    /// written again into the current segment, their first copy lost with
-    /// a failed commit: the current segment now holds marks for their
-    /// segments (S-J2). Live counts are not touched again.
+    /// Marks already taken are written into the current segment (their
+    /// first copy, or again after a failed commit lost it): the current
+    /// segment now holds marks for their segments (S-J2). Live counts are
+    /// not touched.
     pub fn remark(&mut self, seqs: &[Seq]) {
         for &seq in seqs {
             if let Some(id) = self.segment_of(seq) {
@@ -795,6 +870,58 @@ mod tests {
         assert_eq!(l.append(1, 100, H).unwrap().roll, None);
         assert_eq!(l.append(1, 100, H).unwrap().roll, Some(2));
         assert_eq!(l.append(1, 100, H).unwrap().roll, Some(3));
+    }
+
+    #[test]
+    fn done_marks_fill_the_current_segment_then_roll_it() {
+        // D6 (crash seed 2323): a settle's marks never grow a segment past
+        // `segment_bytes`; they fill its room, then go on in a new one.
+        let sizes = MarkSizes {
+            header: H,
+            record: 5,
+            mark: 8,
+            per_record: 4,
+        };
+        let mut l: Ledger<u32> = Ledger::new(limits(60), 1, 1, H);
+        for _ in 0..10 {
+            l.append(1, 4, H).unwrap();
+        } // segment 1: 10 + 40 = 50 bytes, room for one mark (5 + 8 = 13 > 10)
+        l.settle(&1, 10);
+        let runs = l.take_mark_runs(sizes);
+        let shape: Vec<_> = runs.iter().map(|r| (r.roll, r.seqs.len())).collect();
+        // Segment 1 has no room: roll to 2 (10 header), 4 marks (37 bytes),
+        // then 1 more mark fits (60 - 47 - 5 = 8), then roll to 3 for 5.
+        assert_eq!(shape, [(Some(2), 4), (None, 1), (Some(3), 4), (None, 1)]);
+        let all: Vec<Seq> = runs.iter().flat_map(|r| r.seqs.clone()).collect();
+        assert_eq!(all, (1..=10).collect::<Vec<_>>());
+        // Every item is done and marked elsewhere: segment 1 goes; segment
+        // 2 holds only marks for a deleted segment once 1 is gone.
+        assert_eq!(l.poll_delete(), Some(1));
+        assert_eq!(l.poll_delete(), Some(2));
+        assert_eq!(l.poll_delete(), None);
+        assert_eq!(l.current(), 3);
+        assert_eq!(l.bytes(), H + 2 * 5 + 5 * 8);
+    }
+
+    #[test]
+    fn a_segment_holding_only_its_header_takes_a_mark_whatever_its_size() {
+        // A tiny `segment_bytes` never rolls forever.
+        let sizes = MarkSizes {
+            header: H,
+            record: 5,
+            mark: 8,
+            per_record: 100,
+        };
+        let mut l: Ledger<u32> = Ledger::new(limits(12), 1, 1, H);
+        l.append(1, 4, H).unwrap();
+        l.append(1, 4, H).unwrap();
+        l.settle(&1, 2);
+        let shape: Vec<_> = l
+            .take_mark_runs(sizes)
+            .iter()
+            .map(|r| (r.roll, r.seqs.len()))
+            .collect();
+        assert_eq!(shape, [(Some(3), 1), (Some(4), 1)]);
     }
 
     #[test]

@@ -174,10 +174,17 @@ pub fn seal_records(records: &mut [u8]) {
     }
 }
 
+/// A done record's bytes besides its marks: the frame and the kind.
+pub const DONE_OVERHEAD: usize = FRAME_LEN + 1;
+/// One done mark's bytes (a sequence number, little-endian).
+pub const MARK_LEN: usize = 8;
+/// Marks in one done record at most.
+pub const MARKS_PER_RECORD: usize = 8_192;
+
 /// Appends a done record marking `seqs` to `out` (in records of at most
-/// 8,192 marks each).
+/// [`MARKS_PER_RECORD`] marks each).
 pub fn done(out: &mut Vec<u8>, seqs: &[u64]) {
-    for chunk in seqs.chunks(8_192) {
+    for chunk in seqs.chunks(MARKS_PER_RECORD) {
         frame(out, |b| {
             b.push(KIND_DONE);
             for s in chunk {

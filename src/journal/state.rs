@@ -8,7 +8,7 @@ use std::io;
 
 use super::format::{self, EncodedItem, HEADER_LEN, SEAL_LEN};
 use super::storage::Storage;
-use crate::core::journal::{Ledger, SegmentId, Seq};
+use crate::core::journal::{Ledger, MarkSizes, SegmentId, Seq};
 
 /// One step of a group commit, in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -270,12 +270,31 @@ impl<K: Ord + std::hash::Hash + Clone> JournalState<K> {
         if self.down {
             return Batch::default();
         }
-        let marks = self.ledger.take_marks();
-        if !marks.is_empty() {
-            let mut b = Vec::with_capacity(marks.len() * 8 + 16);
-            format::done(&mut b, &marks);
-            self.ledger.add_bytes(b.len() as u64);
-            self.push(self.ledger.current(), b);
+        let first_segment = self.ledger.current();
+        let runs = self.ledger.take_mark_runs(MarkSizes {
+            header: HEADER_LEN as u64,
+            record: format::DONE_OVERHEAD as u64,
+            mark: format::MARK_LEN as u64,
+            per_record: format::MARKS_PER_RECORD,
+        });
+        let mut marks = Vec::new();
+        // The ledger has rolled through every run already: each run's
+        // segment is the one its own roll (or an earlier run's) opened.
+        let mut segment = first_segment;
+        for run in runs {
+            if let Some(id) = run.roll {
+                self.rolled(segment, id);
+                segment = id;
+            }
+            let mut b =
+                Vec::with_capacity(format::DONE_OVERHEAD + run.seqs.len() * format::MARK_LEN);
+            format::done(&mut b, &run.seqs);
+            debug_assert_eq!(
+                b.len(),
+                format::DONE_OVERHEAD + run.seqs.len() * format::MARK_LEN
+            );
+            self.push(segment, b);
+            marks.extend(run.seqs);
         }
         if roll_if_idle && self.ledger.live() == 0 {
             self.roll();
@@ -332,8 +351,14 @@ impl<K: Ord + std::hash::Hash + Clone> JournalState<K> {
     /// Starts a fresh segment now.
     fn roll(&mut self) {
         let old = self.ledger.current();
-        let end = self.ledger.next_seq();
         let id = self.ledger.roll(HEADER_LEN as u64);
+        self.rolled(old, id);
+    }
+
+    /// The ledger rolled from segment `old` to `id` with no item between:
+    /// seal the one, create the other.
+    fn rolled(&mut self, old: SegmentId, id: SegmentId) {
+        let end = self.ledger.next_seq();
         self.ops.push(Op::Seal { id: old, end });
         self.ops.push(Op::Create { id, first: end });
         self.buffered += HEADER_LEN + SEAL_LEN;
@@ -496,5 +521,54 @@ impl<S: Storage> Committer<S> {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::journal::Limits;
+
+    fn item() -> EncodedItem {
+        EncodedItem::new::<()>(|b| Ok(b.push(1)), |b| Ok(b.extend_from_slice(&[7; 16])))
+            .expect("encodes")
+    }
+
+    #[test]
+    fn marks_spread_over_several_segments_go_to_segments_created_before() {
+        // Crash seed 2323's fix cuts a settle's marks over new segments;
+        // each append must come after its segment's creation, in the
+        // segment its own run opened (a NotFound on disk otherwise).
+        let limits = Limits {
+            segment_bytes: 200,
+            max_bytes: None,
+        };
+        let mut state = JournalState::new(Ledger::new(limits, 1, 1, HEADER_LEN as u64));
+        for _ in 0..40 {
+            assert!(state.append(1u32, &item()));
+        }
+        state.take_batch();
+        state.committed(41, true);
+        state.settle(&1, 40);
+        let batch = state.take_batch();
+        let mut created = BTreeSet::new();
+        let mut rolls = 0;
+        let mut marked = 0;
+        for op in &batch.ops {
+            match op {
+                Op::Create { id, .. } => {
+                    created.insert(*id);
+                    rolls += 1;
+                }
+                Op::Append { id, bytes } => {
+                    assert!(created.contains(id), "append to {id} before its creation");
+                    assert!(bytes.len() <= 200, "a run of {} bytes", bytes.len());
+                    marked += (bytes.len() - format::DONE_OVERHEAD) / format::MARK_LEN;
+                }
+                Op::Seal { .. } | Op::Delete(_) => {}
+            }
+        }
+        assert!(rolls >= 2, "{:?}", batch.ops);
+        assert_eq!(marked, 40);
     }
 }

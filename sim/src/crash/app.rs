@@ -87,6 +87,9 @@ pub struct Ctx {
     pub end: Arc<Mutex<AppEnd>>,
 }
 
+/// How often the journal retries after a fault (S-J5).
+const RETRY_INTERVAL: Duration = Duration::from_millis(100);
+
 fn fail(book: &SharedBook, broken: impl IntoIterator<Item = Broken>) {
     let mut b = book::lock(book);
     for (rule, detail) in broken {
@@ -100,7 +103,7 @@ fn build(ctx: &Ctx) -> Result<Crash, outbox::BuildError> {
         .inline_io(true)
         .segment_bytes(plan.segment_bytes)
         .sync_interval(plan.sync_interval)
-        .retry_interval(Duration::from_millis(100));
+        .retry_interval(RETRY_INTERVAL);
     Outbox::builder(CrashSink::new(
         Arc::clone(&ctx.book),
         Arc::clone(&ctx.ledger),
@@ -361,9 +364,24 @@ async fn healed(outbox: Crash, ctx: &Ctx, life: u32) {
             .chain(check::d4::recovered_counted(&c, replayed, life))
             .chain(i3::counters_balance(&c)),
     );
+    // With the faults stopped, the journal must be up again within a few
+    // retry intervals (D5): an error no fault caused (a commit appending to
+    // a segment it never created, say) would otherwise pass unseen.
+    let mut last = outbox.sync().await;
+    for _ in 0..5 {
+        if last.is_ok() {
+            break;
+        }
+        tokio::time::sleep(RETRY_INTERVAL).await;
+        last = outbox.sync().await;
+    }
+    if let Err(e) = last {
+        let detail = format!("the journal is not up 5 retry intervals after the heal: {e}");
+        fail(&ctx.book, [("D5", detail)]);
+    }
     // Done marks go to disk with a commit; a second one lets the segments
     // they free go.
-    for _ in 0..3 {
+    for _ in 0..2 {
         let _ = outbox.sync().await;
     }
     let segment = ctx.plan.segment_bytes;
