@@ -530,8 +530,17 @@ mod tests {
     use crate::core::journal::Limits;
 
     fn item() -> EncodedItem {
-        EncodedItem::new::<()>(|b| Ok(b.push(1)), |b| Ok(b.extend_from_slice(&[7; 16])))
-            .expect("encodes")
+        EncodedItem::new::<()>(
+            |b| {
+                b.push(1);
+                Ok(())
+            },
+            |b| {
+                b.extend_from_slice(&[7; 16]);
+                Ok(())
+            },
+        )
+        .expect("encodes")
     }
 
     #[test]
