@@ -1403,6 +1403,45 @@ mod journal_abuse {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// The runtime dies under a journaled outbox (the nearest thing to a
+    /// crash in-process): every item an answered `sync` covered is staged
+    /// again by the next outbox on the directory, counted `recovered`, and
+    /// written once, in order (D1, D2, D4).
+    #[test]
+    fn abuse_journal_runtime_dropped_then_recovered() {
+        let dir = tmp("rtdrop");
+        let sink = Script::new("j-rt");
+        sink.set(1, Act::Hang);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let o = rt.block_on(async {
+            let o = journaled(&sink, &dir).unwrap();
+            stage_all(&o, 1, 1..=10);
+            o.sync().await.unwrap();
+            o
+        });
+        drop(rt);
+        assert_eq!(o.pending(), 0, "abandoned with the runtime");
+        assert_eq!(o.counters().lost(LostReason::Abandoned), 10);
+        drop(o);
+        sink.set(1, Act::Ok);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let o = journaled(&sink, &dir).expect("the dead runtime's lock is gone");
+            let c = o.counters();
+            assert_eq!((c.recovered, c.pending), (10, 10), "{c:?}");
+            assert_eq!(o.settle(10 * SEC).await.pending, 0);
+            assert_eq!(sink.stored(1), (1..=10).collect::<Vec<_>>());
+            assert_eq!(o.shutdown(SEC).await.lost, 0);
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// A zero `max_bytes`: every stage is dropped under `journal_full`
     /// (documented), never accepted into memory only.
     #[tokio::test]
@@ -1420,4 +1459,245 @@ mod journal_abuse {
         drop(o);
         std::fs::remove_dir_all(&dir).unwrap();
     }
+}
+
+/// A weigher that answers absurd weights (0 and `u64::MAX`, and one that
+/// panics): no overflow panic in a debug build, the byte capacity holds,
+/// the counts balance.
+#[tokio::test(start_paused = true)]
+async fn abuse_weigher_answers_absurd_weights() {
+    let sink = Script::new("a-weigh");
+    sink.set(1, Act::Hang);
+    let config = Config::builder()
+        .capacity_bytes(1_000)
+        .max_batch_bytes(100)
+        .build()
+        .unwrap();
+    let o = Outbox::builder(sink.clone())
+        .config(config)
+        .weigher(|i: &u32| match i % 3 {
+            0 => 0,
+            1 => u64::MAX,
+            _ => panic!("weigher panicked on {i}"),
+        })
+        .build()
+        .unwrap();
+    let mut accepted = 0;
+    for i in 0..30u32 {
+        if o.stage(1 + u64::from(i % 2), i) == Staged::Accepted {
+            accepted += 1;
+        }
+    }
+    // A u64::MAX item cannot fit in 1,000 bytes.
+    assert!(accepted < 30);
+    assert!(o.counters().dropped(DropReason::BufferFull) > 0);
+    assert_balanced(&o);
+    sink.set(1, Act::Ok);
+    assert_eq!(o.settle(60 * SEC).await.pending, 0);
+    assert_balanced(&o);
+    assert_eq!(o.counters().written, accepted);
+}
+
+/// Dead letters that cannot be handed out (a callback that panics, a full
+/// or closed channel) are counted in `health().dead_letters_dropped`, and
+/// the items stay counted lost.
+#[tokio::test(start_paused = true)]
+async fn abuse_dead_letters_that_cannot_be_handed_out() {
+    let sink = Script::new("a-dead");
+    sink.set(1, Act::Reject);
+    let config = Config::builder().build().unwrap();
+    let o = Outbox::builder(sink.clone())
+        .config(config)
+        .dead_letters(outbox::DeadLetters::callback(|l| {
+            panic!("dead-letter callback panicked on {:?}", l.items)
+        }))
+        .build()
+        .unwrap();
+    stage_all(&o, 1, [1, 2]);
+    assert_eq!(o.settle(SEC).await.pending, 0);
+    stage_all(&o, 1, [3]);
+    assert_eq!(o.settle(SEC).await.pending, 0);
+    assert_eq!(o.health().dead_letters_dropped, 2);
+    assert_eq!(o.counters().lost(LostReason::Terminal), 3);
+    assert_balanced(&o);
+
+    let sink = Script::new("a-dead-ch");
+    sink.set(1, Act::Reject);
+    let (letters, rx) = outbox::DeadLetters::channel(0);
+    let o = Outbox::builder(sink.clone())
+        .dead_letters(letters)
+        .build()
+        .unwrap();
+    stage_all(&o, 1, [1]);
+    assert_eq!(o.settle(SEC).await.pending, 0);
+    stage_all(&o, 1, [2]);
+    assert_eq!(o.settle(SEC).await.pending, 0);
+    // Capacity 0 is taken as 1: the first letter is held, the second is not.
+    assert_eq!(o.health().dead_letters_dropped, 1);
+    drop(rx);
+    stage_all(&o, 1, [3]);
+    assert_eq!(o.settle(SEC).await.pending, 0);
+    assert_eq!(o.health().dead_letters_dropped, 2);
+    assert_eq!(o.counters().lost(LostReason::Terminal), 3);
+}
+
+/// `try_stage` on a full outbox hands the item back and counts nothing.
+#[tokio::test(start_paused = true)]
+async fn abuse_try_stage_refusal_is_not_counted() {
+    let sink = Script::new("a-try");
+    sink.set(1, Act::Hang);
+    let o = build(&sink, Config::builder().capacity(1).build().unwrap());
+    assert_eq!(o.try_stage(1, 1), Ok(()));
+    sink.until_attempts(1, 1).await;
+    let before = o.counters();
+    match o.try_stage(1, 2) {
+        Err(outbox::StageError::Full {
+            reason: DropReason::BufferFull,
+            item: 2,
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(o.counters(), before);
+    let r = o.stage_wait(1, 3, SEC).await;
+    assert!(matches!(r, Err(outbox::StageError::TimedOut(3))), "{r:?}");
+    assert_eq!(o.counters(), before);
+}
+
+/// Stages from plain threads outside the runtime, while the runtime's
+/// own tasks stage too: every item written, per tenant in order.
+#[test]
+fn abuse_stage_from_many_threads_outside_the_runtime() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let sink = Script::new("a-threads");
+    let o = Outbox::builder(sink.clone())
+        .runtime(rt.handle().clone())
+        .build()
+        .unwrap();
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let o = o.clone();
+            std::thread::spawn(move || {
+                for i in 0..5_000u32 {
+                    assert_eq!(o.stage(t, i), Staged::Accepted);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let r = rt.block_on(o.settle(60 * SEC));
+    assert_eq!(r.pending, 0);
+    for t in 0..4 {
+        assert_eq!(sink.stored(t), (0..5_000).collect::<Vec<_>>());
+    }
+    let r = rt.block_on(o.shutdown(SEC));
+    assert_eq!(r.lost, 0);
+}
+
+/// An item whose `Drop` stages into the same outbox (the README: "Items
+/// are never dropped under the outbox's lock, so an item's `Drop` may call
+/// the outbox"): dropped at a full capacity, after the fence, after a
+/// write. No deadlock, no panic, everything counted.
+mod reentrant_drop {
+    use super::*;
+    use std::sync::OnceLock;
+
+    static OUTBOX: OnceLock<Outbox<ReSink>> = OnceLock::new();
+
+    /// Item `n`'s drop stages `n + 1000` once (ids below 1000 only).
+    struct Re(u32);
+    impl Drop for Re {
+        fn drop(&mut self) {
+            if self.0 < 1000 {
+                if let Some(o) = OUTBOX.get() {
+                    let _ = o.stage(1, Re(self.0 + 1000));
+                }
+            }
+        }
+    }
+
+    #[derive(Clone, Default)]
+    struct ReSink(Arc<Mutex<Vec<u32>>>);
+    impl Sink for ReSink {
+        type Tenant = u64;
+        type Item = Re;
+        fn name(&self) -> &str {
+            "a-reentrant"
+        }
+        async fn write(&self, _: &u64, items: &[Re]) -> Result<Written, WriteError> {
+            self.0.lock().unwrap().extend(items.iter().map(|r| r.0));
+            Ok(Written::ALL)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn abuse_item_drop_calls_the_outbox() {
+        let sink = ReSink::default();
+        let config = Config::builder().capacity(2).build().unwrap();
+        let o = Outbox::new(sink.clone(), config).unwrap();
+        assert!(OUTBOX.set(o.clone()).is_ok());
+        assert_eq!(o.stage(1, Re(1)), Staged::Accepted);
+        assert_eq!(o.stage(1, Re(2)), Staged::Accepted);
+        // Dropped at the capacity: its drop stages 1003, also dropped.
+        assert_eq!(o.stage(1, Re(3)), Staged::Dropped(DropReason::BufferFull));
+        // 1 and 2 are written, then dropped: they stage 1001 and 1002.
+        assert_eq!(o.settle(SEC).await.pending, 0);
+        assert_eq!(o.settle(SEC).await.pending, 0);
+        let r = o.shutdown(SEC).await;
+        assert_eq!(r.lost, 0);
+        // Refused after the fence: its drop is refused too.
+        assert_eq!(o.stage(1, Re(4)), Staged::Refused);
+        let mut got = sink.0.lock().unwrap().clone();
+        got.sort();
+        assert_eq!(got, [1, 2, 1001, 1002]);
+        let c = o.counters();
+        assert!(c.balanced(), "{c:?}");
+        assert_eq!(c.staged, 8);
+        assert_eq!(c.lost(LostReason::Shutdown), 2);
+        assert_eq!(c.dropped(DropReason::BufferFull), 2);
+    }
+}
+
+/// Two shutdowns, the second with an earlier deadline: it tightens the
+/// first; the first caller gets the accounting, the second zeros. An
+/// abandon while the shutdown is still to answer hands its items to the
+/// shutdown's report, not to its own caller (each item handed back once).
+#[tokio::test(start_paused = true)]
+async fn abuse_second_shutdown_tightens_and_abandon_defers_to_it() {
+    let sink = Script::new("a-shut2");
+    sink.set(1, Act::Hang);
+    sink.set(2, Act::Fail);
+    let o = build(&sink, Config::default());
+    stage_all(&o, 1, [1]);
+    stage_all(&o, 2, [2, 3]);
+    sink.until_attempts(1, 1).await;
+    let t0 = Instant::now();
+    let first = o.shutdown(10 * SEC);
+    let second = o.shutdown(SEC);
+    let (a, b) = tokio::join!(first, second);
+    let took = t0.elapsed();
+    assert!(took >= SEC && took <= SEC + MS, "{took:?}");
+    assert!(a.first && !b.first);
+    assert_eq!((a.lost, b.lost), (3, 0));
+    assert!(b.unwritten.is_empty());
+    assert_eq!(a.unwritten.iter().map(|(_, v)| v.len()).sum::<usize>(), 3);
+
+    let sink = Script::new("a-shut3");
+    sink.set(1, Act::Fail);
+    let o = build(&sink, Config::default());
+    stage_all(&o, 1, [1, 2]);
+    sink.until_attempts(1, 1).await;
+    let shutdown = o.shutdown(10 * SEC);
+    assert!(o.abandon().is_empty());
+    let r = shutdown.await;
+    assert_eq!(r.lost, 2);
+    assert_eq!(r.unwritten, [(1, vec![1, 2])]);
+    let c = o.counters();
+    assert_eq!(c.lost_total(), 2, "{c:?}");
+    assert_balanced(&o);
 }
