@@ -1701,3 +1701,52 @@ async fn abuse_second_shutdown_tightens_and_abandon_defers_to_it() {
     assert_eq!(c.lost_total(), 2, "{c:?}");
     assert_balanced(&o);
 }
+
+/// The breaker (S-R1, S-R2, I10, I11): after `failures` failed attempts in
+/// a row, only probes start, spaced by the doubling probe interval; once
+/// the sink answers, it closes and every tenant drains.
+#[tokio::test(start_paused = true)]
+async fn abuse_breaker_holds_back_a_failing_sink_then_closes() {
+    let sink = Script::new("a-breaker");
+    let config = Config::builder()
+        .initial_backoff(10 * MS)
+        .max_backoff(10 * MS)
+        .breaker(
+            outbox::BreakerConfig::new()
+                .failures(3)
+                .probe_interval(SEC)
+                .max_probe_interval(4 * SEC),
+        )
+        .build()
+        .unwrap();
+    let o = build(&sink, config);
+    for t in 1..=5 {
+        sink.set(t, Act::Fail);
+        stage_all(&o, t, [t as u32]);
+    }
+    // Three failures open it.
+    sink.until(|s| s.attempts.len() >= 3).await;
+    let opened = Instant::now();
+    tokio::time::sleep(20 * SEC).await;
+    let during: Vec<_> = sink
+        .attempts()
+        .into_iter()
+        .filter(|a| a.at > opened)
+        .collect();
+    // Probes at about 1, 2, 4, 4, 4, 4 s apart: 5 or 6 in 20 s, never
+    // closer than one probe interval.
+    assert!((4..=7).contains(&during.len()), "{} attempts", during.len());
+    for w in during.windows(2) {
+        assert!(w[1].at - w[0].at >= SEC, "{:?}", w[1].at - w[0].at);
+    }
+    assert!(!matches!(o.health().breaker, outbox::BreakerState::Closed));
+    for t in 1..=5 {
+        sink.set(t, Act::Ok);
+    }
+    let r = o.settle(10 * SEC).await;
+    assert_eq!(r.pending, 0);
+    assert_eq!(o.health().breaker, outbox::BreakerState::Closed);
+    for t in 1..=5u64 {
+        assert_eq!(sink.stored(t), [t as u32]);
+    }
+}
