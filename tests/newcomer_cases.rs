@@ -1442,6 +1442,34 @@ mod journal_abuse {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// A journal whose commit fails, with `retry_interval(Duration::MAX)`:
+    /// the sync answers `Failed`, nothing panics, the outbox goes on
+    /// writing from memory (S-J5), and a later sync answers too.
+    #[tokio::test]
+    #[ignore = "FINDING: JournalConfig::retry_interval(Duration::MAX) is accepted, then the first \
+                failed commit panics the journal's task ('overflow when adding duration to \
+                instant', src/driver/journal.rs `Instant::now() + self.retry_interval`); the \
+                journal is dead: the first `sync()` never answers (hangs forever, no SyncError::Closed)"]
+    async fn abuse_journal_huge_retry_interval_on_a_failing_disk() {
+        let disk = outbox::journal::MemStorage::new();
+        let sink = Script::new("j-retry");
+        let o = Outbox::builder(sink.clone())
+            .journal(JournalConfig::with_storage(disk.clone()).retry_interval(Duration::MAX))
+            .build()
+            .unwrap();
+        disk.fail(Some(std::io::ErrorKind::StorageFull));
+        assert_eq!(o.stage(1, 1), Staged::Accepted);
+        let r = tokio::time::timeout(5 * SEC, o.sync()).await;
+        assert!(matches!(r, Ok(Err(_))), "{r:?}");
+        assert_eq!(o.stage(1, 2), Staged::Accepted);
+        let r = tokio::time::timeout(5 * SEC, o.sync()).await;
+        assert!(matches!(r, Ok(Err(_))), "a second sync: {r:?}");
+        assert_eq!(o.settle(5 * SEC).await.pending, 0);
+        assert_eq!(sink.stored(1), [1, 2]);
+        let r = tokio::time::timeout(10 * SEC, o.shutdown(SEC)).await;
+        assert!(r.is_ok(), "the shutdown answers");
+    }
+
     /// A zero `max_bytes`: every stage is dropped under `journal_full`
     /// (documented), never accepted into memory only.
     #[tokio::test]
