@@ -1470,6 +1470,47 @@ mod journal_abuse {
         assert!(r.is_ok(), "the shutdown answers");
     }
 
+    /// `sync` after a shutdown, and after the last handle's drop, answers
+    /// (it never hangs); a stage after the shutdown is refused and leaves
+    /// nothing to recover.
+    #[tokio::test]
+    async fn abuse_journal_sync_after_shutdown_answers() {
+        let disk = outbox::journal::MemStorage::new();
+        let sink = Script::new("j-after");
+        let o = Outbox::builder(sink.clone())
+            .journal(JournalConfig::with_storage(disk.clone()))
+            .build()
+            .unwrap();
+        stage_all(&o, 1, [1, 2]);
+        o.sync().await.unwrap();
+        assert_eq!(o.shutdown(5 * SEC).await.lost, 0);
+        assert_eq!(o.stage(1, 3), Staged::Refused);
+        let r = tokio::time::timeout(5 * SEC, o.sync()).await;
+        assert!(r.is_ok(), "sync after shutdown hangs");
+        let late = o.sync();
+        drop(o);
+        let r = tokio::time::timeout(5 * SEC, late).await;
+        assert!(r.is_ok(), "sync after the last drop hangs");
+        // Nothing to recover on the same disk (its lock is freed once the
+        // journal's task has closed).
+        let t0 = std::time::Instant::now();
+        let again = loop {
+            match Outbox::builder(sink.clone())
+                .journal(JournalConfig::with_storage(disk.clone()))
+                .build()
+            {
+                Ok(o) => break o,
+                Err(e) => {
+                    assert!(t0.elapsed() < 10 * SEC, "{e}");
+                    tokio::time::sleep(MS).await;
+                }
+            }
+        };
+        assert_eq!(again.counters().recovered, 0);
+        assert_eq!(sink.stored(1), [1, 2]);
+        drop(again.shutdown(SEC).await);
+    }
+
     /// A zero `max_bytes`: every stage is dropped under `journal_full`
     /// (documented), never accepted into memory only.
     #[tokio::test]
@@ -1777,4 +1818,39 @@ async fn abuse_breaker_holds_back_a_failing_sink_then_closes() {
     for t in 1..=5u64 {
         assert_eq!(sink.stored(t), [t as u32]);
     }
+}
+
+/// The largest counts every knob takes, and the smallest durations: no
+/// overflow, no huge allocation, the outbox writes as usual.
+#[tokio::test(start_paused = true)]
+async fn abuse_extreme_counts_and_tiny_durations() {
+    let sink = Script::new("a-max");
+    let config = Config::builder()
+        .concurrency(usize::MAX)
+        .capacity(usize::MAX)
+        .tenant_capacity(usize::MAX)
+        .max_batch(usize::MAX)
+        .max_slices_per_write(usize::MAX)
+        .max_group_items(usize::MAX)
+        .max_attempts(u32::MAX)
+        .initial_backoff(Duration::from_nanos(1))
+        .max_backoff(Duration::from_nanos(1))
+        .jitter(1.0)
+        .linger(Duration::from_nanos(1))
+        .write_timeout(Duration::from_nanos(1_000_000))
+        .seed(u64::MAX)
+        .build()
+        .unwrap();
+    let o = build(&sink, config);
+    for t in 0..10u64 {
+        sink.set(t, if t % 2 == 0 { Act::PanicOnce } else { Act::Ok });
+        stage_all(&o, t, 0..10);
+    }
+    let r = o.settle(60 * SEC).await;
+    assert_eq!(r.pending, 0);
+    for t in 0..10 {
+        assert_eq!(sink.stored(t), (0..10).collect::<Vec<_>>());
+    }
+    assert_eq!(o.counters().failed(Failure::Panic), 5);
+    assert_balanced(&o);
 }
