@@ -26,8 +26,9 @@ enum Command {
         /// How many seeds.
         #[arg(long, default_value_t = 1_000)]
         seeds: u64,
-        /// The world: `fast` (the core alone) or `net` (the tokio driver
-        /// and a network sink over turmoil).
+        /// The world: `fast` (the core alone), `net` (the tokio driver
+        /// and a network sink over turmoil) or `crash` (a journaled outbox
+        /// on a simulated disk, crashed and restarted).
         #[arg(long, default_value = "fast")]
         world: WorldKind,
         /// The first seed.
@@ -36,7 +37,8 @@ enum Command {
         /// Steps of the faulty phase per seed (fast world).
         #[arg(long, default_value_t = 10_000)]
         steps: u64,
-        /// Virtual seconds of the faulty phase per seed (net world).
+        /// Virtual seconds of the faulty phase per seed (net world; the
+        /// crash world takes a quarter of it, at least 1).
         #[arg(long, default_value_t = 60)]
         secs: u64,
     },
@@ -45,13 +47,14 @@ enum Command {
     Replay {
         /// The seed.
         seed: u64,
-        /// The world.
+        /// The world: `fast`, `net` or `crash`.
         #[arg(long, default_value = "fast")]
         world: WorldKind,
         /// Steps of the faulty phase (fast world).
         #[arg(long, default_value_t = 10_000)]
         steps: u64,
-        /// Virtual seconds of the faulty phase (net world).
+        /// Virtual seconds of the faulty phase (net world; the crash
+        /// world takes a quarter of it, at least 1).
         #[arg(long, default_value_t = 60)]
         secs: u64,
         /// Print the trace, one line per op and event.
