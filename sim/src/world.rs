@@ -214,7 +214,18 @@ pub(crate) fn step_index(steps: u64) -> usize {
     usize::try_from(steps).unwrap_or(usize::MAX)
 }
 
-/// The command that replays `seed` with a trace.
+/// The command that replays `seed` with a trace; under a canary (feature
+/// `canary` with `OUTBOX_CANARY` set), with both, or the seed would pass.
 pub fn replay_command(seed: u64, world: WorldKind) -> String {
-    format!("cargo run --release -p outbox-sim -- replay {seed} --world {world} --trace")
+    let canary = if cfg!(feature = "canary") {
+        std::env::var("OUTBOX_CANARY").ok()
+    } else {
+        None
+    };
+    match canary {
+        Some(name) => format!(
+            "OUTBOX_CANARY={name} cargo run --release -p outbox-sim --features canary -- replay {seed} --world {world} --trace"
+        ),
+        None => format!("cargo run --release -p outbox-sim -- replay {seed} --world {world} --trace"),
+    }
 }

@@ -23,6 +23,37 @@ pub(crate) fn drop_quietly<T>(value: T) {
     let _ = call(move || drop(value));
 }
 
+/// Drops every value of `values` on its own, swallowing a panic in each
+/// destructor (S-W13). Dropping a collection whole would not do: a second
+/// panicking destructor during the first one's unwinding aborts the
+/// process, losing every pending item uncounted.
+pub(crate) fn drop_each<T>(values: impl IntoIterator<Item = T>) {
+    for value in values {
+        drop_quietly(value);
+    }
+}
+
+/// Drops runs of items (one write's items each), item by item.
+pub(crate) fn drop_runs<I>(runs: Vec<Vec<I>>) {
+    for run in runs {
+        drop_each(run);
+    }
+}
+
+/// Drops a dead letter's items one by one, then its tenant.
+pub(crate) fn drop_letter<K, I>(letter: crate::core::DeadLetter<K, I>) {
+    drop_each(letter.items);
+    drop_quietly(letter.tenant);
+}
+
+/// Drops a shutdown report's unwritten items one by one, then its tenants.
+pub(crate) fn drop_report<K, I>(report: crate::core::ShutdownReport<K, I>) {
+    for (tenant, items) in report.unwritten {
+        drop_each(items);
+        drop_quietly(tenant);
+    }
+}
+
 /// Drops a panic payload; a payload whose own destructor panics is leaked
 /// rather than allowed to unwind through the writer.
 fn dispose(payload: Box<dyn Any + Send>) -> Panicked {

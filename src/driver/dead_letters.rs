@@ -78,7 +78,7 @@ impl<K: Send + 'static, I: Send + 'static> DeadLetters<K, I> {
             Kind::Channel(tx) => {
                 if let Err(e) = tx.try_send(letter) {
                     dropped.fetch_add(1, Ordering::Relaxed);
-                    contain::drop_quietly(e);
+                    contain::drop_letter(e.into_inner());
                 }
                 false
             }

@@ -546,7 +546,7 @@ where
                          again (counted in outbox_items_unjournaled_total)"
                     );
                 }
-                g.retry_at = Some(Instant::now() + self.retry_interval);
+                g.retry_at = Some(super::deadline(Instant::now(), self.retry_interval));
                 let kind = e.kind();
                 for (_, tx) in g.waiters.drain(..) {
                     let _ = tx.send(Err(SyncError::Failed(kind)));

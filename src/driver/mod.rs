@@ -32,3 +32,14 @@ pub use health::Health;
 pub use journal::SyncError;
 pub use outbox::StageError;
 pub use outbox::{BuildError, Outbox, OutboxBuilder, DEFAULT_DROP_TIMEOUT};
+
+/// `now + after`, or a point far enough away to be never (about 30 years)
+/// when `after` is so large the sum would overflow: a caller's
+/// `Duration::MAX` means "no deadline", never a panic.
+pub(crate) fn deadline(
+    now: tokio::time::Instant,
+    after: std::time::Duration,
+) -> tokio::time::Instant {
+    const NEVER: std::time::Duration = std::time::Duration::from_secs(30 * 365 * 24 * 3600);
+    now.checked_add(after.min(NEVER)).unwrap_or(now)
+}

@@ -300,10 +300,16 @@ impl<S: Sink> OutboxBuilder<S> {
         shared.engine_input(|_| ());
         #[cfg(feature = "journal")]
         if let (Some(journal), Some(committer)) = (&shared.journal, committer) {
-            drop(shared.runtime().spawn(Arc::clone(journal).run(committer)));
+            drop(
+                shared
+                    .tasks
+                    .spawn_on(Arc::clone(journal).run(committer), shared.runtime()),
+            );
         }
         let writer = Writer::new(Arc::clone(&shared), log, self.drop_timeout);
-        drop(shared.runtime().spawn(writer.run()));
+        drop(shared.tasks.spawn_on(writer.run(), shared.runtime()));
+        // No task joins later: `closed` resolves once these two are gone.
+        shared.tasks.close();
         // A shut-down runtime drops the task at once, and with it the
         // writer, whose drop marks it gone.
         if shared.lock().writer_gone {
@@ -606,7 +612,7 @@ impl<S: Sink> Outbox<S> {
         timeout: Duration,
     ) -> Result<(), StageError<S::Item>> {
         let shared = self.shared();
-        let deadline = tokio::time::Instant::now() + timeout;
+        let deadline = super::deadline(tokio::time::Instant::now(), timeout);
         loop {
             // Registered before the try, so a wake between the two is not
             // missed.
@@ -641,6 +647,31 @@ impl<S: Sink> Outbox<S> {
         let health = crate::Health::of(&shared.lock().engine, now, dropped);
         shared.gauges.set(&health);
         health
+    }
+
+    /// Resolves once the outbox is closed for good: every handle dropped,
+    /// the writer exited (after its drain, S-W16), and with a journal its
+    /// task exited and released the directory's lock (S-J6), so that a new
+    /// outbox may be built on the same directory at once. Take the future,
+    /// then drop the handles:
+    ///
+    /// ```no_run
+    /// # async fn f<S: outbox::Sink>(outbox: outbox::Outbox<S>) {
+    /// let report = outbox.shutdown(std::time::Duration::from_secs(5)).await;
+    /// let closed = outbox.closed();
+    /// drop(outbox);
+    /// closed.await;
+    /// # }
+    /// ```
+    ///
+    /// Never resolves while a handle lives (it would wait on itself). Also
+    /// resolves when the runtime shut down and dropped the tasks.
+    ///
+    /// # Cancellation
+    /// Cancel safe: the future only watches; dropping it changes nothing.
+    pub fn closed(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let tasks = self.shared().tasks.clone();
+        async move { tasks.wait().await }
     }
 
     /// Items accepted and not yet written, lost or dropped (S-W14); the

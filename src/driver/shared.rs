@@ -63,6 +63,11 @@ pub(crate) struct Shared<S: Sink> {
     pub(crate) dead_letters_dropped: std::sync::atomic::AtomicU64,
     /// The runtime the writer runs on; its clock is the outbox's clock.
     runtime: Handle,
+    /// The writer's and the journal's tasks: [`Outbox::closed`] waits for
+    /// both to exit (the journal's releases the directory's lock).
+    ///
+    /// [`Outbox::closed`]: crate::Outbox::closed
+    pub(crate) tasks: tokio_util::task::TaskTracker,
     /// The origin of the engine's [`Time`].
     origin: Instant,
     /// The write-ahead journal, if configured (D1-D6). Its lock is taken
@@ -97,6 +102,7 @@ impl<S: Sink> Shared<S> {
             dead_letters: None,
             dead_letters_dropped: std::sync::atomic::AtomicU64::new(0),
             runtime,
+            tasks: tokio_util::task::TaskTracker::new(),
             origin,
             #[cfg(feature = "journal")]
             journal: None,
@@ -115,7 +121,7 @@ impl<S: Sink> Shared<S> {
         let released = st.engine.take_released();
         drop(st);
         if !released.is_empty() {
-            contain::drop_quietly(released);
+            contain::drop_each(released);
         }
         out
     }

@@ -166,7 +166,7 @@ fn per_slice(
             ),
         })
         .collect();
-    contain::drop_quietly(results);
+    contain::drop_each(results);
     outcomes
 }
 

@@ -179,8 +179,10 @@ impl<S: Sink> Drop for Writer<S> {
             st.waiters.clear();
             st.engine.counters().lost(LostReason::Abandoned) - before
         });
-        contain::drop_quietly(done);
-        contain::drop_quietly(unclaimed);
+        contain::drop_runs(done);
+        for report in unclaimed {
+            contain::drop_report(report);
+        }
         for letter in letters {
             self.hand_dead_letter(letter);
         }
@@ -344,7 +346,12 @@ impl<S: Sink> Writer<S> {
         }
         // An item's `Drop` is application code: run it outside the lock and
         // contain a panic, so one bad item never stops the writer (S-W13).
-        if contain::call(move || drop(done)).is_err() {
+        // One item at a time: two panicking destructors in one drop abort.
+        let mut panicked = false;
+        for item in done.into_iter().flatten() {
+            panicked |= contain::call(move || drop(item)).is_err();
+        }
+        if panicked {
             tracing::error!(
                 outbox = self.log.name(),
                 "an item panicked while being dropped after its write; the writer carries on"
@@ -453,7 +460,7 @@ impl<S: Sink> Writer<S> {
                 // are dropped here, an item's `Drop` contained (S-W13).
                 match waiters.remove(&id) {
                     Some(Waiter::Shutdown(tx)) => self.answer_shutdown(tx, report),
-                    _ => contain::drop_quietly(report),
+                    _ => contain::drop_report(report),
                 }
             }
             _ => {}
@@ -476,7 +483,7 @@ impl<S: Sink> Writer<S> {
             }
             None => {
                 dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                contain::drop_quietly(letter);
+                contain::drop_letter(letter);
             }
         }
     }
@@ -491,7 +498,7 @@ impl<S: Sink> Writer<S> {
     ) {
         let send = move |report| {
             if let Err(report) = tx.send(report) {
-                contain::drop_quietly(report);
+                contain::drop_report(report);
             }
         };
         #[cfg(feature = "journal")]

@@ -142,7 +142,8 @@ impl JournalConfig {
 
     /// After a commit fails (disk full, EIO, a permission lost), how long
     /// until the journal tries again (S-J5). Default 1 s; zero is taken as
-    /// 1 ms.
+    /// 1 ms, and a value too large to add to the clock (`Duration::MAX`)
+    /// as about 30 years.
     pub fn retry_interval(mut self, interval: Duration) -> Self {
         self.retry_interval = interval.max(Duration::from_millis(1));
         self

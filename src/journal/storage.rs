@@ -181,7 +181,8 @@ impl Storage for FsStorage {
             Err(fs4::TryLockError::WouldBlock) => Err(io::Error::new(
                 io::ErrorKind::WouldBlock,
                 format!(
-                    "journal {} is locked by another process",
+                    "journal {} is locked by another process, or by an outbox of this one \
+                     still open or closing (await `Outbox::closed` before building on it again)",
                     self.dir.display()
                 ),
             )),
