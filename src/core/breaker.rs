@@ -1,6 +1,7 @@
 //! The sink-wide breaker (S-R1, S-R2): after a run of failed attempts
 //! across tenants, no new attempt starts but one probe per probe interval;
-//! the probe's success closes it.
+//! any attempt the sink answers (committed, or rejected as terminal) closes
+//! it.
 //!
 //! Per-tenant backoff (S-W7) spaces one tenant's retries; with thousands of
 //! tenants some tenant is always due, so a sink that is down still sees a
