@@ -25,6 +25,7 @@ async fn duration_max_everywhere_is_accepted_and_works() {
         .max_backoff(Duration::MAX)
         .write_timeout(Duration::MAX)
         .max_retry_duration(Duration::MAX)
+        .max_item_age(Duration::MAX)
         .concurrency(usize::MAX)
         .capacity(usize::MAX)
         .tenant_capacity(usize::MAX)

@@ -872,16 +872,21 @@ mod tests {
         assert_eq!(l.append(1, 100, H).unwrap().roll, Some(3));
     }
 
+    /// Done records of 5 bytes plus 8 per mark, at most `per_record` marks.
+    fn mark_sizes(per_record: usize) -> MarkSizes {
+        MarkSizes {
+            header: H,
+            record: 5,
+            mark: 8,
+            per_record,
+        }
+    }
+
     #[test]
     fn done_marks_fill_the_current_segment_then_roll_it() {
         // D6 (crash seed 2323): a settle's marks never grow a segment past
         // `segment_bytes`; they fill its room, then go on in a new one.
-        let sizes = MarkSizes {
-            header: H,
-            record: 5,
-            mark: 8,
-            per_record: 4,
-        };
+        let sizes = mark_sizes(4);
         let mut l: Ledger<u32> = Ledger::new(limits(60), 1, 1, H);
         for _ in 0..10 {
             l.append(1, 4, H).unwrap();
@@ -906,12 +911,7 @@ mod tests {
     #[test]
     fn a_segment_holding_only_its_header_takes_a_mark_whatever_its_size() {
         // A tiny `segment_bytes` never rolls forever.
-        let sizes = MarkSizes {
-            header: H,
-            record: 5,
-            mark: 8,
-            per_record: 100,
-        };
+        let sizes = mark_sizes(100);
         let mut l: Ledger<u32> = Ledger::new(limits(12), 1, 1, H);
         l.append(1, 4, H).unwrap();
         l.append(1, 4, H).unwrap();

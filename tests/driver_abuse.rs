@@ -1,19 +1,17 @@
-//! A newcomer's independent take on the scenarios of docs/scenarios.md
-//! (the same numbered cases, 1-28), written against the
-//! public API only, with a sink of its own (no shared test support), on
-//! tokio's paused clock. Each `case_NN_...` asserts the outcome the case
-//! names; `abuse_...` tests probe inputs a newcomer would try. Rule ids
-//! refer to docs/contract.md.
+//! Abuse a newcomer would try, through the public API only, with a sink
+//! of its own, on tokio's paused clock: extreme and zero config values,
+//! items whose `Drop` panics, dropped handles, many tenants, a journal on a
+//! file, a locked directory, a failing disk. Each test asserts what must
+//! happen instead of a panic, a hang or an uncounted loss. Rule ids refer
+//! to docs/contract.md. (The scenarios of docs/scenarios.md are in
+//! tests/driver_scenarios.rs.)
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use outbox::core::Failure;
-use outbox::{
-    Config, DropReason, ErrorPolicy, LostReason, Outbox, Sink, Staged, WriteError, Written,
-};
+use outbox::{Config, DropReason, LostReason, Outbox, Sink, Staged, WriteError, Written};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -34,19 +32,13 @@ enum Act {
     Hang,
     /// Panics inside the write, then the tenant's act becomes `Ok`.
     PanicOnce,
-    /// Returns an error whose `Display` panics, then the act becomes `Ok`.
-    BadDisplayOnce,
     /// Takes this long, then succeeds.
     Slow(Duration),
-    /// Commits, then never answers (a reply lost after commit); the act
-    /// becomes `Ok`.
-    CommitThenHangOnce,
 }
 
 #[derive(Clone, Debug)]
 struct Attempt {
     tenant: u64,
-    items: Vec<u32>,
     at: Instant,
 }
 
@@ -95,12 +87,6 @@ impl Script {
     fn attempts(&self) -> Vec<Attempt> {
         self.state.lock().unwrap().attempts.clone()
     }
-    fn attempts_of(&self, tenant: u64) -> Vec<Attempt> {
-        self.attempts()
-            .into_iter()
-            .filter(|a| a.tenant == tenant)
-            .collect()
-    }
     fn stored(&self, tenant: u64) -> Vec<u32> {
         self.state
             .lock()
@@ -109,15 +95,6 @@ impl Script {
             .get(&tenant)
             .cloned()
             .unwrap_or_default()
-    }
-    fn stored_total(&self) -> usize {
-        self.state
-            .lock()
-            .unwrap()
-            .stored
-            .values()
-            .map(Vec::len)
-            .sum()
     }
     /// Waits (virtual time runs meanwhile) until `pred` holds.
     async fn until(&self, pred: impl Fn(&State) -> bool) {
@@ -144,16 +121,6 @@ impl Script {
     }
 }
 
-/// An error whose `Display` panics (scenario 8).
-#[derive(Debug)]
-struct BadDisplay;
-impl fmt::Display for BadDisplay {
-    fn fmt(&self, _: &mut fmt::Formatter<'_>) -> fmt::Result {
-        panic!("Display of a sink error panicked");
-    }
-}
-impl std::error::Error for BadDisplay {}
-
 /// Decrements `in_flight` however the write ends (cancelled included).
 struct InFlight(Script);
 impl Drop for InFlight {
@@ -175,7 +142,6 @@ impl Sink for Script {
             let mut s = self.state.lock().unwrap();
             s.attempts.push(Attempt {
                 tenant,
-                items: items.to_vec(),
                 at: Instant::now(),
             });
             s.in_flight += 1;
@@ -199,19 +165,10 @@ impl Sink for Script {
                     self.set(tenant, Act::Ok);
                     panic!("scripted sink panic");
                 }
-                Act::BadDisplayOnce => {
-                    self.set(tenant, Act::Ok);
-                    return Err(WriteError::retryable(BadDisplay));
-                }
                 Act::Slow(d) => {
                     tokio::time::sleep(d).await;
                     self.store(tenant, items);
                     return Ok(Written::ALL);
-                }
-                Act::CommitThenHangOnce => {
-                    self.store(tenant, items);
-                    self.set(tenant, Act::Ok);
-                    std::future::pending::<()>().await;
                 }
             }
         }
@@ -232,10 +189,6 @@ fn stage_all<S: Sink<Tenant = u64, Item = u32>>(
     }
 }
 
-fn slices(attempts: &[Attempt]) -> Vec<Vec<u32>> {
-    attempts.iter().map(|a| a.items.clone()).collect()
-}
-
 /// S-W14, checked on every snapshot the tests take.
 fn assert_balanced(o: &Outbox<Script>) {
     let c = o.counters();
@@ -243,673 +196,7 @@ fn assert_balanced(o: &Outbox<Script>) {
     assert_eq!(c.pending, o.pending());
 }
 
-// ----- from the reference outbox (1-9) -----------------------------------
-
-#[tokio::test(start_paused = true)]
-async fn case_01_failed_write_retried_in_order() {
-    let sink = Script::new("c01");
-    let o = build(&sink, Config::default());
-    sink.set(1, Act::Fail);
-    stage_all(&o, 1, [1, 2]);
-    sink.until_attempts(1, 2).await;
-    stage_all(&o, 1, [3]);
-    sink.set(1, Act::Ok);
-    let r = o.settle(60 * SEC).await;
-    assert_eq!((r.pending, r.deadline_passed), (0, false));
-    assert_eq!(sink.stored(1), [1, 2, 3]);
-    assert_eq!(o.pending(), 0);
-    assert_balanced(&o);
-}
-
-#[tokio::test(start_paused = true)]
-async fn case_02_identical_retry_slice() {
-    let sink = Script::new("c02");
-    let o = build(&sink, Config::default());
-    sink.set(1, Act::Fail);
-    stage_all(&o, 1, [1, 2]);
-    sink.until_attempts(1, 1).await;
-    stage_all(&o, 1, [3]);
-    sink.until_attempts(1, 2).await;
-    sink.set(1, Act::Ok);
-    assert_eq!(o.settle(60 * SEC).await.pending, 0);
-    let attempts = slices(&sink.attempts_of(1));
-    let (last, before) = attempts.split_last().unwrap();
-    assert!(before.iter().all(|a| a == &[1, 2]), "{attempts:?}");
-    assert!(before.len() >= 3, "{attempts:?}");
-    assert_eq!(last, &[3]);
-    assert_eq!(sink.stored(1), [1, 2, 3]);
-}
-
-#[tokio::test(start_paused = true)]
-async fn case_03_failing_tenant_does_not_delay_another() {
-    let sink = Script::new("c03");
-    let o = build(&sink, Config::builder().concurrency(1).build().unwrap());
-    sink.set(1, Act::Fail);
-    stage_all(&o, 1, [1]);
-    sink.until_attempts(1, 1).await;
-    stage_all(&o, 2, [2]);
-    sink.until(|s| s.stored.get(&2).is_some_and(|r| r == &[2]))
-        .await;
-    // T1 keeps failing meanwhile, and its item stays pending.
-    let t1_before = sink.attempts_of(1).len();
-    sink.until_attempts(1, t1_before + 2).await;
-    assert!(sink.stored(1).is_empty());
-    assert_eq!(o.pending(), 1);
-    assert_balanced(&o);
-}
-
-#[tokio::test(start_paused = true)]
-async fn case_04_no_count_limit() {
-    let sink = Script::new("c04");
-    let o = build(&sink, Config::default());
-    let n = 50_000u32;
-    for i in 0..n {
-        assert_eq!(o.stage(1, i), Staged::Accepted);
-    }
-    let r = o.settle(60 * SEC).await;
-    assert_eq!((r.pending, r.written), (0, u64::from(n)));
-    assert_eq!(sink.stored(1), (0..n).collect::<Vec<_>>());
-    assert_eq!(o.counters().dropped_total(), 0);
-}
-
-#[tokio::test(start_paused = true)]
-async fn case_05_shutdown_keeps_retrying_until_the_deadline() {
-    let sink = Script::new("c05");
-    let o = build(&sink, Config::default());
-    sink.set(1, Act::Fail);
-    stage_all(&o, 1, [1]);
-    let shutdown = o.shutdown(10 * SEC);
-    let healer = {
-        let sink = sink.clone();
-        tokio::spawn(async move {
-            sink.until_attempts(1, 2).await;
-            sink.set(1, Act::Ok);
-        })
-    };
-    let started = Instant::now();
-    let r = shutdown.await;
-    healer.await.unwrap();
-    assert!(started.elapsed() < 10 * SEC);
-    assert_eq!((r.lost, r.written, r.pending), (0, 1, 0));
-    assert!(r.unwritten.is_empty());
-    assert_eq!(sink.stored(1), [1]);
-    assert_eq!(o.stage(1, 9), Staged::Refused);
-    assert_eq!(o.pending(), 0);
-    assert_eq!(o.counters().lost(LostReason::Shutdown), 1);
-    assert_balanced(&o);
-}
-
-#[tokio::test(start_paused = true)]
-async fn case_06_shutdown_counts_what_is_unwritten_at_the_deadline() {
-    let sink = Script::new("c06");
-    let o = build(&sink, Config::default());
-    sink.set(1, Act::Fail);
-    sink.set(2, Act::Hang);
-    stage_all(&o, 1, [1, 2]);
-    stage_all(&o, 2, [3]);
-    sink.until_attempts(2, 1).await;
-    let started = Instant::now();
-    let r = o.shutdown(200 * MS).await;
-    let took = started.elapsed();
-    assert!(took >= 200 * MS && took <= 201 * MS, "{took:?}");
-    assert_eq!((r.lost, r.written, r.pending), (3, 0, 0));
-    assert!(r.deadline_passed);
-    let mut back: Vec<(u64, Vec<u32>)> = r.unwritten.clone();
-    back.sort();
-    assert_eq!(back, [(1, vec![1, 2]), (2, vec![3])]);
-    let c = o.counters();
-    assert_eq!(
-        (c.lost(LostReason::Deadline), c.pending, c.written),
-        (3, 0, 0)
-    );
-    assert_eq!(sink.stored_total(), 0);
-    assert_balanced(&o);
-}
-
-async fn panicking_first_write(act: Act, name: &'static str) {
-    let sink = Script::new(name);
-    let o = build(&sink, Config::default());
-    sink.set(1, act);
-    stage_all(&o, 1, [1]);
-    sink.until_attempts(1, 1).await;
-    stage_all(&o, 1, [2]);
-    assert_eq!(o.settle(60 * SEC).await.pending, 0);
-    assert_eq!(sink.stored(1), [1, 2]);
-    let c = o.counters();
-    assert_eq!((c.failed_attempts, c.lost_total(), c.pending), (1, 0, 0));
-    assert_balanced(&o);
-}
-
-#[tokio::test(start_paused = true)]
-async fn case_07_panicking_write_is_retried() {
-    panicking_first_write(Act::PanicOnce, "c07").await;
-}
-
-#[tokio::test(start_paused = true)]
-async fn case_08_sink_error_whose_display_panics() {
-    panicking_first_write(Act::BadDisplayOnce, "c08").await;
-}
-
-#[tokio::test(start_paused = true)]
-async fn case_09_shutdown_fences_admission() {
-    let sink = Script::new("c09");
-    let o = build(&sink, Config::default());
-    sink.set(1, Act::Hang);
-    stage_all(&o, 1, [1]);
-    sink.until_attempts(1, 1).await;
-    stage_all(&o, 1, [2]);
-    let shutdown = o.shutdown(60 * SEC);
-    assert!(o.is_shutting_down());
-    assert_eq!(o.stage(1, 3), Staged::Refused);
-    let c = o.counters();
-    assert_eq!((c.lost(LostReason::Shutdown), c.pending), (1, 2));
-    sink.set(1, Act::Ok);
-    let r = shutdown.await;
-    assert_eq!((r.lost, r.written), (0, 2));
-    assert_eq!(sink.stored(1), [1, 2]);
-    assert_balanced(&o);
-}
-
-// ----- from the reference batching sink (10-15) ----------------------------
-
-#[tokio::test(start_paused = true)]
-async fn case_10_batches_not_one_by_one() {
-    let sink = Script::new("c10");
-    let config = Config::builder()
-        .capacity(64)
-        .max_batch(8)
-        .linger(5 * MS)
-        .build()
-        .unwrap();
-    let o = build(&sink, config);
-    stage_all(&o, 1, 0..8);
-    assert_eq!(o.settle(SEC).await.pending, 0);
-    assert_eq!(slices(&sink.attempts()), [(0..8).collect::<Vec<_>>()]);
-    assert_eq!(o.counters().dropped_total(), 0);
-}
-
-#[tokio::test(start_paused = true)]
-async fn case_11_partial_batch_goes_on_the_linger() {
-    let sink = Script::new("c11");
-    let config = Config::builder()
-        .max_batch(500)
-        .linger(20 * MS)
-        .build()
-        .unwrap();
-    let o = build(&sink, config);
-    let t0 = Instant::now();
-    stage_all(&o, 1, [1]);
-    sink.until_attempts(1, 1).await;
-    let at = sink.attempts_of(1)[0].at - t0;
-    assert!(at >= 20 * MS && at <= 21 * MS, "{at:?}");
-    assert_eq!(slices(&sink.attempts()), [vec![1]]);
-}
-
-#[tokio::test(start_paused = true)]
-async fn case_12_stalled_sink_drops_instead_of_blocking() {
-    let sink = Script::new("c12");
-    let config = Config::builder().capacity(4).max_batch(1).build().unwrap();
-    let o = build(&sink, config);
-    sink.set(1, Act::Hang);
-    let t0 = Instant::now();
-    let mut dropped = 0;
-    for i in 0..32 {
-        match o.stage(1, i) {
-            Staged::Accepted => {}
-            Staged::Dropped(DropReason::BufferFull) => dropped += 1,
-            other => panic!("item {i}: {other:?}"),
-        }
-        // Let the writer run between stages: it still must not block us.
-        tokio::task::yield_now().await;
-    }
-    assert_eq!(t0.elapsed(), Duration::ZERO);
-    assert!(dropped > 0);
-    assert_eq!(o.counters().dropped(DropReason::BufferFull), dropped);
-    assert_eq!(sink.stored_total(), 0);
-    assert_balanced(&o);
-}
-
-#[tokio::test(start_paused = true)]
-async fn case_13_flush_writes_a_partial_batch_early() {
-    let sink = Script::new("c13");
-    let config = Config::builder().linger(60 * SEC).build().unwrap();
-    let o = build(&sink, config);
-    stage_all(&o, 1, [1, 2]);
-    let t0 = Instant::now();
-    let r = o.flush(10 * SEC).await;
-    assert!(t0.elapsed() <= MS, "{:?}", t0.elapsed());
-    assert_eq!((r.written, r.pending, r.deadline_passed), (2, 0, false));
-    assert_eq!(sink.stored(1), [1, 2]);
-}
-
-#[tokio::test(start_paused = true)]
-async fn case_14_flush_on_a_failing_sink_drop_policy() {
-    let sink = Script::new("c14");
-    let config = Config::builder()
-        .error_policy(ErrorPolicy::Drop)
-        .build()
-        .unwrap();
-    let o = build(&sink, config);
-    sink.set(1, Act::Fail);
-    stage_all(&o, 1, [1]);
-    let r = o.flush(10 * SEC).await;
-    assert_eq!((r.written, r.dropped, r.pending), (0, 1, 0));
-    assert_eq!(o.counters().dropped(DropReason::SinkError), 1);
-    assert_eq!(sink.attempts().len(), 1, "never retried under Drop");
-    assert_balanced(&o);
-}
-
-#[tokio::test(start_paused = true)]
-async fn case_15_abandon_counts_every_queued_item() {
-    let sink = Script::new("c15");
-    let config = Config::builder().max_batch(2).build().unwrap();
-    let o = build(&sink, config);
-    sink.set(1, Act::Hang);
-    sink.set(2, Act::Fail);
-    stage_all(&o, 1, 0..5);
-    stage_all(&o, 2, 10..13);
-    sink.until_attempts(1, 1).await;
-    sink.until_attempts(2, 1).await;
-    let held = o.abandon();
-    // In flight (T1's [0, 1]) is not handed back; everything else is.
-    let held_items: usize = held.iter().map(|(_, v)| v.len()).sum();
-    let c = o.counters();
-    assert_eq!(c.lost(LostReason::Abandoned), 8, "{c:?}");
-    assert_eq!(c.pending, 0);
-    assert!(held_items <= 8);
-    assert_eq!(o.stage(1, 99), Staged::Refused);
-    assert_balanced(&o);
-    // The writer cancels the hung write; no write ever lands afterwards.
-    tokio::time::sleep(SEC).await;
-    assert_eq!(sink.stored_total(), 0);
-    assert_balanced(&o);
-}
-
-// ----- failures seen in other systems (16-28) ------------------------------
-
-#[tokio::test(start_paused = true)]
-async fn case_16_shutdown_deadline_with_a_hung_in_flight_write() {
-    let sink = Script::new("c16");
-    let o = build(&sink, Config::default());
-    sink.set(1, Act::Hang);
-    stage_all(&o, 1, [1]);
-    sink.until_attempts(1, 1).await;
-    let t0 = Instant::now();
-    let r = o.shutdown(500 * MS).await;
-    let took = t0.elapsed();
-    assert!(took >= 500 * MS && took <= 501 * MS, "{took:?}");
-    assert_eq!(r.lost, 1);
-    assert_eq!(r.unwritten, [(1, vec![1])]);
-    assert_eq!(o.counters().failed(Failure::Cancelled), 1);
-    assert_balanced(&o);
-}
-
-#[tokio::test(start_paused = true)]
-async fn case_17_reordering_on_retry() {
-    let sink = Script::new("c17");
-    let o = build(&sink, Config::default());
-    sink.set(1, Act::Fail);
-    stage_all(&o, 1, [1]); // batch A
-    sink.until_attempts(1, 1).await;
-    sink.set(1, Act::Ok);
-    stage_all(&o, 1, [2]); // batch B, staged while A waits for its backoff
-    assert_eq!(o.settle(10 * SEC).await.pending, 0);
-    // B never started while A waited: the attempts are A, A, B.
-    assert_eq!(slices(&sink.attempts()), [vec![1], vec![1], vec![2]]);
-    assert_eq!(sink.stored(1), [1, 2]);
-}
-
-#[tokio::test(start_paused = true)]
-async fn case_18_unknown_outcome() {
-    let sink = Script::new("c18");
-    let config = Config::builder().write_timeout(SEC).build().unwrap();
-    let o = build(&sink, config);
-    sink.set(1, Act::CommitThenHangOnce);
-    stage_all(&o, 1, [1, 2]);
-    assert_eq!(o.settle(60 * SEC).await.pending, 0);
-    assert_eq!(slices(&sink.attempts()), [vec![1, 2], vec![1, 2]]);
-    assert_eq!(sink.stored(1), [1, 2]);
-    let c = o.counters();
-    assert_eq!((c.failed(Failure::Timeout), c.written), (1, 2));
-}
-
-#[tokio::test(start_paused = true)]
-async fn case_19_exporter_panic_must_not_kill_the_worker() {
-    let sink = Script::new("c19");
-    let o = build(&sink, Config::default());
-    sink.set(1, Act::PanicOnce);
-    stage_all(&o, 1, [1]);
-    sink.until_attempts(1, 1).await;
-    for i in 2..20 {
-        stage_all(&o, 1 + u64::from(i % 3), [i]);
-    }
-    assert_eq!(o.settle(10 * SEC).await.pending, 0);
-    assert_eq!(sink.stored_total(), 19);
-    assert_eq!(o.counters().failed(Failure::Panic), 1);
-}
-
-#[tokio::test(start_paused = true)]
-async fn case_20_eager_batches_under_load() {
-    let sink = Script::new("c20");
-    let config = Config::builder()
-        .capacity(2_048)
-        .max_batch(512)
-        .linger(5 * SEC)
-        .build()
-        .unwrap();
-    let o = build(&sink, config);
-    let t0 = Instant::now();
-    for i in 0..10_000u32 {
-        let _ = o.stage(1, i);
-        if i % 256 == 0 {
-            tokio::task::yield_now().await;
-        }
-    }
-    let r = o.flush(10 * SEC).await;
-    assert_eq!(r.pending, 0);
-    let c = o.counters();
-    assert_eq!(c.written + c.dropped_total(), 10_000);
-    let attempts = sink.attempts();
-    let full: Vec<_> = attempts.iter().filter(|a| a.items.len() == 512).collect();
-    assert!(full.len() >= 2, "{} full batches", full.len());
-    // Full batches did not wait for the linger.
-    assert!(
-        full.iter().all(|a| a.at - t0 < SEC),
-        "a full batch lingered"
-    );
-    // All writes are at most max_batch.
-    assert!(attempts.iter().all(|a| a.items.len() <= 512));
-}
-
-#[tokio::test(start_paused = true)]
-async fn case_21_one_tenants_flood_vs_anothers_trickle() {
-    let sink = Script::new("c21");
-    let config = Config::builder()
-        .tenant_capacity(100)
-        .capacity(10_000)
-        .build()
-        .unwrap();
-    let o = build(&sink, config);
-    sink.set(1, Act::Fail);
-    let mut t1_dropped = 0;
-    for round in 0..50u32 {
-        for i in 0..10 {
-            if o.stage(1, round * 10 + i) == Staged::Dropped(DropReason::TenantFull) {
-                t1_dropped += 1;
-            }
-        }
-        for t in 2..=5u64 {
-            assert_eq!(o.stage(t, round), Staged::Accepted, "T{t} round {round}");
-        }
-        tokio::time::sleep(10 * MS).await;
-    }
-    assert_eq!(t1_dropped, 400);
-    let c = o.counters();
-    assert_eq!(c.dropped(DropReason::TenantFull), 400);
-    assert_eq!(c.dropped(DropReason::BufferFull), 0);
-    assert_eq!(o.settle(SEC).await.pending, 100);
-    for t in 2..=5 {
-        assert_eq!(sink.stored(t), (0..50).collect::<Vec<_>>());
-    }
-    assert_balanced(&o);
-}
-
-#[tokio::test(start_paused = true)]
-async fn case_22_concurrency_slots_are_not_held_by_waiting_tenants() {
-    let sink = Script::new("c22");
-    let config = Config::builder()
-        .concurrency(5)
-        .max_batch(1)
-        .build()
-        .unwrap();
-    let o = build(&sink, config);
-    sink.set(1, Act::Slow(100 * MS));
-    stage_all(&o, 1, 0..20);
-    sink.until_attempts(1, 1).await;
-    let t0 = Instant::now();
-    stage_all(&o, 2, [100]);
-    sink.until_attempts(2, 1).await;
-    assert!(t0.elapsed() <= 100 * MS, "T2 waited {:?}", t0.elapsed());
-    assert_eq!(o.settle(10 * SEC).await.pending, 0);
-    assert_eq!(sink.stored(1), (0..20).collect::<Vec<_>>());
-}
-
-#[tokio::test(start_paused = true)]
-async fn case_23_every_drop_path_is_counted() {
-    // Buffer full, retries exhausted, terminal rejection, shutdown deadline
-    // and late stage, in one outbox; S-W14 after every step.
-    let sink = Script::new("c23");
-    let config = Config::builder()
-        .capacity(6)
-        .max_attempts(2)
-        .build()
-        .unwrap();
-    let o = build(&sink, config);
-    sink.set(1, Act::Fail);
-    sink.set(2, Act::Reject);
-    sink.set(3, Act::Hang);
-    for (t, i) in [
-        (1, 1),
-        (2, 2),
-        (3, 3),
-        (3, 4),
-        (4, 5),
-        (4, 6),
-        (4, 7),
-        (4, 8),
-    ] {
-        let _ = o.stage(t, i);
-        assert_balanced(&o);
-    }
-    assert_eq!(o.counters().dropped(DropReason::BufferFull), 2);
-    sink.until_attempts(1, 2).await;
-    sink.until_attempts(2, 1).await;
-    assert_eq!(o.settle(SEC).await.pending, 2, "T3's hung [3] and [4]");
-    assert_balanced(&o);
-    let shutdown = o.shutdown(100 * MS);
-    assert_eq!(o.stage(5, 9), Staged::Refused);
-    assert_balanced(&o);
-    let r = shutdown.await;
-    assert_eq!(r.lost, 2);
-    let c = o.counters();
-    assert_eq!(c.lost(LostReason::RetriesExhausted), 1);
-    assert_eq!(c.lost(LostReason::Terminal), 1);
-    assert_eq!(c.lost(LostReason::Deadline), 2);
-    assert_eq!(c.lost(LostReason::Shutdown), 1);
-    assert_eq!(c.written, 2);
-    assert_balanced(&o);
-
-    // The drop policy's path, in an outbox of its own.
-    let sink = Script::new("c23b");
-    let o = build(
-        &sink,
-        Config::builder()
-            .error_policy(ErrorPolicy::Drop)
-            .build()
-            .unwrap(),
-    );
-    sink.set(1, Act::Fail);
-    stage_all(&o, 1, [1, 2]);
-    assert_balanced(&o);
-    assert_eq!(o.settle(SEC).await.pending, 0);
-    assert_eq!(o.counters().dropped(DropReason::SinkError), 2);
-    assert_balanced(&o);
-}
-
-#[tokio::test(start_paused = true)]
-async fn case_24_shutdown_with_every_tenant_in_backoff() {
-    let sink = Script::new("c24");
-    let config = Config::builder()
-        .initial_backoff(SEC)
-        .max_backoff(60 * SEC)
-        .build()
-        .unwrap();
-    let o = build(&sink, config);
-    let mut total = 0;
-    for t in 1..=5u64 {
-        sink.set(t, Act::Fail);
-        for i in 0..t as u32 {
-            stage_all(&o, t, [i]);
-            total += 1;
-        }
-    }
-    // Let every tenant fail several times, into long backoffs.
-    tokio::time::sleep(100 * SEC).await;
-    let t0 = Instant::now();
-    let r = o.shutdown(2 * SEC).await;
-    let took = t0.elapsed();
-    assert!(took >= 2 * SEC && took <= 2 * SEC + MS, "{took:?}");
-    assert_eq!(r.lost, total);
-    assert_eq!(o.counters().lost(LostReason::Deadline), total);
-    assert_balanced(&o);
-}
-
-#[tokio::test(start_paused = true)]
-async fn case_25_retries_exhausted() {
-    let sink = Script::new("c25");
-    let config = Config::builder().max_attempts(3).build().unwrap();
-    let o = build(&sink, config);
-    sink.set(1, Act::Fail);
-    stage_all(&o, 1, 0..7);
-    let r = o.settle(60 * SEC).await;
-    assert_eq!((r.lost, r.pending), (7, 0));
-    assert_eq!(sink.attempts_of(1).len(), 3);
-    let c = o.counters();
-    assert_eq!(c.lost(LostReason::RetriesExhausted), 7);
-    assert_eq!(c.lost_total(), 7);
-    assert_balanced(&o);
-}
-
-#[tokio::test(start_paused = true)]
-async fn case_26_periodic_flush_under_load() {
-    let sink = Script::new("c26");
-    let o = build(&sink, Config::default());
-    for t in 1..=3 {
-        sink.set(t, Act::Slow(200 * MS));
-    }
-    let mut flushes = Vec::new();
-    let mut next = 0u32;
-    for _round in 0..40 {
-        for t in 1..=3u64 {
-            stage_all(&o, t, [next]);
-            next += 1;
-        }
-        // What this flush covers: everything staged so far.
-        let covered = next;
-        let f = o.flush(100 * MS);
-        let sink2 = sink.clone();
-        flushes.push(tokio::spawn(async move {
-            let t0 = Instant::now();
-            let r = f.await;
-            let took = t0.elapsed();
-            assert!(took <= 101 * MS, "flush took {took:?}");
-            // Truthful: a flush that says it finished has every covered
-            // item in the store.
-            if !r.deadline_passed {
-                assert_eq!(r.pending, 0);
-                let stored = sink2.stored_total();
-                assert!(stored >= covered as usize, "{r:?}: {stored} < {covered}");
-            } else {
-                assert!(r.pending > 0, "{r:?}");
-            }
-            r
-        }));
-        tokio::time::sleep(50 * MS).await;
-    }
-    let mut finished = 0;
-    for f in flushes {
-        if !f.await.unwrap().deadline_passed {
-            finished += 1;
-        }
-    }
-    // With a 200 ms sink and 100 ms deadlines most flushes cannot finish.
-    assert!(finished < 40);
-    assert_eq!(o.settle(60 * SEC).await.pending, 0);
-    assert_eq!(sink.stored_total(), 120);
-}
-
-#[tokio::test(start_paused = true)]
-async fn case_27_write_timeout() {
-    let sink = Script::new("c27");
-    let config = Config::builder().write_timeout(30 * SEC).build().unwrap();
-    let o = build(&sink, config);
-    sink.set(1, Act::Slow(35 * SEC));
-    stage_all(&o, 1, [1, 2]);
-    sink.until_attempts(1, 2).await;
-    let attempts = sink.attempts_of(1);
-    let gap = attempts[1].at - attempts[0].at;
-    // Cancelled at 30 s, retried after the 50 ms backoff.
-    assert!(
-        gap >= 30 * SEC + 50 * MS && gap <= 30 * SEC + 52 * MS,
-        "{gap:?}"
-    );
-    assert_eq!(attempts[1].items, attempts[0].items);
-    assert_eq!(o.counters().failed(Failure::Timeout), 1);
-    sink.set(1, Act::Ok);
-    assert_eq!(o.settle(60 * SEC).await.pending, 0);
-    assert_eq!(sink.stored(1), [1, 2]);
-}
-
-#[tokio::test(start_paused = true)]
-async fn case_28_backoff_cap() {
-    for jitter in [0.0, 0.5] {
-        let sink = Script::new("c28");
-        let config = Config::builder()
-            .initial_backoff(100 * MS)
-            .max_backoff(5 * SEC)
-            .jitter(jitter)
-            .build()
-            .unwrap();
-        let o = build(&sink, config);
-        sink.set(1, Act::Fail);
-        stage_all(&o, 1, [1]);
-        sink.until_attempts(1, 30).await;
-        let attempts = sink.attempts_of(1);
-        for w in attempts.windows(2) {
-            let gap = w[1].at - w[0].at;
-            assert!(gap <= 5 * SEC + MS, "jitter {jitter}: a wait of {gap:?}");
-        }
-        // It did reach the cap (no jitter: exactly 5 s).
-        let last = attempts[29].at - attempts[28].at;
-        if jitter == 0.0 {
-            assert!(last >= 5 * SEC, "{last:?}");
-        }
-        let _ = o.abandon();
-    }
-}
-
-// ----- a newcomer's abuse ----------------------------------------------------
-
-/// Extreme durations everywhere the API takes one: none may panic (the
-/// engine's clock saturates), and the outbox still writes.
-#[tokio::test(start_paused = true)]
-async fn abuse_extreme_durations_do_not_panic() {
-    let sink = Script::new("a-dur");
-    let config = Config::builder()
-        .linger(Duration::MAX)
-        .initial_backoff(Duration::MAX)
-        .max_backoff(Duration::MAX)
-        .write_timeout(Duration::MAX)
-        .max_retry_duration(Duration::MAX)
-        .max_item_age(Duration::MAX)
-        .build()
-        .unwrap();
-    let o = Outbox::builder(sink.clone())
-        .config(config)
-        .drop_timeout(Duration::MAX)
-        .build()
-        .unwrap();
-    stage_all(&o, 1, [1, 2]);
-    // The linger never ends; a flush sends the batch at once.
-    let r = o.flush(Duration::MAX).await;
-    assert_eq!((r.written, r.pending), (2, 0));
-    stage_all(&o, 1, [3]);
-    let r = o.settle(Duration::ZERO).await;
-    assert_eq!((r.pending, r.deadline_passed), (1, true));
-    let r = o.shutdown(Duration::MAX).await;
-    assert_eq!((r.written, r.lost), (1, 0));
-    assert_eq!(sink.stored(1), [1, 2, 3]);
-}
+// ----- abuse ------------------------------------------------------------------
 
 /// `stage_wait` documents `StageError::TimedOut` for a timeout that passes;
 /// a timeout too large for the clock must not panic in library code.
