@@ -396,9 +396,17 @@ where
             }
             // Closing: nobody kicks the task any more, and each round either
             // finishes or makes progress (a resume that worked is followed
-            // by the closing roll, D6).
-            if !self.lock().closing {
+            // by the closing roll, D6); after a failed one, the next waits
+            // for the retry time (S-J5), or a disk that stays full would
+            // spin the task (crash seed 5843).
+            let (closing, retry_at) = {
+                let g = self.lock();
+                (g.closing, g.retry_at)
+            };
+            if !closing {
                 self.wait().await;
+            } else if let Some(at) = retry_at {
+                tokio::time::sleep_until(at).await;
             }
         }
         let mut g = self.lock();
