@@ -168,15 +168,13 @@ mod tests {
 
     #[test]
     fn capacity_bytes_refuses_what_would_exceed_it_and_keeps_no_item() {
-        let config = Config::builder().capacity(10).capacity_bytes(100).build();
         // A byte limit needs a weigher in `build`; the admission only
         // needs the numbers.
-        let config = config.unwrap_or_else(|_| {
-            let mut c = Config::default();
-            c.capacity = Some(10);
-            c.capacity_bytes = Some(100);
-            c
-        });
+        let config = Config {
+            capacity: Some(10),
+            capacity_bytes: Some(100),
+            ..Config::default()
+        };
         let a = Admission::new(&config);
         assert_eq!(a.reserve(60), Ok(()));
         assert_eq!(a.reserve(41), Err(DropReason::BufferFull));

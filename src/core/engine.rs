@@ -618,7 +618,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// An item's weight as the engine measures it (S-B5): 0 without a
     /// weigher, else the weigher's clamped to `1..=MAX_WEIGHT`. For a
     /// driver that admits items before the engine sees them
-    /// ([`Handoff::Item`]).
+    /// ([`Handoff`]).
     pub fn weigh_item(&self, item: &I) -> u64 {
         self.weigh(item)
     }

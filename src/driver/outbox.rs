@@ -450,7 +450,12 @@ impl<S: Sink> Outbox<S> {
     }
 
     /// Stages `item` for `tenant` (S-W1): never waits, never fails, never
-    /// panics. The item is pending on return, or, as the result says,
+    /// panics. Costs a channel send, plus an atomic reservation when a
+    /// capacity is set, whatever the number of tenants: the engine takes
+    /// the item in later, before any write, flush, settle, shutdown or
+    /// counter read (S-W19); with a `tenant_capacity` the engine decides
+    /// under its lock instead. The item is accepted on return, or, as the
+    /// result says,
     /// dropped by a capacity limit (S-A1, S-B5, S-B7: `buffer_full`,
     /// `tenant_full`) or refused after a shutdown began (S-W9: lost under
     /// `shutdown`). With a journal, also dropped when the item cannot be

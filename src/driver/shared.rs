@@ -103,7 +103,8 @@ pub(crate) struct Shared<S: Sink> {
     /// The origin of the engine's [`Time`].
     origin: Instant,
     /// The write-ahead journal, if configured (D1-D6). Its lock is taken
-    /// inside the state's, never the other way round.
+    /// inside the state's, or alone by a stage (which takes no other lock
+    /// under it, S-W19); never the other way round.
     #[cfg(feature = "journal")]
     pub(crate) journal: Option<Arc<super::journal::Journal<S::Tenant, S::Item>>>,
 }
