@@ -64,8 +64,10 @@ fn an_outbox_names_itself_and_says_when_the_fence_is_up() {
 }
 
 #[test]
-fn the_pending_gauge_is_exact_right_after_a_stage() {
-    // S-W11/I3: each stage exports under the lock; the writer need not run.
+fn the_pending_gauge_is_exact_once_the_stages_are_taken_in() {
+    // S-W11/I3, S-W19: a stage is counted when it is taken in; any call
+    // that reads the counters takes in what was staged before it, and
+    // exports under the lock; the writer need not run.
     let recorder = DebuggingRecorder::new();
     let snap = recorder.snapshotter();
     let rt = paused();
@@ -74,7 +76,8 @@ fn the_pending_gauge_is_exact_right_after_a_stage() {
             let o = Outbox::new(TestSink::new("api-gauge"), Config::default()).unwrap();
             let _ = o.stage(t(1), 1);
             let _ = o.stage(t(2), 2);
-            // No await since the stages: only their own export ran.
+            // No await since the stages: the writer has not run.
+            assert_eq!(o.pending(), 2);
             assert_eq!(gauge(&snapshot(&snap), PENDING, "api-gauge"), 2.0);
             assert_eq!(o.settle(Duration::from_secs(1)).await.pending, 0);
             assert_eq!(gauge(&snapshot(&snap), PENDING, "api-gauge"), 0.0);

@@ -118,6 +118,12 @@ impl Bound {
 /// a fresh one: the few slots each container keeps, B-tree roots.
 const SETTLED_SLACK: isize = 8 * 1024;
 
+/// What the driver's hand-off keeps after a burst (S-W19): tokio's
+/// unbounded channel reuses a few of its 32-slot blocks (it tries three
+/// times to relink a freed one, then frees it), so this is a constant,
+/// whatever the burst: here at most 6 blocks of 32 hand-offs of 48 bytes.
+const HANDOFF_SLACK: isize = 6 * (32 * 48 + 64);
+
 // ----- the engine under random inputs ---------------------------------------
 
 /// One step of a driver that may stall: stages are never followed by a
@@ -632,7 +638,7 @@ proptest! {
         prop_assert_eq!(c.attempts, c.attempts_ended());
         let settled = held() - start;
         prop_assert!(
-            settled - fresh <= SETTLED_SLACK,
+            settled - fresh <= SETTLED_SLACK + HANDOFF_SLACK,
             "after the settle {settled} bytes held, the fresh outbox {fresh}"
         );
     }

@@ -886,6 +886,8 @@ impl ReferenceStateMachine for ModelMachine {
 /// harness itself on the same ops.
 struct Sut {
     engine: Engine<u8, u64>,
+    /// Stages into `engine` as the driver does (S-W19).
+    stager: outbox::testkit::Stager,
     harness: Harness,
     tenant_count: u8,
     now: Time,
@@ -957,8 +959,10 @@ impl StateMachineTest for ModelTest {
     fn init_test(model: &Model) -> Sut {
         CASES.fetch_add(1, Ordering::SeqCst);
         let config: Config = model.draw.config();
+        let engine = Engine::new(config.clone()).expect("no byte limits");
         Sut {
-            engine: Engine::new(config.clone()).expect("no byte limits"),
+            stager: outbox::testkit::Stager::new(&engine),
+            engine,
             harness: Harness::new(config, model.tenant_count, false),
             tenant_count: model.tenant_count,
             now: Time::ZERO,
@@ -987,8 +991,8 @@ impl StateMachineTest for ModelTest {
                     // harness.
                     let now = s.now;
                     let staged = s
-                        .engine
-                        .stage_lazy(|| now, tenant % s.tenant_count, item)
+                        .stager
+                        .stage(&mut s.engine, now, tenant % s.tenant_count, item)
                         .staged;
                     out.staged.push(staged);
                 }

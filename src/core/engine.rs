@@ -7,6 +7,7 @@ use std::hash::{BuildHasherDefault, DefaultHasher, Hash};
 use std::mem;
 
 use super::accounting::{Counters, DropReason, LostReason, LOG_EVERY};
+use super::admission::Handoff;
 use super::backlog::{Phase, Retry, Tenant};
 use super::backoff::Backoff;
 use super::breaker::{Breaker, BreakerState};
@@ -63,6 +64,23 @@ pub struct LazyStaged {
     /// moved earlier. When `false`, a drain already due (after the previous
     /// such `true`, or after the write that holds the slots comes back)
     /// covers this item, provided the driver drains fully each time.
+    pub wake: bool,
+}
+
+/// What [`Engine::stage_batch`] took in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[must_use = "`wake` says whether the driver must drain the engine"]
+pub struct Intake {
+    /// Items that became pending.
+    pub accepted: u64,
+    /// Their weights, in bytes, saturating.
+    pub accepted_bytes: u64,
+    /// Items handed over as admitted that the engine refused after all
+    /// (its shutdown fence was up: counted lost under `shutdown`).
+    pub refused: u64,
+    /// Their weights, in bytes, saturating.
+    pub refused_bytes: u64,
+    /// Whether the driver must drain the engine, as [`LazyStaged::wake`].
     pub wake: bool,
 }
 
@@ -556,6 +574,53 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             }
             Err(refusal) => Err((refusal.staged(), item)),
         }
+    }
+
+    /// Takes in the items the request path admitted (S-W19), in the order
+    /// given, which is each tenant's staging order: each is counted staged
+    /// and becomes pending at the back of its tenant (its capacities were
+    /// checked by the [`Admission`](super::Admission) that admitted it, so
+    /// none is checked again). An item stamped `at` advances the engine's
+    /// time to it first (S-A3, S-R3); one without a stamp takes the latest
+    /// time seen. The driver must close its hand-off before the shutdown
+    /// fence goes up (S-W9): an item that still comes after it is counted
+    /// lost under `shutdown` and kept for
+    /// [`take_released`](Self::take_released). O(1) per item.
+    pub fn stage_batch(&mut self, batch: impl IntoIterator<Item = Handoff<K, I>>) -> Intake {
+        let mut intake = Intake::default();
+        for Handoff {
+            tenant,
+            item,
+            weight,
+            at,
+        } in batch
+        {
+            if let Some(at) = at {
+                self.advance(at);
+            }
+            self.counters.staged += 1;
+            if self.life != Life::Open {
+                let no_event_queued = self.events.is_empty();
+                self.count_refusal(tenant, Refusal::Shutdown);
+                self.released.push(item);
+                intake.refused += 1;
+                intake.refused_bytes = intake.refused_bytes.saturating_add(weight);
+                intake.wake |= no_event_queued;
+                continue;
+            }
+            intake.accepted += 1;
+            intake.accepted_bytes = intake.accepted_bytes.saturating_add(weight);
+            intake.wake |= self.enqueue(tenant, item, weight);
+        }
+        intake
+    }
+
+    /// An item's weight as the engine measures it (S-B5): 0 without a
+    /// weigher, else the weigher's clamped to `1..=MAX_WEIGHT`. For a
+    /// driver that admits items before the engine sees them
+    /// ([`Handoff`]).
+    pub fn weigh_item(&self, item: &I) -> u64 {
+        self.weigh(item)
     }
 
     /// Stages an item that a journal recovery read back (D4): counted

@@ -22,6 +22,7 @@
 //! ```
 
 mod accounting;
+mod admission;
 mod backlog;
 mod backoff;
 mod breaker;
@@ -36,9 +37,10 @@ mod wait;
 mod write;
 
 pub use accounting::{Counters, DropReason, LostReason, LOG_EVERY};
+pub use admission::{Admission, Handoff};
 pub use breaker::{BreakerConfig, BreakerState};
 pub use config::{Config, ConfigBuilder, ConfigError, ErrorPolicy};
-pub use engine::{Engine, LazyStaged, Staged, UnknownWrite, Weigher, MAX_WEIGHT};
+pub use engine::{Engine, Intake, LazyStaged, Staged, UnknownWrite, Weigher, MAX_WEIGHT};
 pub use time::Time;
 pub use write::{
     AfterFailure, DeadLetter, DeadReason, Event, Failure, Outcome, Report, ShutdownReport, WaitId,

@@ -10,10 +10,11 @@ use tokio::sync::oneshot;
 
 use super::answer::Answer;
 use super::contain;
-use super::shared::{Shared, SinkWaiter, Waiter};
+use super::shared::{Shared, SinkWaiter, State, Waiter};
 use super::writer::Writer;
 use crate::core::{
-    Config, ConfigError, Counters, Engine, Report, ShutdownReport, Staged, Time, WaitId, Weigher,
+    Config, ConfigError, Counters, DropReason, Engine, Report, ShutdownReport, Staged, Time,
+    WaitId, Weigher,
 };
 use crate::sink::Sink;
 use crate::telemetry;
@@ -270,10 +271,16 @@ impl<S: Sink> OutboxBuilder<S> {
         if self.dead_letters.is_some() {
             config.dead_letters = true;
         }
-        let engine = match self.weigher {
-            Some(weigher) => Engine::with_weigher(config, move |item: &S::Item| {
-                contain::call(|| weigher(item)).unwrap_or(0)
-            })?,
+        // One contained weigher, for the engine and the request path.
+        let weigher = self.weigher.map(|weigher| {
+            Arc::new(move |item: &S::Item| contain::call(|| weigher(item)).unwrap_or(0))
+                as super::shared::SharedWeigher<S::Item>
+        });
+        let engine = match &weigher {
+            Some(weigher) => {
+                let weigher = Arc::clone(weigher);
+                Engine::with_weigher(config, move |item: &S::Item| weigher(item))?
+            }
             None => Engine::new(config)?,
         };
         #[cfg(feature = "journal")]
@@ -288,7 +295,7 @@ impl<S: Sink> OutboxBuilder<S> {
         let sink = Arc::new(self.sink);
         let (export, log) = telemetry::register(sink.name());
         #[allow(unused_mut)]
-        let mut shared = Shared::new(engine, export, sink, runtime);
+        let mut shared = Shared::new(engine, weigher, export, sink, runtime);
         shared.dead_letters = self.dead_letters;
         #[cfg(feature = "journal")]
         let committer = opened.map(|(journal, committer)| {
@@ -449,7 +456,12 @@ impl<S: Sink> Outbox<S> {
     }
 
     /// Stages `item` for `tenant` (S-W1): never waits, never fails, never
-    /// panics. The item is pending on return, or, as the result says,
+    /// panics. Costs a channel send, plus an atomic reservation when a
+    /// capacity is set, whatever the number of tenants: the engine takes
+    /// the item in later, before any write, flush, settle, shutdown or
+    /// counter read (S-W19); with a `tenant_capacity` the engine decides
+    /// under its lock instead. The item is accepted on return, or, as the
+    /// result says,
     /// dropped by a capacity limit (S-A1, S-B5, S-B7: `buffer_full`,
     /// `tenant_full`) or refused after a shutdown began (S-W9: lost under
     /// `shutdown`). With a journal, also dropped when the item cannot be
@@ -458,13 +470,60 @@ impl<S: Sink> Outbox<S> {
     /// is counted; the caller need not look.
     pub fn stage(&self, tenant: S::Tenant, item: S::Item) -> Staged {
         let shared = self.shared();
+        if shared.locked_stage {
+            #[cfg(feature = "journal")]
+            if let Some(journal) = &shared.journal {
+                return self.stage_journaled_locked(journal, tenant, item);
+            }
+            return self.stage_locked(tenant, item);
+        }
         #[cfg(feature = "journal")]
         if let Some(journal) = &shared.journal {
             return self.stage_journaled(journal, tenant, item);
         }
-        // The clock is read under the lock, and only if the engine needs
-        // it; the writer is woken only if the engine says it has new work
-        // (both cost more than the rest of a stage).
+        // S-W19: admission by reservation, then a hand-off to the engine's
+        // intake; no lock, no tenant lookup.
+        let weight = shared.weigh(&item);
+        if let Err(reason) = shared.admission.reserve(weight) {
+            return self.refuse(tenant, item, reason);
+        }
+        match shared.hand_off_item(tenant, item, weight, shared.stamp()) {
+            Ok(()) => Staged::Accepted,
+            Err((tenant, item)) => self.stage_after_fence(tenant, item, weight),
+        }
+    }
+
+    /// A stage refused on the request path for `reason`. Counted at once,
+    /// under the lock, in O(1) (no tenant lookup), its event coalescing
+    /// with a queued one (S-B8): a producer outrunning a stalled writer
+    /// queues nothing. The fence comes before a capacity (S-W9), a
+    /// journal's refusal before the fence (S-J4, S-J8), as the engine
+    /// decides them. The item is dropped after the lock (S-W13).
+    fn refuse(&self, tenant: S::Tenant, item: S::Item, reason: DropReason) -> Staged {
+        let shared = self.shared();
+        let (staged, item) = shared.engine_input(|st| {
+            if reason == DropReason::BufferFull && st.engine.is_shutting_down() {
+                let now = st.engine.now();
+                (st.engine.stage_lazy(|| now, tenant, item).staged, None)
+            } else {
+                let now = st.engine.now();
+                (st.engine.refuse(now, tenant, reason), Some(item))
+            }
+        });
+        if let Some(item) = item {
+            contain::drop_quietly(item);
+        }
+        // Its event is drained by the writer.
+        shared.wake();
+        staged
+    }
+
+    /// A stage decided under the lock, by the engine itself: with a
+    /// `tenant_capacity` (S-B7), or past the fence. The clock is read under
+    /// the lock, and only if the engine needs it; the writer is woken only
+    /// if the engine says it has new work.
+    fn stage_locked(&self, tenant: S::Tenant, item: S::Item) -> Staged {
+        let shared = self.shared();
         let stage = shared.engine_input(|st| st.engine.stage_lazy(|| shared.now(), tenant, item));
         if stage.wake {
             shared.wake();
@@ -472,10 +531,22 @@ impl<S: Sink> Outbox<S> {
         stage.staged
     }
 
-    /// [`stage`](Self::stage) with a journal: the item is encoded here,
-    /// outside the lock, and its record appended to the journal's buffer
-    /// under the lock once the engine accepts it; the disk is written by
-    /// the journal's own task (S-W1, S-J1).
+    /// A hand-off that found the fence up (S-W9): the engine, whose fence
+    /// went up with the close, under the lock, refuses the item; its
+    /// reservation is given back.
+    fn stage_after_fence(&self, tenant: S::Tenant, item: S::Item, weight: u64) -> Staged {
+        let staged = self.stage_locked(tenant, item);
+        // The input re-counted whatever the engine kept pending.
+        self.shared().admission.release(1, weight);
+        staged
+    }
+
+    /// [`stage`](Self::stage) with a journal (S-W19, S-J1): the item is
+    /// encoded here, outside any lock; under the journal's own lock (not
+    /// the engine's) the journal's room is checked, the item handed off
+    /// and its record appended, so the journal gets each tenant's records
+    /// in the order the engine gets its items (D2). The disk is written by
+    /// the journal's own task.
     #[cfg(feature = "journal")]
     fn stage_journaled(
         &self,
@@ -483,7 +554,61 @@ impl<S: Sink> Outbox<S> {
         tenant: S::Tenant,
         item: S::Item,
     ) -> Staged {
-        use crate::core::DropReason;
+        let Ok(record) = journal.encode(&tenant, &item) else {
+            return self.refuse(tenant, item, DropReason::EncodeFailed);
+        };
+        let handed = self.hand_off_journaled(journal, &record, tenant, item);
+        super::journal::Journal::<S::Tenant, S::Item>::recycle(record);
+        match handed {
+            Ok(()) => Staged::Accepted,
+            Err(Held::Full(reason, tenant, item)) => self.refuse(tenant, item, reason),
+            Err(Held::Fenced(tenant, item, weight)) => self.stage_after_fence(tenant, item, weight),
+        }
+    }
+
+    /// The journal's part of a stage: its room (S-J4), the reservation
+    /// (S-A1, S-B5), the hand-off and the append, under the journal's lock
+    /// (see [`stage_journaled`](Self::stage_journaled)).
+    #[cfg(feature = "journal")]
+    fn hand_off_journaled(
+        &self,
+        journal: &super::journal::Journal<S::Tenant, S::Item>,
+        record: &crate::journal::format::EncodedItem,
+        tenant: S::Tenant,
+        item: S::Item,
+    ) -> Result<(), Held<S::Tenant, S::Item>> {
+        let shared = self.shared();
+        // Application code and the clock, before the journal's lock.
+        let weight = shared.weigh(&item);
+        let at = shared.stamp();
+        let Ok(admitted) = journal.admit(record) else {
+            return Err(Held::Full(DropReason::JournalFull, tenant, item));
+        };
+        if let Err(reason) = shared.admission.reserve(weight) {
+            return Err(Held::Full(reason, tenant, item));
+        }
+        let key = tenant.clone();
+        match shared.hand_off_item(tenant, item, weight, at) {
+            Ok(()) => {
+                admitted.append(key, record);
+                Ok(())
+            }
+            // Not appended: the engine refuses it (S-W9).
+            Err((tenant, item)) => Err(Held::Fenced(tenant, item, weight)),
+        }
+    }
+
+    /// [`stage`](Self::stage) with a journal and a `tenant_capacity`: the
+    /// engine decides under its lock, then the record is appended to the
+    /// journal's buffer under the journal's lock, taken inside the
+    /// engine's.
+    #[cfg(feature = "journal")]
+    fn stage_journaled_locked(
+        &self,
+        journal: &super::journal::Journal<S::Tenant, S::Item>,
+        tenant: S::Tenant,
+        item: S::Item,
+    ) -> Staged {
         let shared = self.shared();
         let (staged, drain, refused) = match journal.encode(&tenant, &item) {
             Err(_) => {
@@ -556,6 +681,9 @@ impl<S: Sink> Outbox<S> {
     /// [`StageError::Unencodable`], each with the item.
     pub fn try_stage(&self, tenant: S::Tenant, item: S::Item) -> Result<(), StageError<S::Item>> {
         let shared = self.shared();
+        if !shared.locked_stage {
+            return self.try_hand_off(tenant, item);
+        }
         let now = shared.now();
         #[cfg(feature = "journal")]
         if let Some(journal) = &shared.journal {
@@ -586,6 +714,45 @@ impl<S: Sink> Outbox<S> {
             shared.wake();
         }
         Ok(())
+    }
+
+    /// [`try_stage`](Self::try_stage) on the request path (S-W19): as
+    /// [`stage`](Self::stage), but a refusal is handed back uncounted.
+    fn try_hand_off(&self, tenant: S::Tenant, item: S::Item) -> Result<(), StageError<S::Item>> {
+        let shared = self.shared();
+        // The fence first (S-W9): a full buffer must not hide it from a
+        // waiting stage.
+        if shared.is_fenced() {
+            return Err(StageError::ShuttingDown(item));
+        }
+        #[cfg(feature = "journal")]
+        if let Some(journal) = &shared.journal {
+            let Ok(record) = journal.encode(&tenant, &item) else {
+                return Err(StageError::Unencodable(item));
+            };
+            let handed = self.hand_off_journaled(journal, &record, tenant, item);
+            super::journal::Journal::<S::Tenant, S::Item>::recycle(record);
+            return handed.map_err(|held| self.hand_back(held));
+        }
+        let weight = shared.weigh(&item);
+        if let Err(reason) = shared.admission.reserve(weight) {
+            return Err(StageError::Full { reason, item });
+        }
+        shared
+            .hand_off_item(tenant, item, weight, shared.stamp())
+            .map_err(|(tenant, item)| self.hand_back(Held::Fenced(tenant, item, weight)))
+    }
+
+    /// The [`StageError`] of a stage held back on the request path, its
+    /// reservation given back.
+    fn hand_back(&self, held: Held<S::Tenant, S::Item>) -> StageError<S::Item> {
+        match held {
+            Held::Full(reason, _, item) => StageError::Full { reason, item },
+            Held::Fenced(_, item, weight) => {
+                self.shared().admission.release(1, weight);
+                StageError::ShuttingDown(item)
+            }
+        }
     }
 
     /// Stages `item`, waiting up to `timeout` for room when a capacity is
@@ -644,7 +811,7 @@ impl<S: Sink> Outbox<S> {
         let dropped = shared
             .dead_letters_dropped
             .load(std::sync::atomic::Ordering::Relaxed);
-        let health = crate::Health::of(&shared.lock().engine, now, dropped);
+        let health = shared.engine_input(|st| crate::Health::of(&st.engine, now, dropped));
         shared.gauges.set(&health);
         health
     }
@@ -677,13 +844,14 @@ impl<S: Sink> Outbox<S> {
     /// Items accepted and not yet written, lost or dropped (S-W14); the
     /// `outbox_pending` gauge shows the same once the writer is at rest.
     pub fn pending(&self) -> u64 {
-        self.shared().lock().engine.pending()
+        self.shared().engine_input(|st| st.engine.pending())
     }
 
     /// A snapshot of the engine's counters (S-W14): staged, pending,
     /// written, lost and dropped by reason, writes, attempts, failures.
     pub fn counters(&self) -> Counters {
-        self.shared().lock().engine.counters().clone()
+        self.shared()
+            .engine_input(|st| st.engine.counters().clone())
     }
 
     /// The sink's name: the `outbox` label of the metrics.
@@ -708,8 +876,8 @@ impl<S: Sink> Outbox<S> {
     /// future does. A runtime that is gone answers at once with the
     /// deadline passed.
     pub fn flush(&self, timeout: Duration) -> Answer<Report> {
-        self.wait(Waiter::Report, |engine, now| {
-            engine.flush(now, now + timeout)
+        self.wait(Waiter::Report, |st, now| {
+            st.engine.flush(now, now + timeout)
         })
     }
 
@@ -720,8 +888,8 @@ impl<S: Sink> Outbox<S> {
     ///
     /// Takes effect at the call; see [`Answer`] for cancellation.
     pub fn settle(&self, timeout: Duration) -> Answer<Report> {
-        self.wait(Waiter::Report, |engine, now| {
-            engine.settle(now, now + timeout)
+        self.wait(Waiter::Report, |st, now| {
+            st.engine.settle(now, now + timeout)
         })
     }
 
@@ -745,8 +913,13 @@ impl<S: Sink> Outbox<S> {
     /// Dropping the future does not stop the shutdown; only its report is
     /// discarded, dead letters included (they stay counted lost).
     pub fn shutdown(&self, timeout: Duration) -> Answer<ShutdownReport<S::Tenant, S::Item>> {
-        self.wait(Waiter::Shutdown, |engine, now| {
-            engine.shutdown(now, now + timeout)
+        let shared = self.shared();
+        self.wait(Waiter::Shutdown, |st, now| {
+            // The hand-off closes with the engine's fence (S-W9, S-W19).
+            if shared.take_in(st, true) {
+                shared.wake();
+            }
+            st.engine.shutdown(now, now + timeout)
         })
     }
 
@@ -760,7 +933,11 @@ impl<S: Sink> Outbox<S> {
     pub fn abandon(&self) -> Vec<(S::Tenant, Vec<S::Item>)> {
         let shared = self.shared();
         let now = shared.now();
-        let held = shared.engine_input(|st| st.engine.abandon(now));
+        let held = shared.engine_input(|st| {
+            // The hand-off closes with the engine's fence (S-W19).
+            let _ = shared.take_in(st, true);
+            st.engine.abandon(now)
+        });
         shared.wake();
         held
     }
@@ -770,13 +947,13 @@ impl<S: Sink> Outbox<S> {
     fn wait<T>(
         &self,
         waiter: fn(oneshot::Sender<T>) -> SinkWaiter<S>,
-        start: impl FnOnce(&mut Engine<S::Tenant, S::Item>, Time) -> WaitId,
+        start: impl FnOnce(&mut State<S::Tenant, S::Item>, Time) -> WaitId,
     ) -> Answer<T> {
         let shared = self.shared();
         let (tx, rx) = oneshot::channel();
         let now = shared.now();
         shared.engine_input(|st| {
-            let id = start(&mut st.engine, now);
+            let id = start(st, now);
             if st.writer_gone {
                 // Abandoned when the writer went: nothing is pending, and
                 // nobody will answer. Dropping the sender gives the caller
@@ -790,6 +967,17 @@ impl<S: Sink> Outbox<S> {
         shared.wake();
         Answer::new(rx)
     }
+}
+
+/// A stage the request path could not hand off.
+enum Held<K, I> {
+    /// A capacity (or the journal) is full, for this reason; nothing is
+    /// reserved.
+    #[cfg_attr(not(feature = "journal"), allow(dead_code))]
+    Full(DropReason, K, I),
+    /// The fence is up (S-W9); its reservation of this weight is still
+    /// held.
+    Fenced(K, I, u64),
 }
 
 /// The [`StageError`] of an engine's refusal.

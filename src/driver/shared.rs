@@ -1,16 +1,23 @@
 //! The state the handles and the writer share: the engine and the callers
 //! waiting for a flush, settle or shutdown, behind one short-held lock
-//! (S-C3, S-W15).
+//! (S-C3, S-W15); and the request path's hand-off to it, which takes no
+//! lock (S-W19).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use std::task::{Context, Poll};
+
 use tokio::runtime::Handle;
+use tokio::sync::mpsc::error::{SendError, TryRecvError};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
 use super::contain;
-use crate::core::{Engine, Report, ShutdownReport, Time, WaitId};
+use crate::core::{
+    Admission, Engine, Handoff, Intake, Report, ShutdownReport, Time, WaitId, MAX_WEIGHT,
+};
 use crate::sink::Sink;
 use crate::telemetry::Export;
 
@@ -37,6 +44,15 @@ pub(crate) struct State<K, I> {
     pub(crate) writer_gone: bool,
     /// The counters and the pending gauge, exported after every input.
     export: Export,
+    /// The request path's stages on their way to the engine (S-W19): taken
+    /// in by whoever holds the lock, before anything else it does.
+    handoffs: UnboundedReceiver<Handoff<K, I>>,
+    /// A hand-off the writer received while waiting, taken in first.
+    received: Option<Handoff<K, I>>,
+    /// The engine's pending items and bytes as the admission counts them:
+    /// the difference to the engine's own is given back (or added) after
+    /// every input.
+    admitted: (u64, u64),
 }
 
 impl<K: Ord + std::hash::Hash + Clone, I> State<K, I> {
@@ -46,8 +62,29 @@ impl<K: Ord + std::hash::Hash + Clone, I> State<K, I> {
     }
 }
 
+/// An item's weight on the request path: the same contained weigher the
+/// engine holds, clamped as the engine clamps (S-B5).
+pub(crate) type SharedWeigher<I> = Arc<dyn Fn(&I) -> u64 + Send + Sync>;
+
 pub(crate) struct Shared<S: Sink> {
     state: Mutex<State<S::Tenant, S::Item>>,
+    /// The request path's hand-off (S-W19). tokio's unbounded channel: a
+    /// lock-free list the crate already depends on, whose `close` is the
+    /// shutdown fence (a send either lands before it, and is received, or
+    /// fails), and whose receiver wakes the writer only when it is waiting
+    /// for it.
+    handoff: UnboundedSender<Handoff<S::Tenant, S::Item>>,
+    /// Admission by reservation against `capacity` and `capacity_bytes`.
+    pub(crate) admission: Admission,
+    /// Stages are decided under the lock (a `tenant_capacity` needs the
+    /// tenant's count; a journal appends in the engine's order), not on the
+    /// request path.
+    pub(crate) locked_stage: bool,
+    /// Items are stamped on the request path: the engine reads their time
+    /// (a linger or a `max_item_age`, S-A3, S-R3).
+    stamps: bool,
+    /// The weigher, contained, for the request path.
+    weigher: Option<SharedWeigher<S::Item>>,
     /// Wakes the writer after an input (a stage, a control call).
     pub(crate) wake: Notify,
     /// Wakes the callers waiting for capacity (S-R5) when items settled
@@ -71,7 +108,8 @@ pub(crate) struct Shared<S: Sink> {
     /// The origin of the engine's [`Time`].
     origin: Instant,
     /// The write-ahead journal, if configured (D1-D6). Its lock is taken
-    /// inside the state's, never the other way round.
+    /// inside the state's, or alone by a stage (which takes no other lock
+    /// under it, S-W19); never the other way round.
     #[cfg(feature = "journal")]
     pub(crate) journal: Option<Arc<super::journal::Journal<S::Tenant, S::Item>>>,
 }
@@ -79,6 +117,7 @@ pub(crate) struct Shared<S: Sink> {
 impl<S: Sink> Shared<S> {
     pub(crate) fn new(
         engine: Engine<S::Tenant, S::Item>,
+        weigher: Option<SharedWeigher<S::Item>>,
         export: Export,
         sink: Arc<S>,
         runtime: Handle,
@@ -87,6 +126,14 @@ impl<S: Sink> Shared<S> {
             let _in = runtime.enter();
             Instant::now()
         };
+        let config = engine.config();
+        let admission = Admission::new(config);
+        // A recovery's items are pending already (D4).
+        let admitted = (engine.pending(), engine.pending_bytes());
+        admission.add(admitted.0, admitted.1);
+        let locked_stage = config.tenant_capacity().is_some();
+        let stamps = !config.linger().is_zero() || config.max_item_age().is_some();
+        let (handoff, handoffs) = tokio::sync::mpsc::unbounded_channel();
         Shared {
             state: Mutex::new(State {
                 engine,
@@ -94,7 +141,15 @@ impl<S: Sink> Shared<S> {
                 handles_gone: false,
                 writer_gone: false,
                 export,
+                handoffs,
+                received: None,
+                admitted,
             }),
+            handoff,
+            admission,
+            locked_stage,
+            stamps,
+            weigher,
             wake: Notify::new(),
             capacity: Notify::new(),
             gauges: super::health::Gauges::register(sink.name()),
@@ -110,20 +165,168 @@ impl<S: Sink> Shared<S> {
     }
 
     /// Runs one engine input under the lock and exports the counters.
+    /// The hand-offs staged so far are taken in first (S-W19), so the input
+    /// comes after every stage that returned before it; the writer is woken
+    /// if they need it.
     /// Items the engine let go of (refused, dropped, given up) are dropped
     /// after the lock: an item's `Drop` is application code, which may be
     /// slow, read the outbox or panic (S-W13); a panic there is swallowed,
     /// the item being already counted.
     pub(crate) fn engine_input<R>(&self, f: impl FnOnce(&mut State<S::Tenant, S::Item>) -> R) -> R {
+        let (out, wake) = self.input(f);
+        if wake {
+            self.wake();
+        }
+        out
+    }
+
+    /// [`engine_input`](Self::engine_input) for the writer, which drains
+    /// the engine in the same input: also says whether the hand-offs taken
+    /// in need a drain.
+    pub(crate) fn input<R>(
+        &self,
+        f: impl FnOnce(&mut State<S::Tenant, S::Item>) -> R,
+    ) -> (R, bool) {
         let mut st = self.lock();
+        let wake = self.take_in(&mut st, false);
         let out = f(&mut st);
+        self.settle_admission(&mut st);
         st.export();
         let released = st.engine.take_released();
         drop(st);
         if !released.is_empty() {
             contain::drop_each(released);
         }
-        out
+        (out, wake)
+    }
+
+    /// Moves the hand-offs staged so far into the engine, in their order
+    /// (S-W19). With `fence`, closes the hand-off first and takes in every
+    /// stage that got past it (S-W9): call it right before the engine's
+    /// fence goes up, in the same hold of the lock, so no stage is told
+    /// `Accepted` and then refused. Returns whether the writer must drain.
+    pub(crate) fn take_in(&self, st: &mut State<S::Tenant, S::Item>, fence: bool) -> bool {
+        let State {
+            engine,
+            handoffs,
+            received,
+            admitted,
+            ..
+        } = st;
+        if fence {
+            handoffs.close();
+        }
+        // Without a fence, only what is queued now: a stage that returned
+        // before this call is among it, and a stream of new stages cannot
+        // keep the lock held.
+        let mut left = if fence { usize::MAX } else { handoffs.len() };
+        if received.is_none() && left == 0 {
+            return false;
+        }
+        let mut reserved = (0u64, 0u64);
+        let batch = received
+            .take()
+            .into_iter()
+            .chain(std::iter::from_fn(|| loop {
+                if left == 0 {
+                    return None;
+                }
+                left -= 1;
+                match handoffs.try_recv() {
+                    Ok(h) => return Some(h),
+                    // Closed: a stage is between the fence and its push,
+                    // which is a few instructions away (S-W9).
+                    Err(TryRecvError::Empty) if fence => std::thread::yield_now(),
+                    Err(_) => return None,
+                }
+            }))
+            .inspect(|h| {
+                reserved.0 += 1;
+                reserved.1 = reserved.1.saturating_add(h.weight);
+            });
+        let Intake {
+            accepted,
+            accepted_bytes,
+            refused,
+            refused_bytes,
+            wake,
+        } = engine.stage_batch(batch);
+        // The engine's share of the reservations grows by what it took;
+        // what it refused (after a fence, which the close above rules out)
+        // is given back.
+        admitted.0 += accepted;
+        admitted.1 = admitted.1.saturating_add(accepted_bytes);
+        self.admission.release(refused, refused_bytes);
+        debug_assert_eq!(
+            reserved,
+            (accepted + refused, {
+                accepted_bytes.saturating_add(refused_bytes)
+            })
+        );
+        wake
+    }
+
+    /// Gives the admission back what settled in the engine since the last
+    /// input, so it counts exactly what is pending and on its way (S-A1,
+    /// S-B5).
+    fn settle_admission(&self, st: &mut State<S::Tenant, S::Item>) {
+        let (pending, bytes) = (st.engine.pending(), st.engine.pending_bytes());
+        self.admission.follow(&mut st.admitted, pending, bytes);
+    }
+
+    /// The writer's wait for a hand-off: ready when one came (kept for the
+    /// next input to take in first), pending otherwise, the writer's task
+    /// then woken by the next stage (S-W19). Pending for good once the
+    /// hand-off is closed and empty: the fence was taken in.
+    pub(crate) fn poll_handoff(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut st = self.lock();
+        if st.received.is_some() {
+            return Poll::Ready(());
+        }
+        match st.handoffs.poll_recv(cx) {
+            Poll::Ready(Some(h)) => {
+                st.received = Some(h);
+                Poll::Ready(())
+            }
+            Poll::Ready(None) | Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// Hands an admitted item to the engine's intake (S-W19); gives it
+    /// back if the hand-off is closed (the fence is up, S-W9).
+    pub(crate) fn hand_off_item(
+        &self,
+        tenant: S::Tenant,
+        item: S::Item,
+        weight: u64,
+        at: Option<Time>,
+    ) -> Result<(), (S::Tenant, S::Item)> {
+        let handoff = Handoff {
+            tenant,
+            item,
+            weight,
+            at,
+        };
+        self.handoff
+            .send(handoff)
+            .map_err(|SendError(h)| (h.tenant, h.item))
+    }
+
+    /// Whether the hand-off is closed: the fence is up (S-W9).
+    pub(crate) fn is_fenced(&self) -> bool {
+        self.handoff.is_closed()
+    }
+
+    /// The item's stamp, if the engine reads it (S-A3, S-R3).
+    pub(crate) fn stamp(&self) -> Option<Time> {
+        self.stamps.then(|| self.now())
+    }
+
+    /// The item's weight as the engine measures it (S-B5).
+    pub(crate) fn weigh(&self, item: &S::Item) -> u64 {
+        self.weigher
+            .as_ref()
+            .map_or(0, |w| w(item).clamp(1, MAX_WEIGHT))
     }
 
     /// Locks the state. The engine is never left half-changed by a panic

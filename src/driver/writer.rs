@@ -143,6 +143,8 @@ impl<S: Sink> Drop for Writer<S> {
         let mut letters = Vec::new();
         let lost = self.shared.engine_input(|st| {
             st.writer_gone = true;
+            // Nobody takes in hand-offs any more: closed with the fence.
+            let _ = self.shared.take_in(st, true);
             // Joined but not yet handed back (only if dropped mid-round);
             // an unknown write is not worth a log line here.
             hand_back(&mut st.engine, now, ended, &mut done, &mut Vec::new());
@@ -255,6 +257,8 @@ impl<S: Sink> Writer<S> {
                     }
                 }
                 () = shared.wake.notified() => {}
+                // A stage handed off while the writer waited (S-W19).
+                () = std::future::poll_fn(|cx| shared.poll_handoff(cx)) => {}
                 () = &mut sleep, if armed.is_some() => {
                     // The engine fires what is due in the next drain.
                     armed = None;
@@ -314,10 +318,13 @@ impl<S: Sink> Writer<S> {
             .shared
             .dead_letters_dropped
             .load(std::sync::atomic::Ordering::Relaxed);
-        let (mut drained, timeout, closed, handles_gone, freed) = self.shared.engine_input(|st| {
+        // The hand-offs are taken in first; this input drains anyway.
+        let ((mut drained, timeout, closed, handles_gone, freed), _) = self.shared.input(|st| {
             let pending_before = st.engine.pending();
             hand_back(&mut st.engine, now, ended, &mut done, &mut unknown);
             if st.handles_gone && !st.engine.is_shutting_down() {
+                // The hand-off closes with the engine's fence (S-W19).
+                let _ = self.shared.take_in(st, true);
                 self.shut_down_after_last_handle(&mut st.engine, now);
             }
             st.engine.handle_timeout(now);
@@ -544,6 +551,7 @@ mod tests {
         let engine = Engine::new(Config::default()).unwrap();
         let shared = Arc::new(Shared::new(
             engine,
+            None,
             crate::telemetry::register("never").0,
             Arc::new(Never),
             tokio::runtime::Handle::current(),

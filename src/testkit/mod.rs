@@ -4,6 +4,8 @@
 
 mod harness;
 mod op;
+mod stager;
 
 pub use harness::{Fate, Harness, Loss, Stats, Violation};
 pub use op::{weight_of, ConfigDraw, Op, OpOutcome};
+pub use stager::Stager;

@@ -7,8 +7,9 @@
 //! it with the engine's counters, the writes it hands out and the reports
 //! it gives. Any mismatch is a [`Violation`] naming the invariant.
 //!
-//! It stages as the driver does, through [`Engine::stage_lazy`] (a lazy
-//! clock and a wake-up hint), and holds the hint to its promise: a stage
+//! It stages as the driver does, through a [`Stager`](crate::testkit::Stager)
+//! (admission by reservation and the intake, S-W19; a lazy clock and a
+//! wake-up hint), and holds the hint to its promise: a stage
 //! that says "no need to drain" when no drain is already due (an earlier
 //! "drain" or another input since the last full drain, a write holding
 //! every slot that will come back, a timer armed at or before now) must
@@ -117,6 +118,8 @@ pub struct Stats {
 /// The engine under test plus the harness's own account.
 pub struct Harness {
     engine: Engine<u8, u64>,
+    /// Stages into `engine` as the driver does (S-W19).
+    stager: crate::testkit::Stager,
     config: Config,
     weighs: bool,
     tenants: u8,
@@ -207,6 +210,7 @@ impl Harness {
         }
         .expect("a weigher is given whenever a byte limit is set");
         Harness {
+            stager: crate::testkit::Stager::new(&engine),
             engine,
             config,
             weighs,

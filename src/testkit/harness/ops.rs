@@ -118,7 +118,7 @@ impl Harness {
         let pending_before = self.engine.pending();
         let tenant_pending = self.tenant_pending[usize::from(tenant)];
         let now = self.now;
-        let LazyStaged { staged, wake } = self.engine.stage_lazy(|| now, tenant, id);
+        let LazyStaged { staged, wake } = self.stager.stage(&mut self.engine, now, tenant, id);
         self.check_wake_hint(wake)?;
         self.tenant_of.push(tenant);
         self.staged_at.push(now);
