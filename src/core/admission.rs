@@ -24,8 +24,10 @@ pub struct Handoff<K, I> {
     /// The item.
     pub item: I,
     /// Its clamped weight in bytes (0 without a weigher), as
-    /// [`Engine::weigh_item`](super::Engine::weigh_item) gives it.
-    pub weight: u64,
+    /// [`Engine::weigh_item`](super::Engine::weigh_item) gives it, if the
+    /// request path weighed it (to reserve bytes); `None`: the engine
+    /// weighs it at intake.
+    pub weight: Option<u64>,
     /// When it was staged, if the engine reads that (a linger or a
     /// `max_item_age`, S-A3, S-R3); `None`: stamped at intake.
     pub at: Option<Time>,

@@ -598,6 +598,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             if let Some(at) = at {
                 self.advance(at);
             }
+            let weight = weight.unwrap_or_else(|| self.weigh(&item));
             self.counters.staged += 1;
             if self.life != Life::Open {
                 let no_event_queued = self.events.is_empty();

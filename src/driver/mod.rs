@@ -20,6 +20,7 @@ mod dead_letters;
 mod health;
 #[cfg(feature = "journal")]
 pub(crate) mod journal;
+mod lane;
 mod outbox;
 mod shared;
 mod task;

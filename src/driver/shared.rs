@@ -9,12 +9,12 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 
 use tokio::runtime::Handle;
-use tokio::sync::mpsc::error::{SendError, TryRecvError};
-use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
 use super::contain;
+use super::lane::{lane, LaneRx, LaneTx};
 use crate::core::{
     Admission, Engine, Handoff, Intake, Report, ShutdownReport, Time, WaitId, MAX_WEIGHT,
 };
@@ -46,7 +46,7 @@ pub(crate) struct State<K, I> {
     export: Export,
     /// The request path's stages on their way to the engine (S-W19): taken
     /// in by whoever holds the lock, before anything else it does.
-    handoffs: UnboundedReceiver<Handoff<K, I>>,
+    handoffs: LaneRx<K, I>,
     /// A hand-off the writer received while waiting, taken in first.
     received: Option<Handoff<K, I>>,
     /// The engine's pending items and bytes as the admission counts them:
@@ -68,12 +68,8 @@ pub(crate) type SharedWeigher<I> = Arc<dyn Fn(&I) -> u64 + Send + Sync>;
 
 pub(crate) struct Shared<S: Sink> {
     state: Mutex<State<S::Tenant, S::Item>>,
-    /// The request path's hand-off (S-W19). tokio's unbounded channel: a
-    /// lock-free list the crate already depends on, whose `close` is the
-    /// shutdown fence (a send either lands before it, and is received, or
-    /// fails), and whose receiver wakes the writer only when it is waiting
-    /// for it.
-    handoff: UnboundedSender<Handoff<S::Tenant, S::Item>>,
+    /// The request path's hand-off (S-W19, see [`super::lane`]).
+    handoff: LaneTx<S::Tenant, S::Item>,
     /// Admission by reservation against `capacity` and `capacity_bytes`.
     pub(crate) admission: Admission,
     /// Stages are decided under the lock (a `tenant_capacity` needs the
@@ -133,7 +129,9 @@ impl<S: Sink> Shared<S> {
         admission.add(admitted.0, admitted.1);
         let locked_stage = config.tenant_capacity().is_some();
         let stamps = !config.linger().is_zero() || config.max_item_age().is_some();
-        let (handoff, handoffs) = tokio::sync::mpsc::unbounded_channel();
+        // The weight travels when bytes are reserved on the request path,
+        // the stamp when the engine reads it.
+        let (handoff, handoffs) = lane(stamps || config.capacity_bytes().is_some());
         Shared {
             state: Mutex::new(State {
                 engine,
@@ -242,7 +240,8 @@ impl<S: Sink> Shared<S> {
             }))
             .inspect(|h| {
                 reserved.0 += 1;
-                reserved.1 = reserved.1.saturating_add(h.weight);
+                // A plain hand-off reserved no bytes (no `capacity_bytes`).
+                reserved.1 = reserved.1.saturating_add(h.weight.unwrap_or(0));
             });
         let Intake {
             accepted,
@@ -257,11 +256,11 @@ impl<S: Sink> Shared<S> {
         admitted.0 += accepted;
         admitted.1 = admitted.1.saturating_add(accepted_bytes);
         self.admission.release(refused, refused_bytes);
-        debug_assert_eq!(
-            reserved,
-            (accepted + refused, {
-                accepted_bytes.saturating_add(refused_bytes)
-            })
+        debug_assert_eq!(reserved.0, accepted + refused);
+        // A plain lane's items are weighed at the intake: no bytes were
+        // reserved for them.
+        debug_assert!(
+            !self.handoff.is_full() || reserved.1 == accepted_bytes.saturating_add(refused_bytes)
         );
         wake
     }
@@ -301,15 +300,7 @@ impl<S: Sink> Shared<S> {
         weight: u64,
         at: Option<Time>,
     ) -> Result<(), (S::Tenant, S::Item)> {
-        let handoff = Handoff {
-            tenant,
-            item,
-            weight,
-            at,
-        };
-        self.handoff
-            .send(handoff)
-            .map_err(|SendError(h)| (h.tenant, h.item))
+        self.handoff.send(tenant, item, weight, at)
     }
 
     /// Whether the hand-off is closed: the fence is up (S-W9).

@@ -56,10 +56,13 @@ impl Stager {
             debug_assert_eq!(staged, Staged::Dropped(DropReason::BufferFull));
             return LazyStaged { staged, wake: true };
         }
+        // As the driver's lanes (S-W19): the weight travels only when bytes
+        // were reserved for it, else the engine weighs the item at intake.
+        let full = stamps || config.capacity_bytes().is_some();
         let handoff = Handoff {
             tenant,
             item,
-            weight,
+            weight: full.then_some(weight),
             at: stamps.then_some(now),
         };
         let intake = engine.stage_batch([handoff]);
