@@ -701,6 +701,40 @@ mod journal_abuse {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// The disk fails for good at close: the journal's task gives up after
+    /// a few retries, so `closed` answers and the lock is released (S-J5,
+    /// S-J6); the items it could not mark done come back at the next start
+    /// (written twice at worst, S-J3), none is lost.
+    #[tokio::test(start_paused = true)]
+    async fn abuse_journal_closed_with_a_disk_that_stays_failed() {
+        let disk = outbox::journal::MemStorage::new();
+        let sink = Script::new("j-closefail");
+        let config = || {
+            JournalConfig::with_storage(disk.clone())
+                .sync_interval(MS)
+                .retry_interval(20 * MS)
+        };
+        let o = Outbox::builder(sink.clone())
+            .journal(config())
+            .build()
+            .unwrap();
+        stage_all(&o, 1, 1..=10);
+        disk.fail(Some(std::io::ErrorKind::StorageFull));
+        assert_eq!(o.shutdown(SEC).await.lost, 0);
+        let closed = o.closed();
+        drop(o);
+        tokio::time::timeout(10 * SEC, closed)
+            .await
+            .expect("closed() answers with a failed disk");
+        disk.fail(None);
+        let again = Outbox::builder(sink.clone()).journal(config()).build();
+        let again = again.expect("the lock is released");
+        assert_eq!(again.settle(SEC).await.pending, 0);
+        // Unsynced when the disk failed: maybe on no disk (S-J5), never twice.
+        assert_eq!(sink.stored(1), (1..=10).collect::<Vec<_>>(), "once each");
+        drop(again.shutdown(SEC).await);
+    }
+
     /// A journal whose commit fails, with `retry_interval(Duration::MAX)`:
     /// the sync answers `Failed`, nothing panics, the outbox goes on
     /// writing from memory (S-J5), and a later sync answers too.

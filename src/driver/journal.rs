@@ -389,6 +389,7 @@ where
 
     /// The commit task: group commits until closed (S-J1, S-J5).
     pub(crate) async fn run(self: Arc<Self>, mut committer: Committer<Box<dyn Storage>>) {
+        let mut closing_failures = 0;
         loop {
             let exit = self.round(&mut committer).await;
             if exit {
@@ -406,6 +407,20 @@ where
             if !closing {
                 self.wait().await;
             } else if let Some(at) = retry_at {
+                // A disk that keeps failing must not hold the close (and
+                // the directory's lock, S-J6) for ever: after a few tries
+                // the task gives up. Marks not written then stage their
+                // items again at the next start, written twice, which the
+                // sink's idempotency absorbs (S-J3).
+                closing_failures += 1;
+                if closing_failures > CLOSING_RETRIES {
+                    tracing::error!(
+                        outbox = %self.name,
+                        dir = %self.dir,
+                        "journal closed with its disk still failing; items it could not mark done are staged again at the next start"
+                    );
+                    break;
+                }
                 tokio::time::sleep_until(at).await;
             }
         }
@@ -571,6 +586,10 @@ where
             && ((ok && g.rolled) || g.state.is_down())
     }
 }
+
+/// Failed rounds a closing journal retries (each after `retry_interval`)
+/// before it gives up and exits (S-J5, S-J6).
+const CLOSING_RETRIES: u32 = 5;
 
 /// The committer's storage while it is away on a blocking thread.
 struct Gone;
