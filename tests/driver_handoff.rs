@@ -67,6 +67,22 @@ fn stager(
     seen
 }
 
+/// Each thread's stages (of `per`) that returned before `before` (its
+/// progress then) are in the store, in its staging order, at the head of
+/// its tenant.
+fn assert_written_before(sink: &TestSink, before: &[u32], per: u32) {
+    let store = sink.store();
+    for th in 0..THREADS {
+        let (own, _) = accepted_prefix(before[th as usize], th, per);
+        let stored = store
+            .get(&t(u128::from(th) + 1))
+            .cloned()
+            .unwrap_or_default();
+        assert!(stored.len() >= own.len());
+        assert_eq!(stored[..own.len()], own[..]);
+    }
+}
+
 /// The accepted items of `th` so far, per its tenants: the prefix of its
 /// stages that `returned` counts (before the call that reads it).
 fn accepted_prefix(seen_upto: u32, th: u32, per: u32) -> (Vec<u32>, Vec<u32>) {
@@ -106,33 +122,15 @@ fn stages_from_many_threads_race_flushes_and_a_shutdown_exactly() {
             let before: Vec<u32> = progress.iter().map(|p| p.load(Ordering::Acquire)).collect();
             let r = o.flush(Duration::from_secs(60)).await;
             assert_eq!(r.pending, 0, "{r:?}");
-            let store = sink.store();
-            for th in 0..THREADS {
-                let (own, _) = accepted_prefix(before[th as usize], th, PER);
-                let stored = store
-                    .get(&t(u128::from(th) + 1))
-                    .cloned()
-                    .unwrap_or_default();
-                // Unbounded and open: every stage before the flush was
-                // accepted, and is written (in order) when it answers.
-                assert!(stored.len() >= own.len());
-                assert_eq!(stored[..own.len()], own[..]);
-            }
+            // Unbounded and open: every stage before the flush was
+            // accepted, and is written (in order) when it answers.
+            assert_written_before(&sink, &before, PER);
             tokio::task::yield_now().await;
         }
         let before: Vec<u32> = progress.iter().map(|p| p.load(Ordering::Acquire)).collect();
         let report = o.shutdown(Duration::from_secs(60)).await;
         assert!(report.unwritten.is_empty());
-        let store = sink.store();
-        for th in 0..THREADS {
-            let (own, _) = accepted_prefix(before[th as usize], th, PER);
-            let stored = store
-                .get(&t(u128::from(th) + 1))
-                .cloned()
-                .unwrap_or_default();
-            assert!(stored.len() >= own.len());
-            assert_eq!(stored[..own.len()], own[..]);
-        }
+        assert_written_before(&sink, &before, PER);
     });
     stop.store(true, Ordering::Release);
     let seen: Vec<Seen> = handles.into_iter().map(|h| h.join().unwrap()).collect();
