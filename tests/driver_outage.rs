@@ -165,6 +165,18 @@ fn bounded(name: &str, capacity: usize) -> (TestSink, Outbox<TestSink>) {
     (sink, outbox)
 }
 
+/// Fills a capacity of 1 with an item whose write hangs, then spawns a
+/// `stage_wait` of item 2 for tenant 2 (60 s timeout) behind it.
+async fn wait_behind_a_hung_write(
+    sink: &TestSink,
+    outbox: &Outbox<TestSink>,
+) -> tokio::task::JoinHandle<Result<(), StageError<u32>>> {
+    let _ = outbox.stage(t(1), 1);
+    sink.until_attempts(t(1), 1).await;
+    let outbox = outbox.clone();
+    tokio::spawn(async move { outbox.stage_wait(t(2), 2, Duration::from_secs(60)).await })
+}
+
 #[tokio::test(start_paused = true)]
 async fn s_r5_try_stage_hands_a_refused_item_back_uncounted() {
     let (_sink, outbox) = bounded("try-stage", 1);
@@ -187,12 +199,7 @@ async fn s_r5_try_stage_hands_a_refused_item_back_uncounted() {
 #[tokio::test(start_paused = true)]
 async fn s_r5_a_waiting_stage_goes_in_when_capacity_is_freed() {
     let (sink, outbox) = bounded("wait-freed", 1);
-    let _ = outbox.stage(t(1), 1);
-    sink.until_attempts(t(1), 1).await;
-    let waiter = {
-        let outbox = outbox.clone();
-        tokio::spawn(async move { outbox.stage_wait(t(2), 2, Duration::from_secs(60)).await })
-    };
+    let waiter = wait_behind_a_hung_write(&sink, &outbox).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(!waiter.is_finished(), "waits while full");
     sink.release();
@@ -229,12 +236,7 @@ async fn s_r5_a_cancelled_waiting_stage_leaves_nothing_behind() {
 #[tokio::test(start_paused = true)]
 async fn s_r5_a_shutdown_ends_a_waiting_stage_at_once() {
     let (sink, outbox) = bounded("wait-shutdown", 1);
-    let _ = outbox.stage(t(1), 1);
-    sink.until_attempts(t(1), 1).await;
-    let waiter = {
-        let outbox = outbox.clone();
-        tokio::spawn(async move { outbox.stage_wait(t(2), 2, Duration::from_secs(60)).await })
-    };
+    let waiter = wait_behind_a_hung_write(&sink, &outbox).await;
     tokio::time::sleep(Duration::from_millis(5)).await;
     let shutdown = outbox.shutdown(Duration::from_secs(10));
     let start = tokio::time::Instant::now();

@@ -1691,7 +1691,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
 
 /// An item's weight (S-B5): 0 without a weigher, else the weigher's
 /// clamped to `1..=MAX_WEIGHT` (S-B8: `capacity_bytes` bounds the count).
-fn weight<I>(weigher: Option<&(dyn Fn(&I) -> u64 + Send + Sync)>, item: &I) -> u64 {
+pub(crate) fn weight<I>(weigher: Option<&(dyn Fn(&I) -> u64 + Send + Sync)>, item: &I) -> u64 {
     weigher.map_or(0, |w| w(item).clamp(1, MAX_WEIGHT))
 }
 

@@ -40,6 +40,7 @@ pub use accounting::{Counters, DropReason, LostReason, LOG_EVERY};
 pub use admission::{Admission, Handoff};
 pub use breaker::{BreakerConfig, BreakerState};
 pub use config::{Config, ConfigBuilder, ConfigError, ErrorPolicy};
+pub(crate) use engine::weight;
 pub use engine::{Engine, Intake, LazyStaged, Staged, UnknownWrite, Weigher, MAX_WEIGHT};
 pub use time::Time;
 pub use write::{

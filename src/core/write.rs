@@ -222,6 +222,26 @@ impl DeadReason {
             _ => None,
         }
     }
+
+    /// Its place in [`ALL`](Self::ALL), for per-reason tallies.
+    pub const fn index(self) -> usize {
+        match self {
+            DeadReason::Terminal => 0,
+            DeadReason::RetriesExhausted => 1,
+            DeadReason::SinkError => 2,
+            DeadReason::Expired => 3,
+        }
+    }
+
+    /// How many items `counters` hold under this reason's counter (I13:
+    /// with dead letters on, as many as were handed out for it).
+    pub fn counted(self, counters: &super::Counters) -> u64 {
+        match (self.lost(), self.dropped()) {
+            (Some(l), _) => counters.lost(l),
+            (None, Some(d)) => counters.dropped(d),
+            (None, None) => 0,
+        }
+    }
 }
 
 /// One tenant's items given up while the outbox runs, handed out instead
@@ -430,6 +450,13 @@ pub enum Event<K, I> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dead_reasons_index_is_its_place_in_all() {
+        for (ix, reason) in DeadReason::ALL.iter().enumerate() {
+            assert_eq!(reason.index(), ix, "{reason:?}");
+        }
+    }
 
     #[test]
     fn failures_have_their_log_names() {

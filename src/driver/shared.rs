@@ -15,9 +15,7 @@ use tokio::time::Instant;
 
 use super::contain;
 use super::lane::{lane, LaneRx, LaneTx};
-use crate::core::{
-    Admission, Engine, Handoff, Intake, Report, ShutdownReport, Time, WaitId, MAX_WEIGHT,
-};
+use crate::core::{Admission, Engine, Handoff, Intake, Report, ShutdownReport, Time, WaitId};
 use crate::sink::Sink;
 use crate::telemetry::Export;
 
@@ -315,9 +313,7 @@ impl<S: Sink> Shared<S> {
 
     /// The item's weight as the engine measures it (S-B5).
     pub(crate) fn weigh(&self, item: &S::Item) -> u64 {
-        self.weigher
-            .as_ref()
-            .map_or(0, |w| w(item).clamp(1, MAX_WEIGHT))
+        crate::core::weight(self.weigher.as_deref(), item)
     }
 
     /// Locks the state. The engine is never left half-changed by a panic

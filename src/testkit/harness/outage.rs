@@ -219,11 +219,7 @@ impl Harness {
                 format!("item {i} handed out as a dead letter twice")
             })?;
         }
-        let ix = DeadReason::ALL
-            .iter()
-            .position(|r| *r == dl.reason)
-            .unwrap_or(0);
-        self.dead_lettered[ix] += dl.items.len() as u64;
+        self.dead_lettered[dl.reason.index()] += dl.items.len() as u64;
         Ok(())
     }
 
@@ -237,11 +233,7 @@ impl Harness {
             return Ok(());
         }
         for (ix, reason) in DeadReason::ALL.iter().enumerate() {
-            let counted = match (reason.lost(), reason.dropped()) {
-                (Some(l), _) => c.lost(l),
-                (None, Some(d)) => c.dropped(d),
-                (None, None) => 0,
-            };
+            let counted = reason.counted(c);
             self.expect(counted == self.dead_lettered[ix], "I13", || {
                 format!(
                     "{counted} items counted under {}, {} handed out as dead letters",

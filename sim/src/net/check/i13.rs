@@ -37,11 +37,7 @@ pub fn on_letter(
         }
         item.dead_letter = true;
     }
-    let ix = DeadReason::ALL
-        .iter()
-        .position(|r| *r == reason)
-        .unwrap_or(0);
-    book.dead_letters[ix] += ids.len() as u64;
+    book.dead_letters[reason.index()] += ids.len() as u64;
     None
 }
 
@@ -51,11 +47,7 @@ pub fn every_loss_handed_out(book: &Book, c: &Counters) -> Result<(), Broken> {
         return Ok(());
     }
     for (ix, reason) in DeadReason::ALL.iter().enumerate() {
-        let counted = match (reason.lost(), reason.dropped()) {
-            (Some(l), _) => c.lost(l),
-            (None, Some(d)) => c.dropped(d),
-            (None, None) => 0,
-        };
+        let counted = reason.counted(c);
         if counted != book.dead_letters[ix] {
             return Err((
                 "I13",
