@@ -34,7 +34,7 @@ impl<T: Ord + Hash + Clone + Send + Sync + fmt::Debug + 'static> TenantKey for T
 pub struct TenantId(pub Uuid);
 
 /// One 128-bit write: `Uuid` hashes as a byte slice (a length, then 16
-/// bytes), a third more work for the engine's SipHash per lookup. Equal
+/// bytes), more work for the tenant map's hasher per lookup. Equal
 /// ids still hash equal.
 impl Hash for TenantId {
     fn hash<H: Hasher>(&self, state: &mut H) {

@@ -43,13 +43,54 @@ pub(crate) struct Retry<I> {
     pub(crate) oldest: Time,
 }
 
+/// The staging times of a tenant's waiting items (S-R3). Boxed and absent
+/// until the first stamp: without a `max_item_age` no tenant keeps any,
+/// and an empty queue inline would cost every tenant 32 bytes (S-B8).
+#[derive(Debug, Default)]
+pub(crate) struct Stamps(Option<Box<VecDeque<Time>>>);
+
+impl Stamps {
+    /// The oldest stamp.
+    pub(crate) fn front(&self) -> Option<Time> {
+        self.0.as_ref().and_then(|q| q.front().copied())
+    }
+
+    pub(crate) fn push_back(&mut self, at: Time) {
+        self.0.get_or_insert_with(Box::default).push_back(at);
+    }
+
+    /// How many stamps are earlier than `cutoff` (they never decrease).
+    pub(crate) fn before(&self, cutoff: Time) -> usize {
+        self.0
+            .as_ref()
+            .map_or(0, |q| q.partition_point(|s| *s < cutoff))
+    }
+
+    /// Forgets the `n` oldest stamps (all of them, if fewer); the queue
+    /// goes once empty.
+    pub(crate) fn forget_oldest(&mut self, n: usize) {
+        if let Some(q) = &mut self.0 {
+            q.drain(..n.min(q.len()));
+            if q.is_empty() {
+                self.0 = None;
+            } else {
+                super::shrink::deque(q);
+            }
+        }
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.0 = None;
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct Tenant<I> {
     /// Items waiting for a write, in staging order.
     pub(crate) items: VecDeque<I>,
     /// When each of `items` was staged, kept only with a `max_item_age`
     /// (S-R3); empty otherwise. Never decreasing.
-    pub(crate) stamps: VecDeque<Time>,
+    pub(crate) stamps: Stamps,
     /// Their weight in bytes (0 without a weigher).
     pub(crate) bytes: u64,
     /// When the linger clock of the waiting backlog started: the staging
@@ -72,7 +113,7 @@ impl<I> Tenant<I> {
     pub(crate) fn new(now: Time) -> Self {
         Tenant {
             items: VecDeque::new(),
-            stamps: VecDeque::new(),
+            stamps: Stamps::default(),
             bytes: 0,
             waiting_since: now,
             pending: 0,
@@ -91,7 +132,7 @@ impl<I> Tenant<I> {
 impl<I> Tenant<I> {
     /// When the oldest waiting item was staged (`now` without stamps).
     pub(crate) fn oldest_waiting(&self, now: Time) -> Time {
-        self.stamps.front().copied().unwrap_or(now)
+        self.stamps.front().unwrap_or(now)
     }
 
     /// Takes the waiting items staged before `cutoff` (S-R3), oldest
@@ -101,11 +142,9 @@ impl<I> Tenant<I> {
         cutoff: Time,
         weigh: impl Fn(&I) -> u64,
     ) -> (Vec<I>, u64) {
-        let n = self.stamps.partition_point(|s| *s < cutoff);
-        let items: Vec<I> = self.items.drain(..n).collect();
-        self.stamps.drain(..n);
-        super::shrink::deque(&mut self.items);
-        super::shrink::deque(&mut self.stamps);
+        let n = self.stamps.before(cutoff);
+        let items = take_front(&mut self.items, n);
+        self.stamps.forget_oldest(n);
         let bytes = items
             .iter()
             .fold(0u64, |sum, i| sum.saturating_add(weigh(i)));
@@ -147,10 +186,8 @@ impl<I> Tenant<I> {
                     .fold(0u64, |sum, i| sum.saturating_add(weigh(i)));
             }
         }
-        let items: Vec<I> = self.items.drain(..n).collect();
-        super::shrink::deque(&mut self.items);
-        self.stamps.drain(..n.min(self.stamps.len()));
-        super::shrink::deque(&mut self.stamps);
+        let items = take_front(&mut self.items, n);
+        self.stamps.forget_oldest(n);
         // Saturating: an impure weigher must not make the sums underflow.
         self.bytes = self.bytes.saturating_sub(bytes);
         if !self.items.is_empty() {
@@ -158,4 +195,16 @@ impl<I> Tenant<I> {
         }
         (items, bytes)
     }
+}
+
+/// The `n` oldest of `items`, in order. The whole backlog (the common cut:
+/// a tenant's every waiting item) leaves with the queue's own buffer, so a
+/// write costs no allocation and no copy of its items.
+pub(crate) fn take_front<I>(items: &mut VecDeque<I>, n: usize) -> Vec<I> {
+    if n >= items.len() {
+        return Vec::from(std::mem::take(items));
+    }
+    let taken = items.drain(..n).collect();
+    super::shrink::deque(items);
+    taken
 }

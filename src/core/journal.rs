@@ -31,7 +31,7 @@
 //!   known range that is neither readable nor marked done (D4).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, DefaultHasher, Hash};
+use std::hash::Hash;
 
 use super::shrink;
 use super::{DropReason, Event, LostReason};
@@ -65,10 +65,10 @@ impl Entry {
     }
 }
 
-/// The pending entries of each tenant. A hash map (SipHash with fixed
-/// keys, like the engine's tenant map): a stage looks its tenant up once,
+/// The pending entries of each tenant. A hash map (foldhash with a fixed
+/// seed, like the engine's tenant map): a stage looks its tenant up once,
 /// and nothing decides anything by iterating it (S-C1).
-type PerTenant<K> = HashMap<K, VecDeque<Entry>, BuildHasherDefault<DefaultHasher>>;
+type PerTenant<K> = HashMap<K, VecDeque<Entry>, foldhash::fast::FixedState>;
 
 /// One segment's bookkeeping.
 #[derive(Clone, Debug, Default)]
