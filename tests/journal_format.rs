@@ -64,8 +64,8 @@ impl Journal {
     }
 
     fn commit(&mut self) -> io::Result<()> {
-        let batch = self.state.take_batch();
-        let r = self.committer.commit(&batch);
+        let mut batch = self.state.take_batch();
+        let r = self.committer.commit(&mut batch);
         self.state.committed(batch.upto, r.is_ok());
         r
     }
@@ -479,8 +479,8 @@ fn an_undecodable_item_is_counted_unreadable() {
         .unwrap();
         state.append(5, &e);
     }
-    let batch = state.take_batch();
-    c.commit(&batch).unwrap();
+    let mut batch = state.take_batch();
+    c.commit(&mut batch).unwrap();
     drop(c);
     disk.crash();
     let mut storage = disk.clone();
@@ -506,12 +506,12 @@ fn a_failed_commit_leaves_a_journal_that_recovers_what_was_synced() {
     let enc = format::EncodedItem::new::<()>(|_| Ok(()), |_| Ok(())).unwrap();
     assert!(!j.state.append(1, &enc), "down: not journaled");
     assert_eq!(j.state.ledger().undurable(), 2);
-    let batch = j.state.resume();
-    assert!(j.committer.commit(&batch).is_err(), "still full");
+    let mut batch = j.state.resume();
+    assert!(j.committer.commit(&mut batch).is_err(), "still full");
     j.state.committed(batch.upto, false);
     disk.fail(None);
-    let batch = j.state.resume();
-    j.committer.commit(&batch).unwrap();
+    let mut batch = j.state.resume();
+    j.committer.commit(&mut batch).unwrap();
     j.state.committed(batch.upto, true);
     assert!(!j.state.is_down());
     j.stage(1, &item(1, 4));
@@ -619,8 +619,8 @@ fn open_on(
     );
     let mut state = JournalState::new(ledger);
     let mut committer = Committer::new(storage);
-    let batch = state.take_batch();
-    committer.commit(&batch).expect("creates its segment");
+    let mut batch = state.take_batch();
+    committer.commit(&mut batch).expect("creates its segment");
     state.committed(batch.upto, true);
     (state, committer, rec)
 }
@@ -648,8 +648,8 @@ fn a_segment_header_is_synced_before_any_record_goes_in() {
     for n in 0..40 {
         assert!(state.append(3, &encoded(3, n)));
         if n % 3 == 0 {
-            let batch = state.take_batch();
-            committer.commit(&batch).unwrap();
+            let mut batch = state.take_batch();
+            committer.commit(&mut batch).unwrap();
             state.committed(batch.upto, true);
         }
     }
@@ -685,8 +685,8 @@ fn a_segment_whose_header_write_failed_is_deleted_before_anything_else() {
         let storage = Recording::new(&disk);
         let (mut state, mut committer, _) = open_on(storage, 150);
         assert!(state.append(1, &encoded(1, 0)));
-        let batch = state.take_batch();
-        committer.commit(&batch).unwrap();
+        let mut batch = state.take_batch();
+        committer.commit(&mut batch).unwrap();
         state.committed(batch.upto, true);
         // The next append (a record) works; the header of the segment the
         // roll creates is cut short. Deletes fail for a while.
@@ -699,8 +699,8 @@ fn a_segment_whose_header_write_failed_is_deleted_before_anything_else() {
         let failed = loop {
             assert!(state.append(1, &encoded(1, n)));
             n += 1;
-            let batch = state.take_batch();
-            let r = committer.commit(&batch);
+            let mut batch = state.take_batch();
+            let r = committer.commit(&mut batch);
             state.committed(batch.upto, r.is_ok());
             if r.is_err() {
                 break n;
@@ -708,19 +708,19 @@ fn a_segment_whose_header_write_failed_is_deleted_before_anything_else() {
         };
         assert!(state.is_down(), "prefix {prefix}");
         // The resume cannot delete the torn segment yet: it refuses.
-        let batch = state.resume();
-        assert!(committer.commit(&batch).is_err(), "prefix {prefix}");
+        let mut batch = state.resume();
+        assert!(committer.commit(&mut batch).is_err(), "prefix {prefix}");
         state.committed(batch.upto, false);
         committer
             .storage()
             .refuse_deletes
             .store(false, std::sync::atomic::Ordering::SeqCst);
-        let batch = state.resume();
-        committer.commit(&batch).unwrap();
+        let mut batch = state.resume();
+        committer.commit(&mut batch).unwrap();
         state.committed(batch.upto, true);
         assert!(state.append(1, &encoded(1, 100)));
-        let batch = state.take_batch();
-        committer.commit(&batch).unwrap();
+        let mut batch = state.take_batch();
+        committer.commit(&mut batch).unwrap();
         state.committed(batch.upto, true);
         for (name, bytes) in disk.files() {
             if name != "LOCK" {

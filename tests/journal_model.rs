@@ -91,7 +91,7 @@ impl World {
     }
 
     fn commit(&mut self) {
-        let (batch, resumed) = if self.state.is_down() {
+        let (mut batch, resumed) = if self.state.is_down() {
             (self.state.resume(), true)
         } else {
             (self.state.take_batch(), false)
@@ -101,7 +101,7 @@ impl World {
         } else {
             std::mem::take(&mut self.marks_waiting)
         };
-        let ok = self.committer.commit(&batch).is_ok();
+        let ok = self.committer.commit(&mut batch).is_ok();
         self.state.committed(batch.upto, ok);
         for (_, fate) in self.fate.values_mut() {
             match fate {

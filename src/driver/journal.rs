@@ -461,7 +461,7 @@ where
 
     /// One group commit. Returns whether the task is done.
     async fn round(&self, committer: &mut Committer<Box<dyn Storage>>) -> bool {
-        let (batch, round, closing, resuming, rolling) = {
+        let (mut batch, round, closing, resuming, rolling) = {
             let mut g = self.lock();
             if g.state.is_down() {
                 let due = g.retry_at.is_none_or(|at| Instant::now() >= at);
@@ -492,13 +492,13 @@ where
         let (back, result) = if batch.is_empty() {
             (None, Ok(()))
         } else if self.inline_io {
-            let r = contain::call(|| committer.commit(&batch))
+            let r = contain::call(|| committer.commit(&mut batch))
                 .unwrap_or_else(|_| Err(io::Error::other("the journal storage panicked")));
             (Some(batch), r)
         } else {
             let mut c = std::mem::replace(committer, Committer::new(Box::new(Gone)));
             let joined = tokio::task::spawn_blocking(move || {
-                let r = contain::call(|| c.commit(&batch))
+                let r = contain::call(|| c.commit(&mut batch))
                     .unwrap_or_else(|_| Err(io::Error::other("the journal storage panicked")));
                 (c, batch, r)
             })

@@ -408,23 +408,16 @@ impl<K: Ord + std::hash::Hash + Clone> JournalState<K> {
 #[derive(Debug)]
 pub struct Committer<S> {
     storage: S,
-    /// Where an append's records get their checksums before they are
-    /// written (reused from one commit to the next).
-    sealed: Vec<u8>,
     /// Segments whose creation failed (their header may be missing or
     /// torn) and whose deletion has not worked yet.
     unheaded: BTreeSet<SegmentId>,
 }
-
-/// A commit's scratch buffer grown past this by a burst is let go.
-const SEALED_KEEP: usize = 8 << 20;
 
 impl<S: Storage> Committer<S> {
     /// A committer on `storage` (already locked by the recovery).
     pub fn new(storage: S) -> Self {
         Committer {
             storage,
-            sealed: Vec::new(),
             unheaded: BTreeSet::new(),
         }
     }
@@ -468,29 +461,23 @@ impl<S: Storage> Committer<S> {
     ///
     /// # Errors
     /// The first IO error; what came before it may or may not be on disk.
-    pub fn commit(&mut self, batch: &Batch) -> io::Result<()> {
+    pub fn commit(&mut self, batch: &mut Batch) -> io::Result<()> {
         if !self.delete_unheaded() {
             return Err(io::Error::other(
                 "a segment whose creation failed cannot be deleted",
             ));
         }
         let mut written = BTreeSet::new();
-        for op in &batch.ops {
+        for op in &mut batch.ops {
             match op {
                 Op::Create { id, first } => self.create(*id, *first)?,
                 Op::Append { id, bytes } => {
                     // The checksums are computed here, on the commit's
-                    // thread, not under the lock `stage` takes (S-J1).
-                    self.sealed.clear();
-                    self.sealed.extend_from_slice(bytes);
-                    format::seal_records(&mut self.sealed);
-                    let r = self
-                        .storage
-                        .append(&format::segment_name(*id), &self.sealed);
-                    if self.sealed.capacity() > SEALED_KEEP {
-                        self.sealed = Vec::new();
-                    }
-                    r?;
+                    // thread, not under the lock `stage` takes (S-J1), in
+                    // place: sealing twice (a batch committed again) gives
+                    // the same bytes.
+                    format::seal_records(bytes);
+                    self.storage.append(&format::segment_name(*id), bytes)?;
                     written.insert(*id);
                 }
                 Op::Seal { id, end } => {
