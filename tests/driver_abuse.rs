@@ -1136,3 +1136,72 @@ async fn abuse_extreme_counts_and_tiny_durations() {
     assert_eq!(o.counters().failed(Failure::Panic), 5);
     assert_balanced(&o);
 }
+
+/// An error whose `Display` or `Drop` panics.
+#[derive(Debug)]
+struct Nasty {
+    display_panics: bool,
+}
+
+impl std::fmt::Display for Nasty {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        assert!(!self.display_panics, "the error panics as it is rendered");
+        f.write_str("nasty")
+    }
+}
+
+impl std::error::Error for Nasty {}
+
+impl Drop for Nasty {
+    fn drop(&mut self) {
+        if !self.display_panics && !std::thread::panicking() {
+            panic!("the error panics as it is dropped");
+        }
+    }
+}
+
+/// Rejects every write terminally with a [`Nasty`] error; counts calls.
+#[derive(Clone)]
+struct RejectsNastily {
+    display_panics: bool,
+    calls: Arc<Mutex<u32>>,
+}
+
+impl Sink for RejectsNastily {
+    type Tenant = u64;
+    type Item = u32;
+    fn name(&self) -> &str {
+        "rejects-nastily"
+    }
+    async fn write(&self, _: &u64, _: &[u32]) -> Result<Written, WriteError> {
+        *self.calls.lock().unwrap() += 1;
+        Err(WriteError::terminal(Nasty {
+            display_panics: self.display_panics,
+        }))
+    }
+}
+
+/// S-A5: a terminal rejection is never retried, even when its error panics
+/// as it is rendered for the log or dropped (newcomer finding: it was
+/// taken for a panicked attempt and retried for ever).
+#[tokio::test(start_paused = true)]
+async fn abuse_a_terminal_error_that_panics_when_rendered_or_dropped_stays_terminal() {
+    for display_panics in [true, false] {
+        let sink = RejectsNastily {
+            display_panics,
+            calls: Arc::default(),
+        };
+        let o = Outbox::new(sink.clone(), Config::default()).unwrap();
+        o.stage(1, 1);
+        let r = o.flush(60 * SEC).await;
+        let c = o.counters();
+        assert_eq!(
+            (r.lost, c.lost(LostReason::Terminal), *sink.calls.lock().unwrap()),
+            (1, 1, 1),
+            "display_panics {display_panics}: {c:?}"
+        );
+        assert_eq!(c.failed(Failure::Panic), 0, "{c:?}");
+        assert!(c.balanced(), "{c:?}");
+        o.shutdown(SEC).await;
+    }
+}

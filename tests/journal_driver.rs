@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::io;
 use std::time::Duration;
 
-use outbox::journal::{Codec, JournalConfig, JournalError, MemStorage};
+use outbox::journal::{Codec, JournalConfig, JournalError, MemStorage, Postcard};
 use outbox::{BuildError, Counters, DropReason, LostReason, Outbox, Staged, SyncError, TenantId};
 use support::{t, Act, TestSink};
 
@@ -234,6 +234,52 @@ fn an_item_the_codec_cannot_encode_is_dropped_and_counted() {
         let c = o.counters();
         assert_eq!((c.written, c.dropped(DropReason::EncodeFailed)), (1, 1));
         balanced(&c);
+        o.shutdown(S).await;
+    });
+}
+
+#[test]
+fn a_codec_that_panics_at_recovery_loses_only_the_records_it_panics_on() {
+    // S-J7, S-J8, D4: a panic decoding a record makes that record
+    // unreadable, counted; the build and every other record go on.
+    struct PanicsOnOdd;
+    impl Codec<TenantId, u32> for PanicsOnOdd {
+        fn encode_tenant(&self, t: &TenantId, out: &mut Vec<u8>) -> Result<(), outbox::BoxError> {
+            Codec::<TenantId, u32>::encode_tenant(&Postcard, t, out)
+        }
+        fn decode_tenant(&self, b: &[u8]) -> Result<TenantId, outbox::BoxError> {
+            Codec::<TenantId, u32>::decode_tenant(&Postcard, b)
+        }
+        fn encode_item(&self, i: &u32, out: &mut Vec<u8>) -> Result<(), outbox::BoxError> {
+            Codec::<TenantId, u32>::encode_item(&Postcard, i, out)
+        }
+        fn decode_item(&self, b: &[u8]) -> Result<u32, outbox::BoxError> {
+            let i = Codec::<TenantId, u32>::decode_item(&Postcard, b)?;
+            assert!(i % 2 == 0, "the codec panics on item {i}");
+            Ok(i)
+        }
+    }
+    let disk = MemStorage::new();
+    let covered = crashed_run(&disk, 10, 0);
+    let evens: BTreeMap<TenantId, Vec<u32>> = covered
+        .into_iter()
+        .map(|(t, items)| (t, items.into_iter().filter(|i| i % 2 == 0).collect()))
+        .collect();
+    let sink = TestSink::new("after");
+    rt().block_on(async {
+        let o = Outbox::builder(sink.clone())
+            .journal_with_codec(journal(&disk), PanicsOnOdd)
+            .build()
+            .expect("a codec that panics does not fail the build");
+        let c = o.counters();
+        assert_eq!(
+            (c.recovered, c.lost(LostReason::JournalUnreadable), c.pending),
+            (10, 5, 5),
+            "{c:?}"
+        );
+        o.flush(S).await;
+        assert_eq!(sink.store(), evens);
+        balanced(&o.counters());
         o.shutdown(S).await;
     });
 }

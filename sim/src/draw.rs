@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use outbox::core::{BreakerConfig, Config, ConfigBuilder, ErrorPolicy};
+use outbox::core::{BreakerConfig, Config, ConfigBuilder, ConfigError, ErrorPolicy};
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -145,7 +145,16 @@ pub fn config_with(
     let seed = rng.next_u64();
     b = outage(&mut self::rng(seed ^ OUTAGE_STREAM), b.seed(seed));
     b = extra(b);
-    let config = b.build().expect("every draw is in range");
+    // An age limit drawn not above the linger is out of range (every
+    // partial batch would expire): it then runs from the linger on.
+    let config = match b.clone().build() {
+        Err(ConfigError::LingerNotBelowItemAge {
+            linger,
+            max_item_age,
+        }) => b.max_item_age(linger.saturating_add(max_item_age)).build(),
+        built => built,
+    }
+    .expect("every draw is in range");
     ConfigPick { config, weighs }
 }
 

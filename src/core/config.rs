@@ -51,6 +51,14 @@ pub enum ConfigError {
         /// The configured `max_probe_interval`.
         max: Duration,
     },
+    /// `linger` is not below `max_item_age` (S-A3, S-R3): every item of a
+    /// partial batch would expire while it lingers.
+    LingerNotBelowItemAge {
+        /// The configured `linger`.
+        linger: Duration,
+        /// The configured `max_item_age`.
+        max_item_age: Duration,
+    },
     /// A byte limit (`max_batch_bytes` or `capacity_bytes`) is set but the
     /// engine was built without a weigher to measure items.
     WeigherRequired {
@@ -74,6 +82,13 @@ impl fmt::Display for ConfigError {
             ConfigError::JitterOutOfRange { jitter } => write!(
                 f,
                 "outbox config: `jitter` must be a fraction in 0.0..=1.0, got {jitter}"
+            ),
+            ConfigError::LingerNotBelowItemAge {
+                linger,
+                max_item_age,
+            } => write!(
+                f,
+                "outbox config: `linger` ({linger:?}) must be below `max_item_age` ({max_item_age:?}), or every partial batch expires while it lingers"
             ),
             ConfigError::WeigherRequired { field } => write!(
                 f,
@@ -372,7 +387,9 @@ impl ConfigBuilder {
     /// `expired` instead (S-R3). For data worthless late. Unlike
     /// `max_retry_duration`, which runs from a write's first attempt, this
     /// runs from the item's stage, so it also bounds time spent waiting,
-    /// lingering and held by the breaker. Off by default; zero is rejected.
+    /// lingering and held by the breaker. Off by default; zero is rejected,
+    /// and so is a value not above `linger`
+    /// ([`ConfigError::LingerNotBelowItemAge`]).
     pub fn max_item_age(mut self, age: Duration) -> Self {
         self.config.max_item_age = Some(age);
         self
@@ -453,6 +470,14 @@ impl ConfigBuilder {
         }
         if c.max_item_age == Some(Duration::ZERO) {
             return zero("max_item_age");
+        }
+        if let Some(age) = c.max_item_age {
+            if c.linger >= age {
+                return Err(ConfigError::LingerNotBelowItemAge {
+                    linger: c.linger,
+                    max_item_age: age,
+                });
+            }
         }
         if let Some(b) = c.breaker {
             if b.failures == 0 {
@@ -598,6 +623,25 @@ mod tests {
             .unwrap_err();
         assert!(matches!(err, ConfigError::BackoffInverted { .. }));
         assert!(err.to_string().contains("max_backoff"));
+    }
+
+    #[test]
+    fn a_linger_not_below_the_item_age_is_rejected() {
+        // Every partial batch would expire while it lingers (S-A3, S-R3).
+        for linger in [100, 101] {
+            let err = Config::builder()
+                .linger(Duration::from_millis(linger))
+                .max_item_age(Duration::from_millis(100))
+                .build()
+                .unwrap_err();
+            assert!(matches!(err, ConfigError::LingerNotBelowItemAge { .. }));
+            assert!(err.to_string().contains("max_item_age"));
+        }
+        let ok = Config::builder()
+            .linger(Duration::from_millis(99))
+            .max_item_age(Duration::from_millis(100))
+            .build();
+        assert!(ok.is_ok());
     }
 
     #[test]

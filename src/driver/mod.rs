@@ -15,7 +15,7 @@
 //! is woken to carry out what the engine decided.
 
 mod answer;
-mod contain;
+pub(crate) mod contain;
 mod dead_letters;
 mod health;
 #[cfg(feature = "journal")]

@@ -30,8 +30,9 @@ pub(crate) type SinkFinished<S> = Finished<<S as Sink>::Tenant, <S as Sink>::Ite
 ///   sink's `discarded` count (S-W12).
 /// - A retryable error: [`Outcome::Failed`]; a terminal one:
 ///   [`Outcome::Rejected`] (S-A5).
-/// - A panic creating the future, polling it, or rendering or dropping the
-///   error: [`Outcome::Panicked`] (S-W5).
+/// - A panic creating the future, polling it, or rendering or dropping a
+///   retryable error: [`Outcome::Panicked`] (S-W5); a terminal error that
+///   panics as it is rendered or dropped is still [`Outcome::Rejected`].
 /// - Not finished by `deadline`: the future is dropped, [`Outcome::TimedOut`]
 ///   (S-B3).
 /// - `cancel` fired first: the future is dropped, [`Outcome::Cancelled`]
@@ -170,17 +171,20 @@ fn per_slice(
     outcomes
 }
 
-/// Renders a sink error for the log and picks its outcome; a panic while
-/// rendering or dropping it is a panicked attempt (S-W5).
+/// Renders a sink error for the log and picks its outcome. A panic while
+/// rendering or dropping a retryable error makes the attempt a panicked
+/// one (S-W5); a terminal rejection stays one whatever its rendering does
+/// (S-A5: the sink answered, and its answer is never retried).
 fn outcome_of_error(error: WriteError) -> (Outcome, Option<String>) {
-    let outcome = if error.is_terminal() {
-        Outcome::Rejected
-    } else {
-        Outcome::Failed
-    };
-    match contain::call(move || error.to_string()) {
-        Ok(text) => (outcome, Some(text)),
-        Err(contain::Panicked) => (
+    let terminal = error.is_terminal();
+    match (contain::call(move || error.to_string()), terminal) {
+        (Ok(text), true) => (Outcome::Rejected, Some(text)),
+        (Ok(text), false) => (Outcome::Failed, Some(text)),
+        (Err(contain::Panicked), true) => (
+            Outcome::Rejected,
+            Some("a terminal error (it panicked while rendering)".into()),
+        ),
+        (Err(contain::Panicked), false) => (
             Outcome::Panicked,
             Some("the sink's error panicked while rendering".into()),
         ),

@@ -9,6 +9,7 @@ use super::format::{self, Header, Record, HEADER_LEN};
 use super::storage::{Storage, LOCK_FILE};
 use super::JournalError;
 use crate::core::journal::{Ledger, Limits, Recovery, ScannedSegment, Seq};
+use crate::driver::contain;
 
 /// What a recovery found and did: the counts an operator reads in the
 /// build log and the metrics (D4).
@@ -148,9 +149,17 @@ where
         for record in scan.records {
             match record {
                 Record::Item { seq, tenant, item } => {
-                    match (codec.decode_tenant(tenant), codec.decode_item(item)) {
-                        (Ok(t), Ok(it)) => seg.items.push((seq, t, it)),
-                        _ => seg.undecodable.push(seq),
+                    // A codec that panics is an undecodable record (S-J7,
+                    // S-J8): a panic here would fail every restart alike.
+                    let decoded =
+                        contain::call(|| (codec.decode_tenant(tenant), codec.decode_item(item)));
+                    match decoded {
+                        Ok((Ok(t), Ok(it))) => seg.items.push((seq, t, it)),
+                        Ok(partial) => {
+                            contain::drop_quietly(partial);
+                            seg.undecodable.push(seq);
+                        }
+                        Err(contain::Panicked) => seg.undecodable.push(seq),
                     }
                 }
                 Record::Done(seqs) => seg.marks.extend(seqs),
