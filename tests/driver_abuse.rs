@@ -1196,7 +1196,11 @@ async fn abuse_a_terminal_error_that_panics_when_rendered_or_dropped_stays_termi
         let r = o.flush(60 * SEC).await;
         let c = o.counters();
         assert_eq!(
-            (r.lost, c.lost(LostReason::Terminal), *sink.calls.lock().unwrap()),
+            (
+                r.lost,
+                c.lost(LostReason::Terminal),
+                *sink.calls.lock().unwrap()
+            ),
             (1, 1, 1),
             "display_panics {display_panics}: {c:?}"
         );

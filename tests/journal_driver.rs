@@ -273,7 +273,11 @@ fn a_codec_that_panics_at_recovery_loses_only_the_records_it_panics_on() {
             .expect("a codec that panics does not fail the build");
         let c = o.counters();
         assert_eq!(
-            (c.recovered, c.lost(LostReason::JournalUnreadable), c.pending),
+            (
+                c.recovered,
+                c.lost(LostReason::JournalUnreadable),
+                c.pending
+            ),
             (10, 5, 5),
             "{c:?}"
         );
