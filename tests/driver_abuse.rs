@@ -1192,7 +1192,7 @@ async fn abuse_a_terminal_error_that_panics_when_rendered_or_dropped_stays_termi
             calls: Arc::default(),
         };
         let o = Outbox::new(sink.clone(), Config::default()).unwrap();
-        o.stage(1, 1);
+        assert_eq!(o.stage(1, 1), Staged::Accepted);
         let r = o.flush(60 * SEC).await;
         let c = o.counters();
         assert_eq!(
