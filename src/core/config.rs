@@ -51,7 +51,7 @@ pub enum ConfigError {
         /// The configured `max_probe_interval`.
         max: Duration,
     },
-    /// `linger` is not below `max_item_age` (S-A3, S-R3): every item of a
+    /// `linger` is above `max_item_age` (S-A3, S-R3): every item of a
     /// partial batch would expire while it lingers.
     LingerNotBelowItemAge {
         /// The configured `linger`.
@@ -88,7 +88,7 @@ impl fmt::Display for ConfigError {
                 max_item_age,
             } => write!(
                 f,
-                "outbox config: `linger` ({linger:?}) must be below `max_item_age` ({max_item_age:?}), or every partial batch expires while it lingers"
+                "outbox config: `linger` ({linger:?}) must not be above `max_item_age` ({max_item_age:?}), or every partial batch expires while it lingers"
             ),
             ConfigError::WeigherRequired { field } => write!(
                 f,
@@ -388,7 +388,7 @@ impl ConfigBuilder {
     /// `max_retry_duration`, which runs from a write's first attempt, this
     /// runs from the item's stage, so it also bounds time spent waiting,
     /// lingering and held by the breaker. Off by default; zero is rejected,
-    /// and so is a value not above `linger`
+    /// and so is a value below `linger`
     /// ([`ConfigError::LingerNotBelowItemAge`]).
     pub fn max_item_age(mut self, age: Duration) -> Self {
         self.config.max_item_age = Some(age);
@@ -472,7 +472,7 @@ impl ConfigBuilder {
             return zero("max_item_age");
         }
         if let Some(age) = c.max_item_age {
-            if c.linger >= age {
+            if c.linger > age {
                 return Err(ConfigError::LingerNotBelowItemAge {
                     linger: c.linger,
                     max_item_age: age,
@@ -626,9 +626,9 @@ mod tests {
     }
 
     #[test]
-    fn a_linger_not_below_the_item_age_is_rejected() {
+    fn a_linger_above_the_item_age_is_rejected() {
         // Every partial batch would expire while it lingers (S-A3, S-R3).
-        for linger in [100, 101] {
+        for linger in [101, 1000] {
             let err = Config::builder()
                 .linger(Duration::from_millis(linger))
                 .max_item_age(Duration::from_millis(100))
@@ -638,7 +638,7 @@ mod tests {
             assert!(err.to_string().contains("max_item_age"));
         }
         let ok = Config::builder()
-            .linger(Duration::from_millis(99))
+            .linger(Duration::from_millis(100))
             .max_item_age(Duration::from_millis(100))
             .build();
         assert!(ok.is_ok());
