@@ -145,10 +145,10 @@ pub fn config_with(
     let seed = rng.next_u64();
     b = outage(&mut self::rng(seed ^ OUTAGE_STREAM), b.seed(seed));
     b = extra(b);
-    // An age limit drawn not above the linger is out of range (every
+    // An age limit drawn below the linger is out of range (every
     // partial batch would expire): it then runs from the linger on.
     let config = match b.clone().build() {
-        Err(ConfigError::LingerNotBelowItemAge {
+        Err(ConfigError::LingerAboveItemAge {
             linger,
             max_item_age,
         }) => b.max_item_age(linger.saturating_add(max_item_age)).build(),

@@ -53,7 +53,7 @@ pub enum ConfigError {
     },
     /// `linger` is above `max_item_age` (S-A3, S-R3): every item of a
     /// partial batch would expire while it lingers.
-    LingerNotBelowItemAge {
+    LingerAboveItemAge {
         /// The configured `linger`.
         linger: Duration,
         /// The configured `max_item_age`.
@@ -83,7 +83,7 @@ impl fmt::Display for ConfigError {
                 f,
                 "outbox config: `jitter` must be a fraction in 0.0..=1.0, got {jitter}"
             ),
-            ConfigError::LingerNotBelowItemAge {
+            ConfigError::LingerAboveItemAge {
                 linger,
                 max_item_age,
             } => write!(
@@ -389,7 +389,7 @@ impl ConfigBuilder {
     /// runs from the item's stage, so it also bounds time spent waiting,
     /// lingering and held by the breaker. Off by default; zero is rejected,
     /// and so is a value below `linger`
-    /// ([`ConfigError::LingerNotBelowItemAge`]).
+    /// ([`ConfigError::LingerAboveItemAge`]).
     pub fn max_item_age(mut self, age: Duration) -> Self {
         self.config.max_item_age = Some(age);
         self
@@ -473,7 +473,7 @@ impl ConfigBuilder {
         }
         if let Some(age) = c.max_item_age {
             if c.linger > age {
-                return Err(ConfigError::LingerNotBelowItemAge {
+                return Err(ConfigError::LingerAboveItemAge {
                     linger: c.linger,
                     max_item_age: age,
                 });
@@ -634,7 +634,7 @@ mod tests {
                 .max_item_age(Duration::from_millis(100))
                 .build()
                 .unwrap_err();
-            assert!(matches!(err, ConfigError::LingerNotBelowItemAge { .. }));
+            assert!(matches!(err, ConfigError::LingerAboveItemAge { .. }));
             assert!(err.to_string().contains("max_item_age"));
         }
         let ok = Config::builder()

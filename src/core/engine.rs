@@ -8,7 +8,7 @@ use std::mem;
 
 use super::accounting::{Counters, DropReason, LostReason, LOG_EVERY};
 use super::admission::Handoff;
-use super::backlog::{Phase, Retry, Tenant};
+use super::backlog::{take_front, Phase, Retry, Tenant};
 use super::backoff::Backoff;
 use super::breaker::{Breaker, BreakerState};
 use super::config::{Config, ConfigError, ErrorPolicy};
@@ -1613,7 +1613,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                 held.push(HeldRun {
                     tenant: tenant.clone(),
                     held_in: HeldIn::Backlog,
-                    items: Vec::from(mem::take(&mut t.items)),
+                    items: take_front(&mut t.items, usize::MAX),
                 });
                 t.stamps.clear();
             }
