@@ -33,6 +33,10 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::hash::Hash;
 
+mod faults;
+
+pub use faults::{Faults, Next, CLOSING_RETRIES};
+
 use super::shrink;
 use super::{DropReason, Event, LostReason};
 

@@ -1,7 +1,8 @@
 //! The journal in the driver (SPEC D1-D6, S-J1..S-J8): encoding at stage
 //! outside the lock, appending under it, the group-commit task, the sync
-//! barrier, done marks from the engine's events, the fault policy and the
-//! journal's metrics.
+//! barrier, done marks from the engine's events, and the journal's
+//! metrics. The fault policy (when to retry, when a close gives up) is the
+//! core's [`Faults`]; this module follows it.
 //!
 //! Lock order: the outbox's lock, then the journal's. The commit task takes
 //! only the journal's lock, and never while doing IO: `stage` never waits
@@ -20,8 +21,9 @@ use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
 use super::contain;
-use crate::core::journal::{self as plan, Limits};
+use crate::core::journal::{self as plan, Faults, Limits, Next};
 use crate::core::Event;
+use crate::core::Time;
 use crate::journal::format::{EncodeFailure, EncodedItem};
 use crate::journal::{
     recover, Codec, Committer, FsStorage, JournalConfig, JournalError, JournalState,
@@ -122,8 +124,8 @@ struct Inner<K> {
     closing: bool,
     /// The task is gone: new syncs are answered at once.
     gone: bool,
-    /// While down: when to try again.
-    retry_at: Option<Instant>,
+    /// Up or down, and when to try again (S-J5): the core's policy.
+    faults: Faults,
     /// Items unjournaled since the incident began (for its log line).
     unjournaled_in_incident: u64,
     /// The closing round started a fresh segment already.
@@ -142,7 +144,6 @@ pub(crate) struct Journal<K, I> {
     sync_bytes: usize,
     max_buffered: usize,
     inline_io: bool,
-    retry_interval: Duration,
     dir: String,
     name: String,
     metrics: Metrics,
@@ -250,7 +251,7 @@ where
                 waiters: VecDeque::new(),
                 closing: false,
                 gone: false,
-                retry_at: None,
+                faults: Faults::new(config.retry_interval),
                 unjournaled_in_incident: 0,
                 rolled: false,
             }),
@@ -261,7 +262,6 @@ where
             sync_bytes: config.sync_bytes,
             max_buffered: config.max_buffered_bytes.max(config.sync_bytes),
             inline_io: config.inline_io,
-            retry_interval: config.retry_interval,
             dir,
             name: outbox.to_owned(),
             metrics,
@@ -389,9 +389,10 @@ where
 
     /// The commit task: group commits until closed (S-J1, S-J5).
     pub(crate) async fn run(self: Arc<Self>, mut committer: Committer<Box<dyn Storage>>) {
-        let mut closing_failures = 0;
+        // The fault policy's clock (S-C1: the core takes time as input).
+        let clock = Clock(Instant::now());
         loop {
-            let exit = self.round(&mut committer).await;
+            let exit = self.round(&mut committer, clock).await;
             if exit {
                 break;
             }
@@ -399,21 +400,17 @@ where
             // finishes or makes progress (a resume that worked is followed
             // by the closing roll, D6); after a failed one, the next waits
             // for the retry time (S-J5), or a disk that stays full would
-            // spin the task (crash seed 5843).
-            let (closing, retry_at) = {
-                let g = self.lock();
-                (g.closing, g.retry_at)
+            // spin the task (crash seed 5843), and gives up after a few.
+            let next = {
+                let mut g = self.lock();
+                let closing = g.closing;
+                g.faults.next(closing)
             };
-            if !closing {
-                self.wait().await;
-            } else if let Some(at) = retry_at {
-                // A disk that keeps failing must not hold the close (and
-                // the directory's lock, S-J6) for ever: after a few tries
-                // the task gives up. Marks not written then stage their
-                // items again at the next start, written twice, which the
-                // sink's idempotency absorbs (S-J3).
-                closing_failures += 1;
-                if closing_failures > CLOSING_RETRIES {
+            match next {
+                Next::Wait => self.wait(clock).await,
+                Next::Again => {}
+                Next::RetryAt(at) => tokio::time::sleep_until(clock.instant(at)).await,
+                Next::GiveUp => {
                     tracing::error!(
                         outbox = %self.name,
                         dir = %self.dir,
@@ -421,7 +418,6 @@ where
                     );
                     break;
                 }
-                tokio::time::sleep_until(at).await;
             }
         }
         let mut g = self.lock();
@@ -436,13 +432,13 @@ where
 
     /// Waits for a reason to commit: a kick now, or something buffered
     /// for `sync_interval`; while down, the retry time.
-    async fn wait(&self) {
-        let retry_at = self.lock().retry_at;
+    async fn wait(&self, clock: Clock) {
+        let retry_at = self.lock().faults.retry_at();
         if let Some(at) = retry_at {
             tokio::select! {
                 biased;
                 () = self.now.notified() => {}
-                () = tokio::time::sleep_until(at) => {}
+                () = tokio::time::sleep_until(clock.instant(at)) => {}
             }
             return;
         }
@@ -460,12 +456,11 @@ where
     }
 
     /// One group commit. Returns whether the task is done.
-    async fn round(&self, committer: &mut Committer<Box<dyn Storage>>) -> bool {
-        let (mut batch, round, closing, resuming, rolling) = {
+    async fn round(&self, committer: &mut Committer<Box<dyn Storage>>, clock: Clock) -> bool {
+        let (mut batch, round, closing, rolling) = {
             let mut g = self.lock();
             if g.state.is_down() {
-                let due = g.retry_at.is_none_or(|at| Instant::now() >= at);
-                if !due && !g.closing {
+                if !g.faults.may_try(clock.now(), g.closing) {
                     let undurable = g.state.ledger().undurable();
                     for (_, tx) in g.waiters.drain(..) {
                         let _ = tx.send(Err(SyncError::Down { undurable }));
@@ -473,19 +468,13 @@ where
                     return false;
                 }
                 g.started += 1;
-                (g.state.resume(), g.started, g.closing, true, false)
+                (g.state.resume(), g.started, g.closing, false)
             } else {
                 // Closing with nothing pending: a fresh segment, so every
                 // old one goes (D6); once.
                 let roll = g.closing && !g.rolled;
                 g.started += 1;
-                (
-                    g.state.take_batch_then(roll),
-                    g.started,
-                    g.closing,
-                    false,
-                    roll,
-                )
+                (g.state.take_batch_then(roll), g.started, g.closing, roll)
             }
         };
         let started = Instant::now();
@@ -535,7 +524,7 @@ where
         g.rolled |= rolling && ok;
         match &result {
             Ok(()) => {
-                if resuming {
+                if g.faults.worked() {
                     tracing::warn!(
                         outbox = %self.name,
                         dir = %self.dir,
@@ -543,7 +532,6 @@ where
                         "journal works again; items staged during the fault stay in memory only"
                     );
                 }
-                g.retry_at = None;
                 g.unjournaled_in_incident = 0;
                 let undurable = g.state.ledger().undurable();
                 while g.waiters.front().is_some_and(|(r, _)| *r <= round) {
@@ -558,7 +546,7 @@ where
             }
             Err(e) => {
                 self.metrics.faults.increment(1);
-                if g.retry_at.is_none() {
+                if g.faults.failed(clock.now()) {
                     // Once per incident (S-A6 in spirit): the first failure.
                     tracing::error!(
                         outbox = %self.name,
@@ -569,7 +557,6 @@ where
                          again (counted in outbox_items_unjournaled_total)"
                     );
                 }
-                g.retry_at = Some(super::deadline(Instant::now(), self.retry_interval));
                 let kind = e.kind();
                 for (_, tx) in g.waiters.drain(..) {
                     let _ = tx.send(Err(SyncError::Failed(kind)));
@@ -587,9 +574,21 @@ where
     }
 }
 
-/// Failed rounds a closing journal retries (each after `retry_interval`)
-/// before it gives up and exits (S-J5, S-J6).
-const CLOSING_RETRIES: u32 = 5;
+/// The commit task's clock: [`Time`] for the core's fault policy, from
+/// the instant the task started.
+#[derive(Clone, Copy)]
+struct Clock(Instant);
+
+impl Clock {
+    fn now(self) -> Time {
+        Time::from_elapsed(Instant::now().saturating_duration_since(self.0))
+    }
+
+    /// The instant of `at` (a "never" far away, not an overflow).
+    fn instant(self, at: Time) -> Instant {
+        super::deadline(self.0, at.elapsed())
+    }
+}
 
 /// The committer's storage while it is away on a blocking thread.
 struct Gone;
