@@ -35,7 +35,7 @@ use std::hash::Hash;
 
 mod faults;
 
-pub use faults::{Faults, Next, CLOSING_RETRIES};
+pub use faults::{Faults, Next, CLOSING_RETRIES, CLOSING_RETRY_CAP};
 
 use super::shrink;
 use super::{DropReason, Event, LostReason};

@@ -510,13 +510,22 @@ where
         }
         let mut g = self.lock();
         let ok = result.is_ok();
-        if let Some(batch) = back {
-            g.state.committed(batch.upto, ok);
+        // The failed commit's items are on no disk now: unjournaled, like
+        // the items staged while the journal is down (S-J5).
+        let undurable = if let Some(batch) = back {
+            let n = g.state.committed(batch.upto, ok);
             // Its buffer is the next one staging fills (S-J1: two buffers
             // take turns); a burst's larger one is let go.
             g.state.recycle(batch, self.sync_bytes.saturating_mul(4));
+            n
         } else if !ok {
-            g.state.committed(0, false);
+            g.state.committed(0, false)
+        } else {
+            0
+        };
+        if undurable > 0 {
+            g.unjournaled_in_incident += undurable;
+            self.metrics.unjournaled.increment(undurable);
         }
         g.finished = round;
         // The closing roll counts once it is on disk: after a failed one,
@@ -565,7 +574,9 @@ where
         }
         self.export(&g);
         // Done when closing, nothing is left to write and nobody waits.
-        let idle = g.state.buffered() == 0 && !g.state.ledger().has_marks();
+        // A failed commit's marks and deletions are left to write: a
+        // closing journal retries them (S-J5) before it gives up.
+        let idle = g.state.buffered() == 0 && !g.state.ledger().has_marks() && !g.state.has_redo();
         closing
             && g.closing
             && idle

@@ -901,8 +901,10 @@ impl<S: Sink> Outbox<S> {
     /// lost under `deadline` and handed back in
     /// [`ShutdownReport::unwritten`]. After the answer nothing is pending
     /// and no write starts (I8). With a journal, the answer comes once the
-    /// done marks are on disk (S-J3); the journal is left holding one empty
-    /// segment once the last handle is dropped (D6).
+    /// done marks are on disk (S-J3), or at the deadline if the disk is
+    /// slower (S-W15: marks not yet on disk then stage their items again
+    /// at the next start, written twice at worst); the journal is left
+    /// holding one empty segment once the last handle is dropped (D6).
     ///
     /// Called more than once (or concurrently), the first call's report
     /// carries the accounting and the others report zeros
@@ -919,7 +921,9 @@ impl<S: Sink> Outbox<S> {
             if shared.take_in(st, true) {
                 shared.wake();
             }
-            st.engine.shutdown(now, now + timeout)
+            let deadline = now + timeout;
+            st.shutdown_deadline = Some(st.shutdown_deadline.map_or(deadline, |d| d.min(deadline)));
+            st.engine.shutdown(now, deadline)
         })
     }
 

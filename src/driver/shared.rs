@@ -51,6 +51,9 @@ pub(crate) struct State<K, I> {
     /// the difference to the engine's own is given back (or added) after
     /// every input.
     admitted: (u64, u64),
+    /// The earliest deadline a `shutdown` call gave: it also bounds the
+    /// wait for the journal's last marks (S-W15, S-J3).
+    pub(crate) shutdown_deadline: Option<Time>,
 }
 
 impl<K: Ord + std::hash::Hash + Clone, I> State<K, I> {
@@ -140,6 +143,7 @@ impl<S: Sink> Shared<S> {
                 handoffs,
                 received: None,
                 admitted,
+                shutdown_deadline: None,
             }),
             handoff,
             admission,

@@ -512,9 +512,20 @@ impl<S: Sink> Writer<S> {
         if let Some(journal) = &self.shared.journal {
             let synced = journal.sync();
             let name = self.log.name().to_owned();
+            // The shutdown's deadline bounds this wait too (S-W15): a slow
+            // or hung disk does not hold the answer.
+            let deadline = self.shared.lock().shutdown_deadline;
+            let deadline =
+                deadline.map(|at| super::deadline(self.shared.instant(Time::ZERO), at.elapsed()));
             drop(self.shared.runtime().spawn(async move {
-                if let Err(e) = synced.await {
-                    tracing::warn!(outbox = %name, error = %e, "shutdown: the journal's last marks are not durable; a restart may write some items again");
+                let synced = match deadline {
+                    Some(at) => tokio::time::timeout_at(at, synced).await.ok(),
+                    None => Some(synced.await),
+                };
+                match synced {
+                    Some(Ok(())) => {}
+                    Some(Err(e)) => tracing::warn!(outbox = %name, error = %e, "shutdown: the journal's last marks are not durable; a restart may write some items again"),
+                    None => tracing::warn!(outbox = %name, "shutdown: the deadline came before the journal's last marks were on disk; a restart may write some items again"),
                 }
                 send(report);
             }));

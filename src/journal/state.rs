@@ -142,6 +142,12 @@ impl<K: Ord + std::hash::Hash + Clone> JournalState<K> {
         self.down
     }
 
+    /// Whether a failed commit left done marks or deletions that only a
+    /// resume writes (S-J5): work left, though nothing is buffered.
+    pub fn has_redo(&self) -> bool {
+        !self.redo_marks.is_empty() || !self.redo_deletes.is_empty()
+    }
+
     /// Bytes waiting for the next commit.
     pub fn buffered(&self) -> usize {
         self.buffered

@@ -10,10 +10,15 @@ use std::time::Duration;
 
 use crate::core::Time;
 
-/// Failed rounds a closing journal tries again, each `retry_interval`
-/// after the last, before it stops trying (S-J5): a disk that stays broken
-/// must not hold the close, and the directory's lock, for ever (S-J6).
+/// Failed rounds a closing journal tries again before it stops trying
+/// (S-J5): a disk that stays broken must not hold the close, and the
+/// directory's lock, for ever (S-J6).
 pub const CLOSING_RETRIES: u32 = 5;
+
+/// How far apart a closing journal's tries are at most: `retry_interval`,
+/// but no more than this (1 s), so that a long interval (an hour, say)
+/// does not hold a close for five of them.
+pub const CLOSING_RETRY_CAP: Duration = Duration::from_secs(1);
 
 /// What the commit task does after a round ([`Faults::next`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,17 +44,22 @@ pub struct Faults {
     retry_interval: Duration,
     /// While down: when the next round may try again.
     retry_at: Option<Time>,
+    /// While down: when the next round may try again if closing (no later
+    /// than [`CLOSING_RETRY_CAP`] after the last failure).
+    closing_retry_at: Option<Time>,
     /// Failed rounds since the close began.
     closing_failures: u32,
 }
 
 impl Faults {
     /// An up journal that retries `retry_interval` after a failed commit
-    /// (zero: at the next round).
+    /// (`JournalConfig` keeps it at 1 ms or more; zero would retry at the
+    /// next round).
     pub fn new(retry_interval: Duration) -> Self {
         Faults {
             retry_interval,
             retry_at: None,
+            closing_retry_at: None,
             closing_failures: 0,
         }
     }
@@ -66,16 +76,19 @@ impl Faults {
         closing || self.retry_at.is_none_or(|at| now >= at)
     }
 
-    /// A round failed at `now`: the next try is `retry_interval` later.
-    /// Returns whether this failure opened an incident (the one to log).
+    /// A round failed at `now`: the next try is `retry_interval` later
+    /// (while closing, at most [`CLOSING_RETRY_CAP`] later). Returns
+    /// whether this failure opened an incident (the one to log).
     pub fn failed(&mut self, now: Time) -> bool {
         let opened = self.retry_at.is_none();
         self.retry_at = Some(now + self.retry_interval);
+        self.closing_retry_at = Some(now + self.retry_interval.min(CLOSING_RETRY_CAP));
         opened
     }
 
     /// A round worked. Returns whether it closed an incident.
     pub fn worked(&mut self) -> bool {
+        self.closing_retry_at = None;
         self.retry_at.take().is_some()
     }
 
@@ -86,7 +99,7 @@ impl Faults {
         if !closing {
             return Next::Wait;
         }
-        let Some(at) = self.retry_at else {
+        let Some(at) = self.closing_retry_at else {
             return Next::Again;
         };
         self.closing_failures += 1;
@@ -136,6 +149,17 @@ mod tests {
             f.failed(now);
         }
         assert_eq!(f.next(true), Next::GiveUp);
+    }
+
+    #[test]
+    fn a_close_retries_no_further_apart_than_the_cap() {
+        let mut f = Faults::new(Duration::MAX);
+        f.failed(Time::from_millis(7));
+        assert_eq!(f.retry_at(), Some(Time::MAX), "not closing: the interval");
+        assert_eq!(
+            f.next(true),
+            Next::RetryAt(Time::from_millis(7) + CLOSING_RETRY_CAP)
+        );
     }
 
     #[test]
