@@ -419,7 +419,6 @@ fn s_j5_items_of_the_failed_commit_are_counted_unjournaled() {
 /// never written), so a long outage fills `max_bytes` with phantom headers
 /// and stages are dropped under `journal_full` though nothing goes to disk.
 #[tokio::test(start_paused = true)]
-#[ignore = "open bug: each failed resume still rolls to a new segment"]
 async fn s_j5_a_long_outage_does_not_fill_max_bytes_with_phantom_segments() {
     let mem = MemStorage::new();
     let (disk, ctl) = Flaky::new(&mem);
@@ -464,7 +463,6 @@ async fn s_j5_a_long_outage_does_not_fill_max_bytes_with_phantom_segments() {
 /// bytes (about 16 KB) to the ledger, so a 1 MiB `max_bytes` is used up by
 /// a one-minute outage retried every 100 ms, and stages are dropped.
 #[tokio::test(start_paused = true)]
-#[ignore = "open bug: each failed resume still re-counts its redo marks"]
 async fn s_j5_redo_marks_are_counted_again_at_every_failed_retry() {
     let mem = MemStorage::new();
     let (disk, ctl) = Flaky::new(&mem);
@@ -555,7 +553,6 @@ async fn scenarios_06_and_16_with_a_journal() {
 /// the journal never comes back while unlink fails: every later item is
 /// held in memory only and `sync` answers an error.
 #[tokio::test(start_paused = true)]
-#[ignore = "open bug: a failed deletion still takes the journal down"]
 async fn a_disk_that_only_refuses_deletions_keeps_the_journal_down() {
     let mem = MemStorage::new();
     let (disk, ctl) = Flaky::new(&mem);

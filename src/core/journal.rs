@@ -523,6 +523,38 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
         Some(id)
     }
 
+    /// Forgets segment `id`, which a failed resume opened and a later
+    /// resume replaces (S-J5): it holds no item, and the done marks it may
+    /// hold are written again in the current segment, so it no longer
+    /// keeps the segments it marks, and its bytes no longer count against
+    /// `max_bytes`. The driver deletes its file once the replacement's
+    /// marks are durable. Returns whether it was known; a segment with
+    /// items, or the current one, is kept.
+    pub fn abandon(&mut self, id: SegmentId) -> bool {
+        let Some(seg) = self.segments.get(&id) else {
+            return false;
+        };
+        if id == self.current || seg.live > 0 {
+            return false;
+        }
+        let seg = self.segments.remove(&id).expect("checked");
+        self.by_first.remove(&(seg.first, id));
+        self.deletable.remove(&id);
+        self.bytes -= seg.bytes;
+        for other in &seg.marks_for {
+            if let Some(o) = self.segments.get_mut(other) {
+                o.marked_by.remove(&id);
+            }
+        }
+        for other in &seg.marked_by {
+            if let Some(o) = self.segments.get_mut(other) {
+                o.marks_for.remove(&id);
+            }
+            self.check_deletable(*other);
+        }
+        true
+    }
+
     /// Starts a new segment now (after a recovery, or to retry after a
     /// fault): the current one is sealed and may become deletable.
     pub fn roll(&mut self, header_bytes: u64) -> SegmentId {
@@ -841,6 +873,34 @@ mod tests {
 
     fn deletions(l: &mut Ledger<u32>) -> Vec<SegmentId> {
         std::iter::from_fn(|| l.poll_delete()).collect()
+    }
+
+    #[test]
+    fn an_abandoned_resume_segment_stops_counting_and_keeping_what_it_marks() {
+        // S-J5 (review finding 5): each failed resume's segment is
+        // replaced by the next one's; the ledger forgets it, so retries
+        // neither add bytes nor keep marked segments alive.
+        let mut l: Ledger<u32> = Ledger::new(limits(1_000), 1, 1, H);
+        l.append(7, 10, H).unwrap();
+        assert_eq!(l.settle(&7, 1), 1);
+        let marks = l.take_marks();
+        let first = l.roll(H);
+        l.add_bytes(8);
+        l.remark(&marks);
+        assert_eq!(l.bytes(), H + 10 + H + 8);
+        assert!(!l.abandon(first), "the current segment is kept");
+        let second = l.roll(H);
+        l.add_bytes(8);
+        l.remark(&marks);
+        assert!(l.abandon(first));
+        assert!(!l.abandon(first), "forgotten once");
+        assert_eq!(l.bytes(), H + 10 + H + 8, "as if the resume had tried once");
+        assert_eq!(l.segments(), 2);
+        // Segment 1's items are done, their marks handed out: it goes;
+        // `second`, which marks them, goes once it is not current.
+        assert_eq!(deletions(&mut l), [1]);
+        l.roll(H);
+        assert_eq!(deletions(&mut l), [second]);
     }
 
     #[test]

@@ -130,6 +130,8 @@ struct Inner<K> {
     unjournaled_in_incident: u64,
     /// The closing round started a fresh segment already.
     rolled: bool,
+    /// Segments whose deletion failed and waits, after the last round.
+    undeleted: usize,
 }
 
 /// The journal of one outbox.
@@ -254,6 +256,7 @@ where
                 faults: Faults::new(config.retry_interval),
                 unjournaled_in_incident: 0,
                 rolled: false,
+                undeleted: 0,
             }),
             codec,
             now: Notify::new(),
@@ -508,7 +511,19 @@ where
                 .sync_latency
                 .record(started.elapsed().as_secs_f64());
         }
+        let undeleted = committer.undeleted();
         let mut g = self.lock();
+        if undeleted > 0 && g.undeleted == 0 {
+            tracing::warn!(
+                outbox = %self.name,
+                dir = %self.dir,
+                undeleted,
+                "journal segments cannot be deleted; their files stay on disk (the journal goes on) and their deletion is tried again after every commit"
+            );
+        } else if undeleted == 0 && g.undeleted > 0 {
+            tracing::info!(outbox = %self.name, dir = %self.dir, "journal segments are deleted again");
+        }
+        g.undeleted = undeleted;
         let ok = result.is_ok();
         // The failed commit's items are on no disk now: unjournaled, like
         // the items staged while the journal is down (S-J5).

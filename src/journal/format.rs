@@ -181,6 +181,11 @@ pub const MARK_LEN: usize = 8;
 /// Marks in one done record at most.
 pub const MARKS_PER_RECORD: usize = 8_192;
 
+/// Bytes [`done`] appends for `n` marks.
+pub fn done_len(n: usize) -> usize {
+    n.div_ceil(MARKS_PER_RECORD) * DONE_OVERHEAD + n * MARK_LEN
+}
+
 /// Appends a done record marking `seqs` to `out` (in records of at most
 /// [`MARKS_PER_RECORD`] marks each).
 pub fn done(out: &mut Vec<u8>, seqs: &[u64]) {
@@ -397,6 +402,24 @@ fn parse_body(body: &[u8]) -> Option<Record<'_>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn done_len_is_what_done_appends() {
+        for n in [
+            0,
+            1,
+            2,
+            MARKS_PER_RECORD - 1,
+            MARKS_PER_RECORD,
+            MARKS_PER_RECORD + 1,
+            20_000,
+        ] {
+            let seqs: Vec<u64> = (1..=n as u64).collect();
+            let mut out = Vec::new();
+            done(&mut out, &seqs);
+            assert_eq!(out.len(), done_len(n), "{n} marks");
+        }
+    }
 
     fn item(seq: u64, tenant: &[u8], body: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();

@@ -3,7 +3,7 @@
 //! the [`Committer`] that carries a [`Batch`] to the [`Storage`] off that
 //! lock.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 use std::io;
 
 use super::format::{self, EncodedItem, HEADER_LEN, SEAL_LEN};
@@ -105,6 +105,13 @@ pub struct JournalState<K> {
     taken_deletes: Vec<SegmentId>,
     redo_marks: Vec<Seq>,
     redo_deletes: Vec<SegmentId>,
+    /// The segment the last resume opened, while its commit is in flight
+    /// or failed; and the segments of earlier failed resumes, which the
+    /// ledger forgot (S-J5): each later resume deletes them once its own
+    /// segment is durable, so a long outage does not count a segment and
+    /// its marks against `max_bytes` per retry.
+    resume_segment: Option<SegmentId>,
+    abandoned: Vec<SegmentId>,
     /// An empty record buffer a finished commit handed back
     /// ([`recycle`](Self::recycle)), for the next append to fill.
     spare: Vec<u8>,
@@ -127,6 +134,8 @@ impl<K: Ord + std::hash::Hash + Clone> JournalState<K> {
             taken_deletes: Vec::new(),
             redo_marks: Vec::new(),
             redo_deletes: Vec::new(),
+            resume_segment: None,
+            abandoned: Vec::new(),
             spare: Vec::new(),
             ledger,
         }
@@ -328,9 +337,12 @@ impl<K: Ord + std::hash::Hash + Clone> JournalState<K> {
             self.synced = self.synced.max(upto);
             self.in_flight.clear();
             if self.down {
-                // The resume carried the redo.
+                // The resume carried the redo, and the deletion of the
+                // segments of failed resumes.
                 self.redo_marks.clear();
                 self.redo_deletes.clear();
+                self.resume_segment = None;
+                self.abandoned.clear();
             }
             self.taken_marks.clear();
             self.taken_deletes.clear();
@@ -377,23 +389,35 @@ impl<K: Ord + std::hash::Hash + Clone> JournalState<K> {
     /// again; if not, call `committed(_, false)` and retry later.
     pub fn resume(&mut self) -> Batch {
         let end = self.failed_end;
+        let id = self.ledger.roll(HEADER_LEN as u64);
+        // The last resume failed: its segment is replaced by this one.
+        if let Some(prev) = self.resume_segment.replace(id) {
+            if self.ledger.abandon(prev) {
+                self.abandoned.push(prev);
+            }
+        }
         let mut ops: Vec<Op> = std::mem::take(&mut self.in_flight)
             .into_iter()
+            .filter(|s| !self.abandoned.contains(s))
             .map(|id| Op::Seal { id, end })
             .collect();
-        let id = self.ledger.roll(HEADER_LEN as u64);
         ops.push(Op::Create {
             id,
             first: self.ledger.next_seq(),
         });
         if !self.redo_marks.is_empty() {
-            let mut b = Vec::with_capacity(self.redo_marks.len() * 8 + 16);
+            let mut b = Vec::with_capacity(format::done_len(self.redo_marks.len()));
             format::done(&mut b, &self.redo_marks);
             self.ledger.add_bytes(b.len() as u64);
             self.ledger.remark(&self.redo_marks);
             ops.push(Op::Append { id, bytes: b });
         }
-        ops.extend(self.redo_deletes.iter().map(|d| Op::Delete(*d)));
+        ops.extend(
+            self.redo_deletes
+                .iter()
+                .chain(&self.abandoned)
+                .map(|d| Op::Delete(*d)),
+        );
         self.in_flight = ops.iter().filter_map(Op::writes).collect();
         Batch {
             ops,
@@ -406,6 +430,13 @@ impl<K: Ord + std::hash::Hash + Clone> JournalState<K> {
 /// segment written, then deletions (S-J2: a segment goes only after the
 /// marks that free it are durable).
 ///
+/// A deletion that fails does not fail the commit: the batch is durable,
+/// and a file left behind costs disk space, not items. Deletions wait in
+/// the order the ledger gave them, each tried again after every later
+/// commit; none is tried before those ahead of it are done, so a segment
+/// holding the done marks of another never goes while that other's file
+/// is still there (S-J2).
+///
 /// A new segment's header is written and synced on its own, before any
 /// record goes in (S-J7): a disk may keep a later write of a file and lose
 /// an earlier unsynced one, and a segment whose header is lost while its
@@ -417,6 +448,8 @@ pub struct Committer<S> {
     /// Segments whose creation failed (their header may be missing or
     /// torn) and whose deletion has not worked yet.
     unheaded: BTreeSet<SegmentId>,
+    /// Deletions not done yet, in the ledger's order.
+    undeleted: VecDeque<SegmentId>,
 }
 
 impl<S: Storage> Committer<S> {
@@ -425,6 +458,7 @@ impl<S: Storage> Committer<S> {
         Committer {
             storage,
             unheaded: BTreeSet::new(),
+            undeleted: VecDeque::new(),
         }
     }
 
@@ -463,10 +497,30 @@ impl<S: Storage> Committer<S> {
         &mut self.storage
     }
 
+    /// Segments whose deletion has not worked yet (their files are still
+    /// on disk; the ledger counts them gone).
+    pub fn undeleted(&self) -> usize {
+        self.undeleted.len()
+    }
+
+    /// Tries the waiting deletions in order, up to the first that fails.
+    fn delete_in_order(&mut self) {
+        while let Some(&id) = self.undeleted.front() {
+            match self.storage.delete(&format::segment_name(id)) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return,
+                _ => {
+                    self.undeleted.pop_front();
+                }
+            }
+        }
+    }
+
     /// Writes and syncs `batch`.
     ///
     /// # Errors
-    /// The first IO error; what came before it may or may not be on disk.
+    /// The first IO error of a creation, an append or a sync; what came
+    /// before it may or may not be on disk. A deletion that fails is no
+    /// error: it waits (see [`undeleted`](Self::undeleted)).
     pub fn commit(&mut self, batch: &mut Batch) -> io::Result<()> {
         if !self.delete_unheaded() {
             return Err(io::Error::other(
@@ -505,14 +559,12 @@ impl<S: Storage> Committer<S> {
         for id in &written {
             self.storage.sync(&format::segment_name(*id))?;
         }
-        for op in &batch.ops {
-            if let Op::Delete(id) = op {
-                match self.storage.delete(&format::segment_name(*id)) {
-                    Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-                    _ => {}
-                }
-            }
-        }
+        self.undeleted
+            .extend(batch.ops.iter().filter_map(|op| match op {
+                Op::Delete(id) => Some(*id),
+                _ => None,
+            }));
+        self.delete_in_order();
         Ok(())
     }
 }
