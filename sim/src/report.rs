@@ -51,7 +51,13 @@ pub fn summary(s: &Summary) -> String {
     for (k, n) in &s.faults {
         row(&mut o, &format!("  {k}"), num(*n));
     }
-    let _ = writeln!(o, "items");
+    if s.world == WorldKind::Crash {
+        // A crash takes a life's counters with it: only the last life's
+        // survive (the items staged and the faults count every life).
+        let _ = writeln!(o, "items (each seed's last life)");
+    } else {
+        let _ = writeln!(o, "items");
+    }
     row(&mut o, "written", num(c.written));
     row(&mut o, "  in writes", num(c.writes));
     row(&mut o, "pending at the end", num(c.pending));
@@ -99,9 +105,14 @@ pub fn replay(r: &RunResult, world: WorldKind) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "seed {} world {world}", r.seed);
     let _ = writeln!(o, "  drew: {}", r.setup);
+    let last = if world == WorldKind::Crash {
+        " (the last life's counts)"
+    } else {
+        ""
+    };
     let _ = writeln!(
         o,
-        "  {} steps, {} items staged, virtual time {}; written {}, lost {}, dropped {}, pending {}",
+        "  {} steps, {} items staged, virtual time {}; written {}, lost {}, dropped {}, pending {}{last}",
         num(r.steps),
         num(r.items),
         r.end,
