@@ -3,7 +3,7 @@
 //! the [`Committer`] that carries a [`Batch`] to the [`Storage`] off that
 //! lock.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io;
 
 use super::format::{self, EncodedItem, HEADER_LEN, SEAL_LEN};
@@ -38,6 +38,14 @@ pub enum Op {
     },
     /// Delete segment `id` (after every append of the batch is synced).
     Delete(SegmentId),
+    /// Delete segment `id` first, before anything else the batch does
+    /// (whatever fails next): a failed resume's
+    /// segment, which holds no item and only done marks that the batch
+    /// writes again (lost in a crash before then, they stage their items
+    /// again, S-J3), so that an outage does not leave a file per retry
+    /// (S-J5). A failure does not fail the batch: the deletion waits
+    /// like a [`Delete`](Op::Delete).
+    Discard(SegmentId),
 }
 
 impl Op {
@@ -45,7 +53,7 @@ impl Op {
     fn writes(&self) -> Option<SegmentId> {
         match self {
             Op::Create { id, .. } | Op::Append { id, .. } | Op::Seal { id, .. } => Some(*id),
-            Op::Delete(_) => None,
+            Op::Delete(_) | Op::Discard(_) => None,
         }
     }
 }
@@ -74,7 +82,7 @@ impl Batch {
                 Op::Create { .. } => HEADER_LEN,
                 Op::Append { bytes, .. } => bytes.len(),
                 Op::Seal { .. } => SEAL_LEN,
-                Op::Delete(_) => 0,
+                Op::Delete(_) | Op::Discard(_) => 0,
             })
             .sum()
     }
@@ -106,10 +114,10 @@ pub struct JournalState<K> {
     redo_marks: Vec<Seq>,
     redo_deletes: Vec<SegmentId>,
     /// The segment the last resume opened, while its commit is in flight
-    /// or failed; and the segments of earlier failed resumes, which the
-    /// ledger forgot (S-J5): each later resume deletes them once its own
-    /// segment is durable, so a long outage does not count a segment and
-    /// its marks against `max_bytes` per retry.
+    /// or failed; and the segment of the failed resume before it, which
+    /// the ledger forgot (S-J5): the next resume discards it first, so a
+    /// long outage neither counts a segment and its marks against
+    /// `max_bytes` per retry nor leaves a file per retry.
     resume_segment: Option<SegmentId>,
     abandoned: Vec<SegmentId>,
     /// An empty record buffer a finished commit handed back
@@ -396,11 +404,16 @@ impl<K: Ord + std::hash::Hash + Clone> JournalState<K> {
                 self.abandoned.push(prev);
             }
         }
-        let mut ops: Vec<Op> = std::mem::take(&mut self.in_flight)
-            .into_iter()
-            .filter(|s| !self.abandoned.contains(s))
-            .map(|id| Op::Seal { id, end })
-            .collect();
+        // Failed resumes' segments go first: at most one is left on disk
+        // while the outage lasts.
+        let discard = std::mem::take(&mut self.abandoned);
+        let mut ops: Vec<Op> = discard.iter().map(|id| Op::Discard(*id)).collect();
+        ops.extend(
+            std::mem::take(&mut self.in_flight)
+                .into_iter()
+                .filter(|s| !discard.contains(s))
+                .map(|id| Op::Seal { id, end }),
+        );
         ops.push(Op::Create {
             id,
             first: self.ledger.next_seq(),
@@ -412,12 +425,7 @@ impl<K: Ord + std::hash::Hash + Clone> JournalState<K> {
             self.ledger.remark(&self.redo_marks);
             ops.push(Op::Append { id, bytes: b });
         }
-        ops.extend(
-            self.redo_deletes
-                .iter()
-                .chain(&self.abandoned)
-                .map(|d| Op::Delete(*d)),
-        );
+        ops.extend(self.redo_deletes.iter().map(|d| Op::Delete(*d)));
         self.in_flight = ops.iter().filter_map(Op::writes).collect();
         Batch {
             ops,
@@ -446,8 +454,9 @@ impl<K: Ord + std::hash::Hash + Clone> JournalState<K> {
 pub struct Committer<S> {
     storage: S,
     /// Segments whose creation failed (their header may be missing or
-    /// torn) and whose deletion has not worked yet.
-    unheaded: BTreeSet<SegmentId>,
+    /// torn) and whose deletion has not worked yet, with their first
+    /// sequence numbers.
+    unheaded: BTreeMap<SegmentId, Seq>,
     /// Deletions not done yet, in the ledger's order.
     undeleted: VecDeque<SegmentId>,
 }
@@ -457,7 +466,7 @@ impl<S: Storage> Committer<S> {
     pub fn new(storage: S) -> Self {
         Committer {
             storage,
-            unheaded: BTreeSet::new(),
+            unheaded: BTreeMap::new(),
             undeleted: VecDeque::new(),
         }
     }
@@ -472,22 +481,33 @@ impl<S: Storage> Committer<S> {
             self.storage.sync(&name)
         });
         if made.is_err() {
-            self.unheaded.insert(id);
+            self.unheaded.insert(id, first);
             self.delete_unheaded();
         }
         made
     }
 
-    /// Deletes every segment whose creation failed; `false` while one
-    /// cannot be deleted.
+    /// Deletes every segment whose creation failed, or, where deletion is
+    /// refused (a lost permission), writes its header again in place, so
+    /// that no file without a header stays before a later segment (S-J7);
+    /// `false` while one can be neither.
     fn delete_unheaded(&mut self) -> bool {
-        while let Some(&id) = self.unheaded.first() {
-            match self.storage.delete(&format::segment_name(id)) {
-                Err(e) if e.kind() != io::ErrorKind::NotFound => return false,
-                _ => {
-                    self.unheaded.remove(&id);
+        while let Some((&id, &first)) = self.unheaded.first_key_value() {
+            let name = format::segment_name(id);
+            match self.storage.delete(&name) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    let headed = self
+                        .storage
+                        .truncate(&name, 0)
+                        .and_then(|()| self.storage.append(&name, &format::header(id, first)))
+                        .and_then(|()| self.storage.sync(&name));
+                    if headed.is_err() {
+                        return false;
+                    }
                 }
+                _ => {}
             }
+            self.unheaded.remove(&id);
         }
         true
     }
@@ -522,6 +542,17 @@ impl<S: Storage> Committer<S> {
     /// before it may or may not be on disk. A deletion that fails is no
     /// error: it waits (see [`undeleted`](Self::undeleted)).
     pub fn commit(&mut self, batch: &mut Batch) -> io::Result<()> {
+        // Failed resumes' segments go first, whatever fails next.
+        for op in &batch.ops {
+            if let Op::Discard(id) = op {
+                match self.storage.delete(&format::segment_name(*id)) {
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                        self.undeleted.push_back(*id);
+                    }
+                    _ => {}
+                }
+            }
+        }
         if !self.delete_unheaded() {
             return Err(io::Error::other(
                 "a segment whose creation failed cannot be deleted",
@@ -553,7 +584,7 @@ impl<S: Storage> Committer<S> {
                         Err(e) => return Err(e),
                     }
                 }
-                Op::Delete(_) => {}
+                Op::Delete(_) | Op::Discard(_) => {}
             }
         }
         for id in &written {
@@ -619,7 +650,7 @@ mod tests {
                     assert!(bytes.len() <= 200, "a run of {} bytes", bytes.len());
                     marked += (bytes.len() - format::DONE_OVERHEAD) / format::MARK_LEN;
                 }
-                Op::Seal { .. } | Op::Delete(_) => {}
+                Op::Seal { .. } | Op::Delete(_) | Op::Discard(_) => {}
             }
         }
         assert!(rolls >= 2, "{:?}", batch.ops);

@@ -47,7 +47,9 @@ pub struct Faults {
     /// While down: when the next round may try again if closing (no later
     /// than [`CLOSING_RETRY_CAP`] after the last failure).
     closing_retry_at: Option<Time>,
-    /// Failed rounds since the close began.
+    /// Failed rounds since the close began, in total: a round that worked
+    /// in between does not reset it, so a flapping disk cannot hold the
+    /// close for ever either.
     closing_failures: u32,
 }
 
