@@ -123,7 +123,12 @@ fn build(sink: &TestSink, storage: impl Storage, retry: Duration) -> Outbox<Test
 
 /// Rebuild on `mem` (sink hangs): Ok(recovered) or the build error.
 fn rebuild(mem: &MemStorage) -> Result<u64, String> {
-    let mem = mem.clone();
+    rebuild_on(mem.clone())
+}
+
+/// Rebuild on `storage` (sink hangs), on a thread of its own:
+/// Ok(recovered) or the build error.
+fn rebuild_on(storage: impl Storage + 'static) -> Result<u64, String> {
     std::thread::spawn(move || {
         let sink = TestSink::new("probe");
         sink.set_all(Act::Hang);
@@ -133,7 +138,7 @@ fn rebuild(mem: &MemStorage) -> Result<u64, String> {
             .unwrap();
         rt.block_on(async {
             match Outbox::builder(sink.clone())
-                .journal(config(mem.clone(), S))
+                .journal(config(storage, S))
                 .build()
             {
                 Ok(o) => {
@@ -345,15 +350,10 @@ async fn shutdown_deadline_with_a_down_journal() {
 }
 
 /// A disk whose sync hangs 3 s (real) while the outbox shuts down with a
-/// 200 ms deadline, commit off the runtime (no inline_io): answer by the
-/// deadline, closed() resolves once the sync returns.
-#[test]
-fn hung_sync_at_shutdown_non_inline() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+/// 200 ms deadline, commit off the runtime (no inline_io), on `rt`: the
+/// answer comes by the deadline (S-W15), and `closed()` resolves once the
+/// sync returns (S-W16).
+fn hung_sync_at_shutdown_on(rt: tokio::runtime::Runtime) {
     rt.block_on(async {
         let mem = MemStorage::new();
         let disk = Flaky::new(&mem);
@@ -389,6 +389,27 @@ fn hung_sync_at_shutdown_non_inline() {
         assert!(took < Duration::from_millis(800), "{took:?}");
         assert!(c.is_ok());
     });
+}
+
+#[test]
+fn hung_sync_at_shutdown_multi_thread() {
+    hung_sync_at_shutdown_on(
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap(),
+    );
+}
+
+#[test]
+fn hung_sync_at_shutdown_current_thread() {
+    hung_sync_at_shutdown_on(
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap(),
+    );
 }
 
 /// S-J5 "a long outage never fills the journal" / D6: the failed commit
@@ -462,29 +483,7 @@ fn rebuild_with_torn_last_segment_and_refused_deletions() {
     mem.put("segment-00000000000000ff.journal", vec![]);
     let disk = Flaky::new(&mem);
     disk.set(|op, _, _, _| op == "delete");
-    let r = std::thread::spawn(move || {
-        let sink = TestSink::new("probe");
-        sink.set_all(Act::Hang);
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            match Outbox::builder(sink.clone())
-                .journal(config(disk, S))
-                .build()
-            {
-                Ok(o) => {
-                    let n = o.counters().recovered;
-                    o.abandon();
-                    Ok(n)
-                }
-                Err(e) => Err(format!("{e}")),
-            }
-        })
-    })
-    .join()
-    .unwrap();
+    let r = rebuild_on(disk);
     eprintln!("rebuild: {r:?}");
     assert_eq!(r, Ok(1));
 }
@@ -531,6 +530,34 @@ fn rebuild_and_write(mem: &MemStorage) -> Result<Vec<u32>, String> {
     .unwrap()
 }
 
+/// A disk on `mem` whose calls fail at random (drawn from `seed`) in the
+/// mode set through the returned handle: 0 none, 1 deletes, 2 syncs, 3
+/// appends of records to a fresh segment, 4 everything, 5 syncs of files
+/// longer than a header.
+fn seeded_faults(mem: &MemStorage, seed: u64) -> (Flaky, Arc<Mutex<u64>>) {
+    let disk = Flaky::new(mem);
+    let rng = Mutex::new(Lcg(seed));
+    let mode = Arc::new(Mutex::new(0u64));
+    let m = Arc::clone(&mode);
+    disk.set(move |op, name, bytes, mem| {
+        let mut r = rng.lock().unwrap();
+        match *m.lock().unwrap() {
+            1 => op == "delete" && r.chance(700),
+            2 => op == "sync" && r.chance(300),
+            3 => {
+                op == "append"
+                    && bytes.len() != HEADER_LEN
+                    && len_of(mem, name) == HEADER_LEN
+                    && r.chance(600)
+            }
+            4 => r.chance(150),
+            5 => op == "sync" && len_of(mem, name) > HEADER_LEN && r.chance(500),
+            _ => false,
+        }
+    });
+    (disk, mode)
+}
+
 /// Random faults per call (modes: deletes only, syncs only, appends to
 /// fresh files only, everything), tenant 1 hangs (its items must survive
 /// a crash once a sync answered Ok), tenant 2 is written (marks and
@@ -547,30 +574,7 @@ fn random_faults_then_crash_loses_nothing_synced() {
     let mut total_fail = 0;
     for seed in 0..seeds {
         let mem = MemStorage::new();
-        let disk = Flaky::new(&mem);
-        let rng = Arc::new(Mutex::new(Lcg(seed * 7919 + 1)));
-        let mode = Arc::new(Mutex::new(0u64));
-        {
-            let rng = Arc::clone(&rng);
-            let mode = Arc::clone(&mode);
-            disk.set(move |op, name, bytes, mem| {
-                let m = *mode.lock().unwrap();
-                let mut r = rng.lock().unwrap();
-                match m {
-                    1 => op == "delete" && r.chance(700),
-                    2 => op == "sync" && r.chance(300),
-                    3 => {
-                        op == "append"
-                            && bytes.len() != HEADER_LEN
-                            && len_of(mem, name) == HEADER_LEN
-                            && r.chance(600)
-                    }
-                    4 => r.chance(150),
-                    5 => op == "sync" && len_of(mem, name) > HEADER_LEN && r.chance(500),
-                    _ => false,
-                }
-            });
-        }
+        let (disk, mode) = seeded_faults(&mem, seed * 7919 + 1);
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .start_paused(true)
@@ -739,30 +743,7 @@ fn random_faults_then_heal_and_clean_shutdown() {
     let mut bad = Vec::new();
     for seed in 0..seeds {
         let mem = MemStorage::new();
-        let disk = Flaky::new(&mem);
-        let rng = Arc::new(Mutex::new(Lcg(seed * 104_729 + 3)));
-        let mode = Arc::new(Mutex::new(0u64));
-        {
-            let rng = Arc::clone(&rng);
-            let mode = Arc::clone(&mode);
-            disk.set(move |op, name, bytes, mem| {
-                let m = *mode.lock().unwrap();
-                let mut r = rng.lock().unwrap();
-                match m {
-                    1 => op == "delete" && r.chance(700),
-                    2 => op == "sync" && r.chance(300),
-                    3 => {
-                        op == "append"
-                            && bytes.len() != HEADER_LEN
-                            && len_of(mem, name) == HEADER_LEN
-                            && r.chance(600)
-                    }
-                    4 => r.chance(150),
-                    5 => op == "sync" && len_of(mem, name) > HEADER_LEN && r.chance(500),
-                    _ => false,
-                }
-            });
-        }
+        let (disk, mode) = seeded_faults(&mem, seed * 104_729 + 3);
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .start_paused(true)
@@ -826,51 +807,6 @@ fn random_faults_then_heal_and_clean_shutdown() {
         }
     }
     assert!(bad.is_empty(), "{} bad: {bad:#?}", bad.len());
-}
-
-/// S-W15 + S-W16 on a current-thread runtime: a sync hanging 3 s (off the
-/// runtime, no inline_io) and shutdown(200 ms): answered by the deadline.
-#[test]
-fn hung_sync_at_shutdown_current_thread() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let mem = MemStorage::new();
-        let disk = Flaky::new(&mem);
-        let sink = TestSink::new("hang-ct");
-        let o = Outbox::builder(sink.clone())
-            .journal(
-                JournalConfig::with_storage(disk.clone())
-                    .sync_interval(Duration::from_millis(1))
-                    .retry_interval(S),
-            )
-            .build()
-            .unwrap();
-        for i in 0..3 {
-            assert_eq!(o.stage(t(1), i), Staged::Accepted);
-        }
-        assert_eq!(o.flush(5 * S).await.pending, 0);
-        *disk.hang.lock().unwrap() = Duration::from_secs(3);
-        assert_eq!(o.stage(t(1), 3), Staged::Accepted);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        let began = std::time::Instant::now();
-        let rep = o.shutdown(Duration::from_millis(200)).await;
-        let took = began.elapsed();
-        *disk.hang.lock().unwrap() = Duration::ZERO;
-        let closed = o.closed();
-        drop(o);
-        let c = tokio::time::timeout(Duration::from_secs(20), closed).await;
-        eprintln!(
-            "ct: shutdown {took:?} lost {}; closed {:?} after {:?}",
-            rep.lost,
-            c.is_ok(),
-            began.elapsed()
-        );
-        assert!(took < Duration::from_millis(800), "{took:?}");
-        assert!(c.is_ok());
-    });
 }
 
 /// S-J5 "retries five more times": a close on a flapping disk (each retry
