@@ -108,8 +108,13 @@ where
         if i + 1 == ids.len() && format::torn_header(&bytes) {
             // A crash while creating it, before its header was durable: it
             // never held a record (a header is synced before any record
-            // goes in, S-J7).
-            storage.delete(&name).map_err(io_err("delete", &name))?;
+            // goes in, S-J7). Where deletion is refused (a lost
+            // permission), it stays: the first commit creates the same
+            // segment, finds it, and writes its header again in place
+            // (S-J5).
+            if let Err(e) = storage.delete(&name) {
+                tracing::warn!(file = %name, error = %e, "journal recovery cannot delete a segment torn while it was created; its header is written again at the first commit");
+            }
             report.empty_segments += 1;
             continue;
         }
