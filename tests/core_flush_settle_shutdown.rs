@@ -545,3 +545,28 @@ fn s_w17_after_a_stall_timers_fire_in_the_order_they_fell_due() {
         assert_eq!(w.poll_one().tenant, 3 - first);
     }
 }
+
+/// The shutdown's deadline is the earliest any call gave, and outlives the
+/// answer (the driver bounds its wait for a journal's last marks by it,
+/// S-W15).
+#[test]
+fn s_w9_the_shutdown_deadline_is_the_earliest_given_and_outlives_the_answer() {
+    let mut e: Engine<u32, u32> = Engine::new(Config::default()).unwrap();
+    assert_eq!(e.shutdown_deadline(), None);
+    let _ = e.shutdown(Time::ZERO, Time::from_millis(500));
+    assert_eq!(e.shutdown_deadline(), Some(Time::from_millis(500)));
+    let _ = e.shutdown(Time::from_millis(1), Time::from_millis(900));
+    assert_eq!(
+        e.shutdown_deadline(),
+        Some(Time::from_millis(500)),
+        "a later one does not loosen it"
+    );
+    let _ = e.shutdown(Time::from_millis(2), Time::from_millis(200));
+    assert_eq!(e.shutdown_deadline(), Some(Time::from_millis(200)));
+    // Nothing pending: the shutdown is answered at once.
+    let answered = std::iter::from_fn(|| e.poll_event())
+        .filter(|ev| matches!(ev, Event::ShutdownDone { .. }))
+        .count();
+    assert_eq!(answered, 3);
+    assert_eq!(e.shutdown_deadline(), Some(Time::from_millis(200)));
+}

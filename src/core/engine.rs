@@ -153,6 +153,8 @@ struct Shutdown<K, I> {
     unwritten: Vec<HeldRun<K, I>>,
     /// The first caller has been answered.
     reported: bool,
+    /// The earliest deadline any call gave.
+    deadline: Time,
 }
 
 /// Where a run of given-up items was held. One tenant's runs sort in
@@ -1218,6 +1220,14 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         self.start_wait(WaitKind::Settle, deadline)
     }
 
+    /// The deadline of the shutdown under way, the earliest any call gave
+    /// (S-W9); `None` before a shutdown. Outlives the shutdown's answer:
+    /// with a journal, the driver bounds its wait for the last done marks
+    /// by it (S-W15, S-J3).
+    pub fn shutdown_deadline(&self) -> Option<Time> {
+        self.shutdown.as_ref().map(|sd| sd.deadline)
+    }
+
     /// Raises the shutdown fence (S-W9): later stages are refused; what is
     /// pending drains with retries until `deadline`, then every unwritten
     /// item is lost under `deadline` and handed back (S-B6). Answered by
@@ -1228,6 +1238,10 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         match self.life {
             Life::Closed => {
                 let id = self.waits.next_id();
+                // Its answer may still wait for a journal's marks (S-W15).
+                if let Some(sd) = self.shutdown.as_mut() {
+                    sd.deadline = sd.deadline.min(deadline);
+                }
                 self.events.push_back(Event::ShutdownDone {
                     id,
                     report: ShutdownReport::new(Report::default(), false, Vec::new()),
@@ -1238,6 +1252,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                 let sd = self.shutdown.as_mut().expect("closing has a shutdown");
                 let id = self.waits.next_id();
                 sd.later.push(id);
+                sd.deadline = sd.deadline.min(deadline);
                 let first = sd.first;
                 if let Some(old) = self.waits.deadline_key(first) {
                     if deadline < old.0 {
@@ -1259,6 +1274,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                     settled: None,
                     unwritten: Vec::new(),
                     reported: false,
+                    deadline,
                 });
                 self.open_wait(id, WaitKind::Shutdown, deadline);
                 id

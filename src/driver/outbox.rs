@@ -921,9 +921,7 @@ impl<S: Sink> Outbox<S> {
             if shared.take_in(st, true) {
                 shared.wake();
             }
-            let deadline = now + timeout;
-            st.shutdown_deadline = Some(st.shutdown_deadline.map_or(deadline, |d| d.min(deadline)));
-            st.engine.shutdown(now, deadline)
+            st.engine.shutdown(now, now + timeout)
         })
     }
 

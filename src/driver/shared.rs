@@ -51,9 +51,6 @@ pub(crate) struct State<K, I> {
     /// the difference to the engine's own is given back (or added) after
     /// every input.
     admitted: (u64, u64),
-    /// The earliest deadline a `shutdown` call gave: it also bounds the
-    /// wait for the journal's last marks (S-W15, S-J3).
-    pub(crate) shutdown_deadline: Option<Time>,
 }
 
 impl<K: Ord + std::hash::Hash + Clone, I> State<K, I> {
@@ -143,7 +140,6 @@ impl<S: Sink> Shared<S> {
                 handoffs,
                 received: None,
                 admitted,
-                shutdown_deadline: None,
             }),
             handoff,
             admission,
@@ -340,9 +336,10 @@ impl<S: Sink> Shared<S> {
         Time::from_elapsed(at.saturating_duration_since(self.origin))
     }
 
-    /// The instant of a [`Time`] on this clock.
+    /// The instant of a [`Time`] on this clock (a "never" far away, not
+    /// an overflow).
     pub(crate) fn instant(&self, at: Time) -> Instant {
-        self.origin + at.elapsed()
+        super::deadline(self.origin, at.elapsed())
     }
 
     /// Wakes the writer.

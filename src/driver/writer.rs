@@ -514,9 +514,8 @@ impl<S: Sink> Writer<S> {
             let name = self.log.name().to_owned();
             // The shutdown's deadline bounds this wait too (S-W15): a slow
             // or hung disk does not hold the answer.
-            let deadline = self.shared.lock().shutdown_deadline;
-            let deadline =
-                deadline.map(|at| super::deadline(self.shared.instant(Time::ZERO), at.elapsed()));
+            let deadline = self.shared.lock().engine.shutdown_deadline();
+            let deadline = deadline.map(|at| self.shared.instant(at));
             drop(self.shared.runtime().spawn(async move {
                 let synced = match deadline {
                     Some(at) => tokio::time::timeout_at(at, synced).await.ok(),
