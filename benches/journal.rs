@@ -2,10 +2,13 @@
 //!
 //! 1. `Outbox::stage` of one item with the journal on vs off (1 thread,
 //!    the callers in the runtime's context; target ratio <= 3);
-//! 2. sustained journal throughput: 200,000 items staged one by one
-//!    through `Outbox::stage`, then `sync`, vs writing the same bytes with
-//!    `write` + `fdatasync` in as many equal batches as the journal made
-//!    group commits (target: journal throughput >= 0.7x the raw one).
+//! 2. sustained journal throughput: 200,000 items staged through
+//!    `Outbox::stage_many` in runs of 100 (S-W20), then `sync`, vs writing
+//!    the same bytes with `write` + `fdatasync` in as many equal batches
+//!    as the journal made group commits (target: journal throughput >=
+//!    0.7x the raw one). Then the same through one `Outbox::stage` call
+//!    per item, reported beside it (not judged: its per-item hand-off,
+//!    not the journal, bounds it).
 //!    Twice: `u64` items (40-byte records: the journal's per-item cost
 //!    against few bytes), and usage records of about 165 bytes (a struct
 //!    with strings, encoded by the default serde codec; 203-byte
@@ -42,6 +45,8 @@ const SUSTAINED: u64 = 200_000;
 /// Runs of each sustained case (their median is reported).
 const SUSTAINED_RUNS: usize = 5;
 const RECOVERY: u64 = 1_000_000;
+/// Items per `stage_many` call in the batched sustained cases.
+const RUN: usize = 100;
 
 fn temp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("outbox-bench-{name}-{}", std::process::id()));
@@ -162,9 +167,45 @@ where
     .unwrap()
 }
 
+/// How the sustained cases stage their items.
+#[derive(Clone, Copy)]
+enum Staging {
+    /// One `Outbox::stage` call per item.
+    Each,
+    /// `Outbox::stage_many` calls of this many items each (S-W20).
+    Runs(usize),
+}
+
+impl Staging {
+    fn name(self) -> String {
+        match self {
+            Staging::Each => "stage".to_owned(),
+            Staging::Runs(n) => format!("stage_many({n})"),
+        }
+    }
+
+    /// Stages `items` into `outbox`, round robin over `TENANTS` tenants.
+    fn stage<S: Sink<Tenant = TenantId>>(self, outbox: &Outbox<S>, items: Vec<S::Item>) {
+        let tenants = (0..).map(|i| tenant(i % TENANTS));
+        match self {
+            Staging::Each => {
+                for (t, item) in tenants.zip(items) {
+                    let _ = outbox.stage(t, item);
+                }
+            }
+            Staging::Runs(n) => {
+                let mut all = tenants.zip(items).peekable();
+                while all.peek().is_some() {
+                    let _ = outbox.stage_many(all.by_ref().take(n));
+                }
+            }
+        }
+    }
+}
+
 /// Context for the sustained case: the time to stage the same `items`
 /// into the same outbox without a journal (the engine's own share).
-fn sustained_memory<S>(sink: S, items: Vec<S::Item>) -> Duration
+fn sustained_memory<S>(sink: S, items: Vec<S::Item>, staging: Staging) -> Duration
 where
     S: Sink<Tenant = TenantId>,
     S::Item: Serialize + DeserializeOwned,
@@ -173,9 +214,7 @@ where
     rt.block_on(async {
         let outbox = holding(sink, None);
         let start = Instant::now();
-        for (i, item) in (0..).zip(items) {
-            let _ = outbox.stage(tenant(i % TENANTS), item);
-        }
+        staging.stage(&outbox, items);
         let d = start.elapsed();
         outbox.abandon();
         d
@@ -185,7 +224,7 @@ where
 /// Stages `items` (built before the clock starts, round robin over
 /// `TENANTS` tenants) and syncs; returns the time, the journal's bytes
 /// written (segment file sizes before cleanup) and its commits.
-fn sustained_journal<S>(sink: S, items: Vec<S::Item>) -> (Duration, u64, u64)
+fn sustained_journal<S>(sink: S, items: Vec<S::Item>, staging: Staging) -> (Duration, u64, u64)
 where
     S: Sink<Tenant = TenantId>,
     S::Item: Serialize + DeserializeOwned,
@@ -197,9 +236,7 @@ where
         rt.block_on(async {
             let outbox = holding(sink, Some(JournalConfig::new(&dir).segment_bytes(1 << 30)));
             let start = Instant::now();
-            for (i, item) in (0..).zip(items) {
-                let _ = outbox.stage(tenant(i % TENANTS), item);
-            }
+            staging.stage(&outbox, items);
             outbox.sync().await.unwrap();
             let d = start.elapsed();
             let bytes: u64 = std::fs::read_dir(&dir)
@@ -275,7 +312,7 @@ fn sustained_raw(bytes: u64, batches: u64) -> Duration {
 /// and returns the ratio of the median throughputs (raw time / journal
 /// time). For context, also the same items staged without a journal (not
 /// part of the ratio).
-fn sustained<S>(name: &str, sink: S, items: impl Fn() -> Vec<S::Item>) -> f64
+fn sustained<S>(name: &str, staging: Staging, sink: S, items: impl Fn() -> Vec<S::Item>) -> f64
 where
     S: Sink<Tenant = TenantId> + Clone,
     S::Item: Serialize + DeserializeOwned,
@@ -284,10 +321,10 @@ where
     let (mut journal, mut raw, mut memory) = (Vec::new(), Vec::new(), Vec::new());
     let (mut bytes, mut commits) = (0, 0);
     for _ in 0..SUSTAINED_RUNS {
-        let (jd, b, c) = sustained_journal(sink.clone(), items());
+        let (jd, b, c) = sustained_journal(sink.clone(), items(), staging);
         journal.push(jd.as_secs_f64());
         raw.push(sustained_raw(b, c).as_secs_f64());
-        memory.push(sustained_memory(sink.clone(), items()).as_secs_f64());
+        memory.push(sustained_memory(sink.clone(), items(), staging).as_secs_f64());
         (bytes, commits) = (b, c);
     }
     let (jd, rd, md) = (median(journal), median(raw), median(memory));
@@ -296,7 +333,8 @@ where
     // puts them in (what the journal costs beyond staging and the disk).
     let floor = (md + rd) / jd;
     println!(
-        "journal sustained {name}: {n} items, {bytes} bytes in {commits} commits (last run), medians of {SUSTAINED_RUNS}: journal {} ({:.0} items/s) vs raw write+fdatasync {} = {ratio:.2}x (target >= 0.7); the same stages without a journal take {}, so no journal can beat {:.2}x here; stages without a journal plus the raw writes vs the journal: {floor:.2}x",
+        "journal sustained {name} by {}: {n} items, {bytes} bytes in {commits} commits (last run), medians of {SUSTAINED_RUNS}: journal {} ({:.0} items/s) vs raw write+fdatasync {} = {ratio:.2}x (target >= 0.7); the same stages without a journal take {}, so no journal can beat {:.2}x here; stages without a journal plus the raw writes vs the journal: {floor:.2}x",
+        staging.name(),
         fmt_secs(jd),
         n as f64 / jd,
         fmt_secs(rd),
@@ -367,12 +405,24 @@ fn journal(c: &mut Criterion) {
             fmt_secs(off)
         ));
     }
-    let u64s = sustained("u64", Counting::default(), || (0..SUSTAINED).collect());
-    all_met &= u64s >= 0.7;
-    parts.push(format!("sustained u64={u64s:.2}x"));
-    let usages = sustained("usage", Usages, || (0..SUSTAINED).map(Usage::new).collect());
-    all_met &= usages >= 0.7;
-    parts.push(format!("sustained usage={usages:.2}x"));
+    // The target is judged on the batched path, the one meant for
+    // sustained volume (S-W20); the per-item path is reported beside it:
+    // its hand-off per item, not the journal, bounds it (see the README).
+    for (staging, judged) in [(Staging::Runs(RUN), true), (Staging::Each, false)] {
+        let u64s = sustained("u64", staging, Counting::default(), || {
+            (0..SUSTAINED).collect()
+        });
+        let usages = sustained("usage", staging, Usages, || {
+            (0..SUSTAINED).map(Usage::new).collect()
+        });
+        if judged {
+            all_met &= u64s >= 0.7 && usages >= 0.7;
+        }
+        parts.push(format!(
+            "sustained by {}: u64={u64s:.2}x usage={usages:.2}x",
+            staging.name()
+        ));
+    }
     let (rd, recovered) = recovery();
     let rate = recovered as f64 / rd.as_secs_f64();
     println!(
@@ -383,7 +433,7 @@ fn journal(c: &mut Criterion) {
     summary(
         "journal",
         stage_ratio,
-        "<=3 and sustained (u64 and usage) >=0.7",
+        "<=3 and sustained by stage_many (u64 and usage) >=0.7",
         Some(all_met),
         &parts.join(" | "),
     );

@@ -114,7 +114,7 @@ pub use crate::core::{
 #[cfg(feature = "journal")]
 pub use driver::SyncError;
 pub use driver::{
-    Answer, BuildError, DeadLetters, Health, Outbox, OutboxBuilder, StageError,
+    Answer, BuildError, DeadLetters, Health, Outbox, OutboxBuilder, StageError, StagedMany,
     DEFAULT_DROP_TIMEOUT,
 };
 pub use sink::{BoxError, ErrorKind, Sink, Slice, WriteError, Written};

@@ -24,7 +24,7 @@ use super::contain;
 use crate::core::journal::{self as plan, Faults, Limits, Next};
 use crate::core::Event;
 use crate::core::Time;
-use crate::journal::format::{EncodeFailure, EncodedItem};
+use crate::journal::format::{EncodeFailure, EncodedItem, EncodedRun, Unsealed};
 use crate::journal::{
     recover, Codec, Committer, FsStorage, JournalConfig, JournalError, JournalState,
     RecoveryReport, Storage,
@@ -170,27 +170,63 @@ fn keep_scratch(buffer: Vec<u8>) {
 
 /// A record admitted by [`Journal::admit`]: the journal's lock, held from
 /// the check to the append.
-pub(crate) struct Admitted<'a, K, I> {
-    journal: &'a Journal<K, I>,
-    g: MutexGuard<'a, Inner<K>>,
-}
+pub(crate) struct Admitted<'a, K, I>(Appender<'a, K, I>);
 
 impl<K: Ord + std::hash::Hash + Clone, I> Admitted<'_, K, I> {
     /// Under the outbox's lock, after the engine accepted the item:
     /// appends its record to the buffer (or, while the journal is down,
     /// only keeps its place, S-J5).
     pub(crate) fn append(self, tenant: K, record: &EncodedItem) {
-        let Admitted { journal, mut g } = self;
-        let was_empty = g.state.buffered() == 0;
-        if !g.state.append(tenant, record) {
-            g.unjournaled_in_incident += 1;
-            journal.metrics.unjournaled.increment(1);
+        let mut appender = self.0;
+        appender.append(tenant, record.unsealed());
+        appender.finish();
+    }
+}
+
+/// The journal's lock held for a run of records ([`Journal::appender`]):
+/// one lock and at most one wake of the commit task for a whole
+/// [`stage_many`](crate::Outbox::stage_many) (S-W20).
+pub(crate) struct Appender<'a, K, I> {
+    journal: &'a Journal<K, I>,
+    g: MutexGuard<'a, Inner<K>>,
+    was_empty: bool,
+    appended: bool,
+}
+
+impl<K: Ord + std::hash::Hash + Clone, I> Appender<'_, K, I> {
+    /// Whether `max_bytes` leaves room on disk for `record` (S-J4), and
+    /// `max_buffered_bytes` in memory (S-B8), after what was appended.
+    pub(crate) fn fits(&self, record: Unsealed<'_>) -> bool {
+        let buffered = self.g.state.buffered().saturating_add(record.len());
+        self.g.state.fits(record.len()) && buffered <= self.journal.max_buffered
+    }
+
+    /// Under the outbox's lock, for an item the engine takes: appends its
+    /// record to the buffer (or, while the journal is down, only keeps
+    /// its place, S-J5).
+    pub(crate) fn append(&mut self, tenant: K, record: Unsealed<'_>) {
+        self.appended = true;
+        if !self.g.state.append(tenant, record) {
+            self.g.unjournaled_in_incident += 1;
+            self.journal.metrics.unjournaled.increment(1);
         }
-        let full = g.state.buffered() >= journal.sync_bytes;
+    }
+
+    /// Lets the lock go, then wakes the commit task: at once when
+    /// `sync_bytes` are buffered, else on its interval if this run was
+    /// the first to append to an empty buffer (S-J1).
+    pub(crate) fn finish(self) {
+        let Appender {
+            journal,
+            g,
+            was_empty,
+            appended,
+        } = self;
+        let buffered = g.state.buffered();
         drop(g);
-        if full {
+        if buffered >= journal.sync_bytes {
             journal.now.notify_one();
-        } else if was_empty {
+        } else if was_empty && appended {
             journal.soon.notify_one();
         }
     }
@@ -305,6 +341,33 @@ where
         }
     }
 
+    /// Encodes `item` of `tenant` as one more record of `run` (outside any
+    /// lock; a panic in the codec is contained): its index in the run, or
+    /// `None` when the codec failed or the record would be too large.
+    pub(crate) fn encode_into(&self, run: &mut EncodedRun, tenant: &K, item: &I) -> Option<usize> {
+        let codec = &*self.codec;
+        let encoded = contain::call(|| {
+            run.push(
+                |b| codec.encode_tenant(tenant, b),
+                |b| codec.encode_item(item, b),
+            )
+        });
+        // A panic left at most a partial record past the last one, which
+        // no index points at.
+        encoded.ok()?.ok()
+    }
+
+    /// A run for [`encode_into`](Self::encode_into), in this thread's
+    /// reused buffer: hand it back with [`recycle_run`](Self::recycle_run).
+    pub(crate) fn new_run() -> EncodedRun {
+        EncodedRun::new_in(SCRATCH.try_with(Cell::take).unwrap_or_default())
+    }
+
+    /// Hands the buffer of a [`new_run`](Self::new_run) back to this thread.
+    pub(crate) fn recycle_run(run: EncodedRun) {
+        keep_scratch(run.into_buffer());
+    }
+
     /// Hands the buffer of a record [`encode`](Self::encode) made back to
     /// this thread, for its next stage.
     pub(crate) fn recycle(record: EncodedItem) {
@@ -317,12 +380,25 @@ where
     /// held until the item is appended (or refused by the engine), so a
     /// stage takes it once.
     pub(crate) fn admit(&self, record: &EncodedItem) -> Result<Admitted<'_, K, I>, Refusal> {
-        let g = self.lock();
-        let buffered = g.state.buffered().saturating_add(record.len());
-        if g.state.fits(record.len()) && buffered <= self.max_buffered {
-            Ok(Admitted { journal: self, g })
+        let appender = self.appender();
+        if appender.fits(record.unsealed()) {
+            Ok(Admitted(appender))
         } else {
             Err(Refusal::Full)
+        }
+    }
+
+    /// Under the outbox's lock: the journal's lock, for a run of
+    /// [`fits`](Appender::fits) and [`append`](Appender::append) calls
+    /// ended by [`finish`](Appender::finish).
+    pub(crate) fn appender(&self) -> Appender<'_, K, I> {
+        let g = self.lock();
+        let was_empty = g.state.buffered() == 0;
+        Appender {
+            journal: self,
+            g,
+            was_empty,
+            appended: false,
         }
     }
 

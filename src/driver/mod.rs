@@ -2,6 +2,7 @@
 //! inputs and time, runs sink writes, and exports what the engine decided.
 //!
 //! - `outbox`: the [`Outbox`] handle and its builder;
+//! - `stage_many`: staging a run of items under one lock (S-W20);
 //! - `shared`: the engine and waiting callers behind one short lock;
 //! - `writer`: the one writer task (drain, spawn, join, timer);
 //! - `task`: one write attempt with timeout and cancellation;
@@ -23,6 +24,7 @@ pub(crate) mod journal;
 mod lane;
 mod outbox;
 mod shared;
+mod stage_many;
 mod task;
 mod writer;
 
@@ -33,6 +35,7 @@ pub use health::Health;
 pub use journal::SyncError;
 pub use outbox::StageError;
 pub use outbox::{BuildError, Outbox, OutboxBuilder, DEFAULT_DROP_TIMEOUT};
+pub use stage_many::StagedMany;
 
 /// `now + after`, or a point far enough away to be never (about 30 years)
 /// when `after` is so large the sum would overflow: a caller's

@@ -451,7 +451,7 @@ impl<S: Sink> Outbox<S> {
         Self::builder(sink).config(config).build()
     }
 
-    fn shared(&self) -> &Shared<S> {
+    pub(super) fn shared(&self) -> &Shared<S> {
         &self.handle.shared
     }
 

@@ -247,13 +247,7 @@ impl<S: Sink> Shared<S> {
             refused,
             refused_bytes,
             wake,
-        } = engine.stage_batch(batch);
-        // The engine's share of the reservations grows by what it took;
-        // what it refused (after a fence, which the close above rules out)
-        // is given back.
-        admitted.0 += accepted;
-        admitted.1 = admitted.1.saturating_add(accepted_bytes);
-        self.admission.release(refused, refused_bytes);
+        } = self.intake(engine, admitted, batch);
         debug_assert_eq!(reserved.0, accepted + refused);
         // A plain lane's items are weighed at the intake: no bytes were
         // reserved for them.
@@ -261,6 +255,33 @@ impl<S: Sink> Shared<S> {
             !self.handoff.is_full() || reserved.1 == accepted_bytes.saturating_add(refused_bytes)
         );
         wake
+    }
+
+    /// The engine takes in `batch`, items admitted with a reservation each
+    /// (S-W19): the engine's share of the reservations, `admitted`, grows
+    /// by what it took; what it refused (after its fence, S-W9) is given
+    /// back.
+    fn intake(
+        &self,
+        engine: &mut Engine<S::Tenant, S::Item>,
+        admitted: &mut (u64, u64),
+        batch: impl IntoIterator<Item = Handoff<S::Tenant, S::Item>>,
+    ) -> Intake {
+        let intake = engine.stage_batch(batch);
+        admitted.0 += intake.accepted;
+        admitted.1 = admitted.1.saturating_add(intake.accepted_bytes);
+        self.admission.release(intake.refused, intake.refused_bytes);
+        intake
+    }
+
+    /// [`intake`](Self::intake) of a batch admitted by the caller, who holds
+    /// the lock (S-W20): after the queued hand-offs were taken in.
+    pub(crate) fn stage_admitted(
+        &self,
+        st: &mut State<S::Tenant, S::Item>,
+        batch: impl IntoIterator<Item = Handoff<S::Tenant, S::Item>>,
+    ) -> Intake {
+        self.intake(&mut st.engine, &mut st.admitted, batch)
     }
 
     /// Gives the admission back what settled in the engine since the last

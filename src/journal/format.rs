@@ -242,30 +242,74 @@ impl EncodedItem {
         tenant: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
         item: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
     ) -> Result<Self, (EncodeFailure<E>, Vec<u8>)> {
-        let b = &mut buffer;
-        b.clear();
-        b.extend_from_slice(&[0; FRAME_LEN]);
-        b.push(KIND_ITEM);
-        b.extend_from_slice(&[0; 8 + 4]);
-        if let Err(e) = tenant(b) {
-            return Err((EncodeFailure::Codec(e), buffer));
+        buffer.clear();
+        match encode_item(&mut buffer, tenant, item) {
+            Ok(()) => Ok(EncodedItem { bytes: buffer }),
+            Err(e) => Err((e, buffer)),
         }
-        let Ok(tenant_len) = u32::try_from(b.len() - ITEM_OVERHEAD) else {
-            return Err((EncodeFailure::TooLarge, buffer));
-        };
-        b[FRAME_LEN + 9..ITEM_OVERHEAD].copy_from_slice(&tenant_len.to_le_bytes());
-        if let Err(e) = item(b) {
-            return Err((EncodeFailure::Codec(e), buffer));
-        }
-        if b.len() - FRAME_LEN > MAX_BODY {
-            return Err((EncodeFailure::TooLarge, buffer));
-        }
-        Ok(EncodedItem { bytes: buffer })
+    }
+
+    /// The record, as [`JournalState::append`](super::JournalState::append)
+    /// takes it.
+    pub fn unsealed(&self) -> Unsealed<'_> {
+        Unsealed(&self.bytes)
     }
 
     /// Bytes the framed record takes.
     pub fn len(&self) -> usize {
         self.bytes.len()
+    }
+
+    /// Never: a record has at least its frame.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Appends the framed record with sequence number `seq` to `out`, as
+    /// [`Unsealed::frame_unsealed`].
+    pub fn frame_unsealed(&self, seq: u64, out: &mut Vec<u8>) {
+        self.unsealed().frame_unsealed(seq, out);
+    }
+
+    /// The buffer the record was built in, for the next
+    /// [`new_in`](Self::new_in).
+    pub fn into_buffer(self) -> Vec<u8> {
+        self.bytes
+    }
+}
+
+/// Writes an item record at the end of `b`: the frame and the sequence
+/// number left zero, the tenant's bytes, their length, the item's bytes.
+/// On an error, `b` may hold part of a record past its old end.
+fn encode_item<E>(
+    b: &mut Vec<u8>,
+    tenant: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    item: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+) -> Result<(), EncodeFailure<E>> {
+    let start = b.len();
+    b.extend_from_slice(&[0; FRAME_LEN]);
+    b.push(KIND_ITEM);
+    b.extend_from_slice(&[0; 8 + 4]);
+    tenant(b).map_err(EncodeFailure::Codec)?;
+    let tenant_len =
+        u32::try_from(b.len() - start - ITEM_OVERHEAD).map_err(|_| EncodeFailure::TooLarge)?;
+    b[start + FRAME_LEN + 9..start + ITEM_OVERHEAD].copy_from_slice(&tenant_len.to_le_bytes());
+    item(b).map_err(EncodeFailure::Codec)?;
+    if b.len() - start - FRAME_LEN > MAX_BODY {
+        return Err(EncodeFailure::TooLarge);
+    }
+    Ok(())
+}
+
+/// A framed item record without its sequence number and checksum,
+/// borrowed from an [`EncodedItem`] or an [`EncodedRun`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Unsealed<'a>(&'a [u8]);
+
+impl Unsealed<'_> {
+    /// Bytes the framed record takes.
+    pub fn len(&self) -> usize {
+        self.0.len()
     }
 
     /// Never: a record has at least its frame.
@@ -279,15 +323,82 @@ impl EncodedItem {
     /// outbox's lock): until then the record is not valid.
     pub fn frame_unsealed(&self, seq: u64, out: &mut Vec<u8>) {
         let start = out.len();
-        out.extend_from_slice(&self.bytes);
+        out.extend_from_slice(self.0);
         let f = &mut out[start..];
         f[FRAME_LEN + 1..FRAME_LEN + 9].copy_from_slice(&seq.to_le_bytes());
         let len = u32::try_from(f.len() - FRAME_LEN).unwrap_or(u32::MAX);
         f[..4].copy_from_slice(&len.to_le_bytes());
     }
+}
 
-    /// The buffer the record was built in, for the next
-    /// [`new_in`](Self::new_in).
+impl<'a> From<&'a EncodedItem> for Unsealed<'a> {
+    fn from(item: &'a EncodedItem) -> Self {
+        item.unsealed()
+    }
+}
+
+/// Many item records encoded outside any lock into one buffer, each found
+/// again by its index: a run of stages allocates once, not once per item
+/// (S-W20).
+#[derive(Clone, Debug, Default)]
+pub struct EncodedRun {
+    bytes: Vec<u8>,
+    /// Each record's start and end in `bytes`.
+    spans: Vec<(usize, usize)>,
+}
+
+impl EncodedRun {
+    /// An empty run in `buffer` (cleared first), for reuse through
+    /// [`into_buffer`](Self::into_buffer).
+    pub fn new_in(mut buffer: Vec<u8>) -> Self {
+        buffer.clear();
+        EncodedRun {
+            bytes: buffer,
+            spans: Vec::new(),
+        }
+    }
+
+    /// Encodes one more record, as [`EncodedItem::new`] does; returns its
+    /// index. A failed record takes no index (its bytes, if any, are
+    /// dropped).
+    ///
+    /// # Errors
+    /// As [`EncodedItem::new`].
+    pub fn push<E>(
+        &mut self,
+        tenant: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+        item: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<usize, EncodeFailure<E>> {
+        let start = self.bytes.len();
+        match encode_item(&mut self.bytes, tenant, item) {
+            Ok(()) => {
+                self.spans.push((start, self.bytes.len()));
+                Ok(self.spans.len() - 1)
+            }
+            Err(e) => {
+                self.bytes.truncate(start);
+                Err(e)
+            }
+        }
+    }
+
+    /// The record of index `i`, if [`push`](Self::push) gave it.
+    pub fn get(&self, i: usize) -> Option<Unsealed<'_>> {
+        let &(start, end) = self.spans.get(i)?;
+        Some(Unsealed(&self.bytes[start..end]))
+    }
+
+    /// Records in the run.
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// Whether the run holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// The buffer, for the next [`new_in`](Self::new_in).
     pub fn into_buffer(self) -> Vec<u8> {
         self.bytes
     }
@@ -402,6 +513,50 @@ fn parse_body(body: &[u8]) -> Option<Record<'_>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn tenant(t: u8) -> impl FnOnce(&mut Vec<u8>) -> Result<(), ()> {
+        move |b| {
+            b.push(t);
+            Ok(())
+        }
+    }
+
+    fn body(bytes: &'static [u8]) -> impl FnOnce(&mut Vec<u8>) -> Result<(), ()> {
+        move |b| {
+            b.extend_from_slice(bytes);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_run_holds_each_record_as_an_item_would_and_skips_failed_ones() {
+        let mut run = EncodedRun::new_in(vec![9; 100]);
+        assert!(run.is_empty());
+        assert!(matches!(run.push(tenant(1), body(b"abc")), Ok(0)));
+        // A codec failure after the tenant's bytes: no index, no bytes.
+        assert!(matches!(
+            run.push(tenant(2), |_| Err(())),
+            Err(EncodeFailure::Codec(()))
+        ));
+        assert!(matches!(run.push(tenant(3), body(b"")), Ok(1)));
+        assert_eq!(run.len(), 2);
+        assert_eq!(run.get(2), None);
+        for (i, (t, bytes)) in [(1u8, &b"abc"[..]), (3, &b""[..])].into_iter().enumerate() {
+            let alone = EncodedItem::new(tenant(t), |b| {
+                b.extend_from_slice(bytes);
+                Ok(())
+            })
+            .unwrap();
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            run.get(i).unwrap().frame_unsealed(7, &mut a);
+            alone.frame_unsealed(7, &mut b);
+            assert_eq!(a, b, "record {i}");
+            assert_eq!(run.get(i).unwrap().len(), alone.len());
+        }
+        // The failed record's bytes were cut: the buffer holds the two.
+        let len = run.get(0).unwrap().len() + run.get(1).unwrap().len();
+        assert_eq!(run.into_buffer().len(), len);
+    }
 
     #[test]
     fn done_len_is_what_done_appends() {

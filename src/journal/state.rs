@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io;
 
-use super::format::{self, EncodedItem, HEADER_LEN, SEAL_LEN};
+use super::format::{self, Unsealed, HEADER_LEN, SEAL_LEN};
 use super::storage::Storage;
 use crate::core::journal::{Ledger, MarkSizes, SegmentId, Seq};
 
@@ -191,7 +191,8 @@ impl<K: Ord + std::hash::Hash + Clone> JournalState<K> {
     /// Takes an accepted item: journaled in the buffer, or, while the
     /// journal is down, only placed in its tenant's order (S-J5). Returns
     /// whether it was journaled.
-    pub fn append(&mut self, tenant: K, item: &EncodedItem) -> bool {
+    pub fn append<'a>(&mut self, tenant: K, item: impl Into<Unsealed<'a>>) -> bool {
+        let item = item.into();
         let len = item.len();
         // Past `max_bytes` only if the caller did not check `fits`.
         if self.down || !self.fits(len) {
@@ -604,6 +605,7 @@ impl<S: Storage> Committer<S> {
 mod tests {
     use super::*;
     use crate::core::journal::Limits;
+    use crate::journal::format::EncodedItem;
 
     fn item() -> EncodedItem {
         EncodedItem::new::<()>(

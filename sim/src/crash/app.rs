@@ -215,9 +215,37 @@ pub async fn life(ctx: Ctx) -> turmoil::Result {
 
 /// Stages one item and notes it.
 fn stage(outbox: &Crash, ctx: &Ctx, tenant: u32, size: u32) -> Option<u64> {
+    // Noted before the call: the sink may be handed it at once.
+    let id = note(ctx, tenant);
+    let item = Item { id, tenant, size };
+    let staged = outbox.stage(TenantId::from_u128(u128::from(tenant) + 1), item);
+    admitted(ctx, tenant, id, staged)
+}
+
+/// Stages a run of items of one tenant with `stage_many_outcomes` (S-W20)
+/// and notes each, as `stage` would.
+fn stage_run(outbox: &Crash, ctx: &Ctx, tenant: u32, sizes: &[u32]) {
+    let key = TenantId::from_u128(u128::from(tenant) + 1);
+    let items: Vec<Item> = sizes
+        .iter()
+        .map(|&size| Item {
+            id: note(ctx, tenant),
+            tenant,
+            size,
+        })
+        .collect();
+    let ids: Vec<u64> = items.iter().map(|i| i.id).collect();
+    let outcomes = outbox.stage_many_outcomes(items.into_iter().map(|i| (key, i)));
+    assert_eq!(outcomes.len(), ids.len(), "S-W20: one outcome per item");
+    for (id, staged) in ids.into_iter().zip(outcomes) {
+        admitted(ctx, tenant, id, staged);
+    }
+}
+
+/// Notes an item about to be staged (refused until its stage says).
+fn note(ctx: &Ctx, tenant: u32) -> u64 {
     let mut b = book::lock(&ctx.book);
     let id = b.items.len() as u64;
-    // Noted before the call: the sink may be handed it at once.
     b.items.push(ItemRec {
         tenant,
         admit: Admit::Refused,
@@ -230,9 +258,11 @@ fn stage(outbox: &Crash, ctx: &Ctx, tenant: u32, size: u32) -> Option<u64> {
         let life = l.life;
         l.item_life.push(life);
     }
-    drop(b);
-    let item = Item { id, tenant, size };
-    let staged = outbox.stage(TenantId::from_u128(u128::from(tenant) + 1), item);
+    id
+}
+
+/// Notes what the stage of item `id` said; its id if accepted.
+fn admitted(ctx: &Ctx, tenant: u32, id: u64, staged: Staged) -> Option<u64> {
     let admit = match staged {
         Staged::Accepted => Admit::Accepted,
         Staged::Dropped(r) => Admit::Dropped(r.as_str()),
@@ -255,9 +285,16 @@ async fn stager(outbox: Crash, ctx: Ctx, mut r: SimRng, stop: Arc<AtomicBool>) {
         }
         let tenant = w.tenant(&mut r);
         let count = r.random_range(1..=w.max_count);
-        for _ in 0..count {
-            let size = w.size(&mut r);
-            stage(&outbox, &ctx, tenant, size);
+        // The same draws, in the same order, as one stage per item.
+        let sizes: Vec<u32> = (0..count).map(|_| w.size(&mut r)).collect();
+        // Runs of an even count go through `stage_many` (S-W20), so each
+        // tenant meets both paths, interleaved, in one journal.
+        if count % 2 == 0 {
+            stage_run(&outbox, &ctx, tenant, &sizes);
+        } else {
+            for size in sizes {
+                stage(&outbox, &ctx, tenant, size);
+            }
         }
     }
 }

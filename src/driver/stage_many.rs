@@ -1,0 +1,247 @@
+//! Staging a run of items at once (S-W20): `stage` on each, in order, for
+//! one clock read, one hold of the engine's lock and, with a journal, one
+//! of the journal's.
+//!
+//! Application code runs first, outside every lock: the weigher and the
+//! codec, item by item. Then, under the engine's lock (and the journal's
+//! inside it, the lock order of S-W19), every decision `stage` would make,
+//! in the same order: the journal's refusals (S-J8, S-J4), the capacities
+//! (S-A1, S-B5, S-B7), the fence (S-W9). The accepted items enter the
+//! engine right there, after the hand-offs queued before them, so each
+//! tenant's items keep their order in the engine and in the journal alike
+//! (D2).
+
+use super::contain;
+use crate::core::{Handoff, Staged, Time};
+use crate::sink::Sink;
+use crate::Outbox;
+
+/// What [`Outbox::stage_many`] did with its items: each one is counted
+/// under exactly one field, as [`Staged`] would have said for it (S-W20).
+/// Every refusal is also counted in the outbox's counters and metrics, as
+/// for [`Outbox::stage`]; the caller need not look.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+#[must_use = "the tally is informational; use `let _ =` to ignore it"]
+pub struct StagedMany {
+    /// Items accepted: pending, and will be written ([`Staged::Accepted`]).
+    pub accepted: u64,
+    /// Items dropped by a capacity or the journal, counted under their
+    /// reason ([`Staged::Dropped`]).
+    pub dropped: u64,
+    /// Items refused because a shutdown began, counted lost under
+    /// `shutdown` ([`Staged::Refused`], S-W9).
+    pub refused: u64,
+}
+
+/// The outcomes of a run as they are decided: the tally, and each one in
+/// order if the caller asked for them.
+struct Outcomes {
+    tally: StagedMany,
+    each: Option<Vec<Staged>>,
+}
+
+impl Outcomes {
+    fn note(&mut self, staged: Staged) {
+        match staged {
+            Staged::Accepted => self.tally.accepted += 1,
+            Staged::Dropped(_) => self.tally.dropped += 1,
+            Staged::Refused => self.tally.refused += 1,
+        }
+        if let Some(each) = &mut self.each {
+            each.push(staged);
+        }
+    }
+}
+
+/// An item readied outside the locks: its weight and, with a journal, its
+/// record's index in the run (`None` when the codec refused it).
+struct Ready<K, I> {
+    tenant: K,
+    item: I,
+    weight: u64,
+    #[cfg(feature = "journal")]
+    record: Option<usize>,
+}
+
+impl<S: Sink> Outbox<S> {
+    /// Stages every item of `items`, in order (S-W20): the same outcome
+    /// for each item as [`stage`](Self::stage) would give it called once
+    /// per item at this moment, each tenant's items kept in their order,
+    /// every outcome counted; never fails, never panics, never waits for a
+    /// disk or a write.
+    ///
+    /// Cheaper than as many `stage` calls when items come in runs (a
+    /// request that produced many records, an import): the clock is read
+    /// once (every item gets the same stamp), the engine's lock is taken
+    /// once and the items enter the engine directly instead of through the
+    /// request path's queue, and with a journal its lock is taken once and
+    /// its commit task woken at most once. The price is that the call
+    /// holds the engine's lock for O(items): the writer, control calls and
+    /// other `stage_many` callers wait that long (plain `stage` calls do
+    /// not). The weigher and the codec run before any lock is taken.
+    ///
+    /// Not atomic: a capacity or a full journal can refuse some items of a
+    /// run and accept the rest, exactly as separate stages would. The
+    /// shutdown's fence goes up under the same lock, so it falls before or
+    /// after a whole run: past it, every item the journal does not refuse
+    /// first (S-J8, S-J4) is refused.
+    pub fn stage_many(&self, items: impl IntoIterator<Item = (S::Tenant, S::Item)>) -> StagedMany {
+        self.stage_run(items, false).tally
+    }
+
+    /// [`stage_many`](Self::stage_many), returning each item's outcome, in
+    /// the order of `items` (S-W20): for a caller that must know which
+    /// items of a run were refused (to hand them elsewhere, or to keep its
+    /// own books). Costs a `Vec` of one [`Staged`] per item.
+    pub fn stage_many_outcomes(
+        &self,
+        items: impl IntoIterator<Item = (S::Tenant, S::Item)>,
+    ) -> Vec<Staged> {
+        self.stage_run(items, true).each.unwrap_or_default()
+    }
+
+    fn stage_run(
+        &self,
+        items: impl IntoIterator<Item = (S::Tenant, S::Item)>,
+        each: bool,
+    ) -> Outcomes {
+        let shared = self.shared();
+        #[cfg(feature = "journal")]
+        let journal = shared.journal.as_deref();
+        let at = shared.stamp();
+        #[cfg(feature = "journal")]
+        let mut run = journal.map(|_| super::journal::Journal::<S::Tenant, S::Item>::new_run());
+        let ready: Vec<Ready<S::Tenant, S::Item>> = items
+            .into_iter()
+            .map(|(tenant, item)| Ready {
+                weight: shared.weigh(&item),
+                #[cfg(feature = "journal")]
+                record: journal
+                    .zip(run.as_mut())
+                    .and_then(|(j, run)| j.encode_into(run, &tenant, &item)),
+                tenant,
+                item,
+            })
+            .collect();
+        let mut outcomes = Outcomes {
+            tally: StagedMany::default(),
+            each: each.then(|| Vec::with_capacity(ready.len())),
+        };
+        if ready.is_empty() {
+            return outcomes;
+        }
+        let mut wake = false;
+        let mut released = Vec::new();
+        let ((), took) = shared.input(|st| {
+            #[cfg(feature = "journal")]
+            let mut appender = journal.map(|j| {
+                let appender = j.appender();
+                // Every queued stage appended its record under the
+                // journal's lock, now held: taking them in again puts
+                // each such item before this run in the engine as in the
+                // journal (D2).
+                wake |= shared.take_in(st, false);
+                appender
+            });
+            // Under the lock: the fence cannot go up meanwhile.
+            let one_by_one = shared.locked_stage || st.engine.is_shutting_down();
+            let mut now = None::<Time>;
+            let mut clock = || *now.get_or_insert_with(|| shared.now());
+            let mut batch = Vec::with_capacity(if one_by_one { 0 } else { ready.len() });
+            for r in ready {
+                let Ready {
+                    tenant,
+                    item,
+                    weight,
+                    #[cfg(feature = "journal")]
+                    record,
+                } = r;
+                // The journal's refusals come before the fence and the
+                // capacities (S-J8, S-J4), as in `stage`.
+                #[cfg(feature = "journal")]
+                let record = match (&mut appender, record) {
+                    (None, _) => None,
+                    (Some(_), None) => {
+                        outcomes.note(st.engine.refuse(
+                            clock(),
+                            tenant,
+                            crate::DropReason::EncodeFailed,
+                        ));
+                        released.push(item);
+                        wake = true;
+                        continue;
+                    }
+                    (Some(appender), Some(i)) => match run.as_ref().and_then(|r| r.get(i)) {
+                        Some(record) if appender.fits(record) => Some(record),
+                        _ => {
+                            outcomes.note(st.engine.refuse(
+                                clock(),
+                                tenant,
+                                crate::DropReason::JournalFull,
+                            ));
+                            released.push(item);
+                            wake = true;
+                            continue;
+                        }
+                    },
+                };
+                if one_by_one {
+                    // The engine decides (S-B7, S-W9), as `stage` under the
+                    // lock does.
+                    #[cfg(feature = "journal")]
+                    let key = record.map(|_| tenant.clone());
+                    let stage = st.engine.stage_lazy(&mut clock, tenant, item);
+                    outcomes.note(stage.staged);
+                    wake |= stage.wake;
+                    #[cfg(feature = "journal")]
+                    if let (Some(appender), Some(record), Some(key)) = (&mut appender, record, key)
+                    {
+                        if stage.staged == Staged::Accepted {
+                            appender.append(key, record);
+                        }
+                    }
+                    continue;
+                }
+                if let Err(reason) = shared.admission.reserve(weight) {
+                    outcomes.note(st.engine.refuse(clock(), tenant, reason));
+                    released.push(item);
+                    wake = true;
+                    continue;
+                }
+                #[cfg(feature = "journal")]
+                if let (Some(appender), Some(record)) = (&mut appender, record) {
+                    appender.append(tenant.clone(), record);
+                }
+                // Accepted: the fence is down (checked above, under this
+                // lock) and the room is reserved.
+                outcomes.note(Staged::Accepted);
+                batch.push(Handoff {
+                    tenant,
+                    item,
+                    weight: Some(weight),
+                    at,
+                });
+            }
+            if !batch.is_empty() {
+                let intake = shared.stage_admitted(st, batch);
+                debug_assert_eq!(intake.refused, 0);
+                wake |= intake.wake;
+            }
+            #[cfg(feature = "journal")]
+            if let Some(appender) = appender {
+                appender.finish();
+            }
+        });
+        // Application code after the locks (S-W13): refused items' `Drop`.
+        contain::drop_each(released);
+        #[cfg(feature = "journal")]
+        if let Some(run) = run {
+            super::journal::Journal::<S::Tenant, S::Item>::recycle_run(run);
+        }
+        if wake || took {
+            shared.wake();
+        }
+        outcomes
+    }
+}

@@ -1,0 +1,453 @@
+//! `stage_many` (S-W20): a run of items gets exactly the outcomes, the
+//! counters and the per-tenant order that one `stage` per item would give,
+//! under every capacity, with and without a journal (its refusals
+//! included); a run that meets the fence is refused whole; concurrent runs
+//! and single stages keep the journal's order equal to the engine's (D2),
+//! which a crash after partial writes would expose.
+//! Rule ids refer to docs/contract.md.
+
+mod support;
+
+use std::time::Duration;
+
+use outbox::{Config, Counters, LostReason, Outbox, Staged, StagedMany, TenantId};
+use proptest::prelude::*;
+#[cfg(feature = "journal")]
+use support::Act;
+use support::{t, TestSink};
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap()
+}
+
+/// The limits a case runs under.
+#[derive(Clone, Copy, Debug)]
+enum Limit {
+    None,
+    Capacity,
+    CapacityBytes,
+    TenantCapacity,
+    #[cfg(feature = "journal")]
+    Journal,
+}
+
+const LIMITS: &[Limit] = &[
+    Limit::None,
+    Limit::Capacity,
+    Limit::CapacityBytes,
+    Limit::TenantCapacity,
+    #[cfg(feature = "journal")]
+    Limit::Journal,
+];
+
+/// An outbox that holds every item (a linger of an hour, batches that
+/// never fill): what it accepted is what `abandon` hands back. With
+/// `Limit::Journal`, its journal is on `disk`.
+fn holding(
+    limit: Limit,
+    #[cfg(feature = "journal")] disk: &outbox::journal::MemStorage,
+) -> Outbox<TestSink> {
+    let config = Config::builder()
+        .linger(Duration::from_secs(3600))
+        .max_batch(usize::MAX);
+    let config = match limit {
+        Limit::Capacity => config.capacity(20),
+        Limit::CapacityBytes => config.capacity_bytes(90),
+        Limit::TenantCapacity => config.tenant_capacity(6),
+        _ => config,
+    };
+    let builder = Outbox::builder(TestSink::new("many"))
+        .config(config.build().unwrap())
+        .weigher(|i: &u32| u64::from(i % 7 + 1));
+    #[cfg(feature = "journal")]
+    let builder = match limit {
+        Limit::Journal => builder.journal_with_codec(
+            outbox::journal::JournalConfig::with_storage(disk.clone())
+                .segment_bytes(4_096)
+                .max_bytes(Some(6_000)),
+            journal::Picky,
+        ),
+        _ => builder,
+    };
+    builder.build().unwrap()
+}
+
+#[cfg(feature = "journal")]
+mod journal {
+    use outbox::journal::{Codec, Postcard};
+    use outbox::{BoxError, TenantId};
+
+    /// The default codec, except that it refuses items divisible by 13
+    /// and panics on items divisible by 17 (contained: `encode_failed`).
+    pub struct Picky;
+
+    impl Codec<TenantId, u32> for Picky {
+        fn encode_tenant(&self, t: &TenantId, out: &mut Vec<u8>) -> Result<(), BoxError> {
+            Codec::<TenantId, u32>::encode_tenant(&Postcard, t, out)
+        }
+        fn decode_tenant(&self, b: &[u8]) -> Result<TenantId, BoxError> {
+            Codec::<TenantId, u32>::decode_tenant(&Postcard, b)
+        }
+        fn encode_item(&self, i: &u32, out: &mut Vec<u8>) -> Result<(), BoxError> {
+            assert!(i % 17 != 0, "the codec panics on item {i}");
+            if i % 13 == 0 {
+                return Err("refused".into());
+            }
+            Codec::<TenantId, u32>::encode_item(&Postcard, i, out)
+        }
+        fn decode_item(&self, b: &[u8]) -> Result<u32, BoxError> {
+            Codec::<TenantId, u32>::decode_item(&Postcard, b)
+        }
+    }
+}
+
+fn tally(outcomes: &[Staged]) -> StagedMany {
+    let mut tally = StagedMany::default();
+    for o in outcomes {
+        match o {
+            Staged::Accepted => tally.accepted += 1,
+            Staged::Dropped(_) => tally.dropped += 1,
+            _ => tally.refused += 1,
+        }
+    }
+    tally
+}
+
+/// What a side said about one run: its tally, and (every other run, when
+/// the run went through `stage_many_outcomes`) each item's outcome.
+type Said = (StagedMany, Option<Vec<Staged>>);
+
+/// Each tenant's items an outbox still held, in order.
+type Held = Vec<(TenantId, Vec<u32>)>;
+
+/// One side of [`both`]: what it said per run, its counters, what it held.
+type Side = (Vec<Said>, Counters, Held);
+
+/// Runs `runs` through `stage` on one outbox and through `stage_many`
+/// and `stage_many_outcomes` (alternately) on another built alike; shuts
+/// both down before run `fence_before` when given. Returns what each side
+/// said per run, its counters and what it still held per tenant. With a
+/// journal and no fence, each side then syncs and crashes, and what a
+/// recovery finds on its disk must be what it held, tenant by tenant, in
+/// order (D1, D2).
+fn both(limit: Limit, runs: &[Vec<(u8, u32)>], fence_before: Option<usize>) -> [Side; 2] {
+    support::quiet_sink_panics();
+    #[cfg(feature = "journal")]
+    let disks = [(); 2].map(|()| outbox::journal::MemStorage::new());
+    #[cfg(feature = "journal")]
+    let crash = matches!(limit, Limit::Journal) && fence_before.is_none();
+    let sides = rt().block_on(async {
+        let [one, many] = [0, 1].map(|_side| {
+            holding(
+                limit,
+                #[cfg(feature = "journal")]
+                &disks[_side],
+            )
+        });
+        let (mut by_one, mut by_many) = (Vec::new(), Vec::new());
+        for (i, run) in runs.iter().enumerate() {
+            if fence_before == Some(i) {
+                drop(one.shutdown(Duration::ZERO));
+                drop(many.shutdown(Duration::ZERO));
+            }
+            let outcomes: Vec<Staged> = run
+                .iter()
+                .map(|&(tenant, item)| one.stage(t(u128::from(tenant)), item))
+                .collect();
+            let items = run
+                .iter()
+                .map(|&(tenant, item)| (t(u128::from(tenant)), item));
+            if i % 2 == 0 {
+                let each = many.stage_many_outcomes(items);
+                by_many.push((tally(&each), Some(each)));
+                by_one.push((tally(&outcomes), Some(outcomes)));
+            } else {
+                by_many.push((many.stage_many(items), None));
+                by_one.push((tally(&outcomes), None));
+            }
+        }
+        let (c1, c2) = (one.counters(), many.counters());
+        #[cfg(feature = "journal")]
+        if crash {
+            assert_eq!(one.sync().await, Ok(()));
+            assert_eq!(many.sync().await, Ok(()));
+            // Nothing commits before the crash: no await follows, and
+            // the handles are never dropped (no shutdown).
+            let held = [one.abandon(), many.abandon()];
+            std::mem::forget(one);
+            std::mem::forget(many);
+            let [h1, h2] = held;
+            return [(by_one, c1, h1), (by_many, c2, h2)];
+        }
+        [(by_one, c1, one.abandon()), (by_many, c2, many.abandon())]
+    });
+    #[cfg(feature = "journal")]
+    if crash {
+        for (side, disk) in sides.iter().zip(&disks) {
+            disk.crash();
+            let recovered = rt().block_on(async {
+                let o = holding(limit, disk);
+                let recovered = o.abandon();
+                std::mem::forget(o);
+                recovered
+            });
+            assert_eq!(
+                recovered, side.2,
+                "D2: the journal holds the engine's items, in order"
+            );
+        }
+    }
+    sides
+}
+
+fn runs() -> impl Strategy<Value = Vec<Vec<(u8, u32)>>> {
+    prop::collection::vec(prop::collection::vec((0u8..5, 0u32..400), 0..40), 1..8)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// S-W20: per run, the tally is what one `stage` per item said; at
+    /// the end the counters and each tenant's held items, in order, are
+    /// the same, under every limit.
+    #[test]
+    fn s_w20_a_run_gets_the_outcomes_of_one_stage_per_item(
+        runs in runs(),
+        limit in prop::sample::select(LIMITS),
+    ) {
+        let [(by_one, c1, held1), (by_many, c2, held2)] = both(limit, &runs, None);
+        prop_assert_eq!(by_one, by_many);
+        prop_assert_eq!(c1, c2);
+        prop_assert_eq!(held1, held2);
+    }
+
+    /// S-W20, S-W9: across a shutdown's fence too.
+    #[test]
+    fn s_w20_runs_across_the_fence_match_one_stage_per_item(
+        runs in runs(),
+        limit in prop::sample::select(LIMITS),
+        fence in 0usize..8,
+    ) {
+        let [(by_one, c1, held1), (by_many, c2, held2)] = both(limit, &runs, Some(fence));
+        prop_assert_eq!(by_one, by_many);
+        prop_assert_eq!(c1, c2);
+        prop_assert_eq!(held1, held2);
+    }
+}
+
+#[test]
+fn s_w20_every_limit_refuses_part_of_a_long_run_and_counts_it() {
+    // The differential tests above are only as good as the refusals they
+    // meet: one long run must meet each limit's.
+    let run: Vec<(u8, u32)> = (0..200).map(|i| ((i % 5) as u8, i)).collect();
+    for &limit in LIMITS {
+        let [(_, _, _), (by_many, c, held)] = both(limit, std::slice::from_ref(&run), None);
+        let tally = by_many[0].0;
+        let held_n: usize = held.iter().map(|(_, v)| v.len()).sum();
+        assert_eq!(
+            tally.accepted + tally.dropped + tally.refused,
+            200,
+            "{limit:?}"
+        );
+        assert_eq!(tally.accepted, held_n as u64, "{limit:?}");
+        assert_eq!(c.staged, 200, "{limit:?}");
+        match limit {
+            Limit::None => assert_eq!(tally.accepted, 200),
+            _ => assert!(
+                tally.dropped > 0 && tally.accepted > 0,
+                "{limit:?}: {tally:?}"
+            ),
+        }
+    }
+}
+
+#[test]
+fn s_w20_a_run_after_the_fence_is_refused_whole_and_counted_lost() {
+    rt().block_on(async {
+        let sink = TestSink::new("fenced");
+        let o = Outbox::new(sink.clone(), Config::default()).unwrap();
+        assert_eq!(o.stage_many((0..3).map(|i| (t(1), i))).accepted, 3);
+        let report = o.shutdown(Duration::from_secs(5)).await;
+        assert_eq!(report.written, 3);
+        let tally = o.stage_many((10..15).map(|i| (t(2), i)));
+        assert_eq!((tally.accepted, tally.dropped, tally.refused), (0, 0, 5));
+        let c = o.counters();
+        assert_eq!(c.staged, 8);
+        assert_eq!(c.lost(LostReason::Shutdown), 5);
+        assert_eq!(sink.stored(t(1)), vec![0, 1, 2]);
+        assert!(sink.stored(t(2)).is_empty());
+    });
+}
+
+#[test]
+fn s_w20_an_empty_run_does_nothing() {
+    rt().block_on(async {
+        let o = Outbox::new(TestSink::new("empty"), Config::default()).unwrap();
+        assert_eq!(o.stage_many(std::iter::empty()), StagedMany::default());
+        assert_eq!(o.counters().staged, 0);
+    });
+}
+
+#[test]
+fn s_w20_runs_and_single_stages_are_written_in_each_tenants_order() {
+    rt().block_on(async {
+        let sink = TestSink::new("order");
+        let config = Config::builder().max_batch(7).build().unwrap();
+        let o = Outbox::new(sink.clone(), config).unwrap();
+        let mut staged: Vec<Vec<u32>> = vec![Vec::new(); 3];
+        let mut n = 0u32;
+        for round in 0..60u32 {
+            if round % 3 == 0 {
+                let _ = o.stage(t(u128::from(round % 3)), n);
+                staged[(round % 3) as usize].push(n);
+                n += 1;
+            } else {
+                let run: Vec<(TenantId, u32)> = (0..round)
+                    .map(|k| {
+                        let tenant = (k % 3) as usize;
+                        staged[tenant].push(n + k);
+                        (t(tenant as u128), n + k)
+                    })
+                    .collect();
+                n += round;
+                assert_eq!(o.stage_many(run).accepted, u64::from(round));
+            }
+            tokio::task::yield_now().await;
+        }
+        let report = o.settle(Duration::from_secs(60)).await;
+        assert_eq!(report.pending, 0);
+        for (tenant, items) in staged.iter().enumerate() {
+            assert_eq!(&sink.stored(t(tenant as u128)), items, "tenant {tenant}");
+        }
+    });
+}
+
+/// D2 under concurrency: one thread stages item by item, another in runs,
+/// into the same tenants of a journaled outbox whose sink writes each
+/// tenant's first item and then hangs. After a sync and a crash, the
+/// recovery must hold every accepted item but the written ones, each once:
+/// had a run's records gone into the journal in another order than its
+/// items into the engine, the done mark of a written item would have
+/// fallen on another one (that one lost, the written one back).
+#[cfg(feature = "journal")]
+#[test]
+fn d2_concurrent_runs_and_stages_keep_the_journal_in_the_engines_order() {
+    use outbox::journal::{JournalConfig, MemStorage};
+    use std::collections::BTreeSet;
+
+    const TENANTS: u128 = 3;
+    for round in 0..60u32 {
+        let disk = MemStorage::new();
+        let sink = TestSink::new("first-then-hang");
+        for tenant in 0..TENANTS {
+            sink.script(t(tenant), [Act::Ok, Act::Hang]);
+        }
+        let journal =
+            || JournalConfig::with_storage(disk.clone()).sync_interval(Duration::from_millis(1));
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let accepted: BTreeSet<u32> = rt.block_on(async {
+            let config = Config::builder().max_batch(1).build().unwrap();
+            let o = Outbox::builder(sink.clone())
+                .config(config)
+                .journal(journal())
+                .build()
+                .unwrap();
+            let (a, b) = (o.clone(), o.clone());
+            let base = round * 10_000;
+            // Every handle is forgotten, never dropped: the last drop would
+            // start a shutdown, and this run must end in a crash.
+            let singles = std::thread::spawn(move || {
+                let accepted = (0..300u32)
+                    .filter(|i| a.stage(t(u128::from(*i) % TENANTS), base + i) == Staged::Accepted)
+                    .map(|i| base + i)
+                    .collect::<Vec<_>>();
+                std::mem::forget(a);
+                accepted
+            });
+            let runs = std::thread::spawn(move || {
+                let mut accepted = Vec::new();
+                for r in 0..30u32 {
+                    let items: Vec<u32> = (0..10).map(|k| base + 5_000 + r * 10 + k).collect();
+                    let tally =
+                        b.stage_many(items.iter().map(|&i| (t(u128::from(i) % TENANTS), i)));
+                    assert_eq!(tally.accepted, 10);
+                    accepted.extend(items);
+                }
+                std::mem::forget(b);
+                accepted
+            });
+            let mut accepted: BTreeSet<u32> = singles.join().unwrap().into_iter().collect();
+            accepted.extend(runs.join().unwrap());
+            // A tenant's second write starts in a writer round no earlier
+            // than the one that recorded its first write's done mark: once
+            // every tenant has two attempts, the sync covers every mark.
+            sink.until(|s| (0..TENANTS).all(|tenant| s.attempts_of(t(tenant)).len() >= 2))
+                .await;
+            o.sync().await.unwrap();
+            std::mem::forget(o);
+            accepted
+        });
+        // The crash: the runtime goes, then every unsynced byte.
+        drop(rt);
+        disk.crash();
+        let written: BTreeSet<u32> = (0..TENANTS)
+            .flat_map(|tenant| sink.stored(t(tenant)))
+            .collect();
+        assert_eq!(written.len(), TENANTS as usize, "round {round}");
+        let after = TestSink::new("after");
+        rt_multi().block_on(async {
+            let o = Outbox::builder(after.clone())
+                .journal(journal())
+                .build()
+                .unwrap();
+            assert_eq!(o.settle(Duration::from_secs(60)).await.pending, 0);
+            o.shutdown(Duration::from_secs(5)).await;
+        });
+        let recovered = after.store();
+        let mut seen = BTreeSet::new();
+        for items in recovered.values() {
+            for &i in items {
+                assert!(seen.insert(i), "round {round}: item {i} recovered twice");
+            }
+        }
+        let expected: BTreeSet<u32> = accepted.difference(&written).copied().collect();
+        let extra: Vec<_> = seen.difference(&expected).collect();
+        let missing: Vec<_> = expected.difference(&seen).collect();
+        assert!(
+            extra.is_empty() && missing.is_empty(),
+            "round {round}: written {written:?}, recovered but not expected {extra:?}, expected but not recovered {missing:?}"
+        );
+        // Each stager's own order survives in each tenant.
+        for items in recovered.values() {
+            let singles: Vec<u32> = items
+                .iter()
+                .copied()
+                .filter(|i| i % 10_000 < 5_000)
+                .collect();
+            let runs: Vec<u32> = items
+                .iter()
+                .copied()
+                .filter(|i| i % 10_000 >= 5_000)
+                .collect();
+            assert!(singles.windows(2).all(|w| w[0] < w[1]), "round {round}");
+            assert!(runs.windows(2).all(|w| w[0] < w[1]), "round {round}");
+        }
+    }
+}
+
+#[cfg(feature = "journal")]
+fn rt_multi() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
+}
