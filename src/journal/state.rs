@@ -114,12 +114,11 @@ pub struct JournalState<K> {
     redo_marks: Vec<Seq>,
     redo_deletes: Vec<SegmentId>,
     /// The segment the last resume opened, while its commit is in flight
-    /// or failed; and the segment of the failed resume before it, which
-    /// the ledger forgot (S-J5): the next resume discards it first, so a
-    /// long outage neither counts a segment and its marks against
-    /// `max_bytes` per retry nor leaves a file per retry.
+    /// or failed. When it failed, the ledger forgets it and the next
+    /// resume discards it first (S-J5), so a long outage neither counts a
+    /// segment and its marks against `max_bytes` per retry nor leaves a
+    /// file per retry.
     resume_segment: Option<SegmentId>,
-    abandoned: Vec<SegmentId>,
     /// An empty record buffer a finished commit handed back
     /// ([`recycle`](Self::recycle)), for the next append to fill.
     spare: Vec<u8>,
@@ -143,7 +142,6 @@ impl<K: Ord + std::hash::Hash + Clone> JournalState<K> {
             redo_marks: Vec::new(),
             redo_deletes: Vec::new(),
             resume_segment: None,
-            abandoned: Vec::new(),
             spare: Vec::new(),
             ledger,
         }
@@ -351,7 +349,6 @@ impl<K: Ord + std::hash::Hash + Clone> JournalState<K> {
                 self.redo_marks.clear();
                 self.redo_deletes.clear();
                 self.resume_segment = None;
-                self.abandoned.clear();
             }
             self.taken_marks.clear();
             self.taken_deletes.clear();
@@ -399,20 +396,18 @@ impl<K: Ord + std::hash::Hash + Clone> JournalState<K> {
     pub fn resume(&mut self) -> Batch {
         let end = self.failed_end;
         let id = self.ledger.roll(HEADER_LEN as u64);
-        // The last resume failed: its segment is replaced by this one.
-        if let Some(prev) = self.resume_segment.replace(id) {
-            if self.ledger.abandon(prev) {
-                self.abandoned.push(prev);
-            }
-        }
-        // Failed resumes' segments go first: at most one is left on disk
-        // while the outage lasts.
-        let discard = std::mem::take(&mut self.abandoned);
-        let mut ops: Vec<Op> = discard.iter().map(|id| Op::Discard(*id)).collect();
+        // The last resume failed: its segment is replaced by this one, and
+        // goes first, so at most one is left on disk while the outage
+        // lasts.
+        let discard = self
+            .resume_segment
+            .replace(id)
+            .filter(|prev| self.ledger.abandon(*prev));
+        let mut ops: Vec<Op> = discard.map(Op::Discard).into_iter().collect();
         ops.extend(
             std::mem::take(&mut self.in_flight)
                 .into_iter()
-                .filter(|s| !discard.contains(s))
+                .filter(|s| Some(*s) != discard)
                 .map(|id| Op::Seal { id, end }),
         );
         ops.push(Op::Create {
