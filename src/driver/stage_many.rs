@@ -160,31 +160,23 @@ impl<S: Sink> Outbox<S> {
                 // The journal's refusals come before the fence and the
                 // capacities (S-J8, S-J4), as in `stage`.
                 #[cfg(feature = "journal")]
-                let record = match (&mut appender, record) {
-                    (None, _) => None,
-                    (Some(_), None) => {
-                        outcomes.note(st.engine.refuse(
-                            clock(),
-                            tenant,
-                            crate::DropReason::EncodeFailed,
-                        ));
+                let record = match (&appender, record) {
+                    (None, _) => Ok(None),
+                    (Some(_), None) => Err(crate::DropReason::EncodeFailed),
+                    (Some(appender), Some(i)) => match run.as_ref().and_then(|r| r.get(i)) {
+                        Some(record) if appender.fits(record) => Ok(Some(record)),
+                        _ => Err(crate::DropReason::JournalFull),
+                    },
+                };
+                #[cfg(feature = "journal")]
+                let record = match record {
+                    Ok(record) => record,
+                    Err(reason) => {
+                        outcomes.note(st.engine.refuse(clock(), tenant, reason));
                         released.push(item);
                         wake = true;
                         continue;
                     }
-                    (Some(appender), Some(i)) => match run.as_ref().and_then(|r| r.get(i)) {
-                        Some(record) if appender.fits(record) => Some(record),
-                        _ => {
-                            outcomes.note(st.engine.refuse(
-                                clock(),
-                                tenant,
-                                crate::DropReason::JournalFull,
-                            ));
-                            released.push(item);
-                            wake = true;
-                            continue;
-                        }
-                    },
                 };
                 if one_by_one {
                     // The engine decides (S-B7, S-W9), as `stage` under the
@@ -204,6 +196,7 @@ impl<S: Sink> Outbox<S> {
                     continue;
                 }
                 if let Err(reason) = shared.admission.reserve(weight) {
+                    // Counted at once, with its event (S-W19).
                     outcomes.note(st.engine.refuse(clock(), tenant, reason));
                     released.push(item);
                     wake = true;
