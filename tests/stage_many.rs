@@ -451,3 +451,28 @@ fn rt_multi() -> tokio::runtime::Runtime {
         .build()
         .unwrap()
 }
+
+#[test]
+fn s_w20_a_panicking_iterator_stages_what_it_yielded_then_its_panic_goes_on() {
+    support::quiet_sink_panics();
+    rt().block_on(async {
+        let sink = TestSink::new("iter");
+        let o = Outbox::new(sink.clone(), Config::default()).unwrap();
+        let items = (0..10u32).map(|i| {
+            assert!(i < 4, "the caller's iterator panics at {i}");
+            (t(1), i)
+        });
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| o.stage_many(items)));
+        assert!(caught.is_err(), "the caller's panic reaches the caller");
+        // The four items yielded before it are staged, counted, written.
+        assert_eq!(o.counters().staged, 4);
+        let report = o.settle(Duration::from_secs(60)).await;
+        assert_eq!(report.pending, 0);
+        assert_eq!(sink.stored(t(1)), vec![0, 1, 2, 3]);
+        // The outbox goes on.
+        assert_eq!(o.stage_many([(t(1), 9)]).accepted, 1);
+        assert_eq!(o.settle(Duration::from_secs(60)).await.pending, 0);
+        assert_eq!(sink.stored(t(1)), vec![0, 1, 2, 3, 9]);
+        assert!(o.counters().balanced());
+    });
+}

@@ -11,6 +11,8 @@
 //! tenant's items keep their order in the engine and in the journal alike
 //! (D2).
 
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+
 use super::contain;
 use crate::core::{Handoff, Staged, Time};
 use crate::sink::Sink;
@@ -71,6 +73,11 @@ impl<S: Sink> Outbox<S> {
     /// every outcome counted; never fails, never panics, never waits for a
     /// disk or a write.
     ///
+    /// # Panics
+    /// Only with the caller's own panic: if `items` panics while it is
+    /// iterated, the items it yielded before are staged and counted as
+    /// usual, then that panic goes on to the caller.
+    ///
     /// Cheaper than as many `stage` calls when items come in runs (a
     /// request that produced many records, an import): the clock is read
     /// once (every item gets the same stamp), the engine's lock is taken
@@ -112,25 +119,58 @@ impl<S: Sink> Outbox<S> {
         let at = shared.stamp();
         #[cfg(feature = "journal")]
         let mut run = journal.map(|_| super::journal::Journal::<S::Tenant, S::Item>::new_run());
-        let ready: Vec<Ready<S::Tenant, S::Item>> = items
-            .into_iter()
-            .map(|(tenant, item)| Ready {
-                weight: shared.weigh(&item),
-                #[cfg(feature = "journal")]
-                record: journal
-                    .zip(run.as_mut())
-                    .and_then(|(j, run)| j.encode_into(run, &tenant, &item)),
-                tenant,
-                item,
-            })
-            .collect();
+        let mut ready: Vec<Ready<S::Tenant, S::Item>> = Vec::new();
+        // The caller's iterator is the caller's code: if it panics, the
+        // items it yielded before are staged and counted as usual, then
+        // its panic goes on to the caller.
+        let iterated = catch_unwind(AssertUnwindSafe(|| {
+            for (tenant, item) in items {
+                ready.push(Ready {
+                    weight: shared.weigh(&item),
+                    #[cfg(feature = "journal")]
+                    record: journal
+                        .zip(run.as_mut())
+                        .and_then(|(j, run)| j.encode_into(run, &tenant, &item)),
+                    tenant,
+                    item,
+                });
+            }
+        }));
         let mut outcomes = Outcomes {
             tally: StagedMany::default(),
             each: each.then(|| Vec::with_capacity(ready.len())),
         };
-        if ready.is_empty() {
-            return outcomes;
+        if !ready.is_empty() {
+            self.stage_ready(
+                ready,
+                at,
+                &mut outcomes,
+                #[cfg(feature = "journal")]
+                run.as_ref(),
+            );
         }
+        #[cfg(feature = "journal")]
+        if let Some(run) = run {
+            super::journal::Journal::<S::Tenant, S::Item>::recycle_run(run);
+        }
+        if let Err(panic) = iterated {
+            resume_unwind(panic);
+        }
+        outcomes
+    }
+
+    /// The locked part of a run: `ready` items, stamped `at`, with their
+    /// records in `run` (with a journal).
+    fn stage_ready(
+        &self,
+        ready: Vec<Ready<S::Tenant, S::Item>>,
+        at: Option<Time>,
+        outcomes: &mut Outcomes,
+        #[cfg(feature = "journal")] run: Option<&crate::journal::format::EncodedRun>,
+    ) {
+        let shared = self.shared();
+        #[cfg(feature = "journal")]
+        let journal = shared.journal.as_deref();
         let mut wake = false;
         let mut released = Vec::new();
         let ((), took) = shared.input(|st| {
@@ -163,7 +203,7 @@ impl<S: Sink> Outbox<S> {
                 let record = match (&appender, record) {
                     (None, _) => Ok(None),
                     (Some(_), None) => Err(crate::DropReason::EncodeFailed),
-                    (Some(appender), Some(i)) => match run.as_ref().and_then(|r| r.get(i)) {
+                    (Some(appender), Some(i)) => match run.and_then(|r| r.get(i)) {
                         Some(record) if appender.fits(record) => Ok(Some(record)),
                         _ => Err(crate::DropReason::JournalFull),
                     },
@@ -228,13 +268,8 @@ impl<S: Sink> Outbox<S> {
         });
         // Application code after the locks (S-W13): refused items' `Drop`.
         contain::drop_each(released);
-        #[cfg(feature = "journal")]
-        if let Some(run) = run {
-            super::journal::Journal::<S::Tenant, S::Item>::recycle_run(run);
-        }
         if wake || took {
             shared.wake();
         }
-        outcomes
     }
 }
