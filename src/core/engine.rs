@@ -540,7 +540,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// dropped item is kept for [`take_released`](Self::take_released).
     pub fn stage(&mut self, now: Time, tenant: K, item: I) -> Staged {
         self.advance(now);
-        self.stage_at_now(tenant, item, false).staged
+        self.stage_at_now(tenant, item, false, None).staged
     }
 
     /// Stages like [`stage`](Self::stage), for a driver whose clock read
@@ -559,7 +559,25 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         if !self.config.linger.is_zero() || self.config.max_item_age.is_some() {
             self.advance(clock());
         }
-        self.stage_at_now(tenant, item, false)
+        self.stage_at_now(tenant, item, false, None)
+    }
+
+    /// [`stage_lazy`](Self::stage_lazy) of an item the driver weighed
+    /// before taking its lock, so that no weigher (application code) runs
+    /// under it: `weight` must be what [`weigh_item`](Self::weigh_item)
+    /// gives for the item (weighers are pure, S-B5); it is clamped to
+    /// [`MAX_WEIGHT`].
+    pub fn stage_lazy_weighed(
+        &mut self,
+        clock: impl FnOnce() -> Time,
+        tenant: K,
+        item: I,
+        weight: u64,
+    ) -> LazyStaged {
+        if !self.config.linger.is_zero() || self.config.max_item_age.is_some() {
+            self.advance(clock());
+        }
+        self.stage_at_now(tenant, item, false, Some(weight.min(MAX_WEIGHT)))
     }
 
     /// Stages like [`stage`](Self::stage) if the item is accepted; if it
@@ -573,7 +591,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// item.
     pub fn try_stage(&mut self, now: Time, tenant: K, item: I) -> Result<bool, (Staged, I)> {
         self.advance(now);
-        match self.admit(&tenant, &item, false) {
+        match self.admit(&tenant, &item, false, None) {
             Ok(weight) => {
                 self.counters.staged += 1;
                 Ok(self.enqueue(tenant, item, weight))
@@ -637,7 +655,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// After a shutdown began it is refused like a stage (`shutdown`).
     pub fn recover(&mut self, now: Time, tenant: K, item: I) -> Staged {
         self.advance(now);
-        self.stage_at_now(tenant, item, true).staged
+        self.stage_at_now(tenant, item, true, None).staged
     }
 
     /// Counts `items` that a journal recovery found but could not read
@@ -664,7 +682,14 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// `stage` at `self.now`: admission, then the item joins its tenant.
     /// With `recovered`, a recovery's stage (D4): counted as recovered and
     /// never refused by a capacity.
-    fn stage_at_now(&mut self, tenant: K, item: I, recovered: bool) -> LazyStaged {
+    /// `weight`: the item's, if the driver weighed it already.
+    fn stage_at_now(
+        &mut self,
+        tenant: K,
+        item: I,
+        recovered: bool,
+        weight: Option<u64>,
+    ) -> LazyStaged {
         if recovered {
             self.counters.recovered += 1;
         } else {
@@ -672,7 +697,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         }
         // A refusal needs a drain only if its event is the first queued.
         let no_event_queued = self.events.is_empty();
-        match self.admit(&tenant, &item, recovered) {
+        match self.admit(&tenant, &item, recovered, weight) {
             Ok(weight) => LazyStaged {
                 staged: Staged::Accepted,
                 wake: self.enqueue(tenant, item, weight),
@@ -691,11 +716,17 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// Whether an item may be staged now (S-W9, S-A1, S-B5, S-B7): its
     /// weight if so, else why not. A `recovered` item skips the capacities
     /// (D4: it was accepted once already; refusing it now would lose it).
-    fn admit(&self, tenant: &K, item: &I, recovered: bool) -> Result<u64, Refusal> {
+    fn admit(
+        &self,
+        tenant: &K,
+        item: &I,
+        recovered: bool,
+        weight: Option<u64>,
+    ) -> Result<u64, Refusal> {
         if self.life != Life::Open {
             return Err(Refusal::Shutdown);
         }
-        let weight = self.weigh(item);
+        let weight = weight.unwrap_or_else(|| self.weigh(item));
         if recovered {
             return Ok(weight);
         }

@@ -475,7 +475,8 @@ impl<S: Sink> Outbox<S> {
             if let Some(journal) = &shared.journal {
                 return self.stage_journaled_locked(journal, tenant, item);
             }
-            return self.stage_locked(tenant, item);
+            let weight = shared.weigh(&item);
+            return self.stage_locked(tenant, item, weight);
         }
         #[cfg(feature = "journal")]
         if let Some(journal) = &shared.journal {
@@ -519,12 +520,16 @@ impl<S: Sink> Outbox<S> {
     }
 
     /// A stage decided under the lock, by the engine itself: with a
-    /// `tenant_capacity` (S-B7), or past the fence. The clock is read under
-    /// the lock, and only if the engine needs it; the writer is woken only
-    /// if the engine says it has new work.
-    fn stage_locked(&self, tenant: S::Tenant, item: S::Item) -> Staged {
+    /// `tenant_capacity` (S-B7), or past the fence. The item was weighed
+    /// (`weight`) before the lock; the clock is read under it, and only if
+    /// the engine needs it; the writer is woken only if the engine says it
+    /// has new work.
+    fn stage_locked(&self, tenant: S::Tenant, item: S::Item, weight: u64) -> Staged {
         let shared = self.shared();
-        let stage = shared.engine_input(|st| st.engine.stage_lazy(|| shared.now(), tenant, item));
+        let stage = shared.engine_input(|st| {
+            st.engine
+                .stage_lazy_weighed(|| shared.now(), tenant, item, weight)
+        });
         if stage.wake {
             shared.wake();
         }
@@ -535,7 +540,7 @@ impl<S: Sink> Outbox<S> {
     /// went up with the close, under the lock, refuses the item; its
     /// reservation is given back.
     fn stage_after_fence(&self, tenant: S::Tenant, item: S::Item, weight: u64) -> Staged {
-        let staged = self.stage_locked(tenant, item);
+        let staged = self.stage_locked(tenant, item, weight);
         // The input re-counted whatever the engine kept pending.
         self.shared().admission.release(1, weight);
         staged
@@ -618,6 +623,8 @@ impl<S: Sink> Outbox<S> {
                 (staged, true, Some(item))
             }
             Ok(record) => {
+                // Application code before the locks.
+                let weight = shared.weigh(&item);
                 let staged = shared.engine_input(|st| {
                     let Ok(admitted) = journal.admit(&record) else {
                         let now = shared.now();
@@ -625,7 +632,9 @@ impl<S: Sink> Outbox<S> {
                         return (staged, true, Some(item));
                     };
                     let key = tenant.clone();
-                    let stage = st.engine.stage_lazy(|| shared.now(), tenant, item);
+                    let stage = st
+                        .engine
+                        .stage_lazy_weighed(|| shared.now(), tenant, item, weight);
                     if stage.staged == Staged::Accepted {
                         admitted.append(key, &record);
                     }

@@ -2,11 +2,11 @@
 //! one clock read, one hold of the engine's lock and, with a journal, one
 //! of the journal's.
 //!
-//! Application code runs first, outside every lock: the weigher and the
-//! codec, item by item. Then, under the engine's lock (and the journal's
-//! inside it, the lock order of S-W19), every decision `stage` would make,
-//! in the same order: the journal's refusals (S-J8, S-J4), the capacities
-//! (S-A1, S-B5, S-B7), the fence (S-W9). The accepted items enter the
+//! Application code runs first, outside every lock: the caller's iterator,
+//! the weigher and the codec, item by item. Then, under the engine's lock
+//! (and the journal's inside it, the lock order of S-W19), every decision
+//! `stage` would make, in the same order: the journal's refusals (S-J8,
+//! S-J4), the fence (S-W9), the capacities (S-A1, S-B5, S-B7). The accepted items enter the
 //! engine right there, after the hand-offs queued before them, so each
 //! tenant's items keep their order in the engine and in the journal alike
 //! (D2).
@@ -67,32 +67,37 @@ struct Ready<K, I> {
 }
 
 impl<S: Sink> Outbox<S> {
-    /// Stages every item of `items`, in order (S-W20): the same outcome
-    /// for each item as [`stage`](Self::stage) would give it called once
-    /// per item at this moment, each tenant's items kept in their order,
-    /// every outcome counted; never fails, never panics, never waits for a
-    /// disk or a write.
-    ///
-    /// # Panics
-    /// Only with the caller's own panic: if `items` panics while it is
-    /// iterated, the items it yielded before are staged and counted as
-    /// usual, then that panic goes on to the caller.
+    /// Stages every item of `items`, in order (S-W20): the caller's
+    /// iterator is used up first, then every item is decided at once, with
+    /// the outcome [`stage`](Self::stage) would give it called once per
+    /// item at that moment; each tenant's items keep their order, every
+    /// outcome is counted. Never fails, never waits for a disk or a write.
     ///
     /// Cheaper than as many `stage` calls when items come in runs (a
-    /// request that produced many records, an import): the clock is read
+    /// request that produced many records, an import): the weigher and
+    /// the codec run first, outside every lock; then the clock is read
     /// once (every item gets the same stamp), the engine's lock is taken
     /// once and the items enter the engine directly instead of through the
     /// request path's queue, and with a journal its lock is taken once and
     /// its commit task woken at most once. The price is that the call
     /// holds the engine's lock for O(items): the writer, control calls and
     /// other `stage_many` callers wait that long (plain `stage` calls do
-    /// not). The weigher and the codec run before any lock is taken.
+    /// not). With a journal, keep a run's records well under
+    /// `max_buffered_bytes` (default 64 MiB): the buffer cannot be
+    /// committed while the run holds its lock, so a tail past it is
+    /// dropped under `journal_full`.
     ///
     /// Not atomic: a capacity or a full journal can refuse some items of a
     /// run and accept the rest, exactly as separate stages would. The
     /// shutdown's fence goes up under the same lock, so it falls before or
     /// after a whole run: past it, every item the journal does not refuse
-    /// first (S-J8, S-J4) is refused.
+    /// first (S-J8, S-J4) is refused. What the iterator itself does to the
+    /// outbox (a stage, a shutdown) comes before the whole run.
+    ///
+    /// # Panics
+    /// Only with the caller's own panic: if `items` panics while it is
+    /// iterated, the items it yielded before are staged and counted as
+    /// usual, then that panic goes on to the caller.
     pub fn stage_many(&self, items: impl IntoIterator<Item = (S::Tenant, S::Item)>) -> StagedMany {
         self.stage_run(items, false).tally
     }
@@ -223,7 +228,9 @@ impl<S: Sink> Outbox<S> {
                     // lock does.
                     #[cfg(feature = "journal")]
                     let key = record.map(|_| tenant.clone());
-                    let stage = st.engine.stage_lazy(&mut clock, tenant, item);
+                    let stage = st
+                        .engine
+                        .stage_lazy_weighed(&mut clock, tenant, item, weight);
                     outcomes.note(stage.staged);
                     wake |= stage.wake;
                     #[cfg(feature = "journal")]
