@@ -129,6 +129,8 @@ impl<S: Sink> Outbox<S> {
         // items it yielded before are staged and counted as usual, then
         // its panic goes on to the caller.
         let iterated = catch_unwind(AssertUnwindSafe(|| {
+            let items = items.into_iter();
+            ready.reserve(items.size_hint().0);
             for (tenant, item) in items {
                 ready.push(Ready {
                     weight: shared.weigh(&item),
