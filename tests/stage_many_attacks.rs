@@ -339,43 +339,6 @@ impl Combo {
     }
 }
 
-#[cfg(feature = "journal")]
-mod journal {
-    use outbox::journal::{Codec, Postcard};
-    use outbox::{BoxError, TenantId};
-
-    /// The default codec, except that it refuses items divisible by 13,
-    /// panics on items divisible by 17, and makes items divisible by 11
-    /// large (so a small buffer fills).
-    pub struct Picky;
-
-    impl Codec<TenantId, u32> for Picky {
-        fn encode_tenant(&self, t: &TenantId, out: &mut Vec<u8>) -> Result<(), BoxError> {
-            Codec::<TenantId, u32>::encode_tenant(&Postcard, t, out)
-        }
-        fn decode_tenant(&self, b: &[u8]) -> Result<TenantId, BoxError> {
-            Codec::<TenantId, u32>::decode_tenant(&Postcard, b)
-        }
-        fn encode_item(&self, i: &u32, out: &mut Vec<u8>) -> Result<(), BoxError> {
-            assert!(i % 17 != 0, "test sink: the codec panics on item {i}");
-            if i % 13 == 0 {
-                return Err("refused".into());
-            }
-            Codec::<TenantId, u32>::encode_item(&Postcard, i, out)?;
-            if i % 11 == 0 {
-                // Padding after the item's bytes: postcard reads the prefix.
-                out.extend_from_slice(&[0xAB; 120]);
-            }
-            Ok(())
-        }
-        fn decode_item(&self, b: &[u8]) -> Result<u32, BoxError> {
-            postcard::take_from_bytes::<u32>(b)
-                .map(|(i, _)| i)
-                .map_err(Into::into)
-        }
-    }
-}
-
 fn build(
     combo: Combo,
     #[cfg(feature = "journal")] disk: &outbox::journal::MemStorage,
@@ -414,7 +377,14 @@ fn build(
         if small {
             jc = jc.sync_bytes(400).max_buffered_bytes(400);
         }
-        builder.journal_with_codec(jc, journal::Picky)
+        builder.journal_with_codec(
+            jc,
+            // Items divisible by 11 are large, so a small buffer fills.
+            support::codec::Picky {
+                pad: |i| if i % 11 == 0 { 120 } else { 0 },
+                ..support::codec::Picky::thirteen_seventeen()
+            },
+        )
     } else {
         builder
     };
@@ -509,10 +479,11 @@ fn differential(
         })
         .collect();
     let mut out = Vec::new();
-    for (_side, (mut s, crash)) in sides.into_iter().enumerate() {
+    #[cfg_attr(not(feature = "journal"), allow(unused_mut))]
+    for (side, (mut s, crash)) in sides.into_iter().enumerate() {
         #[cfg(feature = "journal")]
         if crash.is_some() {
-            let disk = &disks[_side];
+            let disk = &disks[side];
             disk.crash();
             s.recovered = Some(rt().block_on(async {
                 let o = build(combo, disk);
@@ -521,7 +492,7 @@ fn differential(
                 recovered
             }));
         }
-        let _ = crash;
+        let _ = (side, crash);
         out.push(s);
     }
     let [a, b]: [Side; 2] = out.try_into().unwrap();
@@ -590,6 +561,7 @@ fn every_combo_refuses_part_of_a_long_run() {
                 "{combo:?}"
             );
         }
+        #[cfg(feature = "journal")]
         if combo.journaled() && combo != Combo::JournalTenant {
             assert!(
                 many.counters.dropped(DropReason::JournalFull) > 0,
@@ -687,129 +659,6 @@ fn a_shutdown_racing_runs_falls_before_or_after_each_whole_run() {
                 );
                 assert_eq!(c.pending, 0);
             });
-        }
-    }
-}
-
-// ----- 7. D2 under concurrency on the locked and weighed paths ---------------
-
-/// The D2 test of tests/stage_many.rs covers the plain lane; this one runs
-/// runs and single stages concurrently with a `tenant_capacity` (decided
-/// under the engine's lock, journal appended inside it), with
-/// `capacity_bytes` (the weighed lane), and with a linger (stamped lane):
-/// after a sync and a crash, exactly the accepted-but-unwritten items come
-/// back, each once, in each stager's order.
-#[cfg(feature = "journal")]
-#[test]
-fn d2_concurrent_runs_and_stages_on_every_path() {
-    use outbox::journal::{JournalConfig, MemStorage};
-    use std::collections::BTreeSet;
-    use support::Act;
-
-    const TENANTS: u128 = 3;
-    for variant in 0..3 {
-        for round in 0..15u32 {
-            let disk = MemStorage::new();
-            let sink = TestSink::new("first-then-hang");
-            for tenant in 0..TENANTS {
-                sink.script(t(tenant), [Act::Ok, Act::Hang]);
-            }
-            let journal = || {
-                JournalConfig::with_storage(disk.clone()).sync_interval(Duration::from_millis(1))
-            };
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .unwrap();
-            let accepted: BTreeSet<u32> = rt.block_on(async {
-                let config = Config::builder().max_batch(1);
-                let config = match variant {
-                    0 => config.tenant_capacity(100_000),
-                    1 => config.capacity_bytes(1 << 40),
-                    _ => config.linger(Duration::from_micros(1)),
-                };
-                let o = Outbox::builder(sink.clone())
-                    .config(config.build().unwrap())
-                    .weigher(|i: &u32| u64::from(i % 5 + 1))
-                    .journal(journal())
-                    .build()
-                    .unwrap();
-                let (a, b, c) = (o.clone(), o.clone(), o.clone());
-                let base = round * 10_000;
-                let singles = std::thread::spawn(move || {
-                    let acc = (0..300u32)
-                        .filter(|i| {
-                            a.stage(t(u128::from(*i) % TENANTS), base + i) == Staged::Accepted
-                        })
-                        .map(|i| base + i)
-                        .collect::<Vec<_>>();
-                    std::mem::forget(a);
-                    acc
-                });
-                let many = |o: Outbox<TestSink>, off: u32| {
-                    std::thread::spawn(move || {
-                        let mut acc = Vec::new();
-                        for r in 0..30u32 {
-                            let items: Vec<u32> =
-                                (0..10).map(|k| base + off + r * 10 + k).collect();
-                            let tally = o
-                                .stage_many(items.iter().map(|&i| (t(u128::from(i) % TENANTS), i)));
-                            assert_eq!(tally.accepted, 10);
-                            acc.extend(items);
-                        }
-                        std::mem::forget(o);
-                        acc
-                    })
-                };
-                let (r1, r2) = (many(b, 5_000), many(c, 7_000));
-                let mut accepted: BTreeSet<u32> = singles.join().unwrap().into_iter().collect();
-                accepted.extend(r1.join().unwrap());
-                accepted.extend(r2.join().unwrap());
-                sink.until(|s| (0..TENANTS).all(|tenant| s.attempts_of(t(tenant)).len() >= 2))
-                    .await;
-                o.sync().await.unwrap();
-                std::mem::forget(o);
-                accepted
-            });
-            drop(rt);
-            disk.crash();
-            let written: BTreeSet<u32> = (0..TENANTS)
-                .flat_map(|tenant| sink.stored(t(tenant)))
-                .collect();
-            let after = TestSink::new("after");
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()
-                .unwrap()
-                .block_on(async {
-                    let o = Outbox::builder(after.clone())
-                        .journal(journal())
-                        .build()
-                        .unwrap();
-                    assert_eq!(o.settle(Duration::from_secs(60)).await.pending, 0);
-                    o.shutdown(Duration::from_secs(5)).await;
-                });
-            let recovered = after.store();
-            let mut seen = BTreeSet::new();
-            for items in recovered.values() {
-                for &i in items {
-                    assert!(seen.insert(i), "v{variant} r{round}: item {i} twice");
-                }
-            }
-            let expected: BTreeSet<u32> = accepted.difference(&written).copied().collect();
-            assert_eq!(seen, expected, "v{variant} r{round}: written {written:?}");
-            for items in recovered.values() {
-                for lane in [0..5_000, 5_000..7_000, 7_000..10_000] {
-                    let mine: Vec<u32> = items
-                        .iter()
-                        .copied()
-                        .filter(|i| lane.contains(&(i % 10_000)))
-                        .collect();
-                    assert!(mine.windows(2).all(|w| w[0] < w[1]), "v{variant} r{round}");
-                }
-            }
         }
     }
 }
@@ -984,34 +833,18 @@ fn a_very_large_run_is_counted_exactly() {
 #[cfg(feature = "journal")]
 #[test]
 fn a_record_over_the_size_limit_is_encode_failed_in_a_run() {
-    use outbox::journal::{Codec, JournalConfig, MemStorage, Postcard};
-    use outbox::BoxError;
-    struct Huge;
-    impl Codec<TenantId, u32> for Huge {
-        fn encode_tenant(&self, t: &TenantId, out: &mut Vec<u8>) -> Result<(), BoxError> {
-            Codec::<TenantId, u32>::encode_tenant(&Postcard, t, out)
-        }
-        fn decode_tenant(&self, b: &[u8]) -> Result<TenantId, BoxError> {
-            Codec::<TenantId, u32>::decode_tenant(&Postcard, b)
-        }
-        fn encode_item(&self, i: &u32, out: &mut Vec<u8>) -> Result<(), BoxError> {
-            Codec::<TenantId, u32>::encode_item(&Postcard, i, out)?;
-            if *i == 1 {
-                out.resize(out.len() + (64 << 20) + 1, 0);
-            }
-            Ok(())
-        }
-        fn decode_item(&self, b: &[u8]) -> Result<u32, BoxError> {
-            postcard::take_from_bytes::<u32>(b)
-                .map(|(i, _)| i)
-                .map_err(Into::into)
-        }
-    }
+    use outbox::journal::{JournalConfig, MemStorage};
+    // Item 1's record passes the size limit (64 MiB).
+    let huge = support::codec::Picky {
+        refuse: |_| false,
+        panic: |_| false,
+        pad: |i| if i == 1 { (64 << 20) + 1 } else { 0 },
+    };
     let disk = MemStorage::new();
     rt().block_on(async {
         let o = Outbox::builder(TestSink::new("huge"))
             .config(holding_config().build().unwrap())
-            .journal_with_codec(JournalConfig::with_storage(disk.clone()), Huge)
+            .journal_with_codec(JournalConfig::with_storage(disk.clone()), huge)
             .build()
             .unwrap();
         let out = o.stage_many_outcomes((0..4u32).map(|i| (t(1), i)));
@@ -1033,7 +866,7 @@ fn a_record_over_the_size_limit_is_encode_failed_in_a_run() {
     rt().block_on(async {
         let o = Outbox::builder(TestSink::new("huge2"))
             .config(holding_config().build().unwrap())
-            .journal_with_codec(JournalConfig::with_storage(disk.clone()), Huge)
+            .journal_with_codec(JournalConfig::with_storage(disk.clone()), huge)
             .build()
             .unwrap();
         assert_eq!(o.abandon(), vec![(t(1), vec![0, 2, 3])]);

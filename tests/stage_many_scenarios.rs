@@ -10,6 +10,7 @@ use std::time::Duration;
 use outbox::{Config, DropReason, LostReason, Outbox, Staged, TenantId};
 use support::*;
 
+#[cfg(feature = "journal")]
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()

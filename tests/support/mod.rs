@@ -1,6 +1,9 @@
 //! Test support: a scriptable sink, a metrics recorder, helpers.
 #![allow(dead_code)] // each test binary uses a different part
 
+#[cfg(feature = "journal")]
+pub mod codec;
+
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::future::Future;
