@@ -449,3 +449,26 @@ fn s_w20_a_panicking_iterator_stages_what_it_yielded_then_its_panic_goes_on() {
         assert!(o.counters().balanced());
     });
 }
+
+#[test]
+fn s_w20_an_iterator_whose_size_hint_lies_is_staged_as_it_yields() {
+    /// Claims more items than memory could hold; yields three.
+    struct Liar(u32);
+    impl Iterator for Liar {
+        type Item = (TenantId, u32);
+        fn next(&mut self) -> Option<Self::Item> {
+            (self.0 < 3).then(|| {
+                self.0 += 1;
+                (t(1), self.0)
+            })
+        }
+        fn size_hint(&self) -> (usize, Option<usize>) {
+            (usize::MAX, None)
+        }
+    }
+    rt().block_on(async {
+        let o = Outbox::new(TestSink::new("liar"), Config::default()).unwrap();
+        assert_eq!(o.stage_many(Liar(0)).accepted, 3);
+        assert_eq!(o.counters().staged, 3);
+    });
+}

@@ -56,6 +56,9 @@ impl Outcomes {
     }
 }
 
+/// The most items reserved up front from an iterator's size hint.
+const MAX_RESERVE: usize = 1 << 16;
+
 /// An item readied outside the locks: its weight and, with a journal, its
 /// record's index in the run (`None` when the codec refused it).
 struct Ready<K, I> {
@@ -130,7 +133,9 @@ impl<S: Sink> Outbox<S> {
         // its panic goes on to the caller.
         let iterated = catch_unwind(AssertUnwindSafe(|| {
             let items = items.into_iter();
-            ready.reserve(items.size_hint().0);
+            // A hint is only a hint: a lying one must not reserve more
+            // than a run's worth up front.
+            ready.reserve(items.size_hint().0.min(MAX_RESERVE));
             for (tenant, item) in items {
                 ready.push(Ready {
                     weight: shared.weigh(&item),
