@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use outbox::journal::{JournalConfig, MemStorage, Storage};
 use outbox::{Outbox, Staged, SyncError};
+use support::gated::{build, config, Gated};
 use support::{t, Act, TestSink};
 
 const S: Duration = Duration::from_secs(1);
@@ -21,9 +22,13 @@ const HEADER_LEN: usize = 32;
 /// Returns true to fail the call: (op, file, bytes for append, the disk).
 type Policy = Box<dyn FnMut(&'static str, &str, &[u8], &MemStorage) -> bool + Send>;
 
+/// The handle of a disk on `mem` whose faults follow a policy the test
+/// sets, with a log of every mutating call and a delay on each `sync`
+/// that passes (a slow or hung disk); [`storage`](Self::storage) is the
+/// disk.
 #[derive(Clone)]
 struct Flaky {
-    mem: MemStorage,
+    disk: Gated,
     policy: Arc<Mutex<Policy>>,
     log: Arc<Mutex<Vec<String>>>,
     hang: Arc<Mutex<Duration>>,
@@ -31,30 +36,42 @@ struct Flaky {
 
 impl Flaky {
     fn new(mem: &MemStorage) -> Self {
+        let policy: Arc<Mutex<Policy>> = Arc::new(Mutex::new(Box::new(|_, _, _, _| false)));
+        let log: Arc<Mutex<Vec<String>>> = Arc::default();
+        let hang: Arc<Mutex<Duration>> = Arc::default();
+        let (p, l, h) = (Arc::clone(&policy), Arc::clone(&log), Arc::clone(&hang));
+        let gate = move |op: &'static str, name: &str, bytes: &[u8], mem: &MemStorage| {
+            let fail = (p.lock().unwrap())(op, name, bytes, mem);
+            l.lock().unwrap().push(format!(
+                "{op} {name} {} {}",
+                bytes.len(),
+                if fail { "FAIL" } else { "ok" }
+            ));
+            if fail {
+                return Err(io::Error::other(format!("injected on {op} {name}")));
+            }
+            let d = *h.lock().unwrap();
+            if op == "sync" && !d.is_zero() {
+                std::thread::sleep(d);
+            }
+            Ok(())
+        };
         Flaky {
-            mem: mem.clone(),
-            policy: Arc::new(Mutex::new(Box::new(|_, _, _, _| false))),
-            log: Arc::default(),
-            hang: Arc::default(),
+            disk: Gated::new(mem, Arc::new(gate)),
+            policy,
+            log,
+            hang,
         }
+    }
+    /// The disk, for a journal.
+    fn storage(&self) -> Gated {
+        self.disk.clone()
     }
     fn set(&self, p: impl FnMut(&'static str, &str, &[u8], &MemStorage) -> bool + Send + 'static) {
         *self.policy.lock().unwrap() = Box::new(p);
     }
     fn heal(&self) {
         self.set(|_, _, _, _| false);
-    }
-    fn gate(&self, op: &'static str, name: &str, bytes: &[u8]) -> io::Result<()> {
-        let fail = (self.policy.lock().unwrap())(op, name, bytes, &self.mem);
-        self.log.lock().unwrap().push(format!(
-            "{op} {name} {} {}",
-            bytes.len(),
-            if fail { "FAIL" } else { "ok" }
-        ));
-        if fail {
-            return Err(io::Error::other(format!("injected on {op} {name}")));
-        }
-        Ok(())
     }
     fn failures(&self) -> usize {
         self.log
@@ -66,59 +83,8 @@ impl Flaky {
     }
 }
 
-impl Storage for Flaky {
-    fn lock(&mut self) -> io::Result<()> {
-        self.mem.lock()
-    }
-    fn list(&mut self) -> io::Result<Vec<String>> {
-        self.mem.list()
-    }
-    fn read(&mut self, name: &str) -> io::Result<Vec<u8>> {
-        self.mem.read(name)
-    }
-    fn create(&mut self, name: &str) -> io::Result<()> {
-        self.gate("create", name, &[])?;
-        self.mem.create(name)
-    }
-    fn append(&mut self, name: &str, bytes: &[u8]) -> io::Result<()> {
-        self.gate("append", name, bytes)?;
-        self.mem.append(name, bytes)
-    }
-    fn sync(&mut self, name: &str) -> io::Result<()> {
-        self.gate("sync", name, &[])?;
-        let d = *self.hang.lock().unwrap();
-        if !d.is_zero() {
-            std::thread::sleep(d);
-        }
-        self.mem.sync(name)
-    }
-    fn truncate(&mut self, name: &str, len: u64) -> io::Result<()> {
-        self.gate("truncate", name, &[])?;
-        self.mem.truncate(name, len)
-    }
-    fn delete(&mut self, name: &str) -> io::Result<()> {
-        self.gate("delete", name, &[])?;
-        self.mem.delete(name)
-    }
-}
-
 fn len_of(mem: &MemStorage, name: &str) -> usize {
     mem.files().get(name).map_or(0, Vec::len)
-}
-
-fn config(storage: impl Storage, retry: Duration) -> JournalConfig {
-    JournalConfig::with_storage(storage)
-        .sync_interval(Duration::from_millis(1))
-        .segment_bytes(4_096)
-        .retry_interval(retry)
-        .inline_io(true)
-}
-
-fn build(sink: &TestSink, storage: impl Storage, retry: Duration) -> Outbox<TestSink> {
-    Outbox::builder(sink.clone())
-        .journal(config(storage, retry))
-        .build()
-        .unwrap()
 }
 
 /// Rebuild on `mem` (sink hangs): Ok(recovered) or the build error.
@@ -166,7 +132,7 @@ async fn fifo_refused_deletions_then_crash() {
     let disk = Flaky::new(&mem);
     disk.set(|op, _, _, _| op == "delete");
     let sink = TestSink::new("fifo");
-    let o = build(&sink, disk.clone(), Duration::from_millis(100));
+    let o = build(&sink, disk.storage(), Duration::from_millis(100));
     for i in 0..1_000 {
         assert_eq!(o.stage(t(u128::from(i % 7)), i), Staged::Accepted);
     }
@@ -201,7 +167,7 @@ async fn resume_marks_fail(crash_during_outage: bool) {
     let disk = Flaky::new(&mem);
     let sink = TestSink::new("resume");
     sink.set_all(Act::Hang);
-    let o = build(&sink, disk.clone(), Duration::from_millis(10));
+    let o = build(&sink, disk.storage(), Duration::from_millis(10));
     for i in 0..3 {
         assert_eq!(o.stage(t(1), i), Staged::Accepted);
     }
@@ -272,7 +238,7 @@ async fn refused_deletions_plus_one_failed_creation() {
     let disk = Flaky::new(&mem);
     let sink = TestSink::new("unheaded");
     sink.set_all(Act::Hang);
-    let o = build(&sink, disk.clone(), Duration::from_millis(100));
+    let o = build(&sink, disk.storage(), Duration::from_millis(100));
     assert_eq!(o.stage(t(1), 0), Staged::Accepted);
     assert_eq!(o.sync().await, Ok(()));
     let mut once = true;
@@ -322,7 +288,7 @@ async fn shutdown_deadline_with_a_down_journal() {
     let disk = Flaky::new(&mem);
     let sink = TestSink::new("sd");
     sink.set_all(Act::Hang);
-    let o = build(&sink, disk.clone(), S);
+    let o = build(&sink, disk.storage(), S);
     for i in 0..3 {
         assert_eq!(o.stage(t(1), i), Staged::Accepted);
     }
@@ -360,7 +326,7 @@ fn hung_sync_at_shutdown_on(rt: tokio::runtime::Runtime) {
         let sink = TestSink::new("hang");
         let o = Outbox::builder(sink.clone())
             .journal(
-                JournalConfig::with_storage(disk.clone())
+                JournalConfig::with_storage(disk.storage())
                     .sync_interval(Duration::from_millis(1))
                     .retry_interval(S),
             )
@@ -425,7 +391,7 @@ async fn failed_resumes_pile_up_files_with_redo_marks() {
     let sink = TestSink::new("pile");
     sink.set_all(Act::Hang);
     let o = Outbox::builder(sink.clone())
-        .journal(config(disk.clone(), Duration::from_millis(100)).max_bytes(Some(1 << 20)))
+        .journal(config(disk.storage(), Duration::from_millis(100)).max_bytes(Some(1 << 20)))
         .build()
         .unwrap();
     for i in 0..2_000 {
@@ -482,7 +448,7 @@ fn rebuild_with_torn_last_segment_and_refused_deletions() {
     mem.put("segment-00000000000000ff.journal", vec![]);
     let disk = Flaky::new(&mem);
     disk.set(|op, _, _, _| op == "delete");
-    let r = rebuild_on(disk);
+    let r = rebuild_on(disk.storage());
     eprintln!("rebuild: {r:?}");
     assert_eq!(r, Ok(1));
 }
@@ -509,7 +475,7 @@ async fn a_torn_segment_left_by_recovery_is_headed_again_by_the_first_commit() {
     mem.put(&format!("segment-{:016x}.journal", n + 1), vec![]);
     let disk = Flaky::new(&mem);
     disk.set(|op, _, _, _| op == "delete");
-    let o = build(&sink, disk, Duration::from_millis(100));
+    let o = build(&sink, disk.storage(), Duration::from_millis(100));
     assert_eq!(o.counters().recovered, 1);
     assert_eq!(o.stage(t(1), 2), Staged::Accepted);
     let mut answer = o.sync().await;
@@ -636,7 +602,7 @@ fn random_faults_then_crash_loses_nothing_synced() {
             sink.set(t(1), Act::Hang);
             let o = Outbox::builder(sink.clone())
                 .journal(
-                    JournalConfig::with_storage(disk.clone())
+                    JournalConfig::with_storage(disk.storage())
                         .sync_interval(Duration::from_millis(1))
                         .segment_bytes(1_024)
                         .retry_interval(Duration::from_millis(1 + r.next() % 50))
@@ -702,7 +668,7 @@ fn journal_bytes_gauge_matches_disk_after_outages() {
         async move {
             let sink = TestSink::new("gauge");
             let o = Outbox::builder(sink.clone())
-                .journal(config(disk.clone(), Duration::from_millis(10)).segment_bytes(1_024))
+                .journal(config(disk.storage(), Duration::from_millis(10)).segment_bytes(1_024))
                 .build()
                 .unwrap();
             let mut n = 0;
@@ -805,7 +771,7 @@ fn random_faults_then_heal_and_clean_shutdown() {
             sink.set(t(1), Act::Hang);
             let o = Outbox::builder(sink.clone())
                 .journal(
-                    JournalConfig::with_storage(disk.clone())
+                    JournalConfig::with_storage(disk.storage())
                         .sync_interval(Duration::from_millis(1))
                         .segment_bytes(1_024)
                         .max_bytes(Some(16 << 10))

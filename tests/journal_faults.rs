@@ -11,14 +11,15 @@ use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use outbox::journal::{JournalConfig, MemStorage, Storage};
+use outbox::journal::MemStorage;
 use outbox::{Outbox, Staged, SyncError};
+use support::gated::{build, config, Gated};
 use support::{t, Act, TestSink};
 use tokio::time::Instant;
 
 const S: Duration = Duration::from_secs(1);
 
-/// What a `Flaky` disk does.
+/// What a [`flaky`] disk does.
 #[derive(Default)]
 struct Ctl {
     /// Every mutating call fails.
@@ -33,81 +34,24 @@ struct Ctl {
     worked: u64,
 }
 
-/// A `MemStorage` with faults per kind of call, and a log of them.
-#[derive(Clone)]
-struct Flaky {
-    mem: MemStorage,
-    ctl: Arc<Mutex<Ctl>>,
-}
-
-impl Flaky {
-    fn new(mem: &MemStorage) -> (Self, Arc<Mutex<Ctl>>) {
-        let ctl = Arc::new(Mutex::new(Ctl::default()));
-        (
-            Flaky {
-                mem: mem.clone(),
-                ctl: Arc::clone(&ctl),
-            },
-            ctl,
-        )
-    }
-
-    fn gate(&self, op: &'static str) -> io::Result<()> {
-        let mut c = self.ctl.lock().unwrap();
-        if c.fail_all || (op == "sync" && c.fail_sync) || (op == "delete" && c.fail_delete) {
-            c.failures.push((op, Instant::now()));
-            return Err(io::Error::other(format!("injected on {op}")));
-        }
-        c.worked += 1;
-        Ok(())
-    }
-}
-
-impl Storage for Flaky {
-    fn lock(&mut self) -> io::Result<()> {
-        self.mem.lock()
-    }
-    fn list(&mut self) -> io::Result<Vec<String>> {
-        self.mem.list()
-    }
-    fn read(&mut self, name: &str) -> io::Result<Vec<u8>> {
-        self.mem.read(name)
-    }
-    fn create(&mut self, name: &str) -> io::Result<()> {
-        self.gate("create")?;
-        self.mem.create(name)
-    }
-    fn append(&mut self, name: &str, bytes: &[u8]) -> io::Result<()> {
-        self.gate("append")?;
-        self.mem.append(name, bytes)
-    }
-    fn sync(&mut self, name: &str) -> io::Result<()> {
-        self.gate("sync")?;
-        self.mem.sync(name)
-    }
-    fn truncate(&mut self, name: &str, len: u64) -> io::Result<()> {
-        self.gate("truncate")?;
-        self.mem.truncate(name, len)
-    }
-    fn delete(&mut self, name: &str) -> io::Result<()> {
-        self.gate("delete")?;
-        self.mem.delete(name)
-    }
-}
-
-fn config(storage: impl Storage, retry: Duration) -> JournalConfig {
-    JournalConfig::with_storage(storage)
-        .sync_interval(Duration::from_millis(1))
-        .segment_bytes(4_096)
-        .retry_interval(retry)
-        .inline_io(true)
-}
-
-fn build(sink: &TestSink, storage: impl Storage, retry: Duration) -> Outbox<TestSink> {
-    Outbox::builder(sink.clone())
-        .journal(config(storage, retry))
-        .build()
-        .unwrap()
+/// A `MemStorage` with faults per kind of call (as `Ctl` says), and a log
+/// of them.
+fn flaky(mem: &MemStorage) -> (Gated, Arc<Mutex<Ctl>>) {
+    let ctl = Arc::new(Mutex::new(Ctl::default()));
+    let c = Arc::clone(&ctl);
+    let disk = Gated::new(
+        mem,
+        Arc::new(move |op, _, _, _| {
+            let mut c = c.lock().unwrap();
+            if c.fail_all || (op == "sync" && c.fail_sync) || (op == "delete" && c.fail_delete) {
+                c.failures.push((op, Instant::now()));
+                return Err(io::Error::other(format!("injected on {op}")));
+            }
+            c.worked += 1;
+            Ok(())
+        }),
+    );
+    (disk, ctl)
 }
 
 /// Items recovered by a fresh outbox on `mem` (whose sink hangs), then
@@ -190,7 +134,7 @@ async fn written_while_down(
 /// and releases the directory's lock".
 async fn close_on_a_failing_disk(marks_in_failed_commit: bool) {
     let mem = MemStorage::new();
-    let (disk, ctl) = Flaky::new(&mem);
+    let (disk, ctl) = flaky(&mem);
     let sink = TestSink::new("close-failing");
     let o = build(&sink, disk, S);
     written_while_down(&sink, &o, &ctl, marks_in_failed_commit).await;
@@ -235,7 +179,7 @@ async fn s_j5_closing_retries_marks_of_the_failed_commit() {
 #[tokio::test(start_paused = true)]
 async fn s_j5_a_disk_that_heals_during_the_closing_retries_gets_the_marks() {
     let mem = MemStorage::new();
-    let (disk, ctl) = Flaky::new(&mem);
+    let (disk, ctl) = flaky(&mem);
     let sink = TestSink::new("close-heals");
     let o = build(&sink, disk, S);
     written_while_down(&sink, &o, &ctl, true).await;
@@ -267,7 +211,7 @@ async fn s_j5_a_disk_that_heals_during_the_closing_retries_gets_the_marks() {
 #[tokio::test(start_paused = true)]
 async fn s_j6_a_huge_retry_interval_does_not_hold_the_lock_for_ever() {
     let mem = MemStorage::new();
-    let (disk, ctl) = Flaky::new(&mem);
+    let (disk, ctl) = flaky(&mem);
     let sink = TestSink::new("close-huge");
     let o = build(&sink, disk, Duration::MAX);
     written_while_down(&sink, &o, &ctl, false).await;
@@ -287,7 +231,7 @@ async fn s_j6_a_huge_retry_interval_does_not_hold_the_lock_for_ever() {
 #[tokio::test(start_paused = true)]
 async fn s_j5_a_failure_in_the_first_commit_then_a_crash() {
     let mem = MemStorage::new();
-    let (disk, ctl) = Flaky::new(&mem);
+    let (disk, ctl) = flaky(&mem);
     ctl.lock().unwrap().fail_sync = true;
     let sink = TestSink::new("first");
     sink.set_all(Act::Hang);
@@ -338,7 +282,7 @@ async fn s_j5_a_failure_in_the_first_commit_then_a_crash() {
 fn s_j5_items_of_the_failed_commit_are_counted_unjournaled() {
     let ((), snap) = support::with_metrics(|| async {
         let mem = MemStorage::new();
-        let (disk, ctl) = Flaky::new(&mem);
+        let (disk, ctl) = flaky(&mem);
         let sink = TestSink::new("unjournaled");
         sink.set_all(Act::Hang);
         let o = build(&sink, disk, S);
@@ -373,7 +317,7 @@ fn s_j5_items_of_the_failed_commit_are_counted_unjournaled() {
 #[tokio::test(start_paused = true)]
 async fn s_j5_a_long_outage_does_not_fill_max_bytes_with_phantom_segments() {
     let mem = MemStorage::new();
-    let (disk, ctl) = Flaky::new(&mem);
+    let (disk, ctl) = flaky(&mem);
     let sink = TestSink::new("phantom");
     let o = Outbox::builder(sink.clone())
         .journal(config(disk, Duration::from_millis(1)).max_bytes(Some(64 << 10)))
@@ -417,7 +361,7 @@ async fn s_j5_a_long_outage_does_not_fill_max_bytes_with_phantom_segments() {
 #[tokio::test(start_paused = true)]
 async fn s_j5_redo_marks_are_counted_again_at_every_failed_retry() {
     let mem = MemStorage::new();
-    let (disk, ctl) = Flaky::new(&mem);
+    let (disk, ctl) = flaky(&mem);
     let sink = TestSink::new("redo");
     sink.set_all(Act::Hang);
     let o = Outbox::builder(sink.clone())
@@ -507,7 +451,7 @@ async fn scenarios_06_and_16_with_a_journal() {
 #[tokio::test(start_paused = true)]
 async fn a_disk_that_only_refuses_deletions_keeps_the_journal_down() {
     let mem = MemStorage::new();
-    let (disk, ctl) = Flaky::new(&mem);
+    let (disk, ctl) = flaky(&mem);
     let sink = TestSink::new("nodelete");
     let o = build(&sink, disk, Duration::from_millis(100));
     ctl.lock().unwrap().fail_delete = true;

@@ -3,6 +3,8 @@
 
 #[cfg(feature = "journal")]
 pub mod codec;
+#[cfg(feature = "journal")]
+pub mod gated;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
