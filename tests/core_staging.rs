@@ -167,6 +167,36 @@ fn s_b5_a_huge_weight_neither_overflows_nor_panics() {
     assert_eq!(w.e.pending_bytes(), 2 * outbox::core::MAX_WEIGHT);
 }
 
+#[test]
+fn s_b5_a_weighed_stage_uses_the_drivers_weight_not_the_weigher() {
+    // `stage_lazy_weighed` is for a driver that weighed the item before
+    // its lock: the weigher is not called again, the weight given decides
+    // the byte capacity, and a weight past MAX_WEIGHT is clamped.
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let c = std::sync::Arc::clone(&calls);
+    let config = Config::builder().capacity_bytes(10).build().unwrap();
+    let mut e: Engine<u8, u32> = Engine::with_weigher(config, move |_: &u32| {
+        c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        1
+    })
+    .unwrap();
+    let staged = |e: &mut Engine<u8, u32>, item, weight| {
+        e.stage_lazy_weighed(|| Time::ZERO, 1, item, weight).staged
+    };
+    assert_eq!(staged(&mut e, 0, 6), Staged::Accepted);
+    assert_eq!(
+        staged(&mut e, 1, 5),
+        Staged::Dropped(DropReason::BufferFull),
+        "6 + 5 bytes pass capacity_bytes 10, whatever the weigher says"
+    );
+    assert_eq!(staged(&mut e, 2, 4), Staged::Accepted);
+    assert_eq!(e.pending_bytes(), 10);
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 0);
+    let mut big: Engine<u8, u32> = Engine::with_weigher(Config::default(), |_: &u32| 1).unwrap();
+    assert_eq!(staged(&mut big, 0, u64::MAX), Staged::Accepted);
+    assert_eq!(big.pending_bytes(), outbox::core::MAX_WEIGHT);
+}
+
 // ----- I6: the wake-up hint of a lazy stage ---------------------------
 
 #[test]

@@ -554,12 +554,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// Also says, in [`LazyStaged::wake`], whether the driver must drain
     /// the engine because of this stage.
     pub fn stage_lazy(&mut self, clock: impl FnOnce() -> Time, tenant: K, item: I) -> LazyStaged {
-        // The item's stamp matters with a linger (S-A3) or an age limit
-        // (S-R3): a stale stamp would expire it early.
-        if !self.config.linger.is_zero() || self.config.max_item_age.is_some() {
-            self.advance(clock());
-        }
-        self.stage_at_now(tenant, item, false, None)
+        self.stage_lazy_at(clock, tenant, item, None)
     }
 
     /// [`stage_lazy`](Self::stage_lazy) of an item the driver weighed
@@ -574,10 +569,24 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         item: I,
         weight: u64,
     ) -> LazyStaged {
+        self.stage_lazy_at(clock, tenant, item, Some(weight.min(MAX_WEIGHT)))
+    }
+
+    /// [`stage_lazy`](Self::stage_lazy), with the item's weight if the
+    /// driver measured it.
+    fn stage_lazy_at(
+        &mut self,
+        clock: impl FnOnce() -> Time,
+        tenant: K,
+        item: I,
+        weight: Option<u64>,
+    ) -> LazyStaged {
+        // The item's stamp matters with a linger (S-A3) or an age limit
+        // (S-R3): a stale stamp would expire it early.
         if !self.config.linger.is_zero() || self.config.max_item_age.is_some() {
             self.advance(clock());
         }
-        self.stage_at_now(tenant, item, false, Some(weight.min(MAX_WEIGHT)))
+        self.stage_at_now(tenant, item, false, weight)
     }
 
     /// Stages like [`stage`](Self::stage) if the item is accepted; if it
