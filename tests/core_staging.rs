@@ -197,6 +197,39 @@ fn s_b5_a_weighed_stage_uses_the_drivers_weight_not_the_weigher() {
     assert_eq!(big.pending_bytes(), outbox::core::MAX_WEIGHT);
 }
 
+#[test]
+fn s_b5_a_weighed_try_stage_uses_the_drivers_weight_not_the_weigher() {
+    // `try_stage_weighed`, as `stage_lazy_weighed`: the weight given
+    // decides the byte capacity (a refusal hands the item back, counted
+    // nowhere, S-R5), a weight past MAX_WEIGHT is clamped, and the weigher
+    // is never called.
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let c = std::sync::Arc::clone(&calls);
+    let config = Config::builder()
+        .capacity_bytes(10)
+        .tenant_capacity(8)
+        .build()
+        .unwrap();
+    let mut e: Engine<u8, u32> = Engine::with_weigher(config, move |_: &u32| {
+        c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        1
+    })
+    .unwrap();
+    assert!(e.try_stage_weighed(Time::ZERO, 1, 0, 6).is_ok());
+    assert_eq!(
+        e.try_stage_weighed(Time::ZERO, 1, 1, 5),
+        Err((Staged::Dropped(DropReason::BufferFull), 1)),
+        "6 + 5 bytes pass capacity_bytes 10, whatever the weigher says"
+    );
+    assert!(e.try_stage_weighed(Time::ZERO, 1, 2, 4).is_ok());
+    assert_eq!(e.pending_bytes(), 10);
+    assert_eq!(e.counters().staged, 2, "the refusal is not counted");
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 0);
+    let mut big: Engine<u8, u32> = Engine::with_weigher(Config::default(), |_: &u32| 1).unwrap();
+    assert!(big.try_stage_weighed(Time::ZERO, 0, 0, u64::MAX).is_ok());
+    assert_eq!(big.pending_bytes(), outbox::core::MAX_WEIGHT);
+}
+
 // ----- I6: the wake-up hint of a lazy stage ---------------------------
 
 #[test]

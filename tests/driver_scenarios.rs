@@ -286,9 +286,9 @@ async fn scenario_12_stalled_sink_drops_instead_of_blocking() {
     sink.set_all(Act::Hang);
     let config = Config::builder().capacity(4).max_batch(1).build().unwrap();
     let o = outbox(&sink, config);
-    let start = Instant::now();
+    // S-A1: `stage` never waits; it is a plain function, so that holds by
+    // its type. What can fail is what it decides while the sink hangs.
     let staged: Vec<Staged> = (0..32).map(|i| o.stage(t(1), i)).collect();
-    assert_eq!(start.elapsed(), Duration::ZERO, "S-A1: never waits");
     sink.until_attempts(t(1), 1).await;
     // More while the sink is blocked and the writer has run.
     let more: Vec<Staged> = (32..40).map(|i| o.stage(t(1), i)).collect();

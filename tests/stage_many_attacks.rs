@@ -253,9 +253,14 @@ fn an_iterator_that_stages_midway_puts_that_stage_before_the_run() {
 /// every item again under the engine's lock (and the journal's). A weigher
 /// that reads the outbox (`pending`, `counters`) from the same thread
 /// deadlocks; this one asks from another thread and sees the lock held.
+/// The single-item paths are held to the same: `stage` and `try_stage`
+/// (with a `tenant_capacity`, `try_stage` weighed under the lock too).
 #[test]
 fn the_weigher_runs_outside_every_lock() {
-    for tenant_capacity in [None, Some(1_000)] {
+    for (tenant_capacity, path) in [None, Some(1_000)]
+        .into_iter()
+        .flat_map(|n| ["stage_many", "stage", "try_stage"].map(|p| (n, p)))
+    {
         let locked = Arc::new(AtomicU64::new(0));
         let probing = Arc::new(AtomicBool::new(false));
         let cell: Arc<OnceLock<Outbox<TestSink>>> = Arc::new(OnceLock::new());
@@ -287,17 +292,23 @@ fn the_weigher_runs_outside_every_lock() {
                 .unwrap();
             assert!(cell.set(o.clone()).is_ok());
             probing.store(true, Ordering::SeqCst);
-            let tally = o.stage_many((0..3u32).map(|i| (t(1), i)));
+            let accepted = match path {
+                "stage_many" => o.stage_many((0..3u32).map(|i| (t(1), i))).accepted,
+                "stage" => (0..3u32)
+                    .filter(|i| o.stage(t(1), *i) == Staged::Accepted)
+                    .count() as u64,
+                _ => (0..3u32).filter(|i| o.try_stage(t(1), *i).is_ok()).count() as u64,
+            };
             probing.store(false, Ordering::SeqCst);
-            assert_eq!(tally.accepted, 3);
+            assert_eq!(accepted, 3, "{path}");
             let _ = o.abandon();
             std::mem::forget(o);
         });
         assert_eq!(
             locked.load(Ordering::SeqCst),
             0,
-            "tenant_capacity {tenant_capacity:?}: the weigher was called with \
-             the engine's lock held"
+            "{path}, tenant_capacity {tenant_capacity:?}: the weigher was \
+             called with the engine's lock held"
         );
     }
 }

@@ -599,8 +599,38 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// The refusal ([`Staged::Dropped`] or [`Staged::Refused`]) and the
     /// item.
     pub fn try_stage(&mut self, now: Time, tenant: K, item: I) -> Result<bool, (Staged, I)> {
+        self.try_stage_at(now, tenant, item, None)
+    }
+
+    /// [`try_stage`](Self::try_stage) of an item the driver weighed before
+    /// taking its lock, as for [`stage_lazy_weighed`](Self::stage_lazy_weighed):
+    /// `weight` must be what [`weigh_item`](Self::weigh_item) gives for the
+    /// item (S-B5); it is clamped to [`MAX_WEIGHT`], and the weigher is
+    /// never called.
+    ///
+    /// # Errors
+    /// As [`try_stage`](Self::try_stage).
+    pub fn try_stage_weighed(
+        &mut self,
+        now: Time,
+        tenant: K,
+        item: I,
+        weight: u64,
+    ) -> Result<bool, (Staged, I)> {
+        self.try_stage_at(now, tenant, item, Some(weight.min(MAX_WEIGHT)))
+    }
+
+    /// [`try_stage`](Self::try_stage), with the item's weight if the
+    /// driver measured it.
+    fn try_stage_at(
+        &mut self,
+        now: Time,
+        tenant: K,
+        item: I,
+        weight: Option<u64>,
+    ) -> Result<bool, (Staged, I)> {
         self.advance(now);
-        match self.admit(&tenant, &item, false, None) {
+        match self.admit(&tenant, &item, false, weight) {
             Ok(weight) => {
                 self.counters.staged += 1;
                 Ok(self.enqueue(tenant, item, weight))

@@ -694,6 +694,9 @@ impl<S: Sink> Outbox<S> {
             return self.try_hand_off(tenant, item);
         }
         let now = shared.now();
+        // The weigher is application code: it runs here, before the
+        // engine's lock, as for `stage` (S-B5).
+        let weight = shared.weigh(&item);
         #[cfg(feature = "journal")]
         if let Some(journal) = &shared.journal {
             let Ok(record) = journal.encode(&tenant, &item) else {
@@ -707,7 +710,10 @@ impl<S: Sink> Outbox<S> {
                     });
                 };
                 let key = tenant.clone();
-                let wake = st.engine.try_stage(now, tenant, item).map_err(refusal)?;
+                let wake = st
+                    .engine
+                    .try_stage_weighed(now, tenant, item, weight)
+                    .map_err(refusal)?;
                 admitted.append(key, &record);
                 Ok(wake)
             });
@@ -717,8 +723,11 @@ impl<S: Sink> Outbox<S> {
             }
             return Ok(());
         }
-        let wake =
-            shared.engine_input(|st| st.engine.try_stage(now, tenant, item).map_err(refusal))?;
+        let wake = shared.engine_input(|st| {
+            st.engine
+                .try_stage_weighed(now, tenant, item, weight)
+                .map_err(refusal)
+        })?;
         if wake {
             shared.wake();
         }
