@@ -221,3 +221,34 @@ fn the_capacity_reservation_is_exact_under_contention() {
     assert!(c.balanced(), "{c:?}");
     assert_eq!(c.written, 2 * CAP as u64);
 }
+
+/// S-W19: a counter read takes in every stage that returned before it,
+/// even from a task whose cooperative budget is spent (tokio then refuses
+/// to receive from a channel by polling it; the intake receives in chunks
+/// by polling, so it must fall back to receiving one by one).
+#[test]
+fn a_counter_read_from_a_task_with_its_budget_spent_takes_in_every_stage() {
+    let rt = Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let o = Outbox::new(TestSink::new("budget"), Config::default()).unwrap();
+        // Spend the budget: receive from a channel without yielding until
+        // tokio says no.
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<u32>();
+        for i in 0..1_000 {
+            tx.send(i).unwrap();
+        }
+        std::future::poll_fn(|cx| {
+            while rx.poll_recv(cx).is_ready() {}
+            std::task::Poll::Ready(())
+        })
+        .await;
+        assert!(!tokio::task::coop::has_budget_remaining());
+        for i in 0..10 {
+            assert_eq!(o.stage(t(u128::from(i % 3)), i), Staged::Accepted);
+        }
+        let c = o.counters();
+        assert_eq!((c.staged, c.pending), (10, 10), "every stage taken in");
+        assert!(c.balanced());
+        let _ = o.abandon();
+    });
+}

@@ -219,28 +219,56 @@ impl<S: Sink> Shared<S> {
         if received.is_none() && left == 0 {
             return false;
         }
+        // The hand-off the writer received while waiting comes first.
+        let mut wake = match received.take() {
+            Some(h) => self.take_in_batch(engine, admitted, std::iter::once(h)),
+            None => false,
+        };
+        // In chunks, each at one update of the channel's count (see
+        // `lane`), while that receives anything.
+        while !fence && left > 0 {
+            let Some(chunk) = handoffs.recv_queued(left) else {
+                // Nothing now: a send between its count and its push, or
+                // the task's budget is spent. The rest one by one, as below.
+                break;
+            };
+            left -= chunk.len();
+            wake |= self.take_in_batch(engine, admitted, chunk);
+        }
+        if left == 0 {
+            return wake;
+        }
+        let batch = std::iter::from_fn(|| loop {
+            if left == 0 {
+                return None;
+            }
+            left -= 1;
+            match handoffs.try_recv() {
+                Ok(h) => return Some(h),
+                // Closed: a stage is between the fence and its push,
+                // which is a few instructions away (S-W9).
+                Err(TryRecvError::Empty) if fence => std::thread::yield_now(),
+                Err(_) => return None,
+            }
+        });
+        wake | self.take_in_batch(engine, admitted, batch)
+    }
+
+    /// [`intake`](Self::intake) of hand-offs from the lane, each admitted
+    /// with a reservation on the request path; checks (in debug builds)
+    /// that the engine's share matches what was reserved.
+    fn take_in_batch(
+        &self,
+        engine: &mut Engine<S::Tenant, S::Item>,
+        admitted: &mut (u64, u64),
+        batch: impl IntoIterator<Item = Handoff<S::Tenant, S::Item>>,
+    ) -> bool {
         let mut reserved = (0u64, 0u64);
-        let batch = received
-            .take()
-            .into_iter()
-            .chain(std::iter::from_fn(|| loop {
-                if left == 0 {
-                    return None;
-                }
-                left -= 1;
-                match handoffs.try_recv() {
-                    Ok(h) => return Some(h),
-                    // Closed: a stage is between the fence and its push,
-                    // which is a few instructions away (S-W9).
-                    Err(TryRecvError::Empty) if fence => std::thread::yield_now(),
-                    Err(_) => return None,
-                }
-            }))
-            .inspect(|h| {
-                reserved.0 += 1;
-                // A plain hand-off reserved no bytes (no `capacity_bytes`).
-                reserved.1 = reserved.1.saturating_add(h.weight.unwrap_or(0));
-            });
+        let batch = batch.into_iter().inspect(|h| {
+            reserved.0 += 1;
+            // A plain hand-off reserved no bytes (no `capacity_bytes`).
+            reserved.1 = reserved.1.saturating_add(h.weight.unwrap_or(0));
+        });
         let Intake {
             accepted,
             accepted_bytes,
