@@ -238,27 +238,12 @@ mod tests {
             for i in 0..(CHUNK as u64 + 10) {
                 tx.send(i % 3, i, 1, None).unwrap();
             }
-            let first: Vec<u64> = rx.recv_queued(4).unwrap().map(|h| h.item).collect();
-            assert_eq!(first, [0, 1, 2, 3], "full {full}: the limit");
-            let second: Vec<u64> = rx
-                .recv_queued(usize::MAX)
-                .unwrap()
-                .map(|h| h.item)
-                .collect();
-            assert_eq!(
-                second,
-                (4..4 + CHUNK as u64).collect::<Vec<_>>(),
-                "full {full}: CHUNK"
-            );
-            let rest: Vec<u64> = rx
-                .recv_queued(usize::MAX)
-                .unwrap()
-                .map(|h| h.item)
-                .collect();
-            assert_eq!(
-                rest,
-                (4 + CHUNK as u64..CHUNK as u64 + 10).collect::<Vec<_>>()
-            );
+            let mut items =
+                |limit| -> Vec<u64> { rx.recv_queued(limit).unwrap().map(|h| h.item).collect() };
+            assert_eq!(items(4), [0, 1, 2, 3], "full {full}: the limit");
+            let (n, c) = (CHUNK as u64 + 10, CHUNK as u64);
+            assert_eq!(items(usize::MAX), (4..4 + c).collect::<Vec<_>>(), "CHUNK");
+            assert_eq!(items(usize::MAX), (4 + c..n).collect::<Vec<_>>());
             assert!(rx.recv_queued(1).is_none());
             assert_eq!(rx.len(), 0);
         }
