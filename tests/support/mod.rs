@@ -239,6 +239,11 @@ impl<K: TenantKey> Sink for KeyedSink<K> {
         tenant: &K,
         items: &[u32],
     ) -> impl Future<Output = Result<Written, WriteError>> + Send {
+        // The release generation before the act: a `release` that comes
+        // between a `set_all` and this write's reading of a `Hang` must
+        // still release it.
+        let mut released = self.0.released.subscribe();
+        let gen = *released.borrow_and_update();
         let act = {
             let mut s = self.0.script.lock().unwrap();
             let act = s
@@ -263,8 +268,6 @@ impl<K: TenantKey> Sink for KeyedSink<K> {
         let items = items.to_vec();
         let tenant = tenant.clone();
         let this = self.clone();
-        let mut released = self.0.released.subscribe();
-        let gen = *released.borrow_and_update();
         async move {
             match act {
                 Act::Ok => {}

@@ -377,6 +377,9 @@ struct InFlight {
     tenant: u32,
     first: u64,
     end: End,
+    /// One slice of a group: its end reaches the breaker's model with the
+    /// group's (I10), not as it happens.
+    in_group: bool,
 }
 
 impl InFlight {
@@ -449,6 +452,7 @@ impl InFlight {
             tenant: tenant_ix,
             first,
             end: End::Dropped,
+            in_group,
         }
     }
 }
@@ -464,7 +468,9 @@ impl Drop for InFlight {
             }
         }
         b.in_flight_total -= 1;
-        b.breaker.on_end(self.first, self.end, now);
+        if !self.in_group {
+            b.breaker.on_end(self.first, self.end, now);
+        }
         if let Some(s) = b.slices.get_mut(&self.first) {
             s.last = self.end;
             s.ended_at = Some(now);
@@ -487,6 +493,15 @@ impl Drop for InFlight {
 /// the slices never sent are entered as attempted and failed, so their
 /// items count as sliced (a slice may fail, and be lost, without ever
 /// reaching the datastore).
+///
+/// The breaker's model (I10) learns the slices' ends here, in slice order,
+/// when the group returns: the driver hands the engine a group's outcomes
+/// together, so a run of failed slices the sink saw one by one opens the
+/// engine's breaker only then, if a later slice of the group did not
+/// answer and close it first (seed 695 of the net world). A group that
+/// fails as a whole gives the model only the answers it saw (a slice's
+/// commit or rejection closes it); its failures count neither way, as the
+/// engine's verdict (failed, or cancelled) is not the sink's to know.
 struct GroupEnds {
     book: SharedBook,
     /// Per slice, its items' (id, tenant index).
@@ -500,11 +515,26 @@ struct GroupEnds {
 
 impl Drop for GroupEnds {
     fn drop(&mut self) {
+        let now = book::now();
+        let mut b = book::lock(&self.book);
+        for (k, items) in self.slices.iter().enumerate() {
+            let Some(&(first, _)) = items.first() else {
+                continue;
+            };
+            let end = match b.slices.get(&first) {
+                Some(s) if k < self.answered => s.last,
+                _ => End::Dropped,
+            };
+            let end = match end {
+                End::Ok(_) | End::Terminal => end,
+                _ if self.finished => end,
+                _ => End::Dropped,
+            };
+            b.breaker.on_end(first, end, now);
+        }
         if self.finished {
             return;
         }
-        let now = book::now();
-        let mut b = book::lock(&self.book);
         for (k, items) in self.slices.iter().enumerate() {
             let Some(&(first, tenant)) = items.first() else {
                 continue;

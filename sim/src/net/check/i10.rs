@@ -4,8 +4,11 @@
 //! The model counts the sink's ends: a failure (error or panic) adds to
 //! the run, a committed write or a terminal rejection resets it and
 //! closes, an attempt cut short (timeout or cancellation: the sink cannot
-//! tell which) counts neither way. So the model never counts more
-//! failures than the engine, and opens no sooner than the engine does.
+//! tell which) counts neither way. A group's slices end at the sink one by
+//! one, but the engine learns their outcomes together when the group
+//! returns: the model takes them then, in slice order (`GroupEnds` in
+//! `net::sink`). So the model never counts more failures than the engine,
+//! and opens no sooner than the engine does.
 //! Starts within [`SLACK`] of its opening may have been decided before
 //! (the engine learns of an end after the sink), so they are not checked.
 
