@@ -11,6 +11,9 @@
 //! and opens no sooner than the engine does.
 //! Starts within [`SLACK`] of its opening may have been decided before
 //! (the engine learns of an end after the sink), so they are not checked.
+//! After the model's probe ends without an answer, the next probe may not
+//! start within the first probe interval of that end (S-R2): the engine
+//! learns of the end no sooner than the sink and waits at least that long.
 
 use std::time::Duration;
 
@@ -32,6 +35,10 @@ pub struct Model {
     open_since: Option<Time>,
     /// The probe in flight (its slice's first item).
     probe: Option<u64>,
+    /// After the model's probe ended without an answer, no probe before
+    /// this (S-R2): the engine learns of that end no sooner than the sink
+    /// and waits at least the first probe interval from then.
+    probe_after: Option<Time>,
     /// Probes seen, for the report.
     pub probes: u64,
     /// Times it opened, for the report.
@@ -52,6 +59,17 @@ impl Model {
         let since = self.open_since?;
         if now <= since + SLACK {
             return None;
+        }
+        if let Some(after) = self.probe_after {
+            if now < after {
+                return Some((
+                    "I10",
+                    format!(
+                        "probe #{first} starts at {now} while the breaker is open (since {since}), \
+                         before the probe interval after the last probe failed ({after})"
+                    ),
+                ));
+            }
         }
         if let Some(p) = self.probe {
             return Some((
@@ -77,17 +95,20 @@ impl Model {
                 self.failures = 0;
                 self.open_since = None;
                 self.probe = None;
+                self.probe_after = None;
             }
             End::Failed if self.open_since.is_none() => {
                 self.failures += 1;
                 if self.failures >= config.failures_to_open() {
                     self.open_since = Some(now);
+                    self.probe_after = None;
                     self.opened += 1;
                 }
             }
             End::Failed | End::Dropped | End::Running => {
                 if self.probe == Some(first) {
                     self.probe = None;
+                    self.probe_after = Some(now + config.first_probe_interval());
                 }
             }
         }
