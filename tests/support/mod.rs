@@ -172,6 +172,7 @@ impl<K: TenantKey> KeyedSink<K> {
 
     /// Lets every `Hang` in progress commit.
     pub fn release(&self) {
+        let _script = self.0.script.lock().unwrap();
         self.0.released.send_modify(|g| *g += 1);
     }
 
@@ -239,13 +240,14 @@ impl<K: TenantKey> Sink for KeyedSink<K> {
         tenant: &K,
         items: &[u32],
     ) -> impl Future<Output = Result<Written, WriteError>> + Send {
-        // The release generation before the act: a `release` that comes
-        // between a `set_all` and this write's reading of a `Hang` must
-        // still release it.
+        // The release generation and the act in one hold of the script's
+        // lock, which `release` takes too: a `release` that comes between
+        // a `set_all` and this write's reading of a `Hang` still releases
+        // it, and one before a later `Hang` does not.
         let mut released = self.0.released.subscribe();
-        let gen = *released.borrow_and_update();
-        let act = {
+        let (act, gen) = {
             let mut s = self.0.script.lock().unwrap();
+            let gen = *released.borrow_and_update();
             let act = s
                 .queued
                 .get_mut(tenant)
@@ -259,7 +261,7 @@ impl<K: TenantKey> Sink for KeyedSink<K> {
                 at: Instant::now() - self.0.origin,
                 act,
             });
-            act
+            (act, gen)
         };
         self.0.changed.send_modify(|g| *g += 1);
         if act == Act::PanicCreate {
