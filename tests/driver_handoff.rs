@@ -231,18 +231,7 @@ fn a_counter_read_from_a_task_with_its_budget_spent_takes_in_every_stage() {
     let rt = Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let o = Outbox::new(TestSink::new("budget"), Config::default()).unwrap();
-        // Spend the budget: receive from a channel without yielding until
-        // tokio says no.
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<u32>();
-        for i in 0..1_000 {
-            tx.send(i).unwrap();
-        }
-        std::future::poll_fn(|cx| {
-            while rx.poll_recv(cx).is_ready() {}
-            std::task::Poll::Ready(())
-        })
-        .await;
-        assert!(!tokio::task::coop::has_budget_remaining());
+        spend_coop_budget().await;
         for i in 0..10 {
             assert_eq!(o.stage(t(u128::from(i % 3)), i), Staged::Accepted);
         }

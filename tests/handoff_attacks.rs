@@ -23,6 +23,42 @@ fn multi() -> Runtime {
         .unwrap()
 }
 
+/// A runtime driven by a thread of its own (a current-thread one, or a
+/// multi-thread one whose `block_on` thread idles), so that the stagers
+/// and observers can be other OS threads.
+struct Driven {
+    rt: Arc<Runtime>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    driver: std::thread::JoinHandle<Option<()>>,
+}
+
+impl Driven {
+    fn new(current_thread: bool) -> Driven {
+        let rt = Arc::new(if current_thread {
+            Builder::new_current_thread().enable_all().build().unwrap()
+        } else {
+            multi()
+        });
+        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let driver = {
+            let rt = Arc::clone(&rt);
+            std::thread::spawn(move || rt.block_on(async { stop_rx.await.ok() }))
+        };
+        Driven { rt, stop, driver }
+    }
+
+    /// An outbox on `sink` with the default config, built in the runtime.
+    fn outbox(&self, sink: &TestSink) -> Outbox<TestSink> {
+        let _g = self.rt.enter();
+        Outbox::new(sink.clone(), Config::default()).unwrap()
+    }
+
+    fn stop(self) {
+        self.stop.send(()).unwrap();
+        self.driver.join().unwrap();
+    }
+}
+
 /// Waits (bounded, real time) until the sink holds `total` items, without
 /// calling the outbox: nothing but the stages' own wake-ups may move the
 /// writer. Panics with what is missing if it never gets there.
@@ -213,18 +249,10 @@ fn no_lost_wakeup_full_lane_multi_thread() {
 /// observer are other OS threads.
 #[test]
 fn no_lost_wakeup_current_thread() {
-    let rt = Arc::new(Builder::new_current_thread().enable_all().build().unwrap());
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let driver = {
-        let rt = Arc::clone(&rt);
-        std::thread::spawn(move || rt.block_on(async { stop_rx.await.ok() }))
-    };
+    let rt = Driven::new(true);
     // Build inside the runtime from this thread.
     let sink = TestSink::new("ct");
-    let o = {
-        let _g = rt.enter();
-        Outbox::new(sink.clone(), Config::default()).unwrap()
-    };
+    let o = rt.outbox(&sink);
     for r in 0..60 {
         round(&o, &sink, r, "ct");
     }
@@ -234,8 +262,7 @@ fn no_lost_wakeup_current_thread() {
     assert_eq!(c.pending, 0, "{c:?}");
     assert!(c.balanced());
     let _ = o.abandon();
-    stop_tx.send(()).unwrap();
-    driver.join().unwrap();
+    rt.stop();
 }
 
 /// S-W19 with a spent cooperative budget: an observer task on the runtime
@@ -253,25 +280,15 @@ fn observer_task_with_spent_budget_no_lost_wakeup() {
         let observer = {
             let (o, done, calls) = (o.clone(), Arc::clone(&done), Arc::clone(&calls));
             rt.spawn(async move {
-                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<u32>();
                 loop {
                     if done.load(Ordering::Acquire) && calls.load(Ordering::Relaxed) > 0 {
                         break;
                     }
-                    for i in 0..200 {
-                        tx.send(i).unwrap();
-                    }
-                    std::future::poll_fn(|cx| {
-                        while rx.poll_recv(cx).is_ready() {}
-                        std::task::Poll::Ready(())
-                    })
-                    .await;
-                    assert!(!tokio::task::coop::has_budget_remaining());
+                    spend_coop_budget().await;
                     let c = o.counters();
                     assert!(c.balanced());
                     calls.fetch_add(1, Ordering::Relaxed);
-                    // Drain the rest and yield so the budget refills.
-                    while rx.try_recv().is_ok() {}
+                    // Yield so the budget refills.
                     tokio::task::yield_now().await;
                 }
             })
@@ -462,21 +479,9 @@ fn try_stage_decides_as_stage_with_every_capacity() {
 fn single_stage_racing_a_spinning_intake_is_written() {
     const ROUNDS: u32 = 3_000;
     for current_thread in [false, true] {
-        let rt = Arc::new(if current_thread {
-            Builder::new_current_thread().enable_all().build().unwrap()
-        } else {
-            multi()
-        });
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let driver = {
-            let rt = Arc::clone(&rt);
-            std::thread::spawn(move || rt.block_on(async { stop_rx.await.ok() }))
-        };
+        let rt = Driven::new(current_thread);
         let sink = TestSink::new("narrow");
-        let o = {
-            let _g = rt.enter();
-            Outbox::new(sink.clone(), Config::default()).unwrap()
-        };
+        let o = rt.outbox(&sink);
         let start = Arc::new(Barrier::new(2));
         let staged = Arc::new(AtomicBool::new(false));
         let spinner = {
@@ -504,8 +509,7 @@ fn single_stage_racing_a_spinning_intake_is_written() {
         let c = o.counters();
         assert_eq!((c.written, c.pending), (u64::from(ROUNDS), 0));
         let _ = o.abandon();
-        stop_tx.send(()).unwrap();
-        driver.join().unwrap();
+        rt.stop();
     }
 }
 

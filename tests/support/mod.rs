@@ -417,3 +417,20 @@ pub fn latency_samples(m: &Metrics, outbox: &str) -> usize {
         other => panic!("histogram: {other:?}"),
     }
 }
+
+/// Spends the calling task's cooperative budget without yielding: receives
+/// from a channel until tokio refuses (S-W19's fallback: an intake polled
+/// then receives nothing in chunks). Asserts that the budget is spent.
+#[allow(dead_code)] // not every test binary spends a budget
+pub async fn spend_coop_budget() {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<u32>();
+    for i in 0..1_000 {
+        tx.send(i).unwrap();
+    }
+    std::future::poll_fn(|cx| {
+        while rx.poll_recv(cx).is_ready() {}
+        std::task::Poll::Ready(())
+    })
+    .await;
+    assert!(!tokio::task::coop::has_budget_remaining());
+}
