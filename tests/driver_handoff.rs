@@ -13,17 +13,9 @@ use std::time::Duration;
 
 use outbox::{Config, DropReason, LostReason, Outbox, Staged};
 use support::*;
-use tokio::runtime::{Builder, Runtime};
+use tokio::runtime::Builder;
 
 const THREADS: u32 = 4;
-
-fn runtime() -> Runtime {
-    Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// What one staging thread saw: per tenant (its own, then the shared one)
 /// the items accepted in order, and its dropped and refused counts.
@@ -105,7 +97,7 @@ fn accepted_prefix(seen_upto: u32, th: u32, per: u32) -> (Vec<u32>, Vec<u32>) {
 #[test]
 fn stages_from_many_threads_race_flushes_and_a_shutdown_exactly() {
     const PER: u32 = 40_000;
-    let rt = runtime();
+    let rt = multi_thread();
     let sink = TestSink::new("handoff");
     let o = rt.block_on(async { Outbox::new(sink.clone(), Config::default()).unwrap() });
     let progress: Vec<_> = (0..THREADS).map(|_| Arc::new(AtomicU32::new(0))).collect();
@@ -176,7 +168,7 @@ fn stages_from_many_threads_race_flushes_and_a_shutdown_exactly() {
 fn the_capacity_reservation_is_exact_under_contention() {
     const CAP: usize = 1_000;
     const PER: u32 = 5_000;
-    let rt = runtime();
+    let rt = multi_thread();
     let sink = TestSink::new("handoff-cap");
     sink.set_all(Act::Hang);
     let o = rt.block_on(async {

@@ -15,14 +15,6 @@ use outbox::{Config, DropReason, Outbox, StageError, Staged};
 use support::*;
 use tokio::runtime::{Builder, Runtime};
 
-fn multi() -> Runtime {
-    Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 /// A runtime driven by a thread of its own (a current-thread one, or a
 /// multi-thread one whose `block_on` thread idles), so that the stagers
 /// and observers can be other OS threads.
@@ -37,7 +29,7 @@ impl Driven {
         let rt = Arc::new(if current_thread {
             Builder::new_current_thread().enable_all().build().unwrap()
         } else {
-            multi()
+            multi_thread()
         });
         let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let driver = {
@@ -120,12 +112,15 @@ fn assert_store_is(sink: &TestSink, accepted: &[Vec<u32>], tenants: u32, what: &
     }
 }
 
+/// Tenants of a round; an item's tenant is `item % TENANTS`.
+const TENANTS: u32 = 5;
+
 /// One round: `stagers` OS threads stage bursts while an observer thread
 /// hammers control calls that take the hand-offs in by chunks (S-W19);
-/// then, with no call at all, the writer must write everything.
-fn round(o: &Outbox<TestSink>, sink: &TestSink, round: u32, what: &str) {
+/// then, with no call at all, the writer must write everything. Returns
+/// each stager's accepted items, in staging order.
+fn round(o: &Outbox<TestSink>, sink: &TestSink, round: u32, what: &str) -> Vec<Vec<u32>> {
     const STAGERS: u32 = 2;
-    const TENANTS: u32 = 5;
     let per = 300 + (round * 97) % 900;
     let start: usize = sink.store().values().map(Vec::len).sum();
     let barrier = Arc::new(Barrier::new(STAGERS as usize + 1));
@@ -169,6 +164,7 @@ fn round(o: &Outbox<TestSink>, sink: &TestSink, round: u32, what: &str) {
     observer.join().unwrap();
     let total: usize = accepted.iter().map(Vec::len).sum();
     await_store_without_calls(sink, start + total, what);
+    accepted
 }
 
 fn hunt(rt: &Runtime, config: Config, weigher: bool, rounds: u32, what: &str) {
@@ -186,39 +182,21 @@ fn hunt(rt: &Runtime, config: Config, weigher: bool, rounds: u32, what: &str) {
     let mut expect = 0usize;
     for r in 0..rounds {
         let before: usize = sink.store().values().map(Vec::len).sum();
-        round(&o, &sink, r, what);
+        for (all, accepted) in all.iter_mut().zip(round(&o, &sink, r, what)) {
+            all.extend(accepted);
+        }
         let after: usize = sink.store().values().map(Vec::len).sum();
         assert!(after > before, "{what}: round {r} wrote nothing");
         expect = after;
     }
-    let _ = &mut all;
     // The store holds an item as soon as the sink committed it; the
-    // writer counts it written when it joins the write: wait (bounded).
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while o.counters().written < expect as u64 {
-        assert!(Instant::now() < deadline, "{what}: writes never joined");
-        std::thread::yield_now();
-    }
+    // writer counts it written when it joins the write.
+    await_written(&o, expect as u64, what);
     let c = o.counters();
     assert_eq!(c.written as usize, expect, "{what}: {c:?}");
     assert_eq!(c.pending, 0, "{what}: {c:?}");
     assert!(c.balanced(), "{what}: {c:?}");
-    // Every tenant's store is in its staging order per stager: items of a
-    // stager rise within a tenant.
-    for (tenant, items) in sink.store() {
-        for s in 0..2u32 {
-            let mine: Vec<u32> = items
-                .iter()
-                .copied()
-                .filter(|i| i / 1_000_000 == s)
-                .collect();
-            assert!(
-                mine.windows(2).all(|w| w[0] < w[1]),
-                "{what}: tenant {tenant:?} stager {s} out of order"
-            );
-        }
-    }
-    let _ = assert_store_is;
+    assert_store_is(&sink, &all, TENANTS, what);
     let r = rt.block_on(async { o.shutdown(Duration::from_secs(5)).await });
     assert_eq!(r.lost, 0, "{what}");
 }
@@ -228,7 +206,7 @@ fn hunt(rt: &Runtime, config: Config, weigher: bool, rounds: u32, what: &str) {
 /// multi-thread runtime the writer never misses a wake-up (plain lane).
 #[test]
 fn no_lost_wakeup_plain_lane_multi_thread() {
-    let rt = multi();
+    let rt = multi_thread();
     hunt(&rt, Config::default(), false, 60, "plain-mt");
 }
 
@@ -236,7 +214,7 @@ fn no_lost_wakeup_plain_lane_multi_thread() {
 /// travels; linger: the stamp travels).
 #[test]
 fn no_lost_wakeup_full_lane_multi_thread() {
-    let rt = multi();
+    let rt = multi_thread();
     let config = Config::builder()
         .capacity_bytes(1 << 40)
         .linger(Duration::from_micros(200))
@@ -253,9 +231,13 @@ fn no_lost_wakeup_current_thread() {
     // Build inside the runtime from this thread.
     let sink = TestSink::new("ct");
     let o = rt.outbox(&sink);
+    let mut all: Vec<Vec<u32>> = vec![Vec::new(); 2];
     for r in 0..60 {
-        round(&o, &sink, r, "ct");
+        for (all, accepted) in all.iter_mut().zip(round(&o, &sink, r, "ct")) {
+            all.extend(accepted);
+        }
     }
+    assert_store_is(&sink, &all, TENANTS, "ct");
     let stored: usize = sink.store().values().map(Vec::len).sum();
     await_written(&o, stored as u64, "ct");
     let c = o.counters();
@@ -271,7 +253,7 @@ fn no_lost_wakeup_current_thread() {
 /// must still all be written with no further call.
 #[test]
 fn observer_task_with_spent_budget_no_lost_wakeup() {
-    let rt = multi();
+    let rt = multi_thread();
     let sink = TestSink::new("budget-mt");
     let o = rt.block_on(async { Outbox::new(sink.clone(), Config::default()).unwrap() });
     for r in 0..40u32 {
@@ -333,7 +315,7 @@ fn observer_task_with_spent_budget_no_lost_wakeup() {
 /// count), for several rounds.
 #[test]
 fn byte_capacity_exact_across_chunks_and_rounds() {
-    let rt = multi();
+    let rt = multi_thread();
     rt.block_on(async {
         const CAP: u64 = 10_000;
         let sink = TestSink::new("bytes");
@@ -404,7 +386,7 @@ fn tricky_weight(i: &u32) -> u64 {
 #[test]
 fn try_stage_decides_as_stage_with_every_capacity() {
     quiet_sink_panics();
-    let rt = multi();
+    let rt = multi_thread();
     rt.block_on(async {
         for (cap, bytes, tcap) in [
             (Some(50usize), Some(200u64), Some(7usize)),
@@ -521,7 +503,7 @@ fn single_stage_racing_a_spinning_intake_is_written() {
 #[test]
 fn full_lane_stages_race_a_shutdown_exactly() {
     for round in 0..30u32 {
-        let rt = multi();
+        let rt = multi_thread();
         let sink = TestSink::new("full-shutdown");
         let o = rt.block_on(async {
             Outbox::builder(sink.clone())

@@ -594,11 +594,7 @@ fn a_shutdown_racing_runs_falls_before_or_after_each_whole_run() {
     for variant in 0..4 {
         for round in 0..10u32 {
             let sink = TestSink::new("race");
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .unwrap();
+            let rt = support::multi_thread();
             rt.block_on(async {
                 let config = Config::builder().max_batch(50);
                 let config = match variant {
@@ -896,11 +892,7 @@ fn a_record_over_the_size_limit_is_encode_failed_in_a_run() {
 #[cfg(feature = "journal")]
 #[test]
 fn a_run_larger_than_the_journal_buffer_drops_its_tail() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = support::multi_thread();
     rt.block_on(async {
         let o = Outbox::builder(TestSink::new("bigrun"))
             .config(holding_config().build().unwrap())

@@ -434,3 +434,14 @@ pub async fn spend_coop_budget() {
     .await;
     assert!(!tokio::task::coop::has_budget_remaining());
 }
+
+/// A multi-thread runtime of 2 workers: the tests that race OS threads
+/// against the writer.
+#[allow(dead_code)] // not every test binary races threads
+pub fn multi_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
