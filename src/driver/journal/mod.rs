@@ -1,14 +1,14 @@
-//! The journal in the driver (SPEC D1-D6, S-J1..S-J8): encoding at stage
-//! outside the lock, appending under it, the group-commit task, the sync
-//! barrier, done marks from the engine's events, and the journal's
-//! metrics. The fault policy (when to retry, when a close gives up) is the
-//! core's [`Faults`]; this module follows it.
+//! The journal in the driver (SPEC D1-D6, S-J1..S-J8): opening it, the
+//! sync barrier, done marks from the engine's events, and the journal's
+//! metrics; `stage` holds the request path's part (encoding outside the
+//! lock, appending under it), `commit` the group-commit task. The fault
+//! policy (when to retry, when a close gives up) is the core's [`Faults`];
+//! this module follows it.
 //!
 //! Lock order: the outbox's lock, then the journal's. The commit task takes
 //! only the journal's lock, and never while doing IO: `stage` never waits
 //! for a disk (S-W1).
 
-use std::cell::Cell;
 use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
@@ -18,18 +18,17 @@ use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram};
 use tokio::sync::{oneshot, Notify};
-use tokio::time::Instant;
 
-use super::contain;
-use crate::core::journal::{self as plan, Faults, Limits, Next};
+use crate::core::journal::{self as plan, Faults, Limits};
 use crate::core::Event;
-use crate::core::Time;
-use crate::journal::format::{EncodeFailure, EncodedItem, EncodedRun, Unsealed};
 use crate::journal::{
     recover, Codec, Committer, FsStorage, JournalConfig, JournalError, JournalState,
     RecoveryReport, Storage,
 };
 use crate::telemetry::names::LABEL_OUTBOX;
+
+mod commit;
+mod stage;
 
 /// Why a [`sync`](crate::Outbox::sync) could not promise durability.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,87 +150,6 @@ pub(crate) struct Journal<K, I> {
     metrics: Metrics,
 }
 
-thread_local! {
-    /// The buffer `stage` encodes records into on this thread, reused from
-    /// one stage to the next (a stage allocates nothing for its record).
-    static SCRATCH: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
-}
-
-/// A scratch buffer grown past this by a large item is let go, so that a
-/// thread does not hold on to a burst.
-const SCRATCH_KEEP: usize = 64 << 10;
-
-fn keep_scratch(buffer: Vec<u8>) {
-    if buffer.capacity() <= SCRATCH_KEEP {
-        // Gone only while the thread exits: the buffer is dropped then.
-        let _ = SCRATCH.try_with(|s| s.set(buffer));
-    }
-}
-
-/// A record admitted by [`Journal::admit`]: the journal's lock, held from
-/// the check to the append.
-pub(crate) struct Admitted<'a, K, I>(Appender<'a, K, I>);
-
-impl<K: Ord + std::hash::Hash + Clone, I> Admitted<'_, K, I> {
-    /// Under the outbox's lock, after the engine accepted the item:
-    /// appends its record to the buffer (or, while the journal is down,
-    /// only keeps its place, S-J5).
-    pub(crate) fn append(self, tenant: K, record: &EncodedItem) {
-        let mut appender = self.0;
-        appender.append(tenant, record.unsealed());
-        appender.finish();
-    }
-}
-
-/// The journal's lock held for a run of records ([`Journal::appender`]):
-/// one lock and at most one wake of the commit task for a whole
-/// [`stage_many`](crate::Outbox::stage_many) (S-W20).
-pub(crate) struct Appender<'a, K, I> {
-    journal: &'a Journal<K, I>,
-    g: MutexGuard<'a, Inner<K>>,
-    was_empty: bool,
-    appended: bool,
-}
-
-impl<K: Ord + std::hash::Hash + Clone, I> Appender<'_, K, I> {
-    /// Whether `max_bytes` leaves room on disk for `record` (S-J4), and
-    /// `max_buffered_bytes` in memory (S-B8), after what was appended.
-    pub(crate) fn fits(&self, record: Unsealed<'_>) -> bool {
-        let buffered = self.g.state.buffered().saturating_add(record.len());
-        self.g.state.fits(record.len()) && buffered <= self.journal.max_buffered
-    }
-
-    /// Under the outbox's lock, for an item the engine takes: appends its
-    /// record to the buffer (or, while the journal is down, only keeps
-    /// its place, S-J5).
-    pub(crate) fn append(&mut self, tenant: K, record: Unsealed<'_>) {
-        self.appended = true;
-        if !self.g.state.append(tenant, record) {
-            self.g.unjournaled_in_incident += 1;
-            self.journal.metrics.unjournaled.increment(1);
-        }
-    }
-
-    /// Lets the lock go, then wakes the commit task: at once when
-    /// `sync_bytes` are buffered, else on its interval if this run was
-    /// the first to append to an empty buffer (S-J1).
-    pub(crate) fn finish(self) {
-        let Appender {
-            journal,
-            g,
-            was_empty,
-            appended,
-        } = self;
-        let buffered = g.state.buffered();
-        drop(g);
-        if buffered >= journal.sync_bytes {
-            journal.now.notify_one();
-        } else if was_empty && appended {
-            journal.soon.notify_one();
-        }
-    }
-}
-
 /// What opening a journal yields: the journal, its committer for the
 /// commit task, and what the recovery found.
 pub(crate) struct Opened<K, I> {
@@ -318,90 +236,6 @@ where
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Encodes `item` of `tenant` into a record (outside any lock; a panic
-    /// in the codec is contained), in this thread's reused buffer: hand
-    /// the record back with [`recycle`](Self::recycle) once appended.
-    pub(crate) fn encode(&self, tenant: &K, item: &I) -> Result<EncodedItem, Refusal> {
-        let codec = &*self.codec;
-        let buffer = SCRATCH.try_with(Cell::take).unwrap_or_default();
-        let encoded = contain::call(|| {
-            EncodedItem::new_in(
-                buffer,
-                |b| codec.encode_tenant(tenant, b),
-                |b| codec.encode_item(item, b),
-            )
-        });
-        match encoded {
-            Ok(Ok(record)) => Ok(record),
-            Ok(Err((EncodeFailure::Codec(_) | EncodeFailure::TooLarge, buffer))) => {
-                keep_scratch(buffer);
-                Err(Refusal::Encode)
-            }
-            Err(_) => Err(Refusal::Encode),
-        }
-    }
-
-    /// Encodes `item` of `tenant` as one more record of `run` (outside any
-    /// lock; a panic in the codec is contained): its index in the run, or
-    /// `None` when the codec failed or the record would be too large.
-    pub(crate) fn encode_into(&self, run: &mut EncodedRun, tenant: &K, item: &I) -> Option<usize> {
-        let codec = &*self.codec;
-        let encoded = contain::call(|| {
-            run.push(
-                |b| codec.encode_tenant(tenant, b),
-                |b| codec.encode_item(item, b),
-            )
-        });
-        // A panic left at most a partial record past the last one, which
-        // no index points at.
-        encoded.ok()?.ok()
-    }
-
-    /// A run for [`encode_into`](Self::encode_into), in this thread's
-    /// reused buffer: hand it back with [`recycle_run`](Self::recycle_run).
-    pub(crate) fn new_run() -> EncodedRun {
-        EncodedRun::new_in(SCRATCH.try_with(Cell::take).unwrap_or_default())
-    }
-
-    /// Hands the buffer of a [`new_run`](Self::new_run) back to this thread.
-    pub(crate) fn recycle_run(run: EncodedRun) {
-        keep_scratch(run.into_buffer());
-    }
-
-    /// Hands the buffer of a record [`encode`](Self::encode) made back to
-    /// this thread, for its next stage.
-    pub(crate) fn recycle(record: EncodedItem) {
-        keep_scratch(record.into_buffer());
-    }
-
-    /// Under the outbox's lock, before the engine takes the item: whether
-    /// `max_bytes` leaves room for it on disk (S-J4) and
-    /// `max_buffered_bytes` in memory (S-B8). The journal's lock stays
-    /// held until the item is appended (or refused by the engine), so a
-    /// stage takes it once.
-    pub(crate) fn admit(&self, record: &EncodedItem) -> Result<Admitted<'_, K, I>, Refusal> {
-        let appender = self.appender();
-        if appender.fits(record.unsealed()) {
-            Ok(Admitted(appender))
-        } else {
-            Err(Refusal::Full)
-        }
-    }
-
-    /// Under the outbox's lock: the journal's lock, for a run of
-    /// [`fits`](Appender::fits) and [`append`](Appender::append) calls
-    /// ended by [`finish`](Appender::finish).
-    pub(crate) fn appender(&self) -> Appender<'_, K, I> {
-        let g = self.lock();
-        let was_empty = g.state.buffered() == 0;
-        Appender {
-            journal: self,
-            g,
-            was_empty,
-            appended: false,
-        }
-    }
-
     /// Under the outbox's lock, with the engine's events, in order: marks
     /// the items they settle done (S-J3).
     pub(crate) fn settle<'a>(&self, events: impl IntoIterator<Item = &'a Event<K, I>>)
@@ -464,261 +298,6 @@ where
         let ledger = g.state.ledger();
         self.metrics.bytes.set(ledger.bytes() as f64);
         self.metrics.segments.set(ledger.segments() as f64);
-    }
-
-    /// The commit task: group commits until closed (S-J1, S-J5).
-    pub(crate) async fn run(self: Arc<Self>, mut committer: Committer<Box<dyn Storage>>) {
-        // The fault policy's clock (S-C1: the core takes time as input).
-        let clock = Clock(Instant::now());
-        loop {
-            let exit = self.round(&mut committer, clock).await;
-            if exit {
-                break;
-            }
-            // Closing: nobody kicks the task any more, and each round either
-            // finishes or makes progress (a resume that worked is followed
-            // by the closing roll, D6); after a failed one, the next waits
-            // for the retry time (S-J5), or a disk that stays full would
-            // spin the task (crash seed 5843), and gives up after a few.
-            let next = {
-                let mut g = self.lock();
-                let closing = g.closing;
-                g.faults.next(closing)
-            };
-            match next {
-                Next::Wait => self.wait(clock).await,
-                Next::Again => {}
-                Next::RetryAt(at) => tokio::time::sleep_until(clock.instant(at)).await,
-                Next::GiveUp => {
-                    tracing::error!(
-                        outbox = %self.name,
-                        dir = %self.dir,
-                        "journal closed with its disk still failing; items it could not mark done are staged again at the next start"
-                    );
-                    break;
-                }
-            }
-        }
-        let mut g = self.lock();
-        g.gone = true;
-        for (_, tx) in g.waiters.drain(..) {
-            let _ = tx.send(Err(SyncError::Closed));
-        }
-        drop(g);
-        drop(committer);
-        tracing::debug!(outbox = %self.name, "journal closed");
-    }
-
-    /// Waits for a reason to commit: a kick now, or something buffered
-    /// for `sync_interval`; while down, the retry time.
-    async fn wait(&self, clock: Clock) {
-        let retry_at = self.lock().faults.retry_at();
-        if let Some(at) = retry_at {
-            tokio::select! {
-                biased;
-                () = self.now.notified() => {}
-                () = tokio::time::sleep_until(clock.instant(at)) => {}
-            }
-            return;
-        }
-        tokio::select! {
-            biased;
-            () = self.now.notified() => {}
-            () = self.soon.notified() => {
-                tokio::select! {
-                    biased;
-                    () = self.now.notified() => {}
-                    () = tokio::time::sleep(self.sync_interval) => {}
-                }
-            }
-        }
-    }
-
-    /// One group commit. Returns whether the task is done.
-    async fn round(&self, committer: &mut Committer<Box<dyn Storage>>, clock: Clock) -> bool {
-        let (mut batch, round, closing, rolling) = {
-            let mut g = self.lock();
-            if g.state.is_down() {
-                if !g.faults.may_try(clock.now(), g.closing) {
-                    let undurable = g.state.ledger().undurable();
-                    for (_, tx) in g.waiters.drain(..) {
-                        let _ = tx.send(Err(SyncError::Down { undurable }));
-                    }
-                    return false;
-                }
-                g.started += 1;
-                (g.state.resume(), g.started, g.closing, false)
-            } else {
-                // Closing with nothing pending: a fresh segment, so every
-                // old one goes (D6); once.
-                let roll = g.closing && !g.rolled;
-                g.started += 1;
-                (g.state.take_batch_then(roll), g.started, g.closing, roll)
-            }
-        };
-        let started = Instant::now();
-        let (back, result) = if batch.is_empty() {
-            (None, Ok(()))
-        } else if self.inline_io {
-            let r = contain::call(|| committer.commit(&mut batch))
-                .unwrap_or_else(|_| Err(io::Error::other("the journal storage panicked")));
-            (Some(batch), r)
-        } else {
-            let mut c = std::mem::replace(committer, Committer::new(Box::new(Gone)));
-            let joined = tokio::task::spawn_blocking(move || {
-                let r = contain::call(|| c.commit(&mut batch))
-                    .unwrap_or_else(|_| Err(io::Error::other("the journal storage panicked")));
-                (c, batch, r)
-            })
-            .await;
-            match joined {
-                Ok((c, batch, r)) => {
-                    *committer = c;
-                    (Some(batch), r)
-                }
-                Err(_) => (
-                    None,
-                    Err(io::Error::other("the journal commit task was lost")),
-                ),
-            }
-        };
-        if back.is_some() {
-            self.metrics
-                .sync_latency
-                .record(started.elapsed().as_secs_f64());
-        }
-        let undeleted = committer.undeleted();
-        let mut g = self.lock();
-        if undeleted > 0 && g.undeleted == 0 {
-            tracing::warn!(
-                outbox = %self.name,
-                dir = %self.dir,
-                undeleted,
-                "journal segments cannot be deleted; their files stay on disk (the journal goes on) and their deletion is tried again after every commit"
-            );
-        } else if undeleted == 0 && g.undeleted > 0 {
-            tracing::info!(outbox = %self.name, dir = %self.dir, "journal segments are deleted again");
-        }
-        g.undeleted = undeleted;
-        let ok = result.is_ok();
-        // The failed commit's items are on no disk now: unjournaled, like
-        // the items staged while the journal is down (S-J5).
-        let undurable = if let Some(batch) = back {
-            let n = g.state.committed(batch.upto, ok);
-            // Its buffer is the next one staging fills (S-J1: two buffers
-            // take turns); a burst's larger one is let go.
-            g.state.recycle(batch, self.sync_bytes.saturating_mul(4));
-            n
-        } else if !ok {
-            g.state.committed(0, false)
-        } else {
-            0
-        };
-        if undurable > 0 {
-            g.unjournaled_in_incident += undurable;
-            self.metrics.unjournaled.increment(undurable);
-        }
-        g.finished = round;
-        // The closing roll counts once it is on disk: after a failed one,
-        // the resume and then another roll follow.
-        g.rolled |= rolling && ok;
-        match &result {
-            Ok(()) => {
-                if g.faults.worked() {
-                    tracing::warn!(
-                        outbox = %self.name,
-                        dir = %self.dir,
-                        unjournaled = g.unjournaled_in_incident,
-                        "journal works again; items staged during the fault stay in memory only"
-                    );
-                }
-                g.unjournaled_in_incident = 0;
-                let undurable = g.state.ledger().undurable();
-                while g.waiters.front().is_some_and(|(r, _)| *r <= round) {
-                    let (_, tx) = g.waiters.pop_front().expect("checked");
-                    let answer = if undurable == 0 {
-                        Ok(())
-                    } else {
-                        Err(SyncError::Down { undurable })
-                    };
-                    let _ = tx.send(answer);
-                }
-            }
-            Err(e) => {
-                self.metrics.faults.increment(1);
-                if g.faults.failed(clock.now()) {
-                    // Once per incident (S-A6 in spirit): the first failure.
-                    tracing::error!(
-                        outbox = %self.name,
-                        dir = %self.dir,
-                        error = %e,
-                        undurable = g.state.ledger().undurable(),
-                        "journal commit failed; items are held in memory only until it works \
-                         again (counted in outbox_items_unjournaled_total)"
-                    );
-                }
-                let kind = e.kind();
-                for (_, tx) in g.waiters.drain(..) {
-                    let _ = tx.send(Err(SyncError::Failed(kind)));
-                }
-            }
-        }
-        self.export(&g);
-        // Done when closing, nothing is left to write and nobody waits.
-        // A failed commit's marks and deletions are left to write: a
-        // closing journal retries them (S-J5) before it gives up.
-        let idle = g.state.buffered() == 0 && !g.state.ledger().has_marks() && !g.state.has_redo();
-        closing
-            && g.closing
-            && idle
-            && g.waiters.is_empty()
-            && ((ok && g.rolled) || g.state.is_down())
-    }
-}
-
-/// The commit task's clock: [`Time`] for the core's fault policy, from
-/// the instant the task started.
-#[derive(Clone, Copy)]
-struct Clock(Instant);
-
-impl Clock {
-    fn now(self) -> Time {
-        Time::from_elapsed(Instant::now().saturating_duration_since(self.0))
-    }
-
-    /// The instant of `at` (a "never" far away, not an overflow).
-    fn instant(self, at: Time) -> Instant {
-        super::deadline(self.0, at.elapsed())
-    }
-}
-
-/// The committer's storage while it is away on a blocking thread.
-struct Gone;
-
-impl Storage for Gone {
-    fn lock(&mut self) -> io::Result<()> {
-        Err(io::Error::other("storage away"))
-    }
-    fn list(&mut self) -> io::Result<Vec<String>> {
-        Err(io::Error::other("storage away"))
-    }
-    fn read(&mut self, _: &str) -> io::Result<Vec<u8>> {
-        Err(io::Error::other("storage away"))
-    }
-    fn create(&mut self, _: &str) -> io::Result<()> {
-        Err(io::Error::other("storage away"))
-    }
-    fn append(&mut self, _: &str, _: &[u8]) -> io::Result<()> {
-        Err(io::Error::other("storage away"))
-    }
-    fn sync(&mut self, _: &str) -> io::Result<()> {
-        Err(io::Error::other("storage away"))
-    }
-    fn truncate(&mut self, _: &str, _: u64) -> io::Result<()> {
-        Err(io::Error::other("storage away"))
-    }
-    fn delete(&mut self, _: &str) -> io::Result<()> {
-        Err(io::Error::other("storage away"))
     }
 }
 
