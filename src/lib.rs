@@ -95,6 +95,8 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "codec")]
+pub mod codec;
 pub mod contract;
 pub mod core;
 mod driver;

@@ -80,6 +80,22 @@ impl fmt::Display for TenantId {
     }
 }
 
+/// A tenant is its UUID's 16 bytes.
+#[cfg(feature = "codec")]
+impl serde::Serialize for crate::TenantId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        serde::Serialize::serialize(self.0.as_bytes(), s)
+    }
+}
+
+#[cfg(feature = "codec")]
+impl<'de> serde::Deserialize<'de> for crate::TenantId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let bytes = <[u8; 16]>::deserialize(d)?;
+        Ok(crate::TenantId(uuid::Uuid::from_bytes(bytes)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

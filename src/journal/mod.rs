@@ -93,7 +93,7 @@
 //! [`crate::core::journal`].
 
 pub mod canary;
-mod codec;
+
 mod config;
 pub mod format;
 mod memory;
@@ -104,7 +104,7 @@ mod storage;
 use std::fmt;
 use std::io;
 
-pub use codec::{Codec, Postcard};
+pub use crate::codec::{Codec, Postcard};
 pub use config::{
     JournalConfig, DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_RETRY_INTERVAL, DEFAULT_SEGMENT_BYTES,
     DEFAULT_SYNC_BYTES, DEFAULT_SYNC_INTERVAL, MIN_SEGMENT_BYTES,

@@ -4,10 +4,10 @@
 
 use std::io;
 
-use super::codec::Codec;
 use super::format::{self, Header, Record, HEADER_LEN};
 use super::storage::{Storage, LOCK_FILE};
 use super::JournalError;
+use crate::codec::Codec;
 use crate::core::journal::{Ledger, Limits, Recovery, ScannedSegment, Seq};
 use crate::driver::contain;
 

@@ -175,3 +175,20 @@ impl<R: Record> Record for std::sync::Arc<R> {
         (**self).payload()
     }
 }
+
+/// An envelope is its id's 16 bytes and its payload's bytes, so that the
+/// reference sinks' item journals with the default codec.
+#[cfg(feature = "codec")]
+impl serde::Serialize for Envelope {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        serde::Serialize::serialize(&(self.id.as_bytes(), self.payload.as_slice()), s)
+    }
+}
+
+#[cfg(feature = "codec")]
+impl<'de> serde::Deserialize<'de> for Envelope {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let (id, payload) = <([u8; 16], Vec<u8>)>::deserialize(d)?;
+        Ok(Envelope::with_id(uuid::Uuid::from_bytes(id), payload))
+    }
+}

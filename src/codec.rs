@@ -1,12 +1,14 @@
-//! How tenants and items become journal bytes and back (S-J8).
+//! How tenants and items become bytes and back (S-J8): the journal's
+//! records, and the rows of an outbox table, share one codec.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::sink::BoxError;
 
-/// Encodes tenants of type `K` and items of type `I` for the journal, and
-/// decodes them at recovery.
+/// Encodes tenants of type `K` and items of type `I` for the journal (and
+/// any other durable place an outbox keeps items), and decodes them at
+/// recovery.
 ///
 /// Encoding runs in [`stage`](crate::Outbox::stage), on the caller's
 /// thread and outside the outbox's lock; it must not block. A failure (an
@@ -91,38 +93,6 @@ where
     }
     fn decode_item(&self, bytes: &[u8]) -> Result<I, BoxError> {
         Ok(postcard::from_bytes(bytes)?)
-    }
-}
-
-/// A tenant is its UUID's 16 bytes.
-impl Serialize for crate::TenantId {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.0.as_bytes().serialize(s)
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for crate::TenantId {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let bytes = <[u8; 16]>::deserialize(d)?;
-        Ok(crate::TenantId(uuid::Uuid::from_bytes(bytes)))
-    }
-}
-
-/// An envelope is its id's 16 bytes and its payload's bytes, so that the
-/// reference sinks' item journals with the default codec.
-impl Serialize for crate::sinks::Envelope {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        (self.id.as_bytes(), self.payload.as_slice()).serialize(s)
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for crate::sinks::Envelope {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let (id, payload) = <([u8; 16], Vec<u8>)>::deserialize(d)?;
-        Ok(crate::sinks::Envelope::with_id(
-            uuid::Uuid::from_bytes(id),
-            payload,
-        ))
     }
 }
 
