@@ -23,7 +23,7 @@ const SCANNED: &[&str] = &[
     "fuzz",
     "README.md",
     "CHANGELOG.md",
-    "docs/scenarios.md",
+    "docs",
     "Cargo.toml",
 ];
 
