@@ -665,7 +665,7 @@ pub fn pool_error_kind(error: &PoolError) -> ErrorKind {
     }
 }
 
-fn pg_error(e: tokio_postgres::Error) -> WriteError {
+pub(crate) fn pg_error(e: tokio_postgres::Error) -> WriteError {
     let kind = error_kind(&e);
     let e = PostgresError(e);
     match kind {
@@ -711,6 +711,14 @@ pub struct InvalidTableName {
     name: String,
 }
 
+impl InvalidTableName {
+    pub(crate) fn for_name(name: &str) -> Self {
+        InvalidTableName {
+            name: name.to_owned(),
+        }
+    }
+}
+
 impl fmt::Display for InvalidTableName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -748,13 +756,13 @@ impl StdError for PayloadTooLarge {}
 
 /// A validated `name` or `schema.name`, plain and quoted.
 #[derive(Clone, Debug)]
-struct QualifiedName {
-    plain: String,
-    quoted: String,
+pub(crate) struct QualifiedName {
+    pub(crate) plain: String,
+    pub(crate) quoted: String,
 }
 
 impl QualifiedName {
-    fn parse(name: &str) -> Result<Self, InvalidTableName> {
+    pub(crate) fn parse(name: &str) -> Result<Self, InvalidTableName> {
         let invalid = || InvalidTableName {
             name: name.to_owned(),
         };
@@ -770,7 +778,7 @@ impl QualifiedName {
     }
 
     /// The table part, without the schema.
-    fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         self.plain.rsplit('.').next().unwrap_or(&self.plain)
     }
 }
@@ -783,7 +791,7 @@ fn is_identifier(s: &str) -> bool {
 
 /// Quotes an identifier already checked by [`is_identifier`] (so it holds
 /// no `"`).
-fn quote(ident: &str) -> String {
+pub(crate) fn quote(ident: &str) -> String {
     format!("\"{ident}\"")
 }
 
