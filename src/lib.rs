@@ -104,6 +104,8 @@ mod driver;
 pub mod journal;
 pub mod sink;
 pub mod sinks;
+#[cfg(feature = "table")]
+pub mod table;
 pub mod telemetry;
 mod tenant;
 #[cfg(feature = "arbitrary")]

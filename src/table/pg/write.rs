@@ -1,0 +1,180 @@
+//! The fenced writes: removals, in-flight records and crash counts, each
+//! one statement whose first step takes a shared lock on the fence's lease
+//! rows and keeps only those still held (S-T11).
+
+use tokio_postgres::types::Type;
+
+use super::{error, single, to_i64, PgStore};
+use crate::core::relay::{Fence, Fenced, InFlight, Removal, Removed, StoreError};
+
+/// The lease rows still held under `$1` (partitions), `$2` (epochs) and
+/// `$3` (owner), share-locked so a takeover's update waits for this
+/// statement (and this statement sees a committed takeover).
+fn held_cte(store: &PgStore) -> String {
+    format!(
+        "held AS (SELECT l.partition, l.epoch FROM {lease} l \
+                  JOIN unnest($1::int[], $2::bigint[]) AS f(p, e) \
+                    ON l.partition = f.p AND l.epoch = f.e \
+                  WHERE l.owner = $3 FOR SHARE OF l)",
+        lease = store.names.lease
+    )
+}
+
+fn fence_params(fence: &Fence) -> (Vec<i32>, Vec<i64>) {
+    fence
+        .epochs
+        .iter()
+        .map(|&(p, e)| (p as i32, to_i64(e)))
+        .unzip()
+}
+
+fn remove_sql(store: &PgStore) -> String {
+    let n = &store.names;
+    format!(
+        "WITH {held}, \
+         gone AS (DELETE FROM {outbox} o USING held h \
+                  WHERE o.id = ANY($4::bigint[]) AND o.partition = h.partition RETURNING o.id), \
+         moved AS (DELETE FROM {outbox} o USING held h, \
+                          unnest($5::bigint[], $6::text[], $7::int[]) AS d(id, reason, attempts) \
+                   WHERE o.id = d.id AND o.partition = h.partition \
+                   RETURNING o.*, d.reason, d.attempts, h.epoch), \
+         dead AS (INSERT INTO {dead} (id, xid, partition, tenant, item, codec_version, staged_at, \
+                                      reason, attempts, crashes, epoch) \
+                  SELECT m.id, m.xid, m.partition, m.tenant, m.item, m.codec_version, \
+                         m.staged_at, m.reason, m.attempts, coalesce(c.crashes, 0), m.epoch \
+                  FROM moved m LEFT JOIN {crashes} c ON c.id = m.id \
+                  ON CONFLICT (id) DO NOTHING RETURNING id), \
+         ended AS (SELECT id FROM gone UNION ALL SELECT id FROM moved), \
+         cr AS (DELETE FROM {crashes} WHERE id IN (SELECT id FROM ended)), \
+         inf AS (DELETE FROM {in_flight} WHERE first_id IN (SELECT id FROM ended)) \
+         SELECT array(SELECT id FROM gone ORDER BY id), array(SELECT id FROM moved ORDER BY id), \
+                array(SELECT f.p FROM unnest($1::int[]) AS f(p) \
+                      WHERE f.p NOT IN (SELECT partition FROM held) ORDER BY f.p)",
+        held = held_cte(store),
+        outbox = n.outbox,
+        dead = n.dead,
+        crashes = n.crashes,
+        in_flight = n.in_flight,
+    )
+}
+
+pub(super) async fn remove(
+    store: &PgStore,
+    fence: &Fence,
+    removal: &Removal,
+) -> Result<Removed, StoreError> {
+    let (ps, es) = fence_params(fence);
+    let ids: Vec<i64> = removal.delete.clone();
+    let dead_ids: Vec<i64> = removal.dead.iter().map(|d| d.id).collect();
+    let reasons: Vec<&str> = removal.dead.iter().map(|d| d.reason.as_str()).collect();
+    let attempts: Vec<i32> = removal
+        .dead
+        .iter()
+        .map(|d| i32::try_from(d.attempts).unwrap_or(i32::MAX))
+        .collect();
+    let client = store.client().await?;
+    let row = client
+        .query_typed_one(
+            &remove_sql(store),
+            &[
+                (&ps, Type::INT4_ARRAY),
+                (&es, Type::INT8_ARRAY),
+                (&fence.owner, Type::TEXT),
+                (&ids, Type::INT8_ARRAY),
+                (&dead_ids, Type::INT8_ARRAY),
+                (&reasons, Type::TEXT_ARRAY),
+                (&attempts, Type::INT4_ARRAY),
+            ],
+        )
+        .await
+        .map_err(error)?;
+    let stale: Vec<i32> = row.get(2);
+    Ok(Removed {
+        deleted: row.get(0),
+        dead: row.get(1),
+        stale: stale.into_iter().map(|p| p as u32).collect(),
+    })
+}
+
+pub(super) async fn record_attempt(
+    store: &PgStore,
+    fence: &Fence,
+    record: &InFlight,
+) -> Result<Fenced<()>, StoreError> {
+    let (partition, epoch) = single(fence)?;
+    let Some(&first) = record.ids.first() else {
+        return Ok(Fenced::Done(()));
+    };
+    let sql = format!(
+        "WITH {held} \
+         INSERT INTO {in_flight} (first_id, partition, ids, epoch) \
+         SELECT $4, h.partition, $5, h.epoch FROM held h \
+         ON CONFLICT (first_id) DO UPDATE SET ids = EXCLUDED.ids, epoch = EXCLUDED.epoch \
+         RETURNING 1",
+        held = held_cte(store),
+        in_flight = store.names.in_flight,
+    );
+    let client = store.client().await?;
+    let rows = client
+        .query_typed(
+            &sql,
+            &[
+                (&vec![partition as i32], Type::INT4_ARRAY),
+                (&vec![to_i64(epoch)], Type::INT8_ARRAY),
+                (&fence.owner, Type::TEXT),
+                (&first, Type::INT8),
+                (&record.ids, Type::INT8_ARRAY),
+            ],
+        )
+        .await
+        .map_err(error)?;
+    Ok(if rows.is_empty() {
+        Fenced::Stale
+    } else {
+        Fenced::Done(())
+    })
+}
+
+pub(super) async fn record_crashes(
+    store: &PgStore,
+    fence: &Fence,
+    partition: u32,
+) -> Result<Fenced<u64>, StoreError> {
+    let (_, epoch) = single(fence)?;
+    let n = &store.names;
+    let sql = format!(
+        "WITH {held}, \
+         gone AS (DELETE FROM {in_flight} f WHERE f.partition = $4 \
+                  AND EXISTS (SELECT 1 FROM held) RETURNING f.ids), \
+         rows AS (SELECT u.id, count(*)::int AS n FROM gone, unnest(gone.ids) AS u(id) \
+                  WHERE EXISTS (SELECT 1 FROM {outbox} o WHERE o.id = u.id) GROUP BY u.id), \
+         up AS (INSERT INTO {crashes} (id, partition, crashes) SELECT id, $4, n FROM rows \
+                ON CONFLICT (id) DO UPDATE SET crashes = {crashes}.crashes + EXCLUDED.crashes \
+                RETURNING 1) \
+         SELECT EXISTS (SELECT 1 FROM held), (SELECT count(*) FROM up)",
+        held = held_cte(store),
+        in_flight = n.in_flight,
+        outbox = n.outbox,
+        crashes = n.crashes,
+    );
+    let client = store.client().await?;
+    let row = client
+        .query_typed_one(
+            &sql,
+            &[
+                (&vec![partition as i32], Type::INT4_ARRAY),
+                (&vec![to_i64(epoch)], Type::INT8_ARRAY),
+                (&fence.owner, Type::TEXT),
+                (&(partition as i32), Type::INT4),
+            ],
+        )
+        .await
+        .map_err(error)?;
+    let held: bool = row.get(0);
+    let count: i64 = row.get(1);
+    Ok(if held {
+        Fenced::Done(super::to_u64(count))
+    } else {
+        Fenced::Stale
+    })
+}

@@ -1,0 +1,314 @@
+//! The store interface (S-T24): every operation the relay, the lease
+//! policy and the sink's epoch check run against the outbox table's
+//! database. Two implementations: [`PgStore`](super::PgStore), the SQL,
+//! and (feature `testkit`) [`model::ModelStore`](super::model::ModelStore),
+//! an in-memory model of PostgreSQL's semantics for the simulation; one
+//! conformance suite (`tests/table_conformance.rs`) runs against both
+//! (S-T27).
+//!
+//! # Timing facts
+//! - Every expiry (lease, member) is set from the database's
+//!   `clock_timestamp()` when the statement runs, never from the caller's
+//!   clock, and every remaining time the store reports (`expires_in`) is
+//!   computed on that clock too: the caller never compares its clock with
+//!   the database's.
+//! - [`renew`](Store::renew) is one autocommit statement. If it answers
+//!   `true`, the lease's expiry is at least `ttl` after some instant
+//!   between the call being sent and its answer arriving; the caller's
+//!   safe deadline is therefore the local instant just *before it sent*
+//!   the renewal, plus `ttl`, minus the clock drift it allows for. An
+//!   error of kind `Unknown` proves nothing either way.
+//! - [`acquire`](Store::acquire) likewise sets the expiry from the
+//!   statement's `clock_timestamp()`.
+//!
+//! # Cancellation
+//! Dropping a future of a single-statement call either leaves the
+//! statement unsent, or sent (it may then commit): the same as an error of
+//! kind `Unknown`. Dropping an [`EpochTx`] without `commit` rolls it back
+//! (PostgreSQL: when its connection is recycled or closed).
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::core::relay::{
+    Fence, Fenced, InFlight, Page, PageRequest, Removal, Removed, StoreError,
+};
+
+/// The schema a store's tables are at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SchemaInfo {
+    /// The highest migration applied.
+    pub version: u32,
+    /// The oldest crate schema version that can still run against it
+    /// (S-T3: migrations are additive).
+    pub min_reader: u32,
+    /// P, the number of partitions (S-T4).
+    pub partitions: u32,
+}
+
+/// An acquire of one partition's lease (S-T20).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Acquire {
+    /// The partition.
+    pub partition: u32,
+    /// The instance taking it.
+    pub owner: String,
+    /// The highest epoch the sink has recorded for the partition: the new
+    /// epoch is above both it and the lease row's.
+    pub above: u64,
+    /// How long the lease lasts from the statement's `clock_timestamp()`.
+    pub ttl: Duration,
+}
+
+/// What an [`Acquire`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Acquired {
+    /// Taken under this epoch (the row was free, expired, or this owner's
+    /// own: a rejoin takes a new epoch too).
+    Taken {
+        /// The new epoch.
+        epoch: u64,
+    },
+    /// Held by another owner for `expires_in` more, on the database's
+    /// clock.
+    Held {
+        /// The holder.
+        owner: String,
+        /// Its epoch.
+        epoch: u64,
+        /// Time left, on the database's clock.
+        expires_in: Duration,
+    },
+}
+
+/// One lease as an owner holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseKey {
+    /// The partition.
+    pub partition: u32,
+    /// The owner.
+    pub owner: String,
+    /// The epoch it was taken under.
+    pub epoch: u64,
+}
+
+/// One row of the lease table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseRow {
+    /// The partition.
+    pub partition: u32,
+    /// The owner, `None` when released or never taken.
+    pub owner: Option<String>,
+    /// The highest epoch taken.
+    pub epoch: u64,
+    /// Time left, on the database's clock; zero when expired or free.
+    pub expires_in: Duration,
+}
+
+/// One instance of the heartbeat table (S-T22).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    /// The instance.
+    pub instance: String,
+    /// Time left before it counts as gone, on the database's clock; zero
+    /// when gone.
+    pub expires_in: Duration,
+}
+
+/// What an epoch install found (S-T23).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Installed {
+    /// The epoch is installed (or already was).
+    Installed,
+    /// A higher epoch is installed: this one is stale.
+    Superseded {
+        /// The epoch installed.
+        current: u64,
+    },
+}
+
+/// One row of the dead-letter table (S-T13).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeadRow {
+    /// The outbox row's id.
+    pub id: i64,
+    /// The tenant, encoded.
+    pub tenant: Vec<u8>,
+    /// The item, encoded.
+    pub item: Vec<u8>,
+    /// The codec version.
+    pub codec_version: u32,
+    /// Why it was given up (`terminal`, `expired`, `poisoned`, ...).
+    pub reason: String,
+    /// Attempts made in the life that gave it up.
+    pub attempts: u32,
+    /// Crashed attempts recorded for it.
+    pub crashes: u32,
+    /// The epoch it was moved under.
+    pub epoch: u64,
+}
+
+/// A notification listener: a connection of its own (S-T15).
+pub trait Listener: Send {
+    /// Resolves at the next notification on the outbox's channel. An error
+    /// means the connection is gone: notifications sent meanwhile are
+    /// lost, so listen again and read at once.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a notification not yet returned stays queued.
+    fn next(&mut self) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// A sink transaction fenced by epochs (S-T23): the sink's own statements
+/// run in it, then [`check_epochs`](EpochTx::check_epochs) as the last
+/// statement before [`commit`](EpochTx::commit).
+pub trait EpochTx: Send {
+    /// Checks under a shared lock on each partition's epoch row, taken in
+    /// partition order, that every `(partition, epoch)` is the one
+    /// installed; the locks hold until the transaction ends, so no
+    /// takeover's install commits in between.
+    ///
+    /// # Errors
+    /// A store error; the transaction is then rolled back.
+    fn check_epochs(
+        &mut self,
+        epochs: &[(u32, u64)],
+    ) -> impl Future<Output = Result<Fenced<()>, StoreError>> + Send;
+
+    /// Commits. An error of kind `Unknown` means the reply was lost: it
+    /// may have committed.
+    fn commit(self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Rolls back.
+    fn rollback(self) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// The store interface: see the [module docs](self).
+///
+/// Every fenced call (`remove`, `record_attempt`, `record_crashes`) takes
+/// effect for a partition only while its lease row has the fence's owner
+/// and epoch, checked in the same statement under a shared lock on the
+/// lease row (S-T11).
+pub trait Store: Send + Sync + 'static {
+    /// A notification listener.
+    type Listener: Listener;
+    /// A sink transaction fenced by epochs.
+    type EpochTx: EpochTx;
+
+    /// The schema version and P.
+    fn schema(&self) -> impl Future<Output = Result<SchemaInfo, StoreError>> + Send;
+
+    /// Reads a page: every read of `request` in one statement, so one
+    /// snapshot, with that snapshot's xmin (S-T5, S-T7).
+    fn read_page(
+        &self,
+        request: &PageRequest,
+    ) -> impl Future<Output = Result<Page, StoreError>> + Send;
+
+    /// Deletes rows by their exact ids and moves rows to the dead-letter
+    /// table, in one transaction (S-T12, S-T13); a row's in-flight record
+    /// and crash count go with it. Idempotent: a row already gone is
+    /// skipped.
+    fn remove(
+        &self,
+        fence: &Fence,
+        removal: &Removal,
+    ) -> impl Future<Output = Result<Removed, StoreError>> + Send;
+
+    /// Writes a write's in-flight record (S-T17), replacing one with the
+    /// same first row. The fence's first epoch must be the record's
+    /// partition's.
+    fn record_attempt(
+        &self,
+        fence: &Fence,
+        record: &InFlight,
+    ) -> impl Future<Output = Result<Fenced<()>, StoreError>> + Send;
+
+    /// Turns every in-flight record of `partition` (left by an owner that
+    /// did not release it) into one crashed attempt for each of its rows
+    /// still in the table, and deletes the records (S-T17). Answers how
+    /// many rows gained a crash.
+    fn record_crashes(
+        &self,
+        fence: &Fence,
+        partition: u32,
+    ) -> impl Future<Output = Result<Fenced<u64>, StoreError>> + Send;
+
+    /// Sends a notification on the outbox's channel from the store's own
+    /// connection (autocommit: delivered at once).
+    fn notify(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Opens a listener on the outbox's channel.
+    fn listen(&self) -> impl Future<Output = Result<Self::Listener, StoreError>> + Send;
+
+    /// Acquires a partition's lease (S-T20): one autocommit statement.
+    fn acquire(
+        &self,
+        request: &Acquire,
+    ) -> impl Future<Output = Result<Acquired, StoreError>> + Send;
+
+    /// Renews a lease: one autocommit statement that sets the expiry to
+    /// `clock_timestamp() + ttl` where owner and epoch match; `true` if a
+    /// row matched (S-T21).
+    fn renew(
+        &self,
+        lease: &LeaseKey,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Releases a lease (owner cleared, expired at once, epoch kept) and
+    /// drops the partition's in-flight records: a clean hand-over is no
+    /// crash. `true` if a row matched.
+    fn release(&self, lease: &LeaseKey) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// The lease table, by partition.
+    fn leases(&self) -> impl Future<Output = Result<Vec<LeaseRow>, StoreError>> + Send;
+
+    /// Announces `instance` for `ttl` from the statement's
+    /// `clock_timestamp()` (S-T22).
+    fn heartbeat(
+        &self,
+        instance: &str,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Removes `instance` from the heartbeat table (it leaves).
+    fn leave(&self, instance: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The heartbeat table, by instance.
+    fn members(&self) -> impl Future<Output = Result<Vec<Member>, StoreError>> + Send;
+
+    /// The epochs installed at the sink, by partition.
+    fn sink_epochs(&self) -> impl Future<Output = Result<Vec<(u32, u64)>, StoreError>> + Send;
+
+    /// Installs `epoch` for `partition` at the sink unless a higher one is
+    /// there (S-T23), waiting at most the store's `lock_timeout` for a
+    /// sink transaction's shared lock (an error of kind `LockTimeout`).
+    fn install_epoch(
+        &self,
+        partition: u32,
+        epoch: u64,
+    ) -> impl Future<Output = Result<Installed, StoreError>> + Send;
+
+    /// Begins a sink transaction fenced by epochs (S-T23), running under
+    /// the store's `idle_in_transaction_session_timeout`.
+    fn begin_epoch_tx(&self) -> impl Future<Output = Result<Self::EpochTx, StoreError>> + Send;
+
+    /// The dead-letter table's rows, oldest first, at most `limit`.
+    fn dead_letters(
+        &self,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<DeadRow>, StoreError>> + Send;
+
+    /// Moves dead-letter rows back into the outbox table as new stages
+    /// (new ids and transaction id: delivered after what is already
+    /// staged), in one transaction; answers how many moved (S-T13).
+    fn redrive(&self, ids: &[i64]) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Deletes dead-letter rows moved there longer than `older_than` ago
+    /// (on the database's clock); answers how many (S-T13).
+    fn purge_dead(
+        &self,
+        older_than: Duration,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+}
