@@ -289,14 +289,17 @@ impl<K, I, C: Codec<K, I>> OutboxTable<K, I, C> {
         Ok((tenants, encoded))
     }
 
+    #[cfg_attr(not(feature = "sqlx"), allow(dead_code))]
     pub(crate) fn one_sql(&self) -> &str {
         &self.one_sql
     }
 
+    #[cfg_attr(not(feature = "sqlx"), allow(dead_code))]
     pub(crate) fn run_sql(&self) -> &str {
         &self.run_sql
     }
 
+    #[cfg_attr(not(feature = "sqlx"), allow(dead_code))]
     pub(crate) fn version(&self) -> u32 {
         self.codec_version
     }
