@@ -49,8 +49,9 @@ impl Relay {
     ) {
         match recorded {
             Ok(answer) => {
-                let Some(StoreOp::RecordCrashes { partition, fence, .. }) =
-                    self.ops.record_answered(op)
+                let Some(StoreOp::RecordCrashes {
+                    partition, fence, ..
+                }) = self.ops.record_answered(op)
                 else {
                     return;
                 };

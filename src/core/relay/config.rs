@@ -144,7 +144,11 @@ impl RelayConfig {
         if self.known_versions.is_empty() {
             return Err(E::NoKnownVersion);
         }
-        if let Some(v) = self.known_versions.intersection(&self.retired_versions).next() {
+        if let Some(v) = self
+            .known_versions
+            .intersection(&self.retired_versions)
+            .next()
+        {
             return Err(E::KnownAndRetired(*v));
         }
         Ok(())

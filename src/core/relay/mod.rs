@@ -333,7 +333,9 @@ impl Relay {
     fn collect_removable(&mut self, tenant: &[u8]) {
         let ended = self.tenants.take_ended_prefix(tenant);
         for (id, how) in ended {
-            let Some(key) = self.keys.get(&id) else { continue };
+            let Some(key) = self.keys.get(&id) else {
+                continue;
+            };
             let partition = key.partition;
             self.ops.add_removal(partition, id, how);
         }

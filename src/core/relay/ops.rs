@@ -211,11 +211,7 @@ impl Ops {
 
     pub(crate) fn next_timeout(&self) -> Option<Time> {
         let delayed = self.delayed.keys().next().map(|(t, _)| *t);
-        let removal = self
-            .removal
-            .as_ref()
-            .filter(|s| !s.out)
-            .map(|s| s.retry_at);
+        let removal = self.removal.as_ref().filter(|s| !s.out).map(|s| s.retry_at);
         [delayed, removal].into_iter().flatten().min()
     }
 }

@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use super::types::{OpId, Page, PageRequest, PartitionRead, RelayEvent, StoreError, StoreOp, TenantRead};
+use super::types::{
+    OpId, Page, PageRequest, PartitionRead, RelayEvent, StoreError, StoreOp, TenantRead,
+};
 use super::{Quarantine, Relay, Source};
 use crate::core::time::Time;
 
@@ -122,7 +124,9 @@ impl Relay {
             if only.is_some_and(|o| o != tenant) {
                 continue;
             }
-            let Some(t) = self.tenants.get(tenant) else { continue };
+            let Some(t) = self.tenants.get(tenant) else {
+                continue;
+            };
             let free = share.saturating_sub(self.tenants.held(tenant)).min(room);
             let Some(hold) = t.hold else { continue };
             let Some(until) = self.partitions.get(&t.partition).and_then(|p| p.cursor) else {

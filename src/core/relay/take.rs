@@ -4,8 +4,8 @@
 
 use super::tenants::{Ended, Entry, Why};
 use super::types::{
-    DeadLetterRow, DeadReason, Page, PageRequest, PartitionRead, Position, ReadOrder,
-    RelayEvent, Row, TenantRead,
+    DeadLetterRow, DeadReason, Page, PageRequest, PartitionRead, Position, ReadOrder, RelayEvent,
+    Row, TenantRead,
 };
 use super::{Key, Quarantine, Relay, Source};
 

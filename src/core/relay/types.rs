@@ -264,7 +264,11 @@ pub struct StoreError {
 
 impl StoreError {
     /// An error of `kind` caused by `source`, with the database's SQLSTATE.
-    pub fn new(kind: StoreErrorKind, sqlstate: Option<String>, source: impl Into<BoxError>) -> Self {
+    pub fn new(
+        kind: StoreErrorKind,
+        sqlstate: Option<String>,
+        source: impl Into<BoxError>,
+    ) -> Self {
         StoreError {
             kind,
             sqlstate,

@@ -169,11 +169,22 @@ impl Db {
 
     /// Inserts one row in `s`'s transaction: `now()` is the transaction's
     /// start, the xid is assigned at the first write.
-    pub(crate) fn stage(&mut self, s: SessionId, tenant: &[u8], item: &[u8], version: u32, notify: bool) -> Result<i64, StoreError> {
+    pub(crate) fn stage(
+        &mut self,
+        s: SessionId,
+        tenant: &[u8],
+        item: &[u8],
+        version: u32,
+        notify: bool,
+    ) -> Result<i64, StoreError> {
         let id = self.next_id;
         let partitions = self.partitions;
         let needs_xid = self.tx(s)?.xid.is_none();
-        let fresh = if needs_xid { Some(self.take_xid()) } else { None };
+        let fresh = if needs_xid {
+            Some(self.take_xid())
+        } else {
+            None
+        };
         let tx = self.tx(s)?;
         if tx.failed {
             return Err(StoreError::new(
@@ -313,8 +324,9 @@ impl Db {
             .tenants
             .iter()
             .map(|t| {
-                let f =
-                    |r: &Row| r.tenant == t.tenant && below(r) && after(r, t.after) && until(r, t.until);
+                let f = |r: &Row| {
+                    r.tenant == t.tenant && below(r) && after(r, t.after) && until(r, t.until)
+                };
                 pick(&f, t.limit)
             })
             .collect();
@@ -452,11 +464,15 @@ impl Db {
 
     pub(crate) fn renew(&mut self, k: &LeaseKey, ttl: Duration) -> bool {
         let clock = self.clock;
-        self.lease_of(k).map(|l| l.expiry = Some(clock + ttl)).is_some()
+        self.lease_of(k)
+            .map(|l| l.expiry = Some(clock + ttl))
+            .is_some()
     }
 
     pub(crate) fn release(&mut self, k: &LeaseKey) -> bool {
-        let Some(l) = self.lease_of(k) else { return false };
+        let Some(l) = self.lease_of(k) else {
+            return false;
+        };
         l.owner = None;
         l.expiry = None;
         self.in_flight.retain(|_, r| r.partition != k.partition);
@@ -470,7 +486,9 @@ impl Db {
                 partition: *p,
                 owner: l.owner.clone(),
                 epoch: l.epoch,
-                expires_in: l.expiry.map_or(Duration::ZERO, |e| e.saturating_sub(self.clock)),
+                expires_in: l
+                    .expiry
+                    .map_or(Duration::ZERO, |e| e.saturating_sub(self.clock)),
             })
             .collect()
     }
@@ -513,12 +531,20 @@ impl Db {
 
     /// Checks the epochs under share locks (which assign the transaction
     /// an id, as `FOR SHARE` does).
-    pub(crate) fn check_epochs(&mut self, s: SessionId, epochs: &[(u32, u64)]) -> Result<Fenced<()>, StoreError> {
+    pub(crate) fn check_epochs(
+        &mut self,
+        s: SessionId,
+        epochs: &[(u32, u64)],
+    ) -> Result<Fenced<()>, StoreError> {
         let ok = epochs
             .iter()
             .all(|(p, e)| self.sink_epochs.get(p) == Some(e));
         let needs_xid = self.tx(s)?.xid.is_none();
-        let fresh = if needs_xid { Some(self.take_xid()) } else { None };
+        let fresh = if needs_xid {
+            Some(self.take_xid())
+        } else {
+            None
+        };
         let tx = self.tx(s)?;
         if let Some(x) = fresh {
             tx.xid = Some(x);
@@ -582,6 +608,8 @@ impl Db {
 
     /// A reason string back as a [`DeadReason`], for checks.
     pub(crate) fn dead_reason(&self, id: i64) -> Option<DeadReason> {
-        self.dead.get(&id).and_then(|d| DeadReason::from_name(&d.reason))
+        self.dead
+            .get(&id)
+            .and_then(|d| DeadReason::from_name(&d.reason))
     }
 }

@@ -40,8 +40,8 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-pub use db::SessionId;
 use db::Db;
+pub use db::SessionId;
 
 use super::store::{
     Acquire, Acquired, DeadRow, EpochTx, Installed, LeaseKey, LeaseRow, Listener, Member,
@@ -338,20 +338,38 @@ impl Store for ModelStore {
         }))
     }
 
-    fn read_page(&self, request: &PageRequest) -> impl Future<Output = Result<Page, StoreError>> + Send {
+    fn read_page(
+        &self,
+        request: &PageRequest,
+    ) -> impl Future<Output = Result<Page, StoreError>> + Send {
         ready(self.model.call(|db| Ok(db.read_page(request))))
     }
 
-    fn remove(&self, fence: &Fence, removal: &Removal) -> impl Future<Output = Result<Removed, StoreError>> + Send {
+    fn remove(
+        &self,
+        fence: &Fence,
+        removal: &Removal,
+    ) -> impl Future<Output = Result<Removed, StoreError>> + Send {
         ready(self.model.call(|db| Ok(db.remove(fence, removal))))
     }
 
-    fn record_attempt(&self, fence: &Fence, record: &InFlight) -> impl Future<Output = Result<Fenced<()>, StoreError>> + Send {
+    fn record_attempt(
+        &self,
+        fence: &Fence,
+        record: &InFlight,
+    ) -> impl Future<Output = Result<Fenced<()>, StoreError>> + Send {
         ready(self.model.call(|db| Ok(db.record_attempt(fence, record))))
     }
 
-    fn record_crashes(&self, fence: &Fence, partition: u32) -> impl Future<Output = Result<Fenced<u64>, StoreError>> + Send {
-        ready(self.model.call(|db| Ok(db.record_crashes(fence, partition))))
+    fn record_crashes(
+        &self,
+        fence: &Fence,
+        partition: u32,
+    ) -> impl Future<Output = Result<Fenced<u64>, StoreError>> + Send {
+        ready(
+            self.model
+                .call(|db| Ok(db.record_crashes(fence, partition))),
+        )
     }
 
     fn notify(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
@@ -374,11 +392,18 @@ impl Store for ModelStore {
         }))
     }
 
-    fn acquire(&self, request: &Acquire) -> impl Future<Output = Result<Acquired, StoreError>> + Send {
+    fn acquire(
+        &self,
+        request: &Acquire,
+    ) -> impl Future<Output = Result<Acquired, StoreError>> + Send {
         ready(self.model.call(|db| db.acquire(request)))
     }
 
-    fn renew(&self, lease: &LeaseKey, ttl: Duration) -> impl Future<Output = Result<bool, StoreError>> + Send {
+    fn renew(
+        &self,
+        lease: &LeaseKey,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
         ready(self.model.call(|db| Ok(db.renew(lease, ttl))))
     }
 
@@ -390,7 +415,11 @@ impl Store for ModelStore {
         ready(self.model.call(|db| Ok(db.leases())))
     }
 
-    fn heartbeat(&self, instance: &str, ttl: Duration) -> impl Future<Output = Result<(), StoreError>> + Send {
+    fn heartbeat(
+        &self,
+        instance: &str,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
         ready(self.model.call(|db| {
             db.heartbeat(instance, ttl);
             Ok(())
@@ -454,7 +483,10 @@ impl Store for ModelStore {
         ready(result)
     }
 
-    fn dead_letters(&self, limit: u32) -> impl Future<Output = Result<Vec<DeadRow>, StoreError>> + Send {
+    fn dead_letters(
+        &self,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<DeadRow>, StoreError>> + Send {
         ready(self.model.call(|db| Ok(db.dead_letters(limit))))
     }
 
@@ -462,7 +494,10 @@ impl Store for ModelStore {
         ready(self.model.call(|db| Ok(db.redrive(ids))))
     }
 
-    fn purge_dead(&self, older_than: Duration) -> impl Future<Output = Result<u64, StoreError>> + Send {
+    fn purge_dead(
+        &self,
+        older_than: Duration,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
         ready(self.model.call(|db| Ok(db.purge_dead(older_than))))
     }
 }
@@ -517,7 +552,10 @@ impl ModelEpochTx {
 }
 
 impl EpochTx for ModelEpochTx {
-    fn check_epochs(&mut self, epochs: &[(u32, u64)]) -> impl Future<Output = Result<Fenced<()>, StoreError>> + Send {
+    fn check_epochs(
+        &mut self,
+        epochs: &[(u32, u64)],
+    ) -> impl Future<Output = Result<Fenced<()>, StoreError>> + Send {
         let session = self.session;
         ready(self.model.call(|db| db.check_epochs(session, epochs)))
     }
@@ -527,7 +565,9 @@ impl EpochTx for ModelEpochTx {
             if committed {
                 Ok(())
             } else {
-                Err(db::refused("a statement of the transaction failed: rolled back"))
+                Err(db::refused(
+                    "a statement of the transaction failed: rolled back",
+                ))
             }
         });
         ready(result)

@@ -17,11 +17,20 @@ pub(super) async fn sink_epochs(store: &PgStore) -> Result<Vec<(u32, u64)>, Stor
     let rows = client.query_typed(&sql, &[]).await.map_err(error)?;
     Ok(rows
         .iter()
-        .map(|r| (u32::try_from(r.get::<_, i32>(0)).unwrap_or(0), to_u64(r.get(1))))
+        .map(|r| {
+            (
+                u32::try_from(r.get::<_, i32>(0)).unwrap_or(0),
+                to_u64(r.get(1)),
+            )
+        })
         .collect())
 }
 
-pub(super) async fn install(store: &PgStore, partition: u32, epoch: u64) -> Result<Installed, StoreError> {
+pub(super) async fn install(
+    store: &PgStore,
+    partition: u32,
+    epoch: u64,
+) -> Result<Installed, StoreError> {
     let t = &store.names.sink_epoch;
     let mut client = store.client().await?;
     let tx = client.transaction().await.map_err(error)?;

@@ -58,7 +58,11 @@ pub(super) async fn acquire(store: &PgStore, request: &Acquire) -> Result<Acquir
     })
 }
 
-pub(super) async fn renew(store: &PgStore, lease: &LeaseKey, ttl: Duration) -> Result<bool, StoreError> {
+pub(super) async fn renew(
+    store: &PgStore,
+    lease: &LeaseKey,
+    ttl: Duration,
+) -> Result<bool, StoreError> {
     let sql = format!(
         "UPDATE {} SET expiry = clock_timestamp() + $4 * interval '1 microsecond' \
          WHERE partition = $1 AND owner = $2 AND epoch = $3",
@@ -123,7 +127,11 @@ pub(super) async fn leases(store: &PgStore) -> Result<Vec<LeaseRow>, StoreError>
         .collect())
 }
 
-pub(super) async fn heartbeat(store: &PgStore, instance: &str, ttl: Duration) -> Result<(), StoreError> {
+pub(super) async fn heartbeat(
+    store: &PgStore,
+    instance: &str,
+    ttl: Duration,
+) -> Result<(), StoreError> {
     let sql = format!(
         "INSERT INTO {member} (instance, expiry) \
          VALUES ($1, clock_timestamp() + $2 * interval '1 microsecond') \

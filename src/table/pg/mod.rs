@@ -170,7 +170,11 @@ impl Store for PgStore {
         write::record_attempt(self, fence, record).await
     }
 
-    async fn record_crashes(&self, fence: &Fence, partition: u32) -> Result<Fenced<u64>, StoreError> {
+    async fn record_crashes(
+        &self,
+        fence: &Fence,
+        partition: u32,
+    ) -> Result<Fenced<u64>, StoreError> {
         write::record_crashes(self, fence, partition).await
     }
 

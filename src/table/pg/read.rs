@@ -93,7 +93,9 @@ pub(super) async fn read_page(store: &PgStore, request: &PageRequest) -> Result<
     for r in rows {
         let k: i64 = r.get(0);
         page.xmin = to_u64(r.get(9));
-        let Some(id) = r.get::<_, Option<i64>>(1) else { continue };
+        let Some(id) = r.get::<_, Option<i64>>(1) else {
+            continue;
+        };
         let row = Row {
             id,
             xid: to_u64(r.get(2)),
