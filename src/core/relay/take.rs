@@ -148,13 +148,13 @@ impl Relay {
         if row.crashes >= self.config.max_crash_attempts {
             return self.take_dead(row, DeadReason::Poisoned);
         }
+        if self.held >= self.config.read_ahead {
+            return Step::Stop;
+        }
         if self.tenants.held(&row.tenant) >= self.config.tenant_share {
             self.tenants.entry(&row.tenant, row.partition);
             self.tenants.hold(&row.tenant, Why::Saturated);
             return Step::Skipped;
-        }
-        if self.held >= self.config.read_ahead {
-            return Step::Stop;
         }
         if row.crashes > 0 {
             if self.open > 0 || matches!(self.quarantine, Quarantine::Alone(_)) {

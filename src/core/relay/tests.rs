@@ -1,1 +1,405 @@
+use std::time::Duration;
+
 use super::*;
+
+const NOW: Time = Time::ZERO;
+
+fn row(id: i64, xid: u64, partition: u32, tenant: &[u8]) -> Row {
+    Row {
+        id,
+        xid,
+        partition,
+        tenant: tenant.to_vec(),
+        item: format!("item {id}").into_bytes(),
+        codec_version: 0,
+        age: Duration::ZERO,
+        crashes: 0,
+    }
+}
+
+/// A relay owning `partitions`, each ready to read.
+fn relay(config: RelayConfig, partitions: &[u32]) -> Relay {
+    let mut r = Relay::new(config).unwrap();
+    for &p in partitions {
+        r.handle_partition_gained(NOW, p, 1);
+        let Some(StoreOp::RecordCrashes { op, partition, .. }) = r.poll_op(NOW) else {
+            panic!("a gained partition first records its crashes")
+        };
+        assert_eq!(partition, p);
+        r.handle_crashes_recorded(NOW, op, Ok(Fenced::Done(0)));
+    }
+    r
+}
+
+fn expect_read(r: &mut Relay) -> (OpId, PageRequest) {
+    match r.poll_op(NOW) {
+        Some(StoreOp::ReadPage { op, request }) => (op, request),
+        other => panic!("expected a read, got {other:?}"),
+    }
+}
+
+fn answer(r: &mut Relay, op: OpId, partitions: Vec<Vec<Row>>, tenants: Vec<Vec<Row>>) {
+    let page = Page {
+        xmin: u64::MAX,
+        partitions,
+        tenants,
+    };
+    r.handle_page(NOW, op, Ok(page));
+}
+
+fn delivered(r: &mut Relay) -> Vec<i64> {
+    std::iter::from_fn(|| r.poll_delivery())
+        .map(|row| row.id)
+        .collect()
+}
+
+fn expect_removal(r: &mut Relay) -> (OpId, Removal) {
+    expect_removal_at(r, NOW)
+}
+
+fn expect_removal_at(r: &mut Relay, now: Time) -> (OpId, Removal) {
+    match r.poll_op(now) {
+        Some(StoreOp::Remove { op, removal, .. }) => (op, removal),
+        other => panic!("expected a removal, got {other:?}"),
+    }
+}
+
+#[test]
+fn rows_go_out_in_page_order_and_the_cursor_follows() {
+    let mut r = relay(RelayConfig::new("a"), &[0]);
+    let (op, req) = expect_read(&mut r);
+    assert_eq!(req.partitions[0].after, None);
+    answer(
+        &mut r,
+        op,
+        vec![vec![row(1, 10, 0, b"t"), row(2, 11, 0, b"u")]],
+        vec![],
+    );
+    assert_eq!(delivered(&mut r), [1, 2]);
+    r.handle_wakeup(NOW);
+    let (_, req) = expect_read(&mut r);
+    assert_eq!(req.partitions[0].after, Some(Position { xid: 11, id: 2 }));
+}
+
+#[test]
+fn an_idle_relay_polls_after_its_interval() {
+    let mut r = relay(RelayConfig::new("a"), &[0]);
+    let (op, _) = expect_read(&mut r);
+    answer(&mut r, op, vec![vec![]], vec![]);
+    assert!(r.poll_op(NOW).is_none());
+    let at = r.poll_timeout().expect("a poll is armed");
+    assert_eq!(at, NOW + DEFAULT_POLL_INTERVAL);
+    r.handle_timeout(at);
+    assert!(matches!(r.poll_op(at), Some(StoreOp::ReadPage { .. })));
+}
+
+#[test]
+fn read_ahead_is_back_pressure_never_a_drop() {
+    let mut r = relay(RelayConfig::new("a").read_ahead(3).tenant_share(3), &[0]);
+    let (op, req) = expect_read(&mut r);
+    assert_eq!(req.partitions[0].limit, 3);
+    let rows: Vec<Row> = (1..=5).map(|i| row(i, 10 + i as u64, 0, b"t")).collect();
+    answer(&mut r, op, vec![rows], vec![]);
+    assert_eq!(delivered(&mut r), [1, 2, 3]);
+    assert_eq!(r.held(), 3);
+    // No room: no read, whatever wakes it.
+    r.handle_wakeup(NOW);
+    assert!(r.poll_op(NOW).is_none());
+    r.handle_done(NOW, 1, Done::Written);
+    let (op, removal) = expect_removal(&mut r);
+    assert_eq!(removal.delete, [1]);
+    r.handle_removed(
+        NOW,
+        op,
+        Ok(Removed {
+            deleted: vec![1],
+            ..Removed::default()
+        }),
+    );
+    // Room again: the next read starts after the last row taken (3).
+    let (_, req) = expect_read(&mut r);
+    assert_eq!(req.partitions[0].after, Some(Position { xid: 13, id: 3 }));
+}
+
+#[test]
+fn a_saturated_tenant_is_read_past_and_caught_up_in_order() {
+    let config = RelayConfig::new("a").read_ahead(100).tenant_share(2);
+    let mut r = relay(config, &[0]);
+    let (op, _) = expect_read(&mut r);
+    let page = vec![
+        row(1, 10, 0, b"a"),
+        row(2, 11, 0, b"a"),
+        row(3, 12, 0, b"a"),
+        row(4, 13, 0, b"b"),
+        row(5, 14, 0, b"a"),
+        row(6, 15, 0, b"b"),
+    ];
+    answer(&mut r, op, vec![page], vec![]);
+    // Tenant a holds its share; b is read past it (S-W8, S-T9).
+    assert_eq!(delivered(&mut r), [1, 2, 4, 6]);
+    for id in [1, 2] {
+        r.handle_done(NOW, id, Done::Written);
+    }
+    let (op, removal) = expect_removal(&mut r);
+    assert_eq!(removal.delete, [1, 2]);
+    r.handle_removed(NOW, op, Ok(Removed::default()));
+    let (op, req) = expect_read(&mut r);
+    assert_eq!(req.partitions[0].after, Some(Position { xid: 15, id: 6 }));
+    let catch_up = &req.tenants[0];
+    assert_eq!(catch_up.tenant, b"a");
+    assert_eq!(catch_up.after, Some(Position { xid: 11, id: 2 }));
+    assert_eq!(catch_up.until, Position { xid: 15, id: 6 });
+    // Its rows come back in order, then it rejoins the flow.
+    let later_a = row(7, 16, 0, b"a");
+    answer(
+        &mut r,
+        op,
+        vec![vec![later_a]],
+        vec![vec![row(3, 12, 0, b"a"), row(5, 14, 0, b"a")]],
+    );
+    assert_eq!(delivered(&mut r), [3, 5]);
+    assert!(r.tenants.saturated.contains(&b"a".to_vec()));
+}
+
+#[test]
+fn removals_go_in_delivery_order_one_at_a_time_and_retry_alike() {
+    let mut r = relay(RelayConfig::new("a"), &[0]);
+    let (op, _) = expect_read(&mut r);
+    let rows = vec![
+        row(1, 10, 0, b"t"),
+        row(2, 10, 0, b"t"),
+        row(3, 11, 0, b"t"),
+    ];
+    answer(&mut r, op, vec![rows], vec![]);
+    delivered(&mut r);
+    // 2 ends before 1: nothing is removable until 1 ends (a suffix stays).
+    r.handle_done(NOW, 2, Done::Written);
+    assert!(r.poll_op(NOW).is_none());
+    r.handle_done(NOW, 1, Done::Written);
+    let (op, first) = expect_removal(&mut r);
+    assert_eq!(first.delete, [1, 2]);
+    r.handle_done(
+        NOW,
+        3,
+        Done::GivenUp {
+            reason: DeadReason::Terminal,
+            attempts: 4,
+        },
+    );
+    assert!(r.poll_op(NOW).is_none(), "one removal in flight");
+    let failure = StoreError::new(StoreErrorKind::Unknown, None, "reply lost");
+    r.handle_removed(NOW, op, Err(failure));
+    assert!(r.poll_op(NOW).is_none(), "after a backoff");
+    let at = r.poll_timeout().unwrap();
+    assert_eq!(at, NOW + Duration::from_millis(100));
+    r.handle_timeout(at);
+    let (op, again) = expect_removal_at(&mut r, at);
+    assert_eq!(again, first, "the same removal, nothing newer before it");
+    r.handle_removed(at, op, Ok(Removed::default()));
+    let (_, next) = expect_removal_at(&mut r, at);
+    assert_eq!(
+        next.dead,
+        [DeadLetterRow {
+            id: 3,
+            reason: DeadReason::Terminal,
+            attempts: 4
+        }]
+    );
+}
+
+#[test]
+fn a_handed_over_row_keeps_every_later_row_of_its_tenant() {
+    let mut r = relay(RelayConfig::new("a"), &[0]);
+    let (op, _) = expect_read(&mut r);
+    answer(
+        &mut r,
+        op,
+        vec![vec![row(1, 10, 0, b"t"), row(2, 11, 0, b"t")]],
+        vec![],
+    );
+    delivered(&mut r);
+    r.handle_done(NOW, 1, Done::HandedOver);
+    r.handle_done(NOW, 2, Done::Written);
+    assert!(r.poll_op(NOW).is_none(), "no removal: 1 and 2 stay");
+    assert_eq!((r.held(), r.open()), (0, 0));
+}
+
+#[test]
+fn poisoned_rows_are_dead_lettered_and_suspects_go_alone() {
+    let mut r = relay(RelayConfig::new("a"), &[0, 1]);
+    let (op, _) = expect_read(&mut r);
+    let mut poison = row(1, 10, 0, b"p");
+    poison.crashes = DEFAULT_MAX_CRASH_ATTEMPTS;
+    let mut suspect = row(2, 11, 0, b"s");
+    suspect.crashes = 1;
+    let healthy = row(3, 12, 0, b"h");
+    answer(
+        &mut r,
+        op,
+        vec![vec![poison, suspect, healthy], vec![row(4, 13, 1, b"x")]],
+        vec![],
+    );
+    assert_eq!(delivered(&mut r), [2], "the suspect alone");
+    assert!(std::iter::from_fn(|| r.poll_event()).any(|e| e == RelayEvent::Quarantined { id: 2 }));
+    let (rop, removal) = expect_removal(&mut r);
+    assert_eq!(removal.dead[0].reason, DeadReason::Poisoned);
+    r.handle_removed(NOW, rop, Ok(Removed::default()));
+    r.handle_wakeup(NOW);
+    assert!(
+        r.poll_op(NOW).is_none(),
+        "no read while the suspect is alone"
+    );
+    r.handle_done(NOW, 2, Done::Written);
+    let (rop, removal) = expect_removal(&mut r);
+    assert_eq!(removal.delete, [2]);
+    r.handle_removed(NOW, rop, Ok(Removed::default()));
+    let (_, req) = expect_read(&mut r);
+    assert_eq!(req.partitions[0].after, Some(Position { xid: 11, id: 2 }));
+    assert_eq!(req.partitions[1].after, None, "partition 1 was not taken");
+}
+
+#[test]
+fn a_suspect_waits_for_open_rows_then_is_read_first() {
+    let mut r = relay(RelayConfig::new("a"), &[0, 1]);
+    let (op, _) = expect_read(&mut r);
+    let mut suspect = row(2, 11, 1, b"s");
+    suspect.crashes = 2;
+    answer(
+        &mut r,
+        op,
+        vec![
+            vec![row(1, 10, 0, b"h")],
+            vec![suspect, row(3, 12, 1, b"z")],
+        ],
+        vec![],
+    );
+    assert_eq!(delivered(&mut r), [1]);
+    r.handle_wakeup(NOW);
+    assert!(r.poll_op(NOW).is_none(), "draining: row 1 is open");
+    r.handle_done(NOW, 1, Done::Written);
+    let (_, _removal) = expect_removal(&mut r);
+    let (op, req) = expect_read(&mut r);
+    assert_eq!(req.partitions.len(), 1, "only where the suspect is");
+    assert_eq!(req.partitions[0].partition, 1);
+    let mut suspect = row(2, 11, 1, b"s");
+    suspect.crashes = 2;
+    answer(&mut r, op, vec![vec![suspect, row(3, 12, 1, b"z")]], vec![]);
+    assert_eq!(delivered(&mut r), [2]);
+}
+
+#[test]
+fn unknown_versions_stay_and_hold_their_tenant_retired_ones_are_dead_lettered() {
+    let config = RelayConfig::new("a")
+        .known_versions([1])
+        .retired_versions([0]);
+    let mut r = relay(config, &[0]);
+    let (op, _) = expect_read(&mut r);
+    let mut newer = row(1, 10, 0, b"n");
+    newer.codec_version = 2;
+    let mut after_newer = row(2, 11, 0, b"n");
+    after_newer.codec_version = 1;
+    let mut other = row(3, 12, 0, b"o");
+    other.codec_version = 1;
+    let retired = row(4, 13, 0, b"r");
+    answer(
+        &mut r,
+        op,
+        vec![vec![newer, after_newer, other, retired]],
+        vec![],
+    );
+    assert_eq!(delivered(&mut r), [3]);
+    let events: Vec<RelayEvent> = std::iter::from_fn(|| r.poll_event()).collect();
+    assert!(events.contains(&RelayEvent::UnknownVersion {
+        id: 1,
+        partition: 0,
+        version: 2
+    }));
+    let (_, removal) = expect_removal(&mut r);
+    assert_eq!(removal.dead[0].id, 4);
+    assert_eq!(removal.dead[0].reason, DeadReason::RetiredVersion);
+    assert!(!removal.delete.contains(&1) && !removal.delete.contains(&2));
+}
+
+#[test]
+fn a_stale_fence_drops_the_partition() {
+    let mut r = relay(RelayConfig::new("a"), &[0, 1]);
+    let (op, _) = expect_read(&mut r);
+    answer(
+        &mut r,
+        op,
+        vec![vec![row(1, 10, 0, b"t")], vec![row(2, 11, 1, b"u")]],
+        vec![],
+    );
+    delivered(&mut r);
+    r.handle_done(NOW, 1, Done::Written);
+    r.handle_done(NOW, 2, Done::Written);
+    let (op, removal) = expect_removal(&mut r);
+    assert_eq!(removal.delete, [1, 2]);
+    r.handle_removed(
+        NOW,
+        op,
+        Ok(Removed {
+            deleted: vec![2],
+            dead: vec![],
+            stale: vec![0],
+        }),
+    );
+    let events: Vec<RelayEvent> = std::iter::from_fn(|| r.poll_event()).collect();
+    assert!(events.contains(&RelayEvent::PartitionStale { partition: 0 }));
+    assert_eq!(r.partitions().map(|(p, _)| p).collect::<Vec<_>>(), [1]);
+    assert_eq!(r.held(), 0);
+}
+
+#[test]
+fn a_write_waits_for_its_in_flight_record() {
+    let mut r = relay(RelayConfig::new("a"), &[0]);
+    let (op, _) = expect_read(&mut r);
+    answer(
+        &mut r,
+        op,
+        vec![vec![row(1, 10, 0, b"t"), row(2, 10, 0, b"t")]],
+        vec![],
+    );
+    delivered(&mut r);
+    r.handle_write_started(NOW, vec![1, 2]);
+    let Some(StoreOp::RecordAttempt { op, fence, record }) = r.poll_op(NOW) else {
+        panic!("the record goes first")
+    };
+    assert_eq!(fence.epochs, [(0, 1)]);
+    assert_eq!(record.ids, [1, 2]);
+    r.handle_attempt_recorded(NOW, op, Ok(Fenced::Done(())));
+    assert_eq!(
+        r.poll_event(),
+        Some(RelayEvent::AttemptRecorded { first_id: 1 })
+    );
+}
+
+#[test]
+fn bad_configs_are_refused() {
+    let ok = RelayConfig::new("a");
+    assert!(Relay::new(ok.clone()).is_ok());
+    assert_eq!(
+        Relay::new(RelayConfig::new("")).unwrap_err(),
+        RelayConfigError::EmptyOwner
+    );
+    assert_eq!(
+        Relay::new(ok.clone().read_ahead(0)).unwrap_err(),
+        RelayConfigError::Zero
+    );
+    assert_eq!(
+        Relay::new(ok.clone().read_ahead(10).tenant_share(11)).unwrap_err(),
+        RelayConfigError::ShareAboveReadAhead
+    );
+    assert_eq!(
+        Relay::new(ok.clone().max_crash_attempts(0)).unwrap_err(),
+        RelayConfigError::Zero
+    );
+    assert_eq!(
+        Relay::new(ok.clone().known_versions([])).unwrap_err(),
+        RelayConfigError::NoKnownVersion
+    );
+    assert_eq!(
+        Relay::new(ok.retired_versions([0])).unwrap_err(),
+        RelayConfigError::KnownAndRetired(0)
+    );
+}
