@@ -148,7 +148,9 @@ impl World {
     async fn run_relay(&mut self) {
         self.relay.handle_wakeup(self.now);
         for _ in 0..64 {
-            let Some(op) = self.relay.poll_op(self.now) else { break };
+            let Some(op) = self.relay.poll_op(self.now) else {
+                break;
+            };
             match op {
                 StoreOp::ReadPage { op, request } => {
                     let page = self.store.read_page(&request).await;
@@ -158,7 +160,11 @@ impl World {
                     let done = self.store.remove(&fence, &removal).await;
                     self.relay.handle_removed(self.now, op, done);
                 }
-                StoreOp::RecordCrashes { op, fence, partition } => {
+                StoreOp::RecordCrashes {
+                    op,
+                    fence,
+                    partition,
+                } => {
                     let done = self.store.record_crashes(&fence, partition).await;
                     self.relay.handle_crashes_recorded(self.now, op, done);
                 }
@@ -272,7 +278,10 @@ fn a_reader_of_ids_above_the_last_seen_fails_the_order_rule() {
         panic!("the planted reader passed 512 cases: the checks cannot see it")
     };
     let text = failure.to_string();
-    assert!(text.contains("never delivered") || text.contains("before row"), "{text}");
+    assert!(
+        text.contains("never delivered") || text.contains("before row"),
+        "{text}"
+    );
 }
 
 /// The smallest case of the bug, by hand: a transaction that staged first
@@ -280,11 +289,23 @@ fn a_reader_of_ids_above_the_last_seen_fails_the_order_rule() {
 #[test]
 fn a_late_commit_under_the_cursor_is_delivered_by_the_watermark_only() {
     use Action::*;
-    let late_first = [Begin, Begin, Stage(0, 0), Stage(1, 0), Commit(1), Relay, Complete, Relay, Commit(0)];
+    let late_first = [
+        Begin,
+        Begin,
+        Stage(0, 0),
+        Stage(1, 0),
+        Commit(1),
+        Relay,
+        Complete,
+        Relay,
+        Commit(0),
+    ];
     assert_eq!(run(ReadOrder::Watermark, &late_first), Ok(()));
     let planted = run(ReadOrder::IdAboveLastSeen, &late_first);
     assert!(
-        planted.as_ref().is_err_and(|e| e.contains("never delivered")),
+        planted
+            .as_ref()
+            .is_err_and(|e| e.contains("never delivered")),
         "{planted:?}"
     );
 }

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use outbox::core::relay::{PageRequest, PartitionRead, ReadOrder, Row};
 use outbox::table::{
-    check, migrate, partition_of, OutboxTable, PgStore, SchemaError, StageError, Store,
-    TableNames, SCHEMA_VERSION,
+    check, migrate, partition_of, OutboxTable, PgStore, SchemaError, StageError, Store, TableNames,
+    SCHEMA_VERSION,
 };
 use tokio_postgres::Client;
 
@@ -34,8 +34,13 @@ async fn setup(test: &str, partitions: u32) -> Option<Pg> {
         .expect("pool");
     let name = common::servers::unique_name(test);
     let names = TableNames::new(&name).expect("name");
-    let m = migrate(&mut admin, &names, partitions).await.expect("migrate");
-    assert_eq!((m.from, m.to, m.partitions), (0, SCHEMA_VERSION, partitions));
+    let m = migrate(&mut admin, &names, partitions)
+        .await
+        .expect("migrate");
+    assert_eq!(
+        (m.from, m.to, m.partitions),
+        (0, SCHEMA_VERSION, partitions)
+    );
     let store = PgStore::new(pool.clone(), config, names.clone());
     Some(Pg {
         admin,
@@ -68,7 +73,10 @@ impl Pg {
         common::servers::eventually("the watermark", Duration::from_secs(20), || async {
             let xmin: i64 = self
                 .admin
-                .query_one("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint", &[])
+                .query_one(
+                    "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint",
+                    &[],
+                )
                 .await
                 .unwrap()
                 .get(0);
@@ -78,7 +86,11 @@ impl Pg {
         let request = PageRequest {
             order: ReadOrder::Watermark,
             partitions: (0..partitions)
-                .map(|p| PartitionRead { partition: p, after: None, limit: 1000 })
+                .map(|p| PartitionRead {
+                    partition: p,
+                    after: None,
+                    limit: 1000,
+                })
                 .collect(),
             tenants: vec![],
         };
@@ -94,13 +106,17 @@ impl Pg {
 /// cannot run against is refused, one it can is accepted.
 #[tokio::test]
 async fn migrations_apply_once_and_refuse_what_they_do_not_know() {
-    let Some(mut pg) = setup("tbl_migrate", 4).await else { return };
+    let Some(mut pg) = setup("tbl_migrate", 4).await else {
+        return;
+    };
     let again = migrate(&mut pg.admin, &pg.names, 4).await.expect("again");
     assert_eq!((again.from, again.to), (SCHEMA_VERSION, SCHEMA_VERSION));
     let url = std::env::var(common::postgres::VAR).unwrap();
     let mut clients = Vec::new();
     for _ in 0..3 {
-        let (c, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+        let (c, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
         tokio::spawn(conn);
         clients.push(c);
     }
@@ -120,7 +136,10 @@ async fn migrations_apply_once_and_refuse_what_they_do_not_know() {
         .get(0);
     assert_eq!(n, i64::from(SCHEMA_VERSION));
     let other_p = migrate(&mut pg.admin, &pg.names, 8).await;
-    assert!(matches!(other_p, Err(SchemaError::Partitions { table: 4, asked: 8 })));
+    assert!(matches!(
+        other_p,
+        Err(SchemaError::Partitions { table: 4, asked: 8 })
+    ));
     let schema = pg.store.schema().await.expect("schema");
     assert_eq!((schema.version, schema.partitions), (SCHEMA_VERSION, 4));
     // A newer additive migration (min_reader within reach) runs; one
@@ -131,9 +150,15 @@ async fn migrations_apply_once_and_refuse_what_they_do_not_know() {
             pg.names.schema()
         )
     };
-    pg.admin.batch_execute(&add(SCHEMA_VERSION + 1, SCHEMA_VERSION)).await.unwrap();
+    pg.admin
+        .batch_execute(&add(SCHEMA_VERSION + 1, SCHEMA_VERSION))
+        .await
+        .unwrap();
     check(&pg.store.schema().await.unwrap()).expect("an additive newer schema runs");
-    pg.admin.batch_execute(&add(SCHEMA_VERSION + 2, SCHEMA_VERSION + 2)).await.unwrap();
+    pg.admin
+        .batch_execute(&add(SCHEMA_VERSION + 2, SCHEMA_VERSION + 2))
+        .await
+        .unwrap();
     let newer = pg.store.schema().await.unwrap();
     assert!(matches!(check(&newer), Err(SchemaError::Unknown { .. })));
     assert!(matches!(
@@ -143,7 +168,9 @@ async fn migrations_apply_once_and_refuse_what_they_do_not_know() {
     pg.finish().await;
 }
 
-async fn futures_join<F: std::future::Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output>
+async fn futures_join<F: std::future::Future>(
+    futures: impl IntoIterator<Item = F>,
+) -> Vec<F::Output>
 where
     F::Output: Send + 'static,
     F: Send + 'static,
@@ -160,7 +187,9 @@ where
 /// carries its queue autovacuum settings.
 #[tokio::test]
 async fn the_partition_function_matches_the_crate_and_vacuum_is_set_for_a_queue() {
-    let Some(pg) = setup("tbl_partition", 64).await else { return };
+    let Some(pg) = setup("tbl_partition", 64).await else {
+        return;
+    };
     let f = format!("\"{}_partition\"", pg.name);
     for i in 0u32..200 {
         let tenant: Vec<u8> = i.to_le_bytes().iter().chain(b"tenant").copied().collect();
@@ -174,11 +203,17 @@ async fn the_partition_function_matches_the_crate_and_vacuum_is_set_for_a_queue(
     }
     let opts: Vec<String> = pg
         .admin
-        .query_one("SELECT reloptions FROM pg_class WHERE relname = $1", &[&pg.name])
+        .query_one(
+            "SELECT reloptions FROM pg_class WHERE relname = $1",
+            &[&pg.name],
+        )
         .await
         .unwrap()
         .get(0);
-    assert!(opts.contains(&"autovacuum_vacuum_scale_factor=0".to_owned()), "{opts:?}");
+    assert!(
+        opts.contains(&"autovacuum_vacuum_scale_factor=0".to_owned()),
+        "{opts:?}"
+    );
     pg.finish().await;
 }
 
@@ -187,11 +222,16 @@ async fn the_partition_function_matches_the_crate_and_vacuum_is_set_for_a_queue(
 /// fails before anything is sent; the database's error comes back.
 #[tokio::test]
 async fn staging_commits_and_rolls_back_with_the_callers_transaction() {
-    let Some(pg) = setup("tbl_stage", 4).await else { return };
+    let Some(pg) = setup("tbl_stage", 4).await else {
+        return;
+    };
     let table: OutboxTable<u64, String> = OutboxTable::new(&pg.name).unwrap().codec_version(7);
     let mut client = pg.pool.get().await.unwrap();
     let tx = client.transaction().await.unwrap();
-    table.stage(&*tx, &1, &"rolled back".to_owned()).await.unwrap();
+    table
+        .stage(&*tx, &1, &"rolled back".to_owned())
+        .await
+        .unwrap();
     tx.rollback().await.unwrap();
     let tx = client.transaction().await.unwrap();
     let id = table.stage(&*tx, &1, &"kept".to_owned()).await.unwrap();
@@ -216,7 +256,10 @@ async fn staging_commits_and_rolls_back_with_the_callers_transaction() {
     let bad: OutboxTable<u64, String> = OutboxTable::new("no_such_outbox_table").unwrap();
     let tx = client.transaction().await.unwrap();
     let err = bad.stage(&*tx, &1, &"x".to_owned()).await.unwrap_err();
-    assert!(matches!(err, StageError::Database(ref e) if e.sqlstate() == Some("42P01")), "{err}");
+    assert!(
+        matches!(err, StageError::Database(ref e) if e.sqlstate() == Some("42P01")),
+        "{err}"
+    );
     drop(tx);
     pg.finish().await;
 }
@@ -224,7 +267,9 @@ async fn staging_commits_and_rolls_back_with_the_callers_transaction() {
 /// S-T10: an item the codec refuses is an error before any statement.
 #[tokio::test]
 async fn an_unencodable_item_is_refused_before_anything_is_sent() {
-    let Some(pg) = setup("tbl_unenc", 4).await else { return };
+    let Some(pg) = setup("tbl_unenc", 4).await else {
+        return;
+    };
     struct Refuse;
     impl outbox::codec::Codec<u64, u64> for Refuse {
         fn encode_tenant(&self, _: &u64, _: &mut Vec<u8>) -> Result<(), outbox::BoxError> {
@@ -248,8 +293,14 @@ async fn an_unencodable_item_is_refused_before_anything_is_sent() {
     let mut client = pg.pool.get().await.unwrap();
     let tx = client.transaction().await.unwrap();
     let items = [(1u64, 1u64), (1, 13)];
-    let err = table.stage_run(&*tx, items.iter().map(|(t, i)| (t, i))).await.unwrap_err();
-    assert!(matches!(err, StageError::Unencodable { index: 1, .. }), "{err}");
+    let err = table
+        .stage_run(&*tx, items.iter().map(|(t, i)| (t, i)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StageError::Unencodable { index: 1, .. }),
+        "{err}"
+    );
     // The transaction is untouched: it can still stage and commit.
     table.stage(&*tx, &1, &2).await.unwrap();
     tx.commit().await.unwrap();
@@ -261,15 +312,23 @@ async fn an_unencodable_item_is_refused_before_anything_is_sent() {
 #[cfg(feature = "sqlx")]
 #[tokio::test]
 async fn staging_in_a_sqlx_transaction() {
-    let Some(pg) = setup("tbl_sqlx", 4).await else { return };
+    let Some(pg) = setup("tbl_sqlx", 4).await else {
+        return;
+    };
     let url = std::env::var(common::postgres::VAR).unwrap();
     let pool = sqlx::PgPool::connect(&url).await.expect("sqlx pool");
     let table: OutboxTable<u64, String> = OutboxTable::new(&pg.name).unwrap();
     let mut tx = pool.begin().await.unwrap();
-    table.stage_sqlx(&mut *tx, &5, &"rolled back".to_owned()).await.unwrap();
+    table
+        .stage_sqlx(&mut *tx, &5, &"rolled back".to_owned())
+        .await
+        .unwrap();
     tx.rollback().await.unwrap();
     let mut tx = pool.begin().await.unwrap();
-    table.stage_sqlx(&mut *tx, &5, &"kept".to_owned()).await.unwrap();
+    table
+        .stage_sqlx(&mut *tx, &5, &"kept".to_owned())
+        .await
+        .unwrap();
     let run = [(6u64, "a".to_owned()), (6, "b".to_owned())];
     let n = table
         .stage_run_sqlx(&mut *tx, run.iter().map(|(t, i)| (t, i)))
@@ -278,7 +337,10 @@ async fn staging_in_a_sqlx_transaction() {
     assert_eq!(n, 2);
     tx.commit().await.unwrap();
     let rows = pg.rows(4).await;
-    let decoded: Vec<String> = rows.iter().map(|r| postcard::from_bytes(&r.item).unwrap()).collect();
+    let decoded: Vec<String> = rows
+        .iter()
+        .map(|r| postcard::from_bytes(&r.item).unwrap())
+        .collect();
     assert_eq!(decoded, ["kept", "a", "b"]);
     pool.close().await;
     pg.finish().await;
