@@ -168,12 +168,10 @@ async fn migrations_apply_once_and_refuse_what_they_do_not_know() {
     pg.finish().await;
 }
 
-async fn futures_join<F: std::future::Future>(
-    futures: impl IntoIterator<Item = F>,
-) -> Vec<F::Output>
+async fn futures_join<F>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output>
 where
+    F: std::future::Future + Send + 'static,
     F::Output: Send + 'static,
-    F: Send + 'static,
 {
     let handles: Vec<_> = futures.into_iter().map(tokio::spawn).collect();
     let mut out = Vec::new();
@@ -320,18 +318,18 @@ async fn staging_in_a_sqlx_transaction() {
     let table: OutboxTable<u64, String> = OutboxTable::new(&pg.name).unwrap();
     let mut tx = pool.begin().await.unwrap();
     table
-        .stage_sqlx(&mut *tx, &5, &"rolled back".to_owned())
+        .stage_sqlx(&mut tx, &5, &"rolled back".to_owned())
         .await
         .unwrap();
     tx.rollback().await.unwrap();
     let mut tx = pool.begin().await.unwrap();
     table
-        .stage_sqlx(&mut *tx, &5, &"kept".to_owned())
+        .stage_sqlx(&mut tx, &5, &"kept".to_owned())
         .await
         .unwrap();
     let run = [(6u64, "a".to_owned()), (6, "b".to_owned())];
     let n = table
-        .stage_run_sqlx(&mut *tx, run.iter().map(|(t, i)| (t, i)))
+        .stage_run_sqlx(&mut tx, run.iter().map(|(t, i)| (t, i)))
         .await
         .unwrap();
     assert_eq!(n, 2);

@@ -29,7 +29,7 @@ pub mod schema;
 #[cfg(feature = "sqlx")]
 mod sqlx;
 mod stage;
-mod store;
+pub mod store;
 
 #[cfg(feature = "testkit")]
 pub mod model;

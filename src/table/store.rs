@@ -1,7 +1,7 @@
 //! The store interface (S-T24): every operation the relay, the lease
 //! policy and the sink's epoch check run against the outbox table's
 //! database. Two implementations: [`PgStore`](super::PgStore), the SQL,
-//! and (feature `testkit`) [`model::ModelStore`](super::model::ModelStore),
+//! and (feature `testkit`) `model::ModelStore`,
 //! an in-memory model of PostgreSQL's semantics for the simulation; one
 //! conformance suite (`tests/table_conformance.rs`) runs against both
 //! (S-T27).

@@ -158,7 +158,7 @@ fn a_saturated_tenant_is_read_past_and_caught_up_in_order() {
         vec![vec![row(3, 12, 0, b"a"), row(5, 14, 0, b"a")]],
     );
     assert_eq!(delivered(&mut r), [3, 5]);
-    assert!(r.tenants.saturated.contains(&b"a".to_vec()));
+    assert!(r.tenants.saturated.contains(b"a".as_slice()));
 }
 
 #[test]
