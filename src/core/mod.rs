@@ -30,6 +30,7 @@ mod config;
 mod engine;
 mod group;
 pub mod journal;
+pub mod lease;
 pub mod relay;
 mod schedule;
 mod shrink;
