@@ -289,4 +289,44 @@ mod tests {
         let again = Plan::new(16, ids(3), owners_of(&plan));
         assert_eq!(plan, again);
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 256, failure_persistence: None, ..Default::default() })]
+
+        /// S-L18, S-L19 from any table: shares within one (or one each
+        /// and stand-bys beyond P); the plan's own result is a fixed
+        /// point; from it, a join moves exactly the joiner's share and a
+        /// leave exactly the leaver's partitions.
+        #[test]
+        fn plans_are_balanced_stable_and_move_only_what_they_must(
+            n in 1usize..9,
+            p in 1u32..80,
+            owners in proptest::collection::vec(proptest::option::of(0usize..12), 80),
+            leaver in 0usize..9,
+        ) {
+            let members = ids(n);
+            let all = ids(12);
+            let owners: Vec<(Partition, InstanceId)> = (0..p)
+                .filter_map(|q| owners[q as usize].map(|o| (Partition(q), all[o].clone())))
+                .collect();
+            let plan = Plan::new(p, members.clone(), owners);
+            let sizes: Vec<usize> = members.iter().map(|m| plan.share(m).len()).collect();
+            proptest::prop_assert_eq!(sizes.iter().sum::<usize>(), p as usize);
+            let (lo, hi) = (*sizes.iter().min().unwrap(), *sizes.iter().max().unwrap());
+            proptest::prop_assert!(hi - lo <= 1, "{:?}", sizes);
+            proptest::prop_assert_eq!(hi, (p as usize).div_ceil(n).max(1).min(p as usize));
+            let stable = Plan::new(p, members.clone(), owners_of(&plan));
+            proptest::prop_assert_eq!(&stable, &plan);
+            let mut more = members.clone();
+            more.push(all[n].clone());
+            let joined = Plan::new(p, more.clone(), owners_of(&plan));
+            proptest::prop_assert_eq!(moved(&plan, &joined), joined.share(&all[n]).len());
+            if n > 1 {
+                let gone = members[leaver % n].clone();
+                let rest: Vec<InstanceId> = members.iter().filter(|m| **m != gone).cloned().collect();
+                let left = Plan::new(p, rest, owners_of(&plan));
+                proptest::prop_assert_eq!(moved(&plan, &left), plan.share(&gone).len());
+            }
+        }
+    }
 }
