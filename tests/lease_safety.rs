@@ -11,7 +11,10 @@
 //! holder; granted epochs only grow, and an epoch is installed for one
 //! holder only; committed writes of a partition never go back in epoch.
 //! Then, once the faults heal, every partition is owned by exactly one
-//! instance, the shares balanced.
+//! instance, the shares balanced, and the timing facts hold from whatever
+//! the faults left: a host that joins owns its share within two renewal
+//! periods of its first heartbeat, and a dead owner's partitions are owned
+//! again within one ttl, one renewal period and one acquire poll.
 //!
 //! Cases: `OUTBOX_LEASE_CASES` (default 96) from a fixed seed
 //! (`OUTBOX_LEASE_SEED` explores others); failures are kept in
@@ -125,13 +128,14 @@ fn case() -> impl Strategy<Value = Case> {
         })
 }
 
-const NAMES: [&str; 5] = ["h0", "h1", "h2", "h3", "h4"];
+const NAMES: [&str; 6] = ["h0", "h1", "h2", "h3", "h4", "h5"];
 
 /// Schedules the case's starts and faults; clock steps are kept at least
 /// 2.5 ttls apart per clock, so no ttl window holds two (the drift budget,
 /// S-L7). Returns the world and when the last fault ends.
 fn world(c: &Case, setup: Setup) -> (World, Time) {
-    let mut w = World::new(setup, &NAMES[..c.hosts]);
+    // One more host than the case's: the joiner of the timing checks.
+    let mut w = World::new(setup, &NAMES[..=c.hosts]);
     for h in 0..c.hosts {
         w.at(
             ms(c.starts[h].min(if h == 0 { 0 } else { 3_000 })),
@@ -198,7 +202,7 @@ fn run(c: &Case, setup: Setup) -> World {
     let (mut w, end) = world(c, setup);
     w.run_until(end);
     // Heal: links and store fine; every host up (a crashed or left one is
-    // started again, a shut-down one too).
+    // started again, a shut-down one too), but the joiner.
     w.loss = 0;
     w.slow = Duration::ZERO;
     for h in 0..c.hosts {

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use super::id::{BadInstanceId, InstanceId};
 
-/// The most partitions an outbox table may have.
-pub const MAX_PARTITIONS: u32 = 4096;
+/// The most partitions an outbox table may have (as the table allows).
+pub const MAX_PARTITIONS: u32 = 65_536;
 
 /// A lease configuration value that makes no sense (S-L25). Each variant
 /// names the fields.
