@@ -29,10 +29,12 @@ impl World {
                 }
             })
             .collect();
+        let mut store = Store::new();
+        store.renew_needs_live = rng.percent(50);
         World {
             setup,
             t: Time::ZERO,
-            store: Store::new(),
+            store,
             hosts,
             queue: BinaryHeap::new(),
             seq: 0,

@@ -40,6 +40,9 @@ pub struct Store {
     /// back).
     pub sink: BTreeMap<Partition, SinkRow>,
     pub clock: Clock,
+    /// Whether a renewal also requires the lease not to have expired (S-L5
+    /// allows either).
+    pub renew_needs_live: bool,
 }
 
 fn ns(d: std::time::Duration) -> i128 {
@@ -56,6 +59,7 @@ impl Store {
             tables: Tables::default(),
             sink: BTreeMap::new(),
             clock: Clock::exact(),
+            renew_needs_live: true,
         }
     }
 
@@ -134,7 +138,8 @@ impl Store {
                 let mut renewed = Vec::new();
                 for &(p, e) in leases {
                     if let Some(r) = tables.leases.get_mut(&p) {
-                        if r.owner == instance.as_str() && r.epoch == e.0 && r.expiry > now {
+                        let live = r.expiry > now || !self.renew_needs_live;
+                        if r.owner == instance.as_str() && r.epoch == e.0 && live {
                             r.expiry = now + ns(*ttl);
                             renewed.push(p);
                         }

@@ -44,7 +44,7 @@
 //! | heartbeat | upsert `(instance, expiry = now + member_ttl)`; read live members and every lease row's `(partition, owner)` | members, owners |
 //! | sink epochs | read the sink's epoch row of each partition | `(partition, epoch)` |
 //! | acquire | autocommit: take each row with no live owner (`expiry <= now`), `epoch = greatest(epoch, floor) + 1`, `expiry = now + ttl` | granted `(partition, epoch)` |
-//! | renew | autocommit: `expiry = now + ttl` where owner, epoch match and `expiry > now` | renewed partitions |
+//! | renew | autocommit: `expiry = now + ttl` where owner and epoch match (`expiry > now` optional) | renewed partitions |
 //! | install | at the sink, under `lock_timeout`: set `(epoch, holder)` where the row's epoch is lower; keep it where it is exactly this | the row's epoch, whether it is this holder's |
 //! | release | autocommit: `expiry = now` where owner and epoch match (owner and epoch kept) | done |
 //! | leave | delete the heartbeat row | done |

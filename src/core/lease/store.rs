@@ -79,11 +79,13 @@ pub enum StoreOp {
         /// must exceed both it and the row's.
         leases: Vec<(Partition, Epoch)>,
     },
-    /// Renew held leases (S-L5). One autocommit statement: `UPDATE ... SET
-    /// expiry = clock_timestamp() + ttl WHERE partition = $p AND owner =
-    /// $instance AND epoch = $e AND expiry > clock_timestamp()` for each
-    /// `(partition, epoch)`. Reply: [`Reply::Renewed`] with the partitions
-    /// whose row matched; any other was refused (taken over, or lapsed).
+    /// Renew held leases (S-L5). One autocommit statement (or one per
+    /// lease, sent together): `UPDATE ... SET expiry = clock_timestamp() +
+    /// ttl WHERE partition = $p AND owner = $instance AND epoch = $e` for
+    /// each `(partition, epoch)`, optionally `AND expiry >
+    /// clock_timestamp()`. Reply: [`Reply::Renewed`] with the partitions
+    /// whose row matched; any other was refused (taken over, released or
+    /// lapsed).
     Renew {
         /// The holder.
         instance: InstanceId,
