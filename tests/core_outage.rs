@@ -98,6 +98,46 @@ fn s_r2_no_probe_timeout_without_a_tenant_ready() {
 }
 
 #[test]
+fn s_r2_the_probe_is_armed_while_a_group_of_several_slices_holds_one_slot() {
+    // S-F1: a group holds one concurrency slot whatever its slices. Found
+    // by the model test once it drew the breaker: with a group of two
+    // slices in flight and one of two slots free, the next probe was left
+    // out of `poll_timeout` (slices counted as slots), so a driver slept
+    // past it until the group came back (I11).
+    let mut w = World::new(
+        Config::builder()
+            .concurrency(2)
+            .max_slices_per_write(2)
+            .breaker(breaker(2)),
+    );
+    for t in 1..=4 {
+        w.stage_ok(t, [t]);
+    }
+    let a = w.e.poll_group(w.now).expect("tenants 1 and 2");
+    let b = w.e.poll_group(w.now).expect("tenants 3 and 4");
+    assert_eq!((a.len(), b.len(), w.e.groups_in_flight()), (2, 2, 2));
+    for x in b {
+        w.fail(x);
+    }
+    assert_eq!(
+        w.e.breaker(),
+        BreakerState::Open {
+            next_probe: ms(100)
+        }
+    );
+    // Tenants 3 and 4 are ready again at 50 (their backoff); group `a`
+    // still holds one slot of two.
+    w.at(50);
+    assert_eq!(w.e.groups_in_flight(), 1);
+    assert_eq!(w.e.poll_timeout(), Some(ms(100)), "the probe is armed");
+    w.at(100);
+    let probe = w.e.poll_group(w.now).expect("the probe");
+    assert_eq!(probe.len(), 1, "a probe goes alone");
+    assert_eq!(w.e.breaker(), BreakerState::Probing { probe: probe[0].id });
+    drop(a);
+}
+
+#[test]
 fn s_r2_a_late_success_of_an_older_write_closes() {
     let mut w = World::new(Config::builder().breaker(breaker(2)));
     for t in 1..=3 {

@@ -1427,13 +1427,14 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// The driver calls [`handle_timeout`](Self::handle_timeout) then.
     pub fn poll_timeout(&self) -> Option<Time> {
         let timer = self.sched.next_timeout();
-        // Only a probe that could start then: a write slot free and a
-        // tenant ready. Otherwise the next input (a write's end, a timer)
-        // re-arms it, and an idle breaker arms nothing.
+        // Only a probe that could start then: a write slot free (a group
+        // holds one, whatever its slices, S-F1) and a tenant ready.
+        // Otherwise the next input (a write's end, a timer) re-arms it,
+        // and an idle breaker arms nothing.
         let probe = self.breaker.next_probe().filter(|_| {
             self.life != Life::Closed
                 && self.sched.has_ready()
-                && self.in_flight.len() < self.config.concurrency
+                && self.groups.len() < self.config.concurrency
         });
         match (timer, probe) {
             (Some(a), Some(b)) => Some(a.min(b)),
