@@ -12,6 +12,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use super::canary;
 use super::time::Time;
 use super::write::{Failure, WriteId};
 
@@ -127,6 +128,8 @@ fn verdict(failure: Option<Failure>) -> Verdict {
     match failure {
         None | Some(Failure::Rejected) => Verdict::Up,
         Some(Failure::Cancelled) => Verdict::Moot,
+        // Canary (issue 26): a timeout counted neither way.
+        Some(Failure::Timeout) if canary::on(canary::BREAKER_TIMEOUT) => Verdict::Moot,
         Some(_) => Verdict::Down,
     }
 }

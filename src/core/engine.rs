@@ -11,6 +11,7 @@ use super::admission::Handoff;
 use super::backlog::{take_front, Phase, Retry, Tenant};
 use super::backoff::Backoff;
 use super::breaker::{Breaker, BreakerState};
+use super::canary;
 use super::config::{Config, ConfigError, ErrorPolicy};
 use super::group::{GroupId, Groups};
 use super::schedule::{Due, Schedule};
@@ -896,7 +897,12 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             if self.expire(&tenant) {
                 continue;
             }
-            let slice = self.start_slice(tenant, group);
+            let mut slice = self.start_slice(tenant, group);
+            // Canary (issue 26): a retry takes its group mate's items.
+            if slice.attempt > 1 && canary::on(canary::GROUP_RETRY_SWAP) {
+                let mate = slices.last_mut().expect("a group has its first slice");
+                mem::swap(&mut slice.items, &mut mate.items);
+            }
             items += slice.items.len();
             slices.push(slice);
         }
@@ -998,7 +1004,9 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         let weigher = self.weigher.as_deref();
         let t = self.tenants.get_mut(tenant).expect("ready tenant exists");
         let mut runs = Vec::new();
-        let retry_expired = t.retry.as_ref().is_some_and(|r| r.oldest < cutoff);
+        // Canary (issue 26): a retry slice that never expires.
+        let retry_expired = t.retry.as_ref().is_some_and(|r| r.oldest < cutoff)
+            && !canary::on(canary::EXPIRED_RETRY);
         if retry_expired {
             let r = t.retry.take().expect("just checked");
             runs.push((r.items, r.bytes));
@@ -1100,8 +1108,16 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                 SettledAs::Lost
             }
         });
+        // Canary (issue 26): a commit on the last allowed attempt dead-lettered.
+        let items = if self.config.max_attempts == Some(rec.attempt)
+            && canary::on(canary::WRITTEN_DEAD_LETTER)
+        {
+            self.dead_letter_at_run_time(&rec.tenant, write.items, DeadReason::RetriesExhausted)
+        } else {
+            write.items
+        };
         self.schedule_after_write(rec.tenant);
-        write.items
+        items
     }
 
     /// A write attempt failed: its items are kept for a retry with the

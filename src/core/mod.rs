@@ -26,6 +26,7 @@ mod admission;
 mod backlog;
 mod backoff;
 mod breaker;
+mod canary;
 mod config;
 mod engine;
 mod group;
