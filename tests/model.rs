@@ -1,22 +1,28 @@
 //! Model test (proptest-state-machine): a deliberately simple reference
 //! model of the outbox predicts every write the engine hands out (tenant,
 //! items, attempt), every counter, every flush/settle/shutdown answer,
-//! every loss and drop per tenant and reason, and the next timeout, and is
-//! checked after every op. The same ops also run through the shared
-//! invariant-checking `Harness`.
+//! every loss and drop per tenant and reason, every run-time dead letter,
+//! the breaker's state and the next timeout, and is checked after every
+//! op. The same ops also run through the shared invariant-checking
+//! `Harness`.
 //!
 //! The model is plain: per-tenant FIFO queues, a FIFO of ready tenants,
-//! one timer list ordered by (instant, arming order), no scheduling
-//! cleverness. The config space keeps it that way (no linger, no jitter,
-//! no byte limits) while covering retry/backoff, the drop policy,
-//! max_batch, capacity, tenant capacity, retry limits, write timeouts,
-//! flush, settle, shutdown with a deadline, abandon, terminal rejections
-//! and lost write tasks.
+//! one timer list ordered by (instant, arming order), a counter and a
+//! probe time for the breaker, no scheduling cleverness. The config space
+//! is every knob (docs/testing.md says what is predicted per knob):
+//! concurrency, capacity and `capacity_bytes`, tenant quotas, `max_batch`
+//! and `max_batch_bytes`, linger, backoff with jitter (the seeded draw of
+//! S-B2, S-B4), retry limits, the drop policy, write timeouts, fan-in
+//! groups, the breaker, `max_item_age` and run-time dead letters; and the
+//! ops cover flush, settle, shutdown with a deadline, abandon, terminal
+//! rejections and lost write tasks.
 //!
 //! Transitions are `outbox::testkit::Op`s and configs are `ConfigDraw`s, so
 //! a failure replays in the fuzz target and the simulation's fast world.
 //! Run longer or elsewhere with `OUTBOX_MODEL_CASES=100000
 //! OUTBOX_MODEL_SEED=7 cargo test --features arbitrary --test model`.
+//! With the feature `canary`, `every_canary_fails_the_model` runs the
+//! model under each of the engine's planted bugs (`OUTBOX_CANARY`).
 
 #![cfg(feature = "arbitrary")]
 
@@ -25,13 +31,15 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use outbox::core::{
-    Config, Counters, DropReason, Engine, ErrorPolicy, Event, Failure, LostReason, Outcome, Report,
-    Staged, Time, Write, WriteId,
+    BreakerConfig, BreakerState, Config, Counters, DeadReason, DropReason, Engine, ErrorPolicy,
+    Event, Failure, LostReason, Outcome, Report, Staged, Time, Write, WriteId,
 };
-use outbox::testkit::{ConfigDraw, Harness, Op, OpOutcome};
+use outbox::testkit::{weight_of, ConfigDraw, Harness, Op, OpOutcome};
 use proptest::prelude::*;
 use proptest::test_runner::{FileFailurePersistence, RngSeed};
 use proptest_state_machine::{prop_state_machine, ReferenceStateMachine, StateMachineTest};
+use rand_chacha::ChaCha8Rng;
+use rand_core::{RngCore, SeedableRng};
 
 // ----- the model ---------------------------------------------------------
 
@@ -56,12 +64,14 @@ type Key = (Time, u64);
 enum Phase {
     Idle,
     Ready,
+    Lingering(Key),
     InFlight,
     BackingOff(Key),
 }
 
 #[derive(Clone, Copy, Debug)]
 enum Timer {
+    Linger(u8),
     Backoff(u8),
     Deadline(u64),
 }
@@ -77,8 +87,28 @@ struct Retry {
 #[derive(Clone, Debug)]
 struct MTenant {
     queue: VecDeque<u64>,
+    /// The bytes of `queue` (S-B5).
+    bytes: u64,
+    /// When the linger clock of `queue` started (S-A3): its oldest item's
+    /// stage, or the cut that left items behind.
+    waiting_since: Time,
     retry: Option<Retry>,
     phase: Phase,
+}
+
+/// The breaker (S-R1, S-R2), as the contract states it.
+#[derive(Clone, Debug, Default)]
+struct MBreaker {
+    /// Failed attempts in a row while closed.
+    failures: u32,
+    open: Option<MOpen>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct MOpen {
+    interval: Duration,
+    next_probe: Time,
+    probe: Option<u64>,
 }
 
 #[derive(Clone, Debug)]
@@ -125,6 +155,8 @@ struct Out {
     /// (tenant, "lost"/"dropped", reason) -> items
     losses: BTreeMap<(u8, &'static str, &'static str), u64>,
     held: Option<Vec<(u8, Vec<u64>)>>,
+    /// Run-time dead letters (S-R4), in the order handed out.
+    dead_letters: Vec<(u8, Vec<u64>, DeadReason)>,
 }
 
 /// The knobs the model reads, from the engine's own validated config.
@@ -132,16 +164,26 @@ struct Out {
 struct Knobs {
     concurrency: usize,
     capacity: Option<u64>,
+    capacity_bytes: Option<u64>,
     tenant_capacity: Option<usize>,
     max_batch: Option<usize>,
+    max_batch_bytes: Option<u64>,
+    linger: Duration,
     max_slices: usize,
     max_group_items: Option<usize>,
     initial: Duration,
     max: Duration,
+    /// Jitter in parts per million of the backoff.
+    jitter_ppm: u32,
     max_attempts: Option<u32>,
     max_retry: Option<Duration>,
     drop: bool,
     write_timeout: Option<Duration>,
+    breaker: Option<BreakerConfig>,
+    max_item_age: Option<Duration>,
+    dead_letters: bool,
+    /// Items weigh `weight_of(id)` bytes (a byte limit is set).
+    weighs: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -164,26 +206,43 @@ struct Model {
     fate: BTreeMap<u64, Fate>,
     waits: BTreeMap<u64, MWait>,
     shutdown: Option<MShutdown>,
+    /// When each item was staged, by item number (S-A3, S-R3).
+    staged_at: Vec<Time>,
+    /// Bytes pending (S-B5).
+    pending_bytes: u64,
+    /// Items numbered below this were staged before the latest flush or
+    /// first shutdown call: they skip linger (S-A3, S-A4).
+    flush_bound: u64,
+    breaker: MBreaker,
+    /// The jitter's generator (S-B2, S-B4).
+    rng: ChaCha8Rng,
     out: Out,
 }
 
 impl Model {
     fn new(draw: ConfigDraw, tenant_count: u8) -> Self {
         let c = draw.config();
-        assert!(c.linger().is_zero() && c.jitter() == 0.0 && !draw.weighs());
         let k = Knobs {
             concurrency: c.concurrency(),
             capacity: c.capacity().map(|v| v as u64),
+            capacity_bytes: c.capacity_bytes(),
             tenant_capacity: c.tenant_capacity(),
             max_batch: c.max_batch(),
+            max_batch_bytes: c.max_batch_bytes(),
+            linger: c.linger(),
             max_slices: c.max_slices_per_write(),
             max_group_items: c.max_group_items(),
             initial: c.initial_backoff(),
             max: c.max_backoff(),
+            jitter_ppm: (c.jitter() * 1_000_000.0).round() as u32,
             max_attempts: c.max_attempts(),
             max_retry: c.max_retry_duration(),
             drop: c.error_policy() == ErrorPolicy::Drop,
             write_timeout: c.write_timeout(),
+            breaker: c.breaker(),
+            max_item_age: c.max_item_age(),
+            dead_letters: c.dead_letters(),
+            weighs: draw.weighs(),
         };
         Model {
             draw,
@@ -204,6 +263,11 @@ impl Model {
             fate: BTreeMap::new(),
             waits: BTreeMap::new(),
             shutdown: None,
+            staged_at: Vec::new(),
+            pending_bytes: 0,
+            flush_bound: 0,
+            breaker: MBreaker::default(),
+            rng: ChaCha8Rng::seed_from_u64(c.seed()),
             out: Out::default(),
         }
     }
@@ -216,9 +280,27 @@ impl Model {
     fn tenant(&mut self, t: u8) -> &mut MTenant {
         self.tenants.entry(t).or_insert_with(|| MTenant {
             queue: VecDeque::new(),
+            bytes: 0,
+            waiting_since: Time::ZERO,
             retry: None,
             phase: Phase::Idle,
         })
+    }
+
+    /// An item's weight in bytes (0 when nothing is weighed).
+    fn weight(&self, item: u64) -> u64 {
+        if self.k.weighs {
+            weight_of(item)
+        } else {
+            0
+        }
+    }
+
+    /// With dead letters on, `items` are handed out (S-R4).
+    fn dead_letter(&mut self, t: u8, items: &[u64], reason: DeadReason) {
+        if self.k.dead_letters && !items.is_empty() {
+            self.out.dead_letters.push((t, items.to_vec(), reason));
+        }
     }
 
     fn fail_attempt(&mut self, kind: Failure) {
@@ -240,7 +322,11 @@ impl Model {
             .or_default() += n;
     }
 
-    fn backoff(&self, attempt: u32) -> Duration {
+    /// The wait after `attempt` failures in a row (S-W7), shortened by the
+    /// jitter's draw (S-B2): a 32-bit uniform draw of the config's seeded
+    /// ChaCha8 per backoff, taking up to `jitter` of it, so a seed draws
+    /// the same waits on every machine (S-B4).
+    fn backoff(&mut self, attempt: u32) -> Duration {
         let shift = attempt.saturating_sub(1);
         let base = if shift >= 64 {
             self.k.max
@@ -248,7 +334,82 @@ impl Model {
             let ns = self.k.initial.as_nanos() << shift;
             Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
         };
-        base.min(self.k.max)
+        let base = base.min(self.k.max);
+        if self.k.jitter_ppm == 0 {
+            return base;
+        }
+        let draw = u128::from(self.rng.next_u32());
+        let cut = (base.as_nanos() * u128::from(self.k.jitter_ppm) / 1_000_000 * draw) >> 32;
+        base - Duration::from_nanos(u64::try_from(cut).unwrap_or(u64::MAX))
+    }
+
+    // ----- the breaker (S-R1, S-R2) ------------------------------------------
+
+    fn breaker_may_start(&self) -> bool {
+        self.breaker
+            .open
+            .is_none_or(|o| o.probe.is_none() && o.next_probe <= self.now)
+    }
+
+    /// Write `id` started: while open, it is the probe.
+    fn breaker_started(&mut self, id: u64) {
+        if let Some(o) = self.breaker.open.as_mut() {
+            o.probe = Some(id);
+        }
+    }
+
+    /// Write `id`'s attempt ended (`None`: written). The sink answered
+    /// (written, rejected), failed, or we cancelled (neither way).
+    fn breaker_ended(&mut self, id: u64, failure: Option<Failure>) {
+        let up = matches!(failure, None | Some(Failure::Rejected));
+        let moot = failure == Some(Failure::Cancelled);
+        let now = self.now;
+        let b = &mut self.breaker;
+        let Some(config) = self.k.breaker else {
+            // Off: the run is still counted (the health snapshot's).
+            if up {
+                b.failures = 0;
+            } else if !moot {
+                b.failures = b.failures.saturating_add(1);
+            }
+            return;
+        };
+        match b.open.as_mut() {
+            None if up => b.failures = 0,
+            None if moot => {}
+            None => {
+                b.failures += 1;
+                if b.failures >= config.failures_to_open() {
+                    b.open = Some(MOpen {
+                        interval: config.first_probe_interval(),
+                        next_probe: now + config.first_probe_interval(),
+                        probe: None,
+                    });
+                }
+            }
+            Some(_) if up => {
+                b.open = None;
+                b.failures = 0;
+            }
+            Some(o) if o.probe == Some(id) => {
+                if !moot {
+                    o.interval = (o.interval * 2).min(config.probe_interval_cap());
+                }
+                o.next_probe = now + o.interval;
+                o.probe = None;
+            }
+            Some(_) => {}
+        }
+    }
+
+    fn breaker_state(&self) -> BreakerState {
+        match self.breaker.open {
+            None => BreakerState::Closed,
+            Some(MOpen { probe: Some(p), .. }) => BreakerState::Probing { probe: WriteId(p) },
+            Some(o) => BreakerState::Open {
+                next_probe: o.next_probe,
+            },
+        }
     }
 
     // ----- ops --------------------------------------------------------------
@@ -279,12 +440,20 @@ impl Model {
                 self.fire_due();
             }
             Op::AdvanceToTimeout => {
-                if let Some((at, _)) = self.timers.keys().next().copied() {
+                if let Some(at) = self.poll_timeout() {
                     self.now = self.now.max(at);
                     self.fire_due();
                 }
             }
-            Op::Flush { timeout_ms } | Op::Settle { timeout_ms } => {
+            Op::Flush { timeout_ms } => {
+                self.fire_due();
+                self.release_lingering();
+                self.flush_bound = self.next_item;
+                let id = self.next_wait;
+                self.next_wait += 1;
+                self.open_wait(id, timeout_ms);
+            }
+            Op::Settle { timeout_ms } => {
                 self.fire_due();
                 let id = self.next_wait;
                 self.next_wait += 1;
@@ -310,6 +479,8 @@ impl Model {
         let item = self.next_item;
         self.next_item += 1;
         self.c.staged += 1;
+        self.staged_at.push(self.now);
+        let w = self.weight(item);
         if self.life != Life::Open {
             self.lose(t, LostReason::Shutdown, 1);
             self.fate.insert(item, Fate::Lost);
@@ -317,7 +488,12 @@ impl Model {
             return;
         }
         let tenant_pending = self.tenant_pending(t);
-        let reason = if self.k.capacity.is_some_and(|cap| self.c.pending >= cap) {
+        let reason = if self.k.capacity.is_some_and(|cap| self.c.pending >= cap)
+            || self
+                .k
+                .capacity_bytes
+                .is_some_and(|cap| self.pending_bytes + w > cap)
+        {
             Some(DropReason::BufferFull)
         } else if self
             .k
@@ -335,13 +511,68 @@ impl Model {
             return;
         }
         self.c.pending += 1;
+        self.pending_bytes += w;
         self.fate.insert(item, Fate::Pending);
         self.out.staged.push(Staged::Accepted);
+        let now = self.now;
         let mt = self.tenant(t);
+        if mt.queue.is_empty() {
+            mt.waiting_since = now;
+        }
         mt.queue.push_back(item);
-        if mt.phase == Phase::Idle {
-            mt.phase = Phase::Ready;
-            self.ready.push_back(t);
+        mt.bytes += w;
+        let phase = mt.phase;
+        match phase {
+            // Nothing was pending: the item is after every flush.
+            Phase::Idle => self.ready_or_linger(t, false),
+            Phase::Lingering(key) if self.batch_full(t) => {
+                self.timers.remove(&key);
+                self.make_ready(t);
+            }
+            _ => {}
+        }
+    }
+
+    /// Whether `t`'s waiting backlog fills a batch (S-A3, S-W4, S-B5).
+    fn batch_full(&self, t: u8) -> bool {
+        let mt = &self.tenants[&t];
+        self.k.max_batch.is_some_and(|m| mt.queue.len() >= m)
+            || self.k.max_batch_bytes.is_some_and(|m| mt.bytes >= m)
+    }
+
+    fn make_ready(&mut self, t: u8) {
+        self.tenant(t).phase = Phase::Ready;
+        self.ready.push_back(t);
+    }
+
+    /// An idle tenant with waiting items (S-A3): ready now when nothing
+    /// lingers (no linger, `skip` for a flush or shutdown, its linger
+    /// over, a full batch), else lingering until its linger is over.
+    fn ready_or_linger(&mut self, t: u8, skip: bool) {
+        let until = self.tenants[&t].waiting_since + self.k.linger;
+        if skip || self.k.linger.is_zero() || until <= self.now || self.batch_full(t) {
+            self.make_ready(t);
+        } else {
+            let key = self.key(until);
+            self.timers.insert(key, Timer::Linger(t));
+            self.tenant(t).phase = Phase::Lingering(key);
+        }
+    }
+
+    /// A flush or shutdown sends every lingering tenant at once, in the
+    /// order their lingers would have ended (S-A3, S-A4).
+    fn release_lingering(&mut self) {
+        let lingering: Vec<(Key, u8)> = self
+            .timers
+            .iter()
+            .filter_map(|(k, t)| match t {
+                Timer::Linger(t) => Some((*k, *t)),
+                _ => None,
+            })
+            .collect();
+        for (key, t) in lingering {
+            self.timers.remove(&key);
+            self.make_ready(t);
         }
     }
 
@@ -378,50 +609,149 @@ impl Model {
         }
     }
 
-    fn poll(&mut self) {
-        while self.life != Life::Closed && self.groups_in_flight() < self.k.concurrency {
-            if self.ready.is_empty() {
-                break;
+    /// The next ready tenant with something to start once its items older
+    /// than `max_item_age` expired (S-R3), if a write may start: open, a
+    /// slot free (S-W3, S-F1) and the breaker letting it (S-R1).
+    fn next_ready(&mut self) -> Option<u8> {
+        loop {
+            let may = self.life != Life::Closed
+                && self.groups_in_flight() < self.k.concurrency
+                && self.breaker_may_start();
+            if !may {
+                return None;
             }
-            self.next_group += 1;
-            let group = self.next_group;
-            let mut slices = 0;
-            let mut items = 0;
-            while slices < self.k.max_slices {
-                let Some(&t) = self.ready.front() else {
-                    break;
-                };
-                let len = self.next_slice_len(t);
-                if slices > 0 && self.k.max_group_items.is_some_and(|cap| items + len > cap) {
-                    break;
-                }
-                self.ready.pop_front();
-                self.start(t, group);
-                slices += 1;
-                items += len;
+            let t = self.ready.pop_front()?;
+            if !self.expire(t) {
+                return Some(t);
             }
         }
     }
 
-    fn start(&mut self, t: u8, group: u64) {
+    fn poll(&mut self) {
+        while let Some(first) = self.next_ready() {
+            self.next_group += 1;
+            let group = self.next_group;
+            let mut slices = 1;
+            let mut items = self.start(first, group);
+            // While the breaker is open a probe goes alone (S-R1).
+            while slices < self.k.max_slices && self.breaker_may_start() {
+                let Some(&t) = self.ready.front() else {
+                    break;
+                };
+                // Sized before it expires anything (S-F2: at most this).
+                let len = self.next_slice_len(t);
+                if self.k.max_group_items.is_some_and(|cap| items + len > cap) {
+                    break;
+                }
+                self.ready.pop_front();
+                if self.expire(t) {
+                    continue;
+                }
+                items += self.start(t, group);
+                slices += 1;
+            }
+        }
+    }
+
+    /// Before `t`'s write starts, what was staged longer than
+    /// `max_item_age` ago is lost under `expired` (S-R3): its retry slice
+    /// whole, else its oldest waiting items. Returns whether nothing is
+    /// left to start now (`t` is then placed again).
+    fn expire(&mut self, t: u8) -> bool {
+        let Some(age) = self.k.max_item_age else {
+            return false;
+        };
+        let Some(cutoff) = self.now.as_nanos().checked_sub(age.as_nanos() as u64) else {
+            return false;
+        };
+        let old = |m: &Model, i: u64| m.staged_at[i as usize].as_nanos() < cutoff;
+        let mut runs = Vec::new();
+        let retry_expired = self.tenants[&t]
+            .retry
+            .as_ref()
+            .is_some_and(|r| old(self, r.items[0]));
+        if retry_expired {
+            runs.push(self.tenant(t).retry.take().expect("checked").items);
+        }
+        if self.tenants[&t].retry.is_none() {
+            let n = self.tenants[&t]
+                .queue
+                .iter()
+                .take_while(|i| old(self, **i))
+                .count();
+            let items: Vec<u64> = self.tenant(t).queue.drain(..n).collect();
+            let bytes: u64 = items.iter().map(|i| self.weight(*i)).sum();
+            self.tenant(t).bytes -= bytes;
+            if !items.is_empty() {
+                runs.push(items);
+            }
+        }
+        if runs.is_empty() {
+            return false;
+        }
+        let nothing_left = retry_expired || self.tenants[&t].queue.is_empty();
+        self.tenant(t).phase = Phase::Idle;
+        for items in runs {
+            self.lose(t, LostReason::Expired, items.len() as u64);
+            self.settle(&items, |_| Fate::Lost);
+            self.dead_letter(t, &items, DeadReason::Expired);
+        }
+        if nothing_left {
+            self.after_write(t);
+        } else {
+            self.tenant(t).phase = Phase::Ready;
+        }
+        nothing_left
+    }
+
+    /// Starts `t`'s write in `group`: its retry slice, else a batch cut
+    /// from the front of its backlog, as many items as `max_batch` and
+    /// `max_batch_bytes` allow (a heavier item goes alone; S-W4, S-B5).
+    /// Returns the write's size.
+    fn start(&mut self, t: u8, group: u64) -> usize {
         {
             let now = self.now;
-            let max_batch = self.k.max_batch;
-            let mt = self.tenant(t);
+            let mt = &self.tenants[&t];
             assert_eq!(mt.phase, Phase::Ready, "model: ready tenant {t}");
-            mt.phase = Phase::InFlight;
-            let (id, items, attempt, first_started) = match mt.retry.take() {
+            let mut n = self
+                .k
+                .max_batch
+                .map_or(mt.queue.len(), |m| m.min(mt.queue.len()));
+            if let Some(limit) = self.k.max_batch_bytes {
+                let mut bytes = 0;
+                let fits = mt
+                    .queue
+                    .iter()
+                    .take(n)
+                    .enumerate()
+                    .take_while(|(k, i)| {
+                        bytes += self.weight(**i);
+                        *k == 0 || bytes <= limit
+                    })
+                    .count();
+                n = fits;
+            }
+            let (id, items, attempt, first_started) = match self.tenant(t).retry.take() {
                 Some(r) => (r.id, r.items, r.attempts + 1, r.first_started),
                 None => {
-                    let n = max_batch.map_or(mt.queue.len(), |m| m.min(mt.queue.len()));
+                    let mt = self.tenant(t);
                     assert!(n > 0, "model: ready tenant {t} has nothing");
                     let items: Vec<u64> = mt.queue.drain(..n).collect();
+                    if !mt.queue.is_empty() {
+                        // Items left behind restart the linger clock (S-A3).
+                        mt.waiting_since = now;
+                    }
+                    let bytes: u64 = items.iter().map(|i| self.weight(*i)).sum();
+                    self.tenant(t).bytes -= bytes;
                     let id = self.next_write;
                     self.next_write += 1;
                     (id, items, 1, now)
                 }
             };
+            self.tenant(t).phase = Phase::InFlight;
+            self.breaker_started(id);
             self.c.attempts += 1;
+            let len = items.len();
             self.out.writes.push((
                 id,
                 t,
@@ -438,6 +768,7 @@ impl Model {
                 given_up: false,
                 group,
             });
+            len
         }
     }
 
@@ -478,11 +809,15 @@ impl Model {
         let w = self.in_flight.remove(ix);
         let t = w.tenant;
         let n = w.items.len();
+        let failure = match outcome {
+            Some(o) => Failure::of(Outcome::from(o)),
+            None => Some(Failure::TaskLost),
+        };
+        // S-R1: every end reaches the breaker, a given-up write's too.
+        self.breaker_ended(w.id, failure);
         // S-W18: every attempt ends in one counted outcome.
-        match outcome {
-            Some(OpOutcome::Written | OpOutcome::Discard(_)) => {}
-            Some(o) => self.fail_attempt(Failure::of(Outcome::from(o)).expect("a failure")),
-            None => self.fail_attempt(Failure::TaskLost),
+        if let Some(kind) = failure {
+            self.fail_attempt(kind);
         }
         if w.given_up {
             // Written after all: in the store, so not a dead letter (S-B6).
@@ -543,14 +878,17 @@ impl Model {
         if rejected {
             self.lose(t, LostReason::Terminal, n as u64);
             self.settle(&w.items, |_| Fate::Lost);
+            self.dead_letter(t, &w.items, DeadReason::Terminal);
             self.after_write(t);
         } else if self.k.drop {
             self.drop_(t, DropReason::SinkError, n as u64);
             self.settle(&w.items, |_| Fate::Dropped);
+            self.dead_letter(t, &w.items, DeadReason::SinkError);
             self.after_write(t);
         } else if exhausted {
             self.lose(t, LostReason::RetriesExhausted, n as u64);
             self.settle(&w.items, |_| Fate::Lost);
+            self.dead_letter(t, &w.items, DeadReason::RetriesExhausted);
             self.after_write(t);
         } else {
             let at = self.now + self.backoff(w.attempt);
@@ -567,19 +905,26 @@ impl Model {
         }
     }
 
+    /// After a write settled (not retried), the tenant's next step: its
+    /// backlog is placed, skipping linger once the fence is up or when it
+    /// holds items staged before the latest flush (S-A3, S-A4, S-W9).
     fn after_write(&mut self, t: u8) {
         let closed = self.life == Life::Closed;
         let mt = self.tenant(t);
         mt.phase = Phase::Idle;
-        if !closed && !mt.queue.is_empty() {
-            mt.phase = Phase::Ready;
-            self.ready.push_back(t);
+        if closed {
+            return;
+        }
+        if let Some(&front) = mt.queue.front() {
+            let skip = self.life != Life::Open || front < self.flush_bound;
+            self.ready_or_linger(t, skip);
         }
     }
 
     /// Items leave the pending state; open waits count them.
     fn settle(&mut self, items: &[u64], how: impl Fn(usize) -> Fate) {
         self.c.pending -= items.len() as u64;
+        self.pending_bytes -= items.iter().map(|i| self.weight(*i)).sum::<u64>();
         for (i, item) in items.iter().enumerate() {
             self.fate.insert(*item, how(i));
         }
@@ -676,6 +1021,8 @@ impl Model {
             }
             Life::Open => {
                 self.life = Life::Closing;
+                self.release_lingering();
+                self.flush_bound = self.next_item;
                 self.shutdown = Some(MShutdown {
                     first: id,
                     joined: Vec::new(),
@@ -730,7 +1077,7 @@ impl Model {
         }
         let mut held = Vec::new();
         for (t, mt) in self.tenants.iter_mut() {
-            if let Phase::BackingOff(key) = mt.phase {
+            if let Phase::BackingOff(key) | Phase::Lingering(key) = mt.phase {
                 self.timers.remove(&key);
             }
             if mt.phase != Phase::InFlight {
@@ -741,6 +1088,7 @@ impl Model {
                 settle.push((*t, r.items));
             }
             if !mt.queue.is_empty() {
+                mt.bytes = 0;
                 let items: Vec<u64> = mt.queue.drain(..).collect();
                 held.push((items[0], *t, items.clone()));
                 settle.push((*t, items));
@@ -764,10 +1112,7 @@ impl Model {
             }
             self.timers.remove(&key);
             match timer {
-                Timer::Backoff(t) => {
-                    self.tenant(t).phase = Phase::Ready;
-                    self.ready.push_back(t);
-                }
+                Timer::Backoff(t) | Timer::Linger(t) => self.make_ready(t),
                 Timer::Deadline(id) => {
                     if self.shutdown.as_ref().is_some_and(|sd| sd.first == id) {
                         if let Some(w) = self.waits.get_mut(&id) {
@@ -788,20 +1133,41 @@ impl Model {
         }
     }
 
+    /// The next timer, or the breaker's next probe while a tenant is ready
+    /// for it and a slot is free (S-R2).
     fn poll_timeout(&self) -> Option<Time> {
-        self.timers.keys().next().map(|k| k.0)
+        let timer = self.timers.keys().next().map(|k| k.0);
+        let probe = self
+            .breaker
+            .open
+            .filter(|o| o.probe.is_none())
+            .map(|o| o.next_probe)
+            .filter(|_| {
+                self.life != Life::Closed
+                    && !self.ready.is_empty()
+                    && self.groups_in_flight() < self.k.concurrency
+            });
+        match (timer, probe) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 }
 
 // ----- proptest wiring ---------------------------------------------------
 
+/// Every knob, each off (or at its default) often enough that the plain
+/// paths keep their share of the cases.
 fn config_draw() -> impl Strategy<Value = ConfigDraw> {
     let opt = |hi: u8| prop_oneof![Just(0u8), 1..=hi];
+    let rare = |hi: u8| prop_oneof![2 => Just(0u8), 1 => 1..=hi];
     (
         (0u8..5, opt(40), opt(12), opt(6)),
         (0u8..50, 0u8..30, opt(5), opt(30)),
         (prop::bool::weighted(0.2), opt(100), any::<u64>()),
         (prop_oneof![2 => Just(1u8), 1 => 2u8..5], opt(12)),
+        (rare(99), opt(100), rare(31), rare(60)),
+        (rare(4), 0u8..200, 0u8..30, rare(120), any::<bool>()),
     )
         .prop_map(
             |(
@@ -809,17 +1175,25 @@ fn config_draw() -> impl Strategy<Value = ConfigDraw> {
                 (initial_backoff_ms, max_backoff_extra, max_attempts, max_retry_10ms),
                 (drop_policy, write_timeout_10ms, seed),
                 (max_slices, max_group_items),
+                (linger_ms, jitter_pct, max_batch_bytes, capacity_bytes),
+                (
+                    breaker_failures,
+                    probe_interval_ms,
+                    max_probe_extra_10ms,
+                    max_item_age_5ms,
+                    dead_letters,
+                ),
             )| ConfigDraw {
                 concurrency,
                 capacity,
                 tenant_capacity,
                 max_batch,
-                max_batch_bytes: 0,
-                capacity_bytes: 0,
-                linger_ms: 0,
+                max_batch_bytes,
+                capacity_bytes,
+                linger_ms,
                 initial_backoff_ms,
                 max_backoff_extra,
-                jitter_pct: 0,
+                jitter_pct,
                 max_attempts,
                 max_retry_10ms,
                 drop_policy,
@@ -827,6 +1201,11 @@ fn config_draw() -> impl Strategy<Value = ConfigDraw> {
                 seed,
                 max_slices,
                 max_group_items,
+                breaker_failures,
+                probe_interval_ms,
+                max_probe_extra_10ms,
+                max_item_age_5ms,
+                dead_letters,
             },
         )
 }
@@ -959,11 +1338,17 @@ impl StateMachineTest for ModelTest {
     fn init_test(model: &Model) -> Sut {
         CASES.fetch_add(1, Ordering::SeqCst);
         let config: Config = model.draw.config();
-        let engine = Engine::new(config.clone()).expect("no byte limits");
+        let weighs = model.draw.weighs();
+        let engine = if weighs {
+            Engine::with_weigher(config.clone(), |i: &u64| weight_of(*i))
+        } else {
+            Engine::new(config.clone())
+        }
+        .expect("a weigher whenever a byte limit is set");
         Sut {
             stager: outbox::testkit::Stager::new(&engine),
             engine,
-            harness: Harness::new(config, model.tenant_count, false),
+            harness: Harness::new(config, model.tenant_count, weighs),
             tenant_count: model.tenant_count,
             now: Time::ZERO,
             next_item: 0,
@@ -1087,6 +1472,7 @@ impl StateMachineTest for ModelTest {
                         fail(step, "answered twice", &id, &"once");
                     }
                 }
+                Event::DeadLetter(dl) => out.dead_letters.push((dl.tenant, dl.items, dl.reason)),
                 Event::Written { .. } | Event::AttemptFailed { .. } | Event::CancelInFlight => {}
                 other => fail(step, "an event the model does not know", &other, &"none"),
             }
@@ -1097,6 +1483,7 @@ impl StateMachineTest for ModelTest {
         check(step, "wait answers", &out.answers, &want.answers);
         check(step, "losses and drops", &out.losses, &want.losses);
         check(step, "abandon hand-back", &out.held, &want.held);
+        check(step, "dead letters", &out.dead_letters, &want.dead_letters);
         if let Err(v) = harness {
             fail(step, "harness invariant", &v, &"no violation");
         }
@@ -1110,6 +1497,19 @@ impl StateMachineTest for ModelTest {
         check(step, "now", e.now(), model.now);
         check(step, "poll_timeout", e.poll_timeout(), model.poll_timeout());
         check(step, "in flight", e.in_flight(), model.in_flight.len());
+        check(
+            step,
+            "pending bytes",
+            e.pending_bytes(),
+            model.pending_bytes,
+        );
+        check(step, "breaker", e.breaker(), model.breaker_state());
+        check(
+            step,
+            "failures in a row",
+            e.consecutive_failures(),
+            model.breaker.failures,
+        );
         check(
             step,
             "life",
@@ -1141,14 +1541,25 @@ fn cases() -> u32 {
         .unwrap_or(1_000)
 }
 
+/// Under a canary (`OUTBOX_CANARY` set: a child of
+/// `every_canary_fails_the_model`), a failure is the point: it is neither
+/// shrunk nor kept as a regression.
+fn under_a_canary() -> bool {
+    std::env::var_os("OUTBOX_CANARY").is_some()
+}
+
 prop_state_machine! {
     #![proptest_config(ProptestConfig {
         cases: cases(),
-        max_shrink_iters: 4_096,
+        max_shrink_iters: if under_a_canary() { 0 } else { 4_096 },
         rng_seed: RngSeed::Fixed(seed()),
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
-            "proptest-regressions/model.txt",
-        ))),
+        failure_persistence: if under_a_canary() {
+            None
+        } else {
+            Some(Box::new(FileFailurePersistence::Direct(
+                "proptest-regressions/model.txt",
+            )))
+        },
         ..ProptestConfig::default()
     })]
 
@@ -1157,28 +1568,74 @@ prop_state_machine! {
     fn engine_matches_the_model(sequential 1..=200 => ModelTest);
 }
 
+/// The engine's planted bugs (feature `canary`, issue 26), each with the
+/// checks that may see it first: the model's predictions, or the
+/// harness's invariants.
+#[cfg(feature = "canary")]
+const CANARIES: [(&str, &[&str]); 4] = [
+    // The breaker stays closed (or its run short) after a timeout (S-R1).
+    ("breaker_timeout", &["breaker", "failures in a row"]),
+    // A retry slice older than max_item_age goes out (S-R3, I12).
+    ("expired_retry", &["writes handed out", "losses and drops"]),
+    // A commit on the last allowed attempt is dead-lettered (S-R4, I13).
+    ("written_dead_letter", &["dead letters"]),
+    // A retry joining a group carries its mate's items (S-W5, S-F3).
+    ("group_retry_swap", &["writes handed out"]),
+];
+
+/// Each canary fails the model within the default number of cases. The
+/// engine reads `OUTBOX_CANARY` at run time and a variable set here would
+/// reach the tests running beside this one, so each canary runs this
+/// binary's `engine_matches_the_model` in a child process, with the
+/// default cases and seed.
+#[cfg(feature = "canary")]
+#[test]
+fn every_canary_fails_the_model() {
+    for (name, checks) in CANARIES {
+        let out = std::process::Command::new(std::env::current_exe().expect("this test binary"))
+            .args(["engine_matches_the_model", "--exact", "--test-threads=1"])
+            .env("OUTBOX_CANARY", name)
+            .env_remove("OUTBOX_MODEL_CASES")
+            .env_remove("OUTBOX_MODEL_SEED")
+            .env("RUST_BACKTRACE", "0")
+            .output()
+            .expect("the child runs");
+        let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "canary {name}: {} cases passed:\n{text}",
+            cases()
+        );
+        let case = text
+            .lines()
+            .find_map(|l| l.strip_prefix("model: first failure in case "))
+            .and_then(|l| l.split(' ').next())
+            .unwrap_or("?");
+        // The first failure's message (`fail` panics with it), before
+        // anything proptest adds.
+        let failure = text
+            .lines()
+            .find(|l| l.starts_with("step "))
+            .unwrap_or_else(|| panic!("canary {name}: the child failed otherwise:\n{text}"));
+        assert!(
+            checks
+                .iter()
+                .any(|c| failure.split(": ").nth(1) == Some(*c)),
+            "canary {name} caught by another check than {checks:?}: {failure}"
+        );
+        eprintln!("canary {name}: caught in case {case}: {failure}");
+    }
+}
+
 // ----- the model's own sanity ---------------------------------------------
 
 #[test]
 fn model_predicts_a_simple_retry() {
     let draw = ConfigDraw {
         concurrency: 1,
-        capacity: 0,
-        tenant_capacity: 0,
-        max_batch: 0,
-        max_batch_bytes: 0,
-        capacity_bytes: 0,
-        linger_ms: 0,
         initial_backoff_ms: 49,
         max_backoff_extra: 10,
-        jitter_pct: 0,
-        max_attempts: 0,
-        max_retry_10ms: 0,
-        drop_policy: false,
-        write_timeout_10ms: 0,
-        seed: 0,
-        max_slices: 0,
-        max_group_items: 0,
+        ..ConfigDraw::default()
     };
     let mut m = Model::new(draw, 1);
     m.apply(Op::Stage {

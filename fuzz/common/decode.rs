@@ -2,11 +2,14 @@
 //! the crate's `tests/fuzz_regressions.rs` (included there with `#[path]`),
 //! so a crash input replays without libFuzzer under `cargo test`.
 //!
-//! Input layout (via `arbitrary`): a [`ConfigDraw`], a tenant count in
-//! 1..=8, then `Op`s until the data runs out (at most [`MAX_OPS`]).
-//! An input whose first byte is [`FAN_IN`] has, after the `ConfigDraw`,
-//! two more bytes: `max_slices` and `max_group_items` (S-F1, S-F2); any
-//! other input decodes as it did before fan-in (one slice per write).
+//! Input layout (via `arbitrary`): a [`ConfigDraw`], every knob beyond its
+//! derived fields (fan-in: `max_slices`, `max_group_items`, S-F1, S-F2;
+//! the breaker, `max_item_age` and dead letters, S-R1-S-R4), a tenant
+//! count in 1..=8, then `Op`s until the data runs out (at most
+//! [`MAX_OPS`]). Two format bytes keep older inputs decoding as they were
+//! made: an input led by [`LEGACY`] decodes the rest as before fan-in (no
+//! knob beyond the derived fields), one led by [`FAN_IN`] as before the
+//! outage knobs (the two fan-in bytes only).
 
 use arbitrary::{Arbitrary, Unstructured};
 use outbox::testkit::{ConfigDraw, Harness, Op, Violation};
@@ -25,17 +28,32 @@ pub struct Case {
     pub ops: Vec<Op>,
 }
 
-/// The format byte of an input that draws the fan-in knobs.
+/// The format byte of an input made before fan-in: no knob beyond the
+/// derived fields.
+pub const LEGACY: u8 = 0xF0;
+
+/// The format byte of an input made before the outage knobs: the fan-in
+/// knobs only.
 pub const FAN_IN: u8 = 0xF1;
 
 /// Decodes `data`; `None` when it is too short to hold a config.
 pub fn decode(data: &[u8]) -> Option<Case> {
-    let fan_in = data.first() == Some(&FAN_IN);
-    let mut u = Unstructured::new(if fan_in { &data[1..] } else { data });
+    let format = data
+        .first()
+        .copied()
+        .filter(|b| [LEGACY, FAN_IN].contains(b));
+    let mut u = Unstructured::new(if format.is_some() { &data[1..] } else { data });
     let mut draw = ConfigDraw::arbitrary(&mut u).ok()?;
-    if fan_in {
+    if format != Some(LEGACY) {
         draw.max_slices = u8::arbitrary(&mut u).ok()?;
         draw.max_group_items = u8::arbitrary(&mut u).ok()?;
+    }
+    if format.is_none() {
+        draw.breaker_failures = u8::arbitrary(&mut u).ok()?;
+        draw.probe_interval_ms = u8::arbitrary(&mut u).ok()?;
+        draw.max_probe_extra_10ms = u8::arbitrary(&mut u).ok()?;
+        draw.max_item_age_5ms = u8::arbitrary(&mut u).ok()?;
+        draw.dead_letters = bool::arbitrary(&mut u).ok()?;
     }
     let tenants = u.int_in_range(1..=8u8).ok()?;
     let mut ops: Vec<Op> = Vec::arbitrary_take_rest(u).ok()?;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use arbitrary::Arbitrary;
 
-use crate::core::{Config, ErrorPolicy, Outcome};
+use crate::core::{BreakerConfig, Config, ErrorPolicy, Outcome};
 
 /// How a harness finishes a write it picked.
 #[derive(Arbitrary, Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -97,7 +97,9 @@ pub enum Op {
 }
 
 /// Every config knob in its valid range, drawn by a fuzzer or an RNG.
-#[derive(Arbitrary, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// The default (all zeros) is the default config, concurrency 1, initial
+/// backoff 1 ms.
+#[derive(Arbitrary, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ConfigDraw {
     /// Concurrency, modulo 5 (0 is normalised to 1).
     pub concurrency: u8,
@@ -138,6 +140,23 @@ pub struct ConfigDraw {
     /// `arbitrary`, like `max_slices`.
     #[arbitrary(default)]
     pub max_group_items: u8,
+    /// The breaker (S-R1): failed attempts in a row that open it, 1 + this
+    /// modulo 4 (0: no breaker). Not drawn by `arbitrary`, like
+    /// `max_slices`.
+    #[arbitrary(default)]
+    pub breaker_failures: u8,
+    /// The breaker's first probe interval (S-R2) in ms, 1 + this modulo 200.
+    #[arbitrary(default)]
+    pub probe_interval_ms: u8,
+    /// The probe interval's cap over the first, in ms × 10.
+    #[arbitrary(default)]
+    pub max_probe_extra_10ms: u8,
+    /// `max_item_age` (S-R3) over the linger, in ms × 5 (0: no age limit).
+    #[arbitrary(default)]
+    pub max_item_age_5ms: u8,
+    /// Run-time dead letters (S-R4).
+    #[arbitrary(default)]
+    pub dead_letters: bool,
 }
 
 impl ConfigDraw {
@@ -185,7 +204,25 @@ impl ConfigDraw {
         if let Some(v) = nz(self.max_group_items) {
             b = b.max_group_items(usize::from(v));
         }
-        b.build().expect("every draw is in range")
+        if self.breaker_failures != 0 {
+            let first = Duration::from_millis(1 + u64::from(self.probe_interval_ms % 200));
+            b = b.breaker(
+                BreakerConfig::new()
+                    .failures(1 + u32::from(self.breaker_failures % 4))
+                    .probe_interval(first)
+                    .max_probe_interval(
+                        first + Duration::from_millis(10 * u64::from(self.max_probe_extra_10ms)),
+                    ),
+            );
+        }
+        if let Some(v) = nz(self.max_item_age_5ms) {
+            // Never below the linger (ConfigError::LingerAboveItemAge).
+            let linger = Duration::from_millis(u64::from(self.linger_ms % 100));
+            b = b.max_item_age(linger + Duration::from_millis(5 * u64::from(v)));
+        }
+        b.dead_letters(self.dead_letters)
+            .build()
+            .expect("every draw is in range")
     }
 
     /// Whether items are weighed (a byte limit is set).
