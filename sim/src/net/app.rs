@@ -391,6 +391,7 @@ async fn controls<K: NetKey>(
             );
             book::lock(&book).fault(book::now(), "abandon");
             book::lock(&book).closing = true;
+            book::lock(&book).breaker.may_cancel();
             let held = outbox.abandon();
             let mut b = book::lock(&book);
             // Slices in flight are given up too (lost under `abandoned`),
@@ -500,6 +501,7 @@ async fn shut_down<K: NetKey>(
         );
         b.fault(book::now(), "shutdown");
         b.closing = true;
+        b.breaker.may_cancel();
     }
     let was_closing = outbox.is_shutting_down();
     let report = outbox.shutdown(deadline).await;
@@ -727,6 +729,7 @@ fn log_drop(book: &SharedBook, called: Duration, deadline: Duration, covered: bo
         },
     );
     b.fault(book::now(), "drop");
+    b.breaker.may_cancel();
     if covered {
         *b.faults.entry("drop_i6_bound").or_default() += 1;
     }

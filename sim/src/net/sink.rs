@@ -499,9 +499,11 @@ impl Drop for InFlight {
 /// together, so a run of failed slices the sink saw one by one opens the
 /// engine's breaker only then, if a later slice of the group did not
 /// answer and close it first (seed 695 of the net world). A group that
-/// fails as a whole gives the model only the answers it saw (a slice's
-/// commit or rejection closes it); its failures count neither way, as the
-/// engine's verdict (failed, or cancelled) is not the sink's to know.
+/// fails as a whole (a panic, the timeout, a cancellation) ends every
+/// slice with that outcome, the answered ones too (S-F4): before any
+/// cancellation could come, every slice failed; after, each counts
+/// neither way, as the engine's verdict (failed, or cancelled) is not the
+/// sink's to know.
 struct GroupEnds {
     book: SharedBook,
     /// Per slice, its items' (id, tenant index).
@@ -517,18 +519,18 @@ impl Drop for GroupEnds {
     fn drop(&mut self) {
         let now = book::now();
         let mut b = book::lock(&self.book);
+        let whole = if b.breaker.cancels() {
+            End::Dropped
+        } else {
+            End::Failed
+        };
         for (k, items) in self.slices.iter().enumerate() {
             let Some(&(first, _)) = items.first() else {
                 continue;
             };
             let end = match b.slices.get(&first) {
-                Some(s) if k < self.answered => s.last,
-                _ => End::Dropped,
-            };
-            let end = match end {
-                End::Ok(_) | End::Terminal => end,
-                _ if self.finished => end,
-                _ => End::Dropped,
+                Some(s) if self.finished && k < self.answered => s.last,
+                _ => whole,
             };
             b.breaker.on_end(first, end, now);
         }

@@ -1,14 +1,18 @@
 //! I10: while the breaker is open, an attempt starts only as its one
 //! probe (S-R1, S-R2), from what the sink saw.
 //!
-//! The model counts the sink's ends: a failure (error or panic) adds to
-//! the run, a committed write or a terminal rejection resets it and
-//! closes, an attempt cut short (timeout or cancellation: the sink cannot
-//! tell which) counts neither way. A group's slices end at the sink one by
-//! one, but the engine learns their outcomes together when the group
-//! returns: the model takes them then, in slice order (`GroupEnds` in
-//! `net::sink`). So the model never counts more failures than the engine,
-//! and opens no sooner than the engine does.
+//! The model counts the sink's ends as S-R1 does: a failure (error or
+//! panic) and a timeout add to the run, a committed write or a terminal
+//! rejection resets it and closes, a cancelled attempt counts neither way.
+//! The sink sees an attempt cut short (its future dropped) and cannot tell
+//! a timeout from a cancellation by itself, but the driver cancels only
+//! once a shutdown, an abandon or the drop of the last handle began
+//! ([`Model::may_cancel`]): before that, an attempt cut short timed out and
+//! is a failure; after, it counts neither way. A group's slices end at the
+//! sink one by one, but the engine learns their outcomes together when the
+//! group returns: the model takes them then, in slice order (`GroupEnds`
+//! in `net::sink`). So the model never counts more failures than the
+//! engine, and opens no sooner than the engine does.
 //! Starts within [`SLACK`] of its opening may have been decided before
 //! (the engine learns of an end after the sink), so they are not checked.
 //! After the model's probe ends without an answer, the next probe may not
@@ -39,6 +43,9 @@ pub struct Model {
     /// this (S-R2): the engine learns of that end no sooner than the sink
     /// and waits at least the first probe interval from then.
     probe_after: Option<Time>,
+    /// A shutdown, an abandon or the drop began: the driver may cancel
+    /// attempts from now on, so an attempt cut short counts neither way.
+    cancels: bool,
     /// Probes seen, for the report.
     pub probes: u64,
     /// Times it opened, for the report.
@@ -85,10 +92,29 @@ impl Model {
         None
     }
 
+    /// A shutdown, an abandon or the drop of the last handle began: the
+    /// driver may cancel the attempts in flight from now on (S-W9, S-A7,
+    /// S-W16).
+    pub fn may_cancel(&mut self) {
+        self.cancels = true;
+    }
+
+    /// Whether an attempt cut short may have been cancelled (else it timed
+    /// out, or its group failed as a whole: a failure, S-R1, S-F4).
+    pub fn cancels(&self) -> bool {
+        self.cancels
+    }
+
     /// An attempt of slice `first` ended with `end`.
     pub fn on_end(&mut self, first: u64, end: End, now: Time) {
         let Some(config) = self.config else {
             return;
+        };
+        // Cut short before any cancellation could come: the write timeout
+        // (S-B3), a failed attempt (S-R1).
+        let end = match end {
+            End::Dropped if !self.cancels => End::Failed,
+            end => end,
         };
         match end {
             End::Ok(_) | End::Terminal => {
