@@ -8,7 +8,7 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use criterion::Bencher;
 use outbox::{Sink, TenantId, WriteError, Written};
@@ -165,12 +165,14 @@ impl Sink for Failing {
 }
 
 /// A sink that is down (every write fails, retryably) while `down` is set,
-/// and counts attempts and written items.
+/// and counts attempts and written items, and when the first write
+/// succeeded.
 #[derive(Clone, Default)]
 pub struct Outage {
     pub written: Arc<AtomicU64>,
     pub attempts: Arc<AtomicU64>,
     pub down: Arc<std::sync::atomic::AtomicBool>,
+    pub first_written: Arc<std::sync::OnceLock<Instant>>,
 }
 
 impl Sink for Outage {
@@ -184,6 +186,7 @@ impl Sink for Outage {
         if self.down.load(Ordering::Relaxed) {
             return Err(WriteError::retryable("down"));
         }
+        self.first_written.get_or_init(Instant::now);
         self.written
             .fetch_add(items.len() as u64, Ordering::Relaxed);
         Ok(Written::ALL)
