@@ -7,7 +7,9 @@
 //! `corpus-…` files are large inputs kept from the corpus of the first
 //! 10-minute campaign (no crash), so the replay always exercises something
 //! (led by the `LEGACY` format byte since the outage knobs joined the
-//! input, so they replay as they were found).
+//! input, so they replay as they were found), and three of the first
+//! 10-minute campaign with every knob (issue 26), each opening the
+//! breaker, expiring items and handing out dead letters, with fan-in.
 
 #![cfg(feature = "arbitrary")]
 
