@@ -1252,7 +1252,12 @@ impl ReferenceStateMachine for ModelMachine {
     }
 
     fn transitions(_: &Model) -> BoxedStrategy<Op> {
-        op().boxed()
+        // Built once: the strategy does not depend on the state, and
+        // building it for each transition cost a few percent of the run.
+        thread_local! {
+            static OPS: BoxedStrategy<Op> = op().boxed();
+        }
+        OPS.with(Clone::clone)
     }
 
     fn apply(mut state: Model, op: &Op) -> Model {
