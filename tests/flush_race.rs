@@ -136,19 +136,28 @@ fn round(rt: &Runtime, config: Config, caller: Caller, target: u64, what: &str) 
         .iter()
         .map(|p| p.returned.load(Ordering::Acquire))
         .collect();
-    let answer = match caller {
-        Caller::Thread => o.flush(Duration::from_secs(60)),
+    // The flush takes effect at the call; then the sink lets the writes
+    // through, and the answer is awaited.
+    let open = |sink: &TestSink| {
+        sink.set_all(Act::Ok);
+        sink.release();
+    };
+    let report = match caller {
+        Caller::Thread => {
+            let answer = o.flush(Duration::from_secs(60));
+            open(&sink);
+            rt.block_on(answer)
+        }
         Caller::SpentTask => {
-            let o = o.clone();
+            let (o, sink) = (o.clone(), sink.clone());
             rt.block_on(async move {
                 spend_coop_budget().await;
-                o.flush(Duration::from_secs(60))
+                let answer = o.flush(Duration::from_secs(60));
+                open(&sink);
+                answer.await
             })
         }
     };
-    sink.set_all(Act::Ok);
-    sink.release();
-    let report = rt.block_on(answer);
     let begun: u64 = progress
         .iter()
         .map(|p| p.begun.load(Ordering::Acquire))
