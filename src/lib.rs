@@ -97,6 +97,7 @@
 
 #[cfg(feature = "codec")]
 pub mod codec;
+mod contain;
 pub mod contract;
 pub mod core;
 mod driver;

@@ -1,5 +1,5 @@
 //! The journal's bookkeeping against a model, through random stages,
-//! settles, group commits, disk faults, resumes and crashes (D1-D4, D6,
+//! done marks, group commits, disk faults, resumes and crashes (D1-D4, D6,
 //! S-J2, S-J3, S-J5): after every crash the recovery brings back exactly
 //! what the model says must or may come back, per tenant in order; once
 //! nothing is pending and the marks are on disk, one segment is left.
@@ -12,15 +12,18 @@ use std::io;
 
 use outbox::core::journal::Limits;
 use outbox::journal::format::EncodedItem;
-use outbox::journal::{recover, Codec, Committer, JournalState, MemStorage, Postcard};
+use outbox::journal::{Codec, MemStorage, Postcard};
 use proptest::prelude::*;
+use support::hand::Hand;
+
+mod support;
 
 type Tenant = u8;
 
 #[derive(Clone, Debug)]
 enum Op {
     Stage(Tenant),
-    Settle(Tenant, u8),
+    Done(Tenant, u8),
     Commit,
     Fail(bool),
     Crash,
@@ -29,7 +32,7 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         6 => (0u8..4).prop_map(Op::Stage),
-        3 => (0u8..4, 1u8..4).prop_map(|(t, n)| Op::Settle(t, n)),
+        3 => (0u8..4, 1u8..4).prop_map(|(t, n)| Op::Done(t, n)),
         3 => Just(Op::Commit),
         1 => any::<bool>().prop_map(Op::Fail),
         1 => Just(Op::Crash),
@@ -49,8 +52,7 @@ enum Fate {
 
 struct World {
     disk: MemStorage,
-    state: JournalState<Tenant>,
-    committer: Committer<MemStorage>,
+    j: Hand<Tenant, MemStorage>,
     /// Items per tenant in staging order, pending first (the ledger's
     /// order): id and fate.
     pending: BTreeMap<Tenant, Vec<u64>>,
@@ -69,14 +71,12 @@ const LIMITS: Limits = Limits {
 
 impl World {
     fn open(disk: MemStorage) -> (World, Vec<(Tenant, u64)>) {
-        let mut storage = disk.clone();
-        let rec = recover::<Tenant, u64, _, _>(&mut storage, &Postcard, LIMITS).expect("recovers");
+        let (j, rec) = Hand::open(disk.clone(), &Postcard, LIMITS).expect("recovers");
         assert_eq!(rec.report.unreadable, 0, "no damage in this model");
         let items: Vec<(Tenant, u64)> = rec.items.iter().map(|(_, t, i)| (*t, *i)).collect();
         let mut w = World {
             disk,
-            state: JournalState::new(rec.ledger),
-            committer: Committer::new(storage),
+            j,
             pending: BTreeMap::new(),
             fate: BTreeMap::new(),
             marks_waiting: Vec::new(),
@@ -91,18 +91,13 @@ impl World {
     }
 
     fn commit(&mut self) {
-        let (mut batch, resumed) = if self.state.is_down() {
-            (self.state.resume(), true)
-        } else {
-            (self.state.take_batch(), false)
-        };
+        let resumed = self.j.is_down();
         let taken: Vec<u64> = if resumed {
             self.marks_redo.clone()
         } else {
             std::mem::take(&mut self.marks_waiting)
         };
-        let ok = self.committer.commit(&mut batch).is_ok();
-        self.state.committed(batch.upto, ok);
+        let ok = self.j.round().is_ok();
         for (_, fate) in self.fate.values_mut() {
             match fate {
                 Fate::Pending(Some(false)) if !resumed => {
@@ -145,15 +140,15 @@ impl World {
                 )
                 .map_err(|_| ())
                 .unwrap();
-                let journaled = self.state.append(t, &record);
+                let journaled = self.j.append(t, &record);
                 self.pending.entry(t).or_default().push(id);
                 self.fate
                     .insert(id, (t, Fate::Pending(journaled.then_some(false))));
             }
-            Op::Settle(t, n) => {
+            Op::Done(t, n) => {
                 let queue = self.pending.entry(t).or_default();
                 let n = (n as usize).min(queue.len());
-                self.state.settle(&t, n as u64);
+                self.j.done(&t, n as u64);
                 for id in queue.drain(..n) {
                     let (_, fate) = self.fate.get_mut(&id).unwrap();
                     if matches!(fate, Fate::Pending(Some(_))) {
@@ -240,7 +235,10 @@ proptest! {
         for op in &ops {
             if let Some(disk) = w.step(op) {
                 disk.fail(None);
-                drop(std::mem::replace(&mut w.committer, Committer::new(MemStorage::new())));
+                // The crashed process lets its lock go.
+                w.j = Hand::open::<u64, _>(MemStorage::new(), &Postcard, LIMITS)
+                    .expect("a fresh disk")
+                    .0;
                 disk.crash();
                 let (next, recovered) = World::open(disk);
                 check(&w, &recovered)?;
@@ -248,22 +246,23 @@ proptest! {
                 w.commit();
             }
         }
-        // D6: settle everything, commit twice (marks, then deletions).
+        // D6: every item done, commit twice (marks, then deletions).
         w.disk.fail(None);
-        if w.state.is_down() {
+        if w.j.is_down() {
             w.commit();
         }
         for t in 0..4 {
-            w.step(&Op::Settle(t, u8::MAX));
+            w.step(&Op::Done(t, u8::MAX));
         }
         w.commit();
         w.commit();
         let segments = w.disk.files().keys().filter(|n| n.starts_with("segment-")).count();
         prop_assert!(segments <= 2, "D6: {segments} segments left with nothing pending");
-        prop_assert_eq!(w.state.ledger().live(), 0);
-        drop(std::mem::replace(&mut w.committer, Committer::new(MemStorage::new())));
-        w.disk.crash();
-        let (_, recovered) = World::open(w.disk.clone());
+        prop_assert_eq!(w.j.machine.ledger().live(), 0);
+        let disk = w.disk.clone();
+        drop(w);
+        disk.crash();
+        let (_, recovered) = World::open(disk);
         prop_assert!(recovered.is_empty(), "nothing pending, nothing recovered: {recovered:?}");
     }
 }

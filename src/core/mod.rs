@@ -30,7 +30,10 @@ mod canary;
 mod config;
 mod engine;
 mod group;
+#[cfg(all(feature = "journal", feature = "testkit"))]
 pub mod journal;
+#[cfg(all(feature = "journal", not(feature = "testkit")))]
+pub(crate) mod journal;
 pub mod lease;
 pub mod relay;
 mod schedule;

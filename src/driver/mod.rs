@@ -16,7 +16,7 @@
 //! is woken to carry out what the engine decided.
 
 mod answer;
-pub(crate) mod contain;
+pub(crate) use crate::contain;
 mod dead_letters;
 mod health;
 #[cfg(feature = "journal")]

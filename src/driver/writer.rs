@@ -332,7 +332,7 @@ impl<S: Sink> Writer<S> {
             // Done marks, in the engine's order, under its lock (S-J3).
             #[cfg(feature = "journal")]
             if let Some(journal) = &self.shared.journal {
-                journal.settle(&drained.events);
+                journal.mark_done(&drained.events);
             }
             if gauge {
                 let health = super::Health::of(&st.engine, now, dead_dropped);

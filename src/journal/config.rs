@@ -76,8 +76,9 @@ impl JournalConfig {
     }
 
     /// A journal on another [`Storage`] than the directory's file system:
-    /// a simulated disk, or [`MemStorage`](super::MemStorage) in tests.
-    /// The directory is then only a name in logs.
+    /// a simulated disk, or [`MemStorage`](super::MemStorage) in tests
+    /// (feature `testkit`). The directory is then only a name in logs.
+    #[cfg(any(test, feature = "testkit"))]
     pub fn with_storage(storage: impl Storage) -> Self {
         JournalConfig {
             storage: Some(Box::new(storage)),
@@ -134,7 +135,9 @@ impl JournalConfig {
     /// tokio's blocking pool. For a simulated disk (turmoil's
     /// `unstable-fs`, whose files live in the simulated host's context and
     /// must be reached from its task, deterministically); on a real disk
-    /// it blocks a runtime thread for every `fdatasync`. Default `false`.
+    /// it blocks a runtime thread for every `fdatasync`. Default `false`
+    /// (feature `testkit`).
+    #[cfg(any(test, feature = "testkit"))]
     pub fn inline_io(mut self, inline: bool) -> Self {
         self.inline_io = inline;
         self

@@ -20,6 +20,8 @@
 
 use std::ops::Range;
 
+use crate::core::journal::{Record as Numbered, Sizes};
+
 /// The first 8 bytes of every segment.
 pub const MAGIC: [u8; 8] = *b"outboxJ\0";
 /// The format version this code writes and reads.
@@ -66,26 +68,10 @@ pub fn header(id: u64, first: u64) -> [u8; HEADER_LEN] {
     h
 }
 
-/// What a header says.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Header {
-    /// Intact: its segment id and first sequence number.
-    Valid {
-        /// The segment's id.
-        id: u64,
-        /// Its first sequence number.
-        first: u64,
-    },
-    /// Shorter than a header: a crash while creating the segment.
-    Short,
-    /// A journal header with damage (checksum wrong; the magic at most one
-    /// bit off): its fields cannot be trusted.
-    Damaged,
-    /// Another format version.
-    Version(u16),
-    /// Not a journal segment at all.
-    Foreign,
-}
+/// What a header says: the recovery plan's [`Head`] (a damaged
+/// header's fields cannot be trusted; a short one is a crash while
+/// creating the segment).
+pub use crate::core::journal::Head as Header;
 
 /// Reads the header at the start of `bytes`.
 pub fn read_header(bytes: &[u8]) -> Header {
@@ -181,6 +167,15 @@ pub const MARK_LEN: usize = 8;
 /// Marks in one done record at most.
 pub const MARKS_PER_RECORD: usize = 8_192;
 
+/// The record sizes the journal machine counts with.
+pub const SIZES: Sizes = Sizes {
+    header: HEADER_LEN as u64,
+    seal: SEAL_LEN as u64,
+    done: DONE_OVERHEAD as u64,
+    mark: MARK_LEN as u64,
+    marks_per_record: MARKS_PER_RECORD,
+};
+
 /// Bytes [`done`] appends for `n` marks.
 pub fn done_len(n: usize) -> usize {
     n.div_ceil(MARKS_PER_RECORD) * DONE_OVERHEAD + n * MARK_LEN
@@ -223,6 +218,7 @@ impl EncodedItem {
     /// # Errors
     /// Whatever `tenant` or `item` returns; a body over [`MAX_BODY`]
     /// bytes (`TooLarge`).
+    #[cfg(any(test, feature = "testkit"))]
     pub fn new<E>(
         tenant: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
         item: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
@@ -249,18 +245,19 @@ impl EncodedItem {
         }
     }
 
-    /// The record, as [`JournalState::append`](super::JournalState::append)
-    /// takes it.
+    /// The record, as the journal machine's `append` takes it.
     pub fn unsealed(&self) -> Unsealed<'_> {
         Unsealed(&self.bytes)
     }
 
     /// Bytes the framed record takes.
+    #[cfg(any(test, feature = "testkit"))]
     pub fn len(&self) -> usize {
         self.bytes.len()
     }
 
     /// Never: a record has at least its frame.
+    #[cfg(feature = "testkit")]
     pub fn is_empty(&self) -> bool {
         false
     }
@@ -313,6 +310,7 @@ impl Unsealed<'_> {
     }
 
     /// Never: a record has at least its frame.
+    #[cfg(feature = "testkit")]
     pub fn is_empty(&self) -> bool {
         false
     }
@@ -328,6 +326,26 @@ impl Unsealed<'_> {
         f[FRAME_LEN + 1..FRAME_LEN + 9].copy_from_slice(&seq.to_le_bytes());
         let len = u32::try_from(f.len() - FRAME_LEN).unwrap_or(u32::MAX);
         f[..4].copy_from_slice(&len.to_le_bytes());
+    }
+}
+
+impl Numbered for Unsealed<'_> {
+    fn framed_len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn frame(&self, seq: u64, out: &mut Vec<u8>) {
+        self.frame_unsealed(seq, out);
+    }
+}
+
+impl Numbered for &EncodedItem {
+    fn framed_len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    fn frame(&self, seq: u64, out: &mut Vec<u8>) {
+        self.frame_unsealed(seq, out);
     }
 }
 
@@ -389,11 +407,13 @@ impl EncodedRun {
     }
 
     /// Records in the run.
+    #[cfg(any(test, feature = "testkit"))]
     pub fn len(&self) -> usize {
         self.spans.len()
     }
 
     /// Whether the run holds no record.
+    #[cfg(any(test, feature = "testkit"))]
     pub fn is_empty(&self) -> bool {
         self.spans.is_empty()
     }

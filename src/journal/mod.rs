@@ -78,40 +78,58 @@
 //! [`JournalError::Locked`] (an advisory lock, S-J6).
 //!
 //! # Parts
-//! - [`Storage`]: the file IO, behind a small trait so that a simulated
-//!   disk can stand in for the real one; [`FsStorage`] is `std::fs`,
-//!   [`MemStorage`] a disk in memory with faults and crashes for tests.
-//! - [`format`](mod@format): segment files of checksummed records, and the scanner
-//!   that reads them back through damage.
-//! - [`Codec`]: how tenants and items become bytes; [`Postcard`] for serde
-//!   types (the default).
-//! - [`recover`]: reading a directory back; [`JournalState`] and
-//!   [`Committer`]: the buffer and the group commit.
-//!
-//! The decisions (sequence numbers, done marks, which segment can go, what
-//! a recovery stages again and counts lost) are the core's:
-//! [`crate::core::journal`].
+//! The journal's decisions (sequence numbers, done marks, what a round
+//! commits, which segment can go, faults and retries, what a recovery
+//! stages again and counts lost) are one sans-IO machine in the core
+//! (`core::journal`). This module holds what surrounds it: its settings
+//! ([`JournalConfig`]) and errors ([`JournalError`]), the on-disk format,
+//! the file IO (a small `Storage` trait, so that a simulated disk can
+//! stand in for the real one), the reading of a directory back at build
+//! and the carrying out of the machine's batches. The commit task that
+//! runs them is the driver's. With the feature `testkit` (for this
+//! crate's tests and simulation, not a stable API) the internals are
+//! public: `format`, `Storage`, `FsStorage`, `MemStorage`, `recover`,
+//! `Committer`, and `outbox::core::journal`.
 
+#[cfg(feature = "testkit")]
 pub mod canary;
+#[cfg(not(feature = "testkit"))]
+pub(crate) mod canary;
 
+mod committer;
 mod config;
+#[cfg(feature = "testkit")]
 pub mod format;
+#[cfg(not(feature = "testkit"))]
+pub(crate) mod format;
+#[cfg(any(test, feature = "testkit"))]
 mod memory;
 mod recover;
-mod state;
 mod storage;
 
 use std::fmt;
 use std::io;
 
 pub use crate::codec::{Codec, Postcard};
+#[cfg(feature = "testkit")]
+pub use committer::Committer;
+#[cfg(not(feature = "testkit"))]
+pub(crate) use committer::Committer;
 pub use config::{
     JournalConfig, DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_RETRY_INTERVAL, DEFAULT_SEGMENT_BYTES,
     DEFAULT_SYNC_BYTES, DEFAULT_SYNC_INTERVAL, MIN_SEGMENT_BYTES,
 };
+#[cfg(any(test, feature = "testkit"))]
 pub use memory::MemStorage;
+#[cfg(feature = "testkit")]
 pub use recover::{recover, Recovered, RecoveryReport};
-pub use state::{Batch, Committer, JournalState, Op};
+#[cfg(not(feature = "testkit"))]
+pub(crate) use recover::{recover, RecoveryReport};
+#[cfg(all(test, not(feature = "testkit")))]
+pub(crate) use storage::LOCK_FILE;
+#[cfg(not(feature = "testkit"))]
+pub(crate) use storage::{FsStorage, Storage};
+#[cfg(feature = "testkit")]
 pub use storage::{FsStorage, Storage, LOCK_FILE};
 
 /// Why a journal could not be opened (at build) or used.

@@ -1,15 +1,17 @@
-//! Reading a journal directory back at build (D2, D4, S-J7): every
-//! segment scanned through damage, a torn tail cut, the last segment
-//! sealed, and the items not known done handed back in staging order.
+//! Reading a journal directory back at build (D2, D4, S-J7): the file IO
+//! of a recovery. The lock is taken, every segment read and decoded, and
+//! the core's plan ([`crate::core::journal::plan`]) decides what to
+//! refuse, cut, seal, delete and stage again; this module carries the
+//! steps out.
 
 use std::io;
 
-use super::format::{self, Header, Record, HEADER_LEN};
+use super::format::{self, Record, HEADER_LEN};
 use super::storage::{Storage, LOCK_FILE};
 use super::JournalError;
 use crate::codec::Codec;
-use crate::core::journal::{Ledger, Limits, Recovery, ScannedSegment, Seq};
-use crate::driver::contain;
+use crate::contain;
+use crate::core::journal::{self as core, Ledger, Limits, Refused, SegmentFile, Seq, Step};
 
 /// What a recovery found and did: the counts an operator reads in the
 /// build log and the metrics (D4).
@@ -57,10 +59,110 @@ fn io_err<'a>(op: &'static str, file: &'a str) -> impl FnOnce(io::Error) -> Jour
     }
 }
 
+/// Takes the directory's lock (S-J6).
+fn lock(storage: &mut (impl Storage + ?Sized)) -> Result<(), JournalError> {
+    storage.lock().map_err(|e| {
+        if e.kind() == io::ErrorKind::WouldBlock {
+            JournalError::Locked(e)
+        } else {
+            JournalError::Io {
+                op: "lock",
+                file: LOCK_FILE.to_owned(),
+                source: e,
+            }
+        }
+    })
+}
+
+/// Reads segment `id`'s file into what the plan needs: its header, its
+/// records decoded through `codec` (a codec that panics is an undecodable
+/// record, S-J7, S-J8: a panic here would fail every restart alike).
+fn read_segment<K, I, C>(id: u64, bytes: &[u8], codec: &C) -> SegmentFile<K, I>
+where
+    C: Codec<K, I> + ?Sized,
+{
+    let scan = format::scan(bytes, HEADER_LEN.min(bytes.len()));
+    let mut file = SegmentFile {
+        id,
+        head: format::read_header(bytes),
+        torn: format::torn_header(bytes),
+        len: bytes.len() as u64,
+        valid_end: scan.valid_end as u64,
+        skipped: scan.skipped.iter().map(|r| r.len() as u64).sum(),
+        items: Vec::new(),
+        undecodable: Vec::new(),
+        marks: Vec::new(),
+        seal: None,
+    };
+    for record in scan.records {
+        match record {
+            Record::Item { seq, tenant, item } => {
+                let decoded =
+                    contain::call(|| (codec.decode_tenant(tenant), codec.decode_item(item)));
+                match decoded {
+                    Ok((Ok(t), Ok(it))) => file.items.push((seq, t, it)),
+                    Ok(partial) => {
+                        contain::drop_quietly(partial);
+                        file.undecodable.push(seq);
+                    }
+                    Err(contain::Panicked) => file.undecodable.push(seq),
+                }
+            }
+            Record::Done(seqs) => file.marks.extend(seqs),
+            Record::Seal(end) => file.seal = Some(end),
+        }
+    }
+    file
+}
+
+/// The plan's refusal as a build error.
+fn refused(r: Refused) -> JournalError {
+    match r {
+        Refused::Foreign(id) => JournalError::Foreign {
+            file: format::segment_name(id),
+        },
+        Refused::Version { id, version } => JournalError::Version {
+            file: format::segment_name(id),
+            version,
+        },
+    }
+}
+
+/// Carries out a recovery's steps on the last segment.
+fn carry_out(storage: &mut (impl Storage + ?Sized), steps: &[Step]) -> Result<(), JournalError> {
+    for step in steps {
+        match *step {
+            Step::Delete(id) => {
+                // Where deletion is refused (a lost permission), it stays:
+                // the first commit creates the same segment, finds it,
+                // and writes its header again in place (S-J5).
+                let name = format::segment_name(id);
+                if let Err(e) = storage.delete(&name) {
+                    tracing::warn!(file = %name, error = %e, "journal recovery cannot delete a segment torn while it was created; its header is written again at the first commit");
+                }
+            }
+            Step::Truncate { id, len } => {
+                let name = format::segment_name(id);
+                storage
+                    .truncate(&name, len)
+                    .map_err(io_err("truncate", &name))?;
+            }
+            Step::Seal { id, end } => {
+                let name = format::segment_name(id);
+                let mut b = Vec::new();
+                format::seal(&mut b, end);
+                storage.append(&name, &b).map_err(io_err("seal", &name))?;
+                storage.sync(&name).map_err(io_err("sync", &name))?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Locks the directory of `storage`, reads every segment back through
-/// `codec`, cuts a torn tail and seals the last segment; returns what to
-/// stage again. The new current segment is not created yet (the caller
-/// does, through the ledger's `current()`).
+/// `codec`, and carries out the core's plan (a torn tail cut, the last
+/// segment sealed); returns what to stage again. The new current segment
+/// is not created yet (the first commit does).
 ///
 /// # Errors
 /// [`JournalError::Locked`] when another process holds the directory;
@@ -77,166 +179,36 @@ where
     C: Codec<K, I> + ?Sized,
     S: Storage + ?Sized,
 {
-    storage.lock().map_err(|e| {
-        if e.kind() == io::ErrorKind::WouldBlock {
-            JournalError::Locked(e)
-        } else {
-            JournalError::Io {
-                op: "lock",
-                file: LOCK_FILE.to_owned(),
-                source: e,
-            }
-        }
-    })?;
-    let mut ids = Vec::new();
-    for name in storage.list().map_err(io_err("list", "."))? {
-        if name == LOCK_FILE {
-            continue;
-        }
-        match format::parse_segment_name(&name) {
-            Some(id) => ids.push(id),
-            None => return Err(JournalError::Foreign { file: name }),
-        }
-    }
-    ids.sort_unstable();
-    let mut report = RecoveryReport::default();
+    lock(storage)?;
+    let names = storage.list().map_err(io_err("list", "."))?;
+    let ids = core::segment_ids(
+        names.into_iter().map(|n| {
+            let id = format::parse_segment_name(&n);
+            (n, id)
+        }),
+        LOCK_FILE,
+    )
+    .map_err(|file| JournalError::Foreign { file })?;
     let mut files = Vec::with_capacity(ids.len());
-    for (i, &id) in ids.iter().enumerate() {
+    for id in ids {
         let name = format::segment_name(id);
         let bytes = storage.read(&name).map_err(io_err("read", &name))?;
-        let header = format::read_header(&bytes);
-        if i + 1 == ids.len() && format::torn_header(&bytes) {
-            // A crash while creating it, before its header was durable: it
-            // never held a record (a header is synced before any record
-            // goes in, S-J7). Where deletion is refused (a lost
-            // permission), it stays: the first commit creates the same
-            // segment, finds it, and writes its header again in place
-            // (S-J5).
-            if let Err(e) = storage.delete(&name) {
-                tracing::warn!(file = %name, error = %e, "journal recovery cannot delete a segment torn while it was created; its header is written again at the first commit");
-            }
-            report.empty_segments += 1;
-            continue;
-        }
-        match header {
-            Header::Foreign => return Err(JournalError::Foreign { file: name }),
-            Header::Version(v) => {
-                return Err(JournalError::Version {
-                    file: name,
-                    version: v,
-                })
-            }
-            Header::Valid { id: inner, .. } if inner != id => {
-                return Err(JournalError::Foreign { file: name })
-            }
-            Header::Short | Header::Damaged => report.damaged_headers += 1,
-            Header::Valid { .. } => {}
-        }
-        files.push((id, header, bytes));
+        files.push(read_segment(id, &bytes, codec));
     }
-    report.segments = files.len();
-    let mut scanned: Vec<ScannedSegment<K, I>> = Vec::with_capacity(files.len());
-    let mut cut = None;
-    let last = files.len().checked_sub(1);
-    for (i, (id, header, bytes)) in files.iter().enumerate() {
-        let scan = format::scan(bytes, HEADER_LEN.min(bytes.len()));
-        let tail = (bytes.len() - scan.valid_end) as u64;
-        report.damaged_bytes += scan.skipped.iter().map(|r| r.len() as u64).sum::<u64>();
-        let mut seg = ScannedSegment {
-            id: *id,
-            first: 0,
-            end: None,
-            items: Vec::new(),
-            undecodable: Vec::new(),
-            marks: Vec::new(),
-            bytes: scan.valid_end as u64,
-        };
-        for record in scan.records {
-            match record {
-                Record::Item { seq, tenant, item } => {
-                    // A codec that panics is an undecodable record (S-J7,
-                    // S-J8): a panic here would fail every restart alike.
-                    let decoded =
-                        contain::call(|| (codec.decode_tenant(tenant), codec.decode_item(item)));
-                    match decoded {
-                        Ok((Ok(t), Ok(it))) => seg.items.push((seq, t, it)),
-                        Ok(partial) => {
-                            contain::drop_quietly(partial);
-                            seg.undecodable.push(seq);
-                        }
-                        Err(contain::Panicked) => seg.undecodable.push(seq),
-                    }
-                }
-                Record::Done(seqs) => seg.marks.extend(seqs),
-                Record::Seal(end) => seg.end = Some(end),
-            }
-        }
-        let lowest = seg
-            .items
-            .iter()
-            .map(|x| x.0)
-            .chain(seg.undecodable.iter().copied())
-            .min();
-        seg.first = match header {
-            Header::Valid { first, .. } => *first,
-            // A damaged header: the previous segment's end if it is the
-            // one just before, else the lowest readable sequence number.
-            _ => scanned
-                .last()
-                .filter(|p| p.id + 1 == *id)
-                .and_then(|p| p.end)
-                .or(lowest)
-                .unwrap_or(1),
-        };
-        if Some(i) == last {
-            if tail > 0 {
-                report.torn_bytes = tail;
-                cut = Some(scan.valid_end as u64);
-            }
-        } else {
-            report.damaged_bytes += tail;
-            seg.bytes = bytes.len() as u64;
-        }
-        scanned.push(seg);
-    }
-    // A segment's range ends where the next one's starts, when its seal is
-    // unreadable and the next one is its direct successor.
-    for i in 1..scanned.len() {
-        let (before, after) = scanned.split_at_mut(i);
-        let prev = before.last_mut().expect("i >= 1");
-        if prev.end.is_none() && prev.id + 1 == after[0].id {
-            prev.end = Some(after[0].first);
-        }
-    }
-    if let Some(seg) = scanned.last_mut() {
-        let name = format::segment_name(seg.id);
-        if let Some(len) = cut {
-            storage
-                .truncate(&name, len)
-                .map_err(io_err("truncate", &name))?;
-        }
-        if seg.end.is_none() {
-            let end = seg
-                .items
-                .iter()
-                .map(|x| x.0 + 1)
-                .chain(seg.undecodable.iter().map(|s| s + 1))
-                .chain(seg.marks.iter().map(|s| s + 1))
-                .max()
-                .unwrap_or(seg.first)
-                .max(seg.first);
-            let mut b = Vec::new();
-            format::seal(&mut b, end);
-            storage.append(&name, &b).map_err(io_err("seal", &name))?;
-            storage.sync(&name).map_err(io_err("sync", &name))?;
-            seg.end = Some(end);
-            seg.bytes += b.len() as u64;
-        }
-    }
-    let (recovery, ledger) = Recovery::new(scanned, limits, HEADER_LEN as u64);
-    report.recovered = recovery.items.len() as u64;
-    report.unreadable = recovery.unreadable;
-    report.done = recovery.done;
+    let plan = core::plan(files, format::SEAL_LEN as u64).map_err(refused)?;
+    carry_out(storage, &plan.steps)?;
+    let found = plan.found.clone();
+    let (recovery, ledger) = plan.finish(limits, HEADER_LEN as u64);
+    let report = RecoveryReport {
+        segments: found.segments,
+        recovered: recovery.items.len() as u64,
+        unreadable: recovery.unreadable,
+        done: recovery.done,
+        torn_bytes: found.torn_bytes,
+        damaged_bytes: found.damaged_bytes,
+        damaged_headers: found.damaged_headers,
+        empty_segments: found.empty_segments,
+    };
     Ok(Recovered {
         report,
         items: recovery.items,

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// The file IO the journal needs, on one directory. Names are plain file
 /// names in that directory (no separators).
@@ -145,7 +145,8 @@ impl FsStorage {
     }
 
     /// The directory.
-    pub fn dir(&self) -> &Path {
+    #[cfg(feature = "testkit")]
+    pub fn dir(&self) -> &std::path::Path {
         &self.dir
     }
 

@@ -5,6 +5,8 @@
 pub mod codec;
 #[cfg(feature = "journal")]
 pub mod gated;
+#[cfg(feature = "journal")]
+pub mod hand;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;

@@ -1,68 +1,32 @@
 //! The journal in the driver (SPEC D1-D6, S-J1..S-J8): opening it, the
 //! sync barrier, done marks from the engine's events, and the journal's
 //! metrics; `stage` holds the request path's part (encoding outside the
-//! lock, appending under it), `commit` the group-commit task. The fault
-//! policy (when to retry, when a close gives up) is the core's [`Faults`];
-//! this module follows it.
+//! lock, appending under it), `commit` the group-commit task. Every
+//! decision (what a round commits, when it runs, faults, retries, the
+//! close) is the core's journal machine ([`Machine`]); this module feeds
+//! it and carries its outputs out.
 //!
 //! Lock order: the outbox's lock, then the journal's. The commit task takes
 //! only the journal's lock, and never while doing IO: `stage` never waits
 //! for a disk (S-W1).
 
-use std::collections::VecDeque;
-use std::fmt;
 use std::future::Future;
-use std::io;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram};
 use tokio::sync::{oneshot, Notify};
 
-use crate::core::journal::{self as plan, Faults, Limits};
+pub use crate::core::journal::SyncError;
+use crate::core::journal::{self as plan, Limits, Machine, Settings};
 use crate::core::Event;
+use crate::journal::format::SIZES;
 use crate::journal::{
-    recover, Codec, Committer, FsStorage, JournalConfig, JournalError, JournalState,
-    RecoveryReport, Storage,
+    recover, Codec, Committer, FsStorage, JournalConfig, JournalError, RecoveryReport, Storage,
 };
 use crate::telemetry::names::LABEL_OUTBOX;
 
 mod commit;
 mod stage;
-
-/// Why a [`sync`](crate::Outbox::sync) could not promise durability.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SyncError {
-    /// The outbox has no journal: nothing survives a crash.
-    NoJournal,
-    /// The journal is failing (S-J5): items staged since the fault are
-    /// held in memory only, and this many of them are still pending.
-    Down {
-        /// Pending items on no disk.
-        undurable: u64,
-    },
-    /// The commit this sync waited for failed (the journal is now down).
-    Failed(io::ErrorKind),
-    /// The journal stopped (its runtime shut down) before answering.
-    Closed,
-}
-
-impl fmt::Display for SyncError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SyncError::NoJournal => f.write_str("outbox sync: no journal is configured"),
-            SyncError::Down { undurable } => write!(
-                f,
-                "outbox sync: the journal is failing; {undurable} pending items are in memory only"
-            ),
-            SyncError::Failed(kind) => write!(f, "outbox sync: the journal commit failed: {kind}"),
-            SyncError::Closed => f.write_str("outbox sync: the journal stopped"),
-        }
-    }
-}
-
-impl std::error::Error for SyncError {}
 
 /// Why an item was refused by the journal at stage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,26 +75,23 @@ impl Metrics {
     }
 }
 
+/// A sync caller's answer.
+type Waiter = oneshot::Sender<Result<(), SyncError>>;
+
 struct Inner<K> {
-    state: JournalState<K>,
-    /// Commit rounds started and finished: a sync waits for a round that
-    /// starts after it.
-    started: u64,
-    finished: u64,
-    /// Sync callers: the round they wait for, in order.
-    waiters: VecDeque<(u64, oneshot::Sender<Result<(), SyncError>>)>,
-    /// The writer is done: a last round, then the task exits.
-    closing: bool,
-    /// The task is gone: new syncs are answered at once.
-    gone: bool,
-    /// Up or down, and when to try again (S-J5): the core's policy.
-    faults: Faults,
+    /// Every decision: the core's journal machine.
+    state: Machine<K, Waiter>,
     /// Items unjournaled since the incident began (for its log line).
     unjournaled_in_incident: u64,
-    /// The closing round started a fresh segment already.
-    rolled: bool,
-    /// Segments whose deletion failed and waits, after the last round.
-    undeleted: usize,
+}
+
+impl<K: Ord + std::hash::Hash + Clone> Inner<K> {
+    /// Sends the machine's answers to the sync callers.
+    fn answer(&mut self) {
+        while let Some((tx, answer)) = self.state.poll_answer() {
+            let _ = tx.send(answer);
+        }
+    }
 }
 
 /// The journal of one outbox.
@@ -141,7 +102,6 @@ pub(crate) struct Journal<K, I> {
     now: Notify,
     /// Something was buffered: commit within `sync_interval`.
     soon: Notify,
-    sync_interval: Duration,
     sync_bytes: usize,
     max_buffered: usize,
     inline_io: bool,
@@ -198,24 +158,20 @@ where
             .map(|(_, k, i)| (k, i))
             .collect();
         let metrics = Metrics::register(outbox);
-        let state = JournalState::new(recovered.ledger);
+        let settings = Settings {
+            sync_interval: config.sync_interval,
+            sync_bytes: config.sync_bytes,
+            retry_interval: config.retry_interval,
+            sizes: SIZES,
+        };
         let journal = Journal {
             inner: Mutex::new(Inner {
-                state,
-                started: 0,
-                finished: 0,
-                waiters: VecDeque::new(),
-                closing: false,
-                gone: false,
-                faults: Faults::new(config.retry_interval),
+                state: Machine::new(recovered.ledger, settings),
                 unjournaled_in_incident: 0,
-                rolled: false,
-                undeleted: 0,
             }),
             codec,
             now: Notify::new(),
             soon: Notify::new(),
-            sync_interval: config.sync_interval,
             sync_bytes: config.sync_bytes,
             max_buffered: config.max_buffered_bytes.max(config.sync_bytes),
             inline_io: config.inline_io,
@@ -237,8 +193,8 @@ where
     }
 
     /// Under the outbox's lock, with the engine's events, in order: marks
-    /// the items they settle done (S-J3).
-    pub(crate) fn settle<'a>(&self, events: impl IntoIterator<Item = &'a Event<K, I>>)
+    /// the items they end done (S-J3).
+    pub(crate) fn mark_done<'a>(&self, events: impl IntoIterator<Item = &'a Event<K, I>>)
     where
         K: 'a,
         I: 'a,
@@ -250,8 +206,8 @@ where
         let mut g = self.lock();
         let mut any = false;
         for event in events {
-            if let Some((tenant, n)) = plan::settled_by(event) {
-                g.state.settle(tenant, n);
+            if let Some((tenant, n)) = plan::done_by(event) {
+                g.state.handle_done(tenant, n);
                 any = true;
             }
         }
@@ -264,7 +220,7 @@ where
     /// The `early_mark` canary (issue 13): `tenant`'s oldest `n` items are
     /// marked done as their first attempt starts, before the write.
     pub(crate) fn mark_early(&self, tenant: &K, n: u64) {
-        self.lock().state.settle(tenant, n);
+        self.lock().state.handle_done(tenant, n);
         self.soon.notify_one();
     }
 
@@ -274,15 +230,8 @@ where
     pub(crate) fn sync(&self) -> impl Future<Output = Result<(), SyncError>> + Send + 'static {
         let (tx, rx) = oneshot::channel();
         let mut g = self.lock();
-        if g.gone {
-            let _ = tx.send(Err(SyncError::Closed));
-        } else if g.state.is_down() {
-            let undurable = g.state.ledger().undurable();
-            let _ = tx.send(Err(SyncError::Down { undurable }));
-        } else {
-            let round = g.started + 1;
-            g.waiters.push_back((round, tx));
-        }
+        g.state.handle_sync(tx);
+        g.answer();
         drop(g);
         self.now.notify_one();
         async move { rx.await.unwrap_or(Err(SyncError::Closed)) }
@@ -290,7 +239,7 @@ where
 
     /// The writer is done: commit what is left, then stop.
     pub(crate) fn close(&self) {
-        self.lock().closing = true;
+        self.lock().state.handle_close();
         self.now.notify_one();
     }
 
@@ -304,6 +253,9 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io;
+    use std::time::Duration;
+
     use crate::journal::{MemStorage, Postcard};
 
     type J = Journal<u64, u64>;
@@ -345,7 +297,7 @@ mod tests {
         let mut want: Vec<(u64, u64)> = (0..10).map(|i| (i % 3, i)).collect();
         assert_eq!(recovered(&disk), want);
         // Marks: tenant 0's two oldest are done; a sync makes that durable.
-        j.lock().state.settle(&0, 2);
+        j.lock().state.handle_done(&0, 2);
         assert_eq!(j.sync().await, Ok(()));
         want.retain(|&(t, i)| !(t == 0 && i < 4));
         assert_eq!(recovered(&disk), want);
@@ -382,7 +334,7 @@ mod tests {
             stage(&j, 1, i);
         }
         assert_eq!(j.sync().await, Ok(()));
-        j.lock().state.settle(&1, 5);
+        j.lock().state.handle_done(&1, 5);
         j.close();
         task.await.unwrap();
         let files = disk.files();
@@ -427,7 +379,7 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "never resumed: {r:?}");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        j.lock().state.settle(&1, 3);
+        j.lock().state.handle_done(&1, 3);
         assert_eq!(j.sync().await, Ok(()));
         assert_eq!(recovered(&disk), [(1, 4)]);
         j.close();

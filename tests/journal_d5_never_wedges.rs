@@ -1,8 +1,9 @@
-//! Attacks on the journal's fault handling (S-J2, S-J3, S-J5, S-W15),
-//! written by a reviewer: deletions refused and waiting in order, failed
+//! D5, the journal never wedges (with S-J2, S-J3, S-J5, S-W15): after
+//! deletions refused and waiting in order, failed
 //! resumes whose segments are discarded, segments whose creation failed,
 //! the shutdown deadline on a slow or hung disk, and seeded random faults
-//! followed by a crash or a heal (`B2_SEEDS`, `B2_INLINE` run more).
+//! followed by a crash or a heal (`B2_SEEDS`, `B2_INLINE` run more), the
+//! journal comes back, loses nothing synced and gives its disk back.
 #![cfg(feature = "journal")]
 
 mod support;

@@ -6,51 +6,33 @@
 use std::collections::BTreeSet;
 use std::io;
 
-use outbox::core::journal::{Limits, Seq};
+use outbox::core::journal::Seq;
 use outbox::journal::format::{self, Header, Record, HEADER_LEN};
-use outbox::journal::{
-    recover, Codec, Committer, FsStorage, JournalError, JournalState, MemStorage, Postcard,
-    Recovered,
-};
+use outbox::journal::{recover, Codec, FsStorage, JournalError, MemStorage, Postcard};
+use support::hand::{limits, Back, Hand};
+
+mod support;
 
 type Tenant = u64;
 type Item = (u64, String);
+type Recovered = Back<Tenant, Item>;
 
-fn limits(segment_bytes: u64) -> Limits {
-    Limits {
-        segment_bytes,
-        max_bytes: None,
-    }
-}
-
-/// A journal driven by hand: stage, settle, commit, as the outbox does.
-struct Journal {
-    state: JournalState<Tenant>,
-    committer: Committer<MemStorage>,
-}
+/// A journal driven by hand: stage, mark done, commit, as the outbox does.
+struct Journal(Hand<Tenant, MemStorage>);
 
 impl Journal {
-    fn open(disk: &MemStorage, segment_bytes: u64) -> (Journal, Recovered<Tenant, Item>) {
+    fn open(disk: &MemStorage, segment_bytes: u64) -> (Journal, Recovered) {
         Self::try_open(disk, segment_bytes).expect("recovers")
     }
 
     fn try_open(
         disk: &MemStorage,
         segment_bytes: u64,
-    ) -> Result<(Journal, Recovered<Tenant, Item>), JournalError> {
-        let mut storage = disk.clone();
-        let mut rec: Recovered<Tenant, Item> =
-            recover(&mut storage, &Postcard, limits(segment_bytes))?;
-        let ledger = std::mem::replace(
-            &mut rec.ledger,
-            outbox::core::journal::Ledger::new(limits(1), 1, 1, 0),
-        );
-        let mut j = Journal {
-            state: JournalState::new(ledger),
-            committer: Committer::new(storage),
-        };
+    ) -> Result<(Journal, Recovered), JournalError> {
+        let (hand, back) = Hand::open(disk.clone(), &Postcard, limits(segment_bytes))?;
+        let mut j = Journal(hand);
         j.commit().expect("creates its segment");
-        Ok((j, rec))
+        Ok((j, back))
     }
 
     fn stage(&mut self, tenant: Tenant, item: &Item) {
@@ -60,14 +42,11 @@ impl Journal {
         )
         .map_err(|_| ())
         .expect("encodes");
-        assert!(self.state.append(tenant, &enc));
+        assert!(self.0.append(tenant, &enc));
     }
 
     fn commit(&mut self) -> io::Result<()> {
-        let mut batch = self.state.take_batch();
-        let r = self.committer.commit(&mut batch);
-        self.state.committed(batch.upto, r.is_ok());
-        r
+        self.0.round()
     }
 }
 
@@ -75,7 +54,7 @@ fn item(tenant: Tenant, n: u64) -> Item {
     (n, format!("t{tenant}-n{n}"))
 }
 
-fn recovered_ids(rec: &Recovered<Tenant, Item>) -> Vec<(Seq, Tenant, u64)> {
+fn recovered_ids(rec: &Recovered) -> Vec<(Seq, Tenant, u64)> {
     rec.items.iter().map(|(s, t, i)| (*s, *t, i.0)).collect()
 }
 
@@ -91,7 +70,7 @@ fn a_journal_round_trips_pending_items_per_tenant_in_order() {
     }
     j.commit().unwrap();
     // Tenant 0's first four items are done.
-    j.state.settle(&0, 4);
+    j.0.done(&0, 4);
     j.commit().unwrap();
     drop(j);
     disk.crash();
@@ -134,12 +113,12 @@ fn segments_whose_items_are_all_done_are_deleted() {
     }
     let before = disk.files().len();
     assert!(before > 5, "{before} files");
-    j.state.settle(&7, 40);
+    j.0.done(&7, 40);
     j.commit().unwrap();
     j.commit().unwrap();
     let segments: Vec<String> = disk.files().into_keys().filter(|n| n != "LOCK").collect();
     assert_eq!(segments.len(), 1, "only the current segment: {segments:?}");
-    assert_eq!(j.state.ledger().live(), 0);
+    assert_eq!(j.0.machine.ledger().live(), 0);
     drop(j);
     disk.crash();
     let (_, rec) = Journal::open(&disk, 150);
@@ -155,7 +134,7 @@ fn sample() -> MemStorage {
         j.stage(1 + n % 2, &item(1 + n % 2, n));
         j.commit().unwrap();
     }
-    j.state.settle(&2, 1);
+    j.0.done(&2, 1);
     j.commit().unwrap();
     j.stage(1, &item(1, 9));
     j.commit().unwrap();
@@ -362,7 +341,7 @@ fn a_missing_directory_is_created_and_an_empty_one_is_a_fresh_journal() {
     let dir = std::env::temp_dir().join(format!("outbox-journal-missing-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mut s = FsStorage::new(dir.join("a/b")).unwrap();
-    let rec: Recovered<Tenant, Item> = recover(&mut s, &Postcard, limits(1_000)).unwrap();
+    let rec = recover::<Tenant, Item, _, _>(&mut s, &Postcard, limits(1_000)).unwrap();
     assert_eq!(rec.report, Default::default());
     assert_eq!(rec.ledger.next_seq(), 1);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -466,10 +445,7 @@ fn an_undecodable_item_is_counted_unreadable() {
         }
     }
     let disk = MemStorage::new();
-    let mut storage = disk.clone();
-    let rec = recover::<Tenant, Item, _, _>(&mut storage, &Raw, limits(1_000)).unwrap();
-    let mut state = JournalState::new(rec.ledger);
-    let mut c = Committer::new(storage);
+    let (mut hand, _) = Hand::open(disk.clone(), &Raw, limits(1_000)).unwrap();
     for n in 0..3u64 {
         let e = format::EncodedItem::new(
             |b| Raw.encode_tenant(&5, b),
@@ -477,14 +453,12 @@ fn an_undecodable_item_is_counted_unreadable() {
         )
         .map_err(|_| ())
         .unwrap();
-        state.append(5, &e);
+        hand.append(5, &e);
     }
-    let mut batch = state.take_batch();
-    c.commit(&mut batch).unwrap();
-    drop(c);
+    hand.round().unwrap();
+    drop(hand);
     disk.crash();
-    let mut storage = disk.clone();
-    let rec = recover::<Tenant, Item, _, _>(&mut storage, &Raw, limits(1_000)).unwrap();
+    let (_, rec) = Hand::open(disk.clone(), &Raw, limits(1_000)).unwrap();
     assert_eq!(rec.items.iter().map(|x| x.2 .0).collect::<Vec<_>>(), [0, 2]);
     assert_eq!(rec.report.unreadable, 1);
 }
@@ -501,19 +475,15 @@ fn a_failed_commit_leaves_a_journal_that_recovers_what_was_synced() {
     j.stage(1, &item(1, 2));
     disk.fail(Some(io::ErrorKind::StorageFull));
     assert!(j.commit().is_err());
-    assert!(j.state.is_down());
-    assert_eq!(j.state.ledger().undurable(), 1);
+    assert!(j.0.is_down());
+    assert_eq!(j.0.machine.ledger().undurable(), 1);
     let enc = format::EncodedItem::new::<()>(|_| Ok(()), |_| Ok(())).unwrap();
-    assert!(!j.state.append(1, &enc), "down: not journaled");
-    assert_eq!(j.state.ledger().undurable(), 2);
-    let mut batch = j.state.resume();
-    assert!(j.committer.commit(&mut batch).is_err(), "still full");
-    j.state.committed(batch.upto, false);
+    assert!(!j.0.append(1, &enc), "down: not journaled");
+    assert_eq!(j.0.machine.ledger().undurable(), 2);
+    assert!(j.commit().is_err(), "still full: the resume fails");
     disk.fail(None);
-    let mut batch = j.state.resume();
-    j.committer.commit(&mut batch).unwrap();
-    j.state.committed(batch.upto, true);
-    assert!(!j.state.is_down());
+    j.commit().unwrap();
+    assert!(!j.0.is_down());
     j.stage(1, &item(1, 4));
     j.commit().unwrap();
     drop(j);
@@ -603,26 +573,10 @@ impl outbox::journal::Storage for Recording {
 
 /// Opens a journal on `storage` (recovery, then the first commit, which
 /// creates the current segment).
-fn open_on(
-    mut storage: Recording,
-    segment_bytes: u64,
-) -> (
-    JournalState<Tenant>,
-    Committer<Recording>,
-    Recovered<Tenant, Item>,
-) {
-    let mut rec: Recovered<Tenant, Item> =
-        recover(&mut storage, &Postcard, limits(segment_bytes)).expect("recovers");
-    let ledger = std::mem::replace(
-        &mut rec.ledger,
-        outbox::core::journal::Ledger::new(limits(1), 1, 1, 0),
-    );
-    let mut state = JournalState::new(ledger);
-    let mut committer = Committer::new(storage);
-    let mut batch = state.take_batch();
-    committer.commit(&mut batch).expect("creates its segment");
-    state.committed(batch.upto, true);
-    (state, committer, rec)
+fn open_on(storage: Recording, segment_bytes: u64) -> (Hand<Tenant, Recording>, Recovered) {
+    let (mut hand, back) = Hand::open(storage, &Postcard, limits(segment_bytes)).expect("recovers");
+    hand.round().expect("creates its segment");
+    (hand, back)
 }
 
 fn encoded(tenant: Tenant, n: u64) -> format::EncodedItem {
@@ -644,13 +598,11 @@ fn a_segment_header_is_synced_before_any_record_goes_in() {
     let disk = MemStorage::new();
     let storage = Recording::new(&disk);
     let log = std::sync::Arc::clone(&storage.log);
-    let (mut state, mut committer, _) = open_on(storage, 150);
+    let (mut j, _) = open_on(storage, 150);
     for n in 0..40 {
-        assert!(state.append(3, &encoded(3, n)));
+        assert!(j.append(3, &encoded(3, n)));
         if n % 3 == 0 {
-            let mut batch = state.take_batch();
-            committer.commit(&mut batch).unwrap();
-            state.committed(batch.upto, true);
+            j.round().unwrap();
         }
     }
     let log = log.lock().unwrap().clone();
@@ -684,43 +636,34 @@ fn a_segment_whose_header_write_failed_is_deleted_or_headed_again_before_anythin
     for prefix in [0, 3, 8, 20, HEADER_LEN - 1] {
         let disk = MemStorage::new();
         let storage = Recording::new(&disk);
-        let (mut state, mut committer, _) = open_on(storage, 150);
-        assert!(state.append(1, &encoded(1, 0)));
-        let mut batch = state.take_batch();
-        committer.commit(&mut batch).unwrap();
-        state.committed(batch.upto, true);
+        let (mut j, _) = open_on(storage, 150);
+        assert!(j.append(1, &encoded(1, 0)));
+        j.round().unwrap();
         // The next append (a record) works; the header of the segment the
         // roll creates is cut short. Deletes fail for a while.
-        committer.storage().fail_header = Some(prefix);
-        committer
+        j.committer.storage().fail_header = Some(prefix);
+        j.committer
             .storage()
             .refuse_deletes
             .store(true, std::sync::atomic::Ordering::SeqCst);
         let mut n = 1;
         let failed = loop {
-            assert!(state.append(1, &encoded(1, n)));
+            assert!(j.append(1, &encoded(1, n)));
             n += 1;
-            let mut batch = state.take_batch();
-            let r = committer.commit(&mut batch);
-            state.committed(batch.upto, r.is_ok());
-            if r.is_err() {
+            if j.round().is_err() {
                 break n;
             }
         };
-        assert!(state.is_down(), "prefix {prefix}");
+        assert!(j.is_down(), "prefix {prefix}");
         // The resume cannot delete the torn segment (deletes are refused):
         // it writes its header again in place, then goes on (S-J5, S-J7).
-        let mut batch = state.resume();
-        committer.commit(&mut batch).unwrap();
-        state.committed(batch.upto, true);
-        committer
+        j.round().unwrap();
+        j.committer
             .storage()
             .refuse_deletes
             .store(false, std::sync::atomic::Ordering::SeqCst);
-        assert!(state.append(1, &encoded(1, 100)));
-        let mut batch = state.take_batch();
-        committer.commit(&mut batch).unwrap();
-        state.committed(batch.upto, true);
+        assert!(j.append(1, &encoded(1, 100)));
+        j.round().unwrap();
         for (name, bytes) in disk.files() {
             if name != "LOCK" {
                 assert!(
@@ -729,9 +672,9 @@ fn a_segment_whose_header_write_failed_is_deleted_or_headed_again_before_anythin
                 );
             }
         }
-        drop(committer);
+        drop(j);
         disk.crash();
-        let (_, _, rec) = open_on(Recording::new(&disk), 150);
+        let (_, rec) = open_on(Recording::new(&disk), 150);
         let ids: Vec<u64> = rec.items.iter().map(|x| x.2 .0).collect();
         // Everything synced before the fault and after the resume; the
         // failed commit's items were never promised.

@@ -11,7 +11,7 @@
 //! Runs when `OUTBOX_TEST_POSTGRES_URL` is set (fails if it is set and the
 //! server does not answer). The seed is printed; replay one with
 //! `OUTBOX_JOURNAL_CRASH_SEED=<seed> cargo test --all-features --test
-//! journal_crash -- --nocapture`. The child is this test binary run again
+//! journal_durability_kill_9 -- --nocapture`. The child is this test binary run again
 //! with `OUTBOX_JOURNAL_CHILD` set, on the `child` test.
 #![cfg(all(feature = "journal", feature = "postgres", unix))]
 

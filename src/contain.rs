@@ -1,6 +1,7 @@
-//! Panic containment for sink code (S-W5, S-W13): a panic while
-//! creating a write future, polling it, dropping it or rendering its error
-//! becomes a value, never an unwinding writer.
+//! Panic containment for user code (S-W5, S-W13, S-J8): a panic while
+//! creating a write future, polling it, dropping it or rendering its
+//! error, or in a codec, becomes a value, never an unwinding writer or a
+//! failed recovery.
 
 use std::any::Any;
 use std::future::Future;

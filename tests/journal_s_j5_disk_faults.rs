@@ -1,5 +1,4 @@
-//! The journal's fault handling under attack (S-J5, S-J6), first written
-//! by a newcomer's review:
+//! S-J5 and S-J6, disk faults at run time and one process per journal:
 //! a disk that fails and recovers, a disk that keeps failing while the
 //! outbox closes, huge retry intervals, a failure during the first commit.
 //! Paused clock, `inline_io` (the commit runs on the journal's task).

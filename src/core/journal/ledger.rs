@@ -1,44 +1,28 @@
-//! The journal's bookkeeping, sans IO (SPEC D1-D6): which sequence number
-//! each journaled item has, which segment holds it, which items are done,
-//! which segments can be deleted, and what a recovery stages again in which
-//! order and counts as lost.
+//! The ledger (S-J1..S-J4, D6): which sequence number each journaled item
+//! has, which segment holds it, which items are done, which segments can
+//! be deleted. The [`Machine`](super::Machine) keeps one and asks it.
 //!
-//! The driver (`outbox::journal`, feature `journal`) does the file IO and
-//! the record encoding; this module decides. Nothing here reads a clock,
-//! touches a file or iterates a hash map: the same inputs give the same
-//! decisions (S-C1).
-//!
-//! # Model
 //! - Every item accepted while the journal runs gets a **sequence number**
 //!   ([`Seq`], from 1, increasing in staging order across all tenants) and
 //!   is appended to the **current segment**. A segment covers a contiguous
 //!   range of sequence numbers: from its `first` to the next segment's
 //!   `first`. The ledger rolls to a new segment once the current one holds
 //!   `segment_bytes` (S-J1).
-//! - An item is **done** once it is written, lost or dropped: the driver
-//!   reports that with [`Ledger::settle`] (the tenant's oldest `n`, since a
-//!   tenant's items leave the engine in staging order, S-W3). Done items
-//!   are handed out as **done marks** ([`Ledger::take_marks`]) to be
+//! - An item is **done** once it is written, lost or dropped: the machine
+//!   reports that with [`Ledger::mark_done`] (the tenant's oldest `n`,
+//!   since a tenant's items leave the engine in staging order, S-W3). Done
+//!   items are handed out as **done marks** ([`Ledger::take_marks`]) to be
 //!   appended to the current segment. A mark is lazy: lost in a crash, it
 //!   means the item is staged again and written twice, which the sink's
 //!   idempotency absorbs (S-J3).
 //! - A segment is **deletable** when it is not the current one, all its
 //!   items are done, and every segment whose items it marks done is gone:
 //!   deleting it never forgets a mark still needed (S-J2, D6).
-//! - **Recovery** ([`Recovery`]) takes what the driver read back, re-stages
-//!   every item not marked done in sequence order (so per tenant in staging
-//!   order, D2), and counts as lost every sequence number of a segment's
-//!   known range that is neither readable nor marked done (D4).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::hash::Hash;
 
-mod faults;
-
-pub use faults::{Faults, Next, CLOSING_RETRIES, CLOSING_RETRY_CAP};
-
-use super::shrink;
-use super::{DropReason, Event, LostReason};
+use crate::core::shrink;
 
 /// An item's sequence number in the journal: from 1, in staging order
 /// across all tenants. 0 is never a sequence number.
@@ -148,7 +132,7 @@ pub struct Limits {
 ///
 /// Inputs: [`append`](Self::append) (an accepted item),
 /// [`unjournaled`](Self::unjournaled) (an item accepted while the journal
-/// is down), [`settle`](Self::settle) (a tenant's oldest items are done),
+/// is down), [`mark_done`](Self::mark_done) (a tenant's oldest items are done),
 /// [`add_bytes`](Self::add_bytes) (marks or seals appended). Outputs:
 /// [`take_marks`](Self::take_marks), [`poll_delete`](Self::poll_delete).
 /// Every operation costs O(log S) per item for S segments, plus one
@@ -165,7 +149,7 @@ pub struct Ledger<K> {
     /// one is the one that holds items.
     by_first: BTreeSet<(Seq, SegmentId)>,
     tenants: PerTenant<K>,
-    /// Tenants whose queues a settle emptied, forgotten at the next
+    /// Tenants whose queues [`mark_done`](Self::mark_done) emptied, forgotten at the next
     /// `take_marks` unless they staged again.
     emptied: Vec<K>,
     marks: Vec<Seq>,
@@ -347,7 +331,7 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
     /// Returns how many of them were journaled. Extra `n` beyond what the
     /// ledger tracks for the tenant is ignored (items staged before the
     /// journal existed).
-    pub fn settle(&mut self, tenant: &K, n: u64) -> u64 {
+    pub fn mark_done(&mut self, tenant: &K, n: u64) -> u64 {
         let Some(queue) = self.tenants.get_mut(tenant) else {
             return 0;
         };
@@ -372,7 +356,8 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
 
     /// Every pending item of every tenant is done (a shutdown deadline,
     /// an abandon): returns how many were journaled.
-    pub fn settle_all(&mut self) -> u64 {
+    #[cfg(any(test, feature = "testkit"))]
+    pub fn mark_all_done(&mut self) -> u64 {
         // In the map's order: `take_marks` sorts the marks.
         let tenants = std::mem::take(&mut self.tenants);
         self.undurable = 0;
@@ -392,6 +377,7 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
     /// order. Their items stop counting as live; the current segment
     /// remembers whose marks it holds (S-J2); segments left with no live
     /// item become deletable when nothing else holds them.
+    #[cfg(any(test, feature = "testkit"))]
     pub fn take_marks(&mut self) -> Vec<Seq> {
         let marks = self.take_done();
         self.remark(&marks);
@@ -401,7 +387,7 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
     /// Like [`take_marks`](Self::take_marks), with the marks cut into done
     /// records that keep every segment within `segment_bytes` (D6): marks
     /// fill the current segment's room, then the ledger rolls to a new
-    /// segment and goes on there. Without this, the marks of a settle
+    /// segment and goes on there. Without this, the marks of a batch of done items
     /// would grow the current segment past `segment_bytes` with nothing to
     /// roll it, since only an item's append rolls. A segment holding only
     /// its header takes at least one mark, so a tiny `segment_bytes` never
@@ -457,7 +443,7 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
         marks
     }
 
-    /// Forgets the tenants whose queues [`settle`](Self::settle) emptied
+    /// Forgets the tenants whose queues [`mark_done`](Self::mark_done) emptied
     /// and that staged nothing since.
     fn forget_emptied(&mut self) {
         for tenant in self.emptied.drain(..) {
@@ -592,7 +578,7 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
             .map(|(_, id)| *id)
     }
 
-    fn check_deletable(&mut self, id: SegmentId) {
+    pub(super) fn check_deletable(&mut self, id: SegmentId) {
         if id == self.current {
             return;
         }
@@ -603,9 +589,18 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
         }
     }
 
+    /// Queues a recovered item of `tenant` under `seq`, after the ones
+    /// queued before (a recovery queues them in sequence order).
+    pub(super) fn restore_pending(&mut self, tenant: K, seq: Seq) {
+        self.tenants
+            .entry(tenant)
+            .or_default()
+            .push_back(Entry::at(seq));
+    }
+
     /// Adds a segment read back by a recovery, with `live` items not done,
     /// `bytes` on disk and done marks for the `marks_for` segments.
-    fn restore(
+    pub(super) fn restore(
         &mut self,
         id: SegmentId,
         first: Seq,
@@ -633,231 +628,6 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
     }
 }
 
-/// The tenant and count of accepted items an engine event settles
-/// (written, lost or dropped), for [`Ledger::settle`]: they are always the
-/// tenant's oldest pending items (S-W3). `None` for events that settle
-/// nothing, and for refusals at stage (`buffer_full`, `tenant_full`,
-/// `encode_failed`, `journal_full`, `shutdown`), whose items were never
-/// accepted. A slice written with some
-/// items discarded settles once, through its `Written` event; its
-/// `discarded` loss settles nothing more.
-pub fn settled_by<K, I>(event: &Event<K, I>) -> Option<(&K, u64)> {
-    match event {
-        Event::Written { tenant, items, .. } => Some((tenant, *items as u64)),
-        Event::Dropped {
-            tenant,
-            items,
-            reason,
-            ..
-        } => match reason {
-            DropReason::SinkError => Some((tenant, *items)),
-            DropReason::BufferFull
-            | DropReason::TenantFull
-            | DropReason::EncodeFailed
-            | DropReason::JournalFull => None,
-        },
-        Event::Lost {
-            tenant,
-            items,
-            reason,
-            ..
-        } => match reason {
-            // Refused after the fence; part of a written slice; never
-            // journaled in this process.
-            LostReason::Shutdown | LostReason::Discarded | LostReason::JournalUnreadable => None,
-            LostReason::Deadline
-            | LostReason::Abandoned
-            | LostReason::JoinFailed
-            | LostReason::Terminal
-            | LostReason::RetriesExhausted
-            | LostReason::Expired => Some((tenant, *items)),
-        },
-        Event::AttemptFailed { .. }
-        | Event::DeadLetter(_)
-        | Event::CancelInFlight
-        | Event::WaitDone { .. }
-        | Event::ShutdownDone { .. } => None,
-    }
-}
-
-/// One segment as the driver read it back (D4).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ScannedSegment<K, P> {
-    /// Its id (from its file name and header).
-    pub id: SegmentId,
-    /// The first sequence number it holds (from its header).
-    pub first: Seq,
-    /// Where its range ends (exclusive), when known: its seal record, or
-    /// the next segment's `first`. `None` for the last segment when it has
-    /// no seal (a crash cut it): then its end is its last readable item.
-    pub end: Option<Seq>,
-    /// Readable item records: sequence number, tenant, payload.
-    pub items: Vec<(Seq, K, P)>,
-    /// Sequence numbers of records whose checksum held but whose tenant or
-    /// item could not be decoded (not in `items`): counted lost like
-    /// unreadable records.
-    pub undecodable: Vec<Seq>,
-    /// Done marks it holds.
-    pub marks: Vec<Seq>,
-    /// Its size on disk after any torn tail was cut.
-    pub bytes: u64,
-}
-
-/// What a recovery found (D4): the items to stage again, in order, and the
-/// counts.
-#[derive(Debug)]
-pub struct Recovery<K, P> {
-    /// Items not known done, in sequence order (so per tenant in staging
-    /// order, D2): stage them again before any new item.
-    pub items: Vec<(Seq, K, P)>,
-    /// Items in a segment's range that could not be read back (corrupt or
-    /// undecodable) and are not marked done: counted lost under
-    /// `journal_unreadable` (D4).
-    pub unreadable: u64,
-    /// Readable items skipped because they are marked done.
-    pub done: u64,
-    /// The sequence number the next item gets.
-    pub next_seq: Seq,
-    /// The id the next segment gets.
-    pub next_segment: SegmentId,
-}
-
-/// Decides what `segments` (in any order) leave to do: the items staged
-/// again (sequence number, segment) in sequence order, how many items are
-/// unreadable and not done, and how many readable items are done (D2, D4).
-fn plan<K, P>(segments: &[ScannedSegment<K, P>]) -> (Vec<(Seq, SegmentId)>, u64, u64) {
-    let marked: BTreeSet<Seq> = segments
-        .iter()
-        .flat_map(|s| s.marks.iter().copied())
-        .collect();
-    let mut keep = Vec::new();
-    let mut unreadable = 0;
-    let mut done = 0;
-    for seg in segments {
-        let readable: BTreeSet<Seq> = seg.items.iter().map(|(s, _, _)| *s).collect();
-        for &seq in &readable {
-            if marked.contains(&seq) {
-                done += 1;
-            } else {
-                keep.push((seq, seg.id));
-            }
-        }
-        let last = readable
-            .iter()
-            .chain(&seg.undecodable)
-            .max()
-            .map_or(seg.first, |s| s.saturating_add(1));
-        let end = seg.end.unwrap_or(last).max(last).max(seg.first);
-        // Counted by range queries, not by walking the range: a range is
-        // only as wide as the sequence numbers on disk say, and the cost
-        // must follow the records, never the numbers.
-        let known = readable.range(seg.first..end).count() as u64
-            + marked
-                .range(seg.first..end)
-                .filter(|s| !readable.contains(s))
-                .count() as u64;
-        unreadable += (end - seg.first).saturating_sub(known);
-    }
-    keep.sort_unstable();
-    (keep, unreadable, done)
-}
-
-impl<K: Ord + Hash + Clone, P> Recovery<K, P> {
-    /// Reads the plan of `segments` into a recovery and a ledger that
-    /// tracks the recovered items, with a fresh current segment of
-    /// `header_bytes` after the last one.
-    pub fn new(
-        segments: Vec<ScannedSegment<K, P>>,
-        limits: Limits,
-        header_bytes: u64,
-    ) -> (Self, Ledger<K>) {
-        let (keep, unreadable, done) = plan(&segments);
-        let next_seq = segments
-            .iter()
-            .flat_map(|s| {
-                s.items
-                    .iter()
-                    .map(|(q, _, _)| q.saturating_add(1))
-                    .chain(s.end)
-                    .chain(s.marks.iter().map(|q| q.saturating_add(1)))
-                    .chain([s.first])
-            })
-            .max()
-            .unwrap_or(1);
-        let next_segment = segments
-            .iter()
-            .map(|s| s.id.saturating_add(1))
-            .max()
-            .unwrap_or(1);
-        let mut ledger = Ledger::new(limits, next_seq, next_segment, header_bytes);
-        let live_per: BTreeMap<SegmentId, u64> =
-            keep.iter().fold(BTreeMap::new(), |mut m, (_, id)| {
-                *m.entry(*id).or_default() += 1;
-                m
-            });
-        let firsts: BTreeSet<(Seq, SegmentId)> = segments.iter().map(|s| (s.first, s.id)).collect();
-        let segment_of = |seq: Seq| {
-            firsts
-                .range(..=(seq, SegmentId::MAX))
-                .next_back()
-                .map(|(_, id)| *id)
-        };
-        let ends: BTreeMap<SegmentId, Option<Seq>> =
-            segments.iter().map(|s| (s.id, s.end)).collect();
-        let mut sorted: Vec<&ScannedSegment<K, P>> = segments.iter().collect();
-        sorted.sort_by_key(|s| s.id);
-        for s in &sorted {
-            // Marks for every other segment still on disk, done or not: a
-            // segment kept for its own marks keeps its items' marks too
-            // (S-J2). A mark past its segment's end is for a deleted one.
-            let marks_for: BTreeSet<SegmentId> = s
-                .marks
-                .iter()
-                .filter_map(|q| {
-                    let id = segment_of(*q)?;
-                    let past_end = ends.get(&id).copied().flatten().is_some_and(|e| *q >= e);
-                    (!past_end).then_some(id)
-                })
-                .filter(|id| *id != s.id)
-                .collect();
-            let live = live_per.get(&s.id).copied().unwrap_or(0);
-            ledger.restore(s.id, s.first, live, s.bytes, marks_for);
-        }
-        for s in &sorted {
-            ledger.check_deletable(s.id);
-        }
-        // The items, in sequence order, with their tenants queued in the
-        // ledger so that their outcomes mark them done.
-        let mut by_seq: BTreeMap<Seq, (K, P)> = BTreeMap::new();
-        for s in segments {
-            for (seq, tenant, payload) in s.items {
-                by_seq.insert(seq, (tenant, payload));
-            }
-        }
-        let mut items = Vec::with_capacity(keep.len());
-        for (seq, _) in keep {
-            if let Some((tenant, payload)) = by_seq.remove(&seq) {
-                ledger
-                    .tenants
-                    .entry(tenant.clone())
-                    .or_default()
-                    .push_back(Entry::at(seq));
-                items.push((seq, tenant, payload));
-            }
-        }
-        (
-            Recovery {
-                items,
-                unreadable,
-                done,
-                next_seq,
-                next_segment,
-            },
-            ledger,
-        )
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -882,7 +652,7 @@ mod tests {
         // neither add bytes nor keep marked segments alive.
         let mut l: Ledger<u32> = Ledger::new(limits(1_000), 1, 1, H);
         l.append(7, 10, H).unwrap();
-        assert_eq!(l.settle(&7, 1), 1);
+        assert_eq!(l.mark_done(&7, 1), 1);
         let marks = l.take_marks();
         let first = l.roll(H);
         l.add_bytes(8);
@@ -948,14 +718,14 @@ mod tests {
 
     #[test]
     fn done_marks_fill_the_current_segment_then_roll_it() {
-        // D6 (crash seed 2323): a settle's marks never grow a segment past
+        // D6 (crash seed 2323): one batch of done items' marks never grow a segment past
         // `segment_bytes`; they fill its room, then go on in a new one.
         let sizes = mark_sizes(4);
         let mut l: Ledger<u32> = Ledger::new(limits(60), 1, 1, H);
         for _ in 0..10 {
             l.append(1, 4, H).unwrap();
         } // segment 1: 10 + 40 = 50 bytes, room for one mark (5 + 8 = 13 > 10)
-        l.settle(&1, 10);
+        l.mark_done(&1, 10);
         let runs = l.take_mark_runs(sizes);
         let shape: Vec<_> = runs.iter().map(|r| (r.roll, r.seqs.len())).collect();
         // Segment 1 has no room: roll to 2 (10 header), 4 marks (37 bytes),
@@ -979,7 +749,7 @@ mod tests {
         let mut l: Ledger<u32> = Ledger::new(limits(12), 1, 1, H);
         l.append(1, 4, H).unwrap();
         l.append(1, 4, H).unwrap();
-        l.settle(&1, 2);
+        l.mark_done(&1, 2);
         let shape: Vec<_> = l
             .take_mark_runs(sizes)
             .iter()
@@ -989,33 +759,33 @@ mod tests {
     }
 
     #[test]
-    fn settle_marks_a_tenants_oldest_items_done() {
+    fn mark_done_marks_a_tenants_oldest_items_done() {
         let mut l: Ledger<u32> = Ledger::new(limits(1_000), 1, 1, H);
         for t in [1, 2, 1, 1, 2] {
             l.append(t, 10, H).unwrap();
         }
-        assert_eq!(l.settle(&1, 2), 2);
+        assert_eq!(l.mark_done(&1, 2), 2);
         assert_eq!(l.take_marks(), [1, 3]);
-        assert_eq!(l.settle(&2, 5), 2, "capped at what the tenant has");
-        assert_eq!(l.settle(&9, 1), 0, "an unknown tenant");
+        assert_eq!(l.mark_done(&2, 5), 2, "capped at what the tenant has");
+        assert_eq!(l.mark_done(&9, 1), 0, "an unknown tenant");
         assert_eq!(l.take_marks(), [2, 5]);
         assert_eq!(l.live(), 1);
         assert!(!l.has_marks());
     }
 
     #[test]
-    fn a_tenant_settled_empty_is_forgotten_at_the_next_take_unless_it_staged() {
+    fn a_tenant_marked_empty_is_forgotten_at_the_next_take_unless_it_staged() {
         // Memory follows the pending items (S-B8), one commit round late.
         let mut l: Ledger<u32> = Ledger::new(limits(1_000), 1, 1, H);
         l.append(1, 10, H).unwrap();
         l.append(2, 10, H).unwrap();
-        l.settle(&1, 1);
-        l.settle(&2, 1);
+        l.mark_done(&1, 1);
+        l.mark_done(&2, 1);
         l.append(2, 10, H).unwrap();
         assert_eq!(l.tenants.len(), 2, "kept until the next take");
         assert_eq!(l.take_marks(), [1, 2]);
         assert_eq!(l.tenants.keys().collect::<Vec<_>>(), [&2]);
-        assert_eq!(l.settle(&2, 1), 1, "its new item, in order");
+        assert_eq!(l.mark_done(&2, 1), 1, "its new item, in order");
         assert_eq!(l.take_marks(), [3]);
         l.take_marks();
         assert!(l.tenants.is_empty() && l.emptied.is_empty());
@@ -1024,14 +794,14 @@ mod tests {
     #[test]
     fn unjournaled_items_keep_their_place_but_leave_no_mark() {
         // S-J5: an item accepted while the journal is down is in the
-        // tenant's order, so a later settle pops the right ones.
+        // tenant's order, so a later mark_done pops the right ones.
         let mut l: Ledger<u32> = Ledger::new(limits(1_000), 1, 1, H);
         l.append(1, 10, H).unwrap();
         l.unjournaled(1);
         l.append(1, 10, H).unwrap();
-        assert_eq!(l.settle(&1, 2), 1);
+        assert_eq!(l.mark_done(&1, 2), 1);
         assert_eq!(l.take_marks(), [1]);
-        assert_eq!(l.settle(&1, 1), 1);
+        assert_eq!(l.mark_done(&1, 1), 1);
         assert_eq!(l.take_marks(), [2]);
     }
 
@@ -1042,13 +812,13 @@ mod tests {
         l.append(1, 10, H).unwrap();
         l.append(1, 10, H).unwrap();
         l.append(2, 10, H).unwrap(); // rolls: segment 2
-        l.settle(&2, 1);
+        l.mark_done(&2, 1);
         l.take_marks();
         assert_eq!(deletions(&mut l), [] as [u64; 0], "segment 2 is current");
-        l.settle(&1, 1);
+        l.mark_done(&1, 1);
         l.take_marks();
         assert_eq!(deletions(&mut l), [] as [u64; 0], "one item of 1 is live");
-        l.settle(&1, 1);
+        l.mark_done(&1, 1);
         l.take_marks();
         assert_eq!(deletions(&mut l), [1]);
         assert_eq!(l.segments(), 1);
@@ -1063,18 +833,18 @@ mod tests {
         l.append(1, 10, H).unwrap(); // seq 1, segment 1
         l.append(2, 10, H).unwrap(); // seq 2, segment 1
         assert_eq!(l.append(3, 10, H).unwrap().roll, Some(2)); // seq 3
-        l.settle(&1, 1);
+        l.mark_done(&1, 1);
         assert_eq!(l.take_marks(), [1]); // the mark goes to segment 2
         l.add_bytes(10);
         assert_eq!(l.append(3, 10, H).unwrap().roll, Some(3)); // seq 4
-        l.settle(&3, 2);
+        l.mark_done(&3, 2);
         l.take_marks(); // segment 2's item done; marks in segment 3
         assert_eq!(
             deletions(&mut l),
             [] as [u64; 0],
             "2 marks item 1 of live segment 1"
         );
-        l.settle(&2, 1);
+        l.mark_done(&2, 1);
         l.take_marks();
         assert_eq!(deletions(&mut l), [1, 2], "1 goes, then 2 is free");
     }
@@ -1094,7 +864,7 @@ mod tests {
         l.append(1, 20, H).unwrap();
         assert_eq!(l.append(1, 20, H), Err(Refusal::Full));
         assert_eq!(l.next_seq(), 2);
-        assert_eq!(l.settle(&1, 5), 1);
+        assert_eq!(l.mark_done(&1, 5), 1);
         l.take_marks();
         l.append(1, 5, H).unwrap();
     }
@@ -1109,216 +879,25 @@ mod tests {
         assert_eq!(l.incident(2), 2);
         assert_eq!(l.undurable(), 2);
         assert_eq!(l.live(), 1);
-        assert_eq!(l.settle(&1, 2), 1, "seq 1 is journaled, seq 3 no more");
+        assert_eq!(l.mark_done(&1, 2), 1, "seq 1 is journaled, seq 3 no more");
         assert_eq!(l.undurable(), 1);
         assert_eq!(l.take_marks(), [1]);
         l.roll(H);
         assert_eq!(deletions(&mut l), [1, 2], "nothing live holds them");
-        l.settle(&2, 1);
+        l.mark_done(&2, 1);
         assert_eq!(l.undurable(), 0);
         assert!(l.take_marks().is_empty());
     }
 
     #[test]
-    fn settle_all_marks_every_pending_item() {
+    fn mark_all_done_marks_every_pending_item() {
         let mut l: Ledger<u32> = Ledger::new(limits(1_000), 1, 1, H);
         for t in [3, 1, 2] {
             l.append(t, 1, H).unwrap();
         }
         l.unjournaled(1);
-        assert_eq!(l.settle_all(), 3);
+        assert_eq!(l.mark_all_done(), 3);
         assert_eq!(l.take_marks(), [1, 2, 3]);
         assert_eq!(l.live(), 0);
-    }
-
-    fn seg(
-        id: SegmentId,
-        first: Seq,
-        end: Option<Seq>,
-        items: &[(Seq, u32)],
-        marks: &[Seq],
-    ) -> ScannedSegment<u32, Seq> {
-        ScannedSegment {
-            id,
-            first,
-            end,
-            items: items.iter().map(|&(s, t)| (s, t, s * 100)).collect(),
-            undecodable: Vec::new(),
-            marks: marks.to_vec(),
-            bytes: 100,
-        }
-    }
-
-    #[test]
-    fn recovery_restages_what_is_not_done_in_sequence_order() {
-        // D2, D4.
-        let segments = vec![
-            seg(2, 4, None, &[(4, 1), (5, 2), (6, 1)], &[1, 4]),
-            seg(1, 1, Some(4), &[(1, 1), (2, 2), (3, 1)], &[2]),
-        ];
-        let (r, mut l) = Recovery::new(segments, limits(1_000), H);
-        let order: Vec<(Seq, u32)> = r.items.iter().map(|(s, t, _)| (*s, *t)).collect();
-        assert_eq!(order, [(3, 1), (5, 2), (6, 1)]);
-        assert_eq!(r.items[0].2, 300, "the payload travels with its item");
-        assert_eq!(
-            (r.unreadable, r.done, r.next_seq, r.next_segment),
-            (0, 3, 7, 3)
-        );
-        assert_eq!(l.current(), 3);
-        assert_eq!(l.live(), 3);
-        // Tenant 1's two recovered items are settled first, in order.
-        l.settle(&1, 2);
-        assert_eq!(l.take_marks(), [3, 6]);
-        l.settle(&2, 1);
-        l.take_marks();
-        assert_eq!(deletions(&mut l), [1, 2]);
-    }
-
-    #[test]
-    fn recovery_counts_holes_in_a_known_range_unless_marked_done() {
-        // D4: seq 2 unreadable (counted), seq 5 unreadable but marked done
-        // (not counted), seq 7 past the seal's end (a torn tail of the last
-        // segment has no known end: not counted).
-        let segments = vec![
-            seg(1, 1, Some(4), &[(1, 1), (3, 1)], &[]),
-            seg(2, 4, Some(7), &[(4, 1), (6, 1)], &[5]),
-            seg(3, 7, None, &[], &[]),
-        ];
-        let (keep, unreadable, done) = plan(&segments);
-        assert_eq!(unreadable, 1);
-        assert_eq!(done, 0);
-        assert_eq!(keep.iter().map(|p| p.0).collect::<Vec<_>>(), [1, 3, 4, 6]);
-    }
-
-    #[test]
-    fn recovery_counts_undecodable_items_as_unreadable() {
-        let mut s = seg(1, 1, None, &[(1, 1)], &[]);
-        s.undecodable.push(2);
-        let (r, _) = Recovery::new(vec![s], limits(1_000), H);
-        assert_eq!(r.unreadable, 1);
-        assert_eq!(r.items.len(), 1);
-    }
-
-    #[test]
-    fn engine_events_settle_the_accepted_items_they_end() {
-        use crate::core::{Config, Engine, Outcome, Staged, Time};
-        // Every accepted item is settled exactly once, refusals never:
-        // a drop policy, a discard, a shutdown deadline and a refusal.
-        let config = Config::builder()
-            .capacity(3)
-            .error_policy(crate::core::ErrorPolicy::Drop)
-            .build()
-            .unwrap();
-        let mut e: Engine<u32, u32> = Engine::new(config).unwrap();
-        let t0 = Time::ZERO;
-        for i in 0..4 {
-            let s = e.stage(t0, i % 2, i);
-            assert_eq!(s == Staged::Accepted, i < 3);
-        }
-        let w = e.poll_write(t0).unwrap();
-        e.finish(t0, w, Outcome::Failed).unwrap();
-        let w = e.poll_write(t0).unwrap();
-        e.finish(t0, w, Outcome::Written { discarded: 1 }).unwrap();
-        let _ = e.stage(t0, 5, 9);
-        let _ = e.shutdown(t0, t0);
-        let _ = e.stage(t0, 6, 10);
-        let mut settled: BTreeMap<u32, u64> = BTreeMap::new();
-        while let Some(ev) = e.poll_event() {
-            if let Some((t, n)) = settled_by(&ev) {
-                *settled.entry(*t).or_default() += n;
-            }
-        }
-        let c = e.counters();
-        let total: u64 = settled.values().sum();
-        assert_eq!(
-            total,
-            c.staged - c.dropped(DropReason::BufferFull) - c.lost(LostReason::Shutdown)
-        );
-        assert_eq!(settled.get(&6), None, "refused after the fence");
-        assert_eq!(settled.get(&5), Some(&1), "lost at the deadline");
-    }
-
-    #[test]
-    fn an_empty_segment_sharing_its_first_with_the_next_is_told_apart() {
-        // Found by tests/journal_model.rs: a recovered empty segment 1 and
-        // the new segment 2 both start at sequence 1; deleting 1 must not
-        // make sequence 1 unfindable in 2.
-        let segments = vec![seg(1, 1, Some(1), &[], &[])];
-        let (_, mut l) = Recovery::new(segments, limits(1_000), H);
-        assert_eq!(deletions(&mut l), [1]);
-        l.append(5, 10, H).unwrap();
-        l.settle(&5, 1);
-        assert_eq!(l.take_marks(), [1]);
-        assert_eq!(l.live(), 0);
-    }
-
-    #[test]
-    fn a_recovered_segment_kept_for_its_marks_keeps_the_marks_of_its_items() {
-        // Found by tests/journal_model.rs: segment 2 holds item 3 (done)
-        // and the mark of item 1 (segment 1, live): it is kept. Segment 3
-        // holds the mark of item 3: deleting it would bring item 3 back
-        // after the next crash.
-        let segments = vec![
-            seg(1, 1, Some(3), &[(1, 1), (2, 1)], &[]),
-            seg(2, 3, Some(4), &[(3, 2)], &[1]),
-            seg(3, 4, Some(4), &[], &[3]),
-        ];
-        let (r, mut l) = Recovery::new(segments, limits(1_000), H);
-        assert_eq!(r.items.iter().map(|x| x.0).collect::<Vec<_>>(), [2]);
-        assert_eq!(deletions(&mut l), [] as [u64; 0]);
-        l.settle(&1, 1);
-        l.take_marks();
-        assert_eq!(deletions(&mut l), [1, 2, 3]);
-    }
-
-    #[test]
-    fn the_engine_takes_recovered_items_past_its_capacity_and_coalesces_journal_refusals() {
-        // D4, S-W14, S-B8: recovered items are input too; the journal's
-        // refusals queue one event per reason, however many.
-        use crate::core::{Config, Engine, Staged, Time};
-        let config = Config::builder().capacity(1).build().unwrap();
-        let mut e: Engine<u32, u32> = Engine::new(config).unwrap();
-        let t0 = Time::ZERO;
-        for i in 0..3 {
-            assert_eq!(e.recover(t0, 1, i), Staged::Accepted);
-        }
-        e.recover_unreadable(2);
-        assert_eq!(e.stage(t0, 1, 9), Staged::Dropped(DropReason::BufferFull));
-        for _ in 0..5 {
-            let s = e.refuse(t0, 2, DropReason::EncodeFailed);
-            assert_eq!(s, Staged::Dropped(DropReason::EncodeFailed));
-        }
-        let c = e.counters().clone();
-        assert_eq!((c.recovered, c.staged, c.pending), (5, 6, 3));
-        assert_eq!(c.lost(LostReason::JournalUnreadable), 2);
-        assert_eq!(c.dropped(DropReason::EncodeFailed), 5);
-        assert!(c.balanced(), "{c:?}");
-        let encode_events: Vec<u64> = std::iter::from_fn(|| e.poll_event())
-            .filter_map(|ev| match ev {
-                Event::Dropped {
-                    reason: DropReason::EncodeFailed,
-                    items,
-                    ..
-                } => Some(items),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(encode_events, [5]);
-    }
-
-    #[test]
-    fn recovery_of_nothing_starts_at_one() {
-        let (r, l) = Recovery::<u32, u64>::new(Vec::new(), limits(1_000), H);
-        assert_eq!((r.next_seq, r.next_segment, r.unreadable), (1, 1, 0));
-        assert_eq!(l.current(), 1);
-        assert_eq!(l.segments(), 1);
-    }
-
-    #[test]
-    fn a_fully_done_recovered_segment_is_deletable_at_once() {
-        let segments = vec![seg(1, 1, Some(3), &[(1, 1), (2, 1)], &[1, 2])];
-        let (r, mut l) = Recovery::new(segments, limits(1_000), H);
-        assert!(r.items.is_empty());
-        assert_eq!(deletions(&mut l), [1]);
     }
 }

@@ -1,0 +1,299 @@
+//! What a round commits (S-J1..S-J5): the records waiting for the next
+//! group commit, the done marks and deletions each batch carries, and
+//! after a fault what a resume seals and redoes. Kept by the
+//! [`Machine`](super::Machine), under the outbox's lock.
+
+use std::collections::BTreeSet;
+use std::hash::Hash;
+
+use super::batch::{Batch, Op, Record, Sizes};
+use super::ledger::{Ledger, SegmentId, Seq};
+
+/// The records waiting for the next commit, and what failed commits left
+/// to redo. Every method is O(1) or O(log n) per item and does no IO.
+#[derive(Debug)]
+pub(super) struct Commits<K> {
+    pub(super) ledger: Ledger<K>,
+    sizes: Sizes,
+    ops: Vec<Op>,
+    buffered: usize,
+    /// Every item below this sequence number is durable (or was in a
+    /// failed commit, and is counted undurable).
+    synced: Seq,
+    /// Whether commits fail: stages are unjournaled until a retry works.
+    down: bool,
+    /// Segments written by the commit in flight (to seal after a fault).
+    in_flight: BTreeSet<SegmentId>,
+    /// Where the ranges of the segments a failed commit wrote end: what
+    /// was synced before it.
+    failed_end: Seq,
+    /// Done marks and deletions of the commit in flight, and of failed
+    /// commits still to redo once the journal resumes: the ledger counted
+    /// them already, the disk may not have them (S-J5).
+    taken_marks: Vec<Seq>,
+    pub(super) taken_deletes: Vec<SegmentId>,
+    redo_marks: Vec<Seq>,
+    redo_deletes: Vec<SegmentId>,
+    /// The segment the last resume opened, while its commit is in flight
+    /// or failed. When it failed, the ledger forgets it and the next
+    /// resume removes it first (S-J5), so a long outage neither counts a
+    /// segment and its marks against `max_bytes` per retry nor leaves a
+    /// file per retry.
+    resume_segment: Option<SegmentId>,
+    /// An empty record buffer a finished commit handed back, for the next
+    /// append to fill.
+    spare: Vec<u8>,
+}
+
+impl<K: Ord + Hash + Clone> Commits<K> {
+    /// The commits around `ledger`, whose current segment is still to be
+    /// created (the first commit creates it).
+    pub(super) fn new(ledger: Ledger<K>, sizes: Sizes) -> Self {
+        let first = ledger.next_seq();
+        let id = ledger.current();
+        Commits {
+            ops: vec![Op::Create { id, first }],
+            buffered: sizes.header as usize,
+            sizes,
+            synced: first,
+            down: false,
+            in_flight: BTreeSet::new(),
+            failed_end: first,
+            taken_marks: Vec::new(),
+            taken_deletes: Vec::new(),
+            redo_marks: Vec::new(),
+            redo_deletes: Vec::new(),
+            resume_segment: None,
+            spare: Vec::new(),
+            ledger,
+        }
+    }
+
+    pub(super) fn is_down(&self) -> bool {
+        self.down
+    }
+
+    /// Whether a failed commit left done marks or deletions that only a
+    /// resume writes (S-J5).
+    pub(super) fn has_redo(&self) -> bool {
+        !self.redo_marks.is_empty() || !self.redo_deletes.is_empty()
+    }
+
+    pub(super) fn buffered(&self) -> usize {
+        self.buffered
+    }
+
+    pub(super) fn fits(&self, len: usize) -> bool {
+        self.ledger.fits(len as u64, self.sizes.header)
+    }
+
+    /// Takes an accepted item: journaled in the buffer, or, while the
+    /// journal is down, only placed in its tenant's order (S-J5). Returns
+    /// whether it was journaled.
+    pub(super) fn append(&mut self, tenant: K, item: impl Record) -> bool {
+        let len = item.framed_len();
+        // Past `max_bytes` only if the caller did not check `fits`.
+        if self.down || !self.fits(len) {
+            self.ledger.unjournaled(tenant);
+            return false;
+        }
+        let step = self
+            .ledger
+            .append(tenant, len as u64, self.sizes.header)
+            .expect("refused only past `max_bytes`, which `fits` checked");
+        if let Some(id) = step.roll {
+            self.ops.push(Op::Seal {
+                id: id - 1,
+                end: step.seq,
+            });
+            self.ops.push(Op::Create {
+                id,
+                first: step.seq,
+            });
+            self.buffered += (self.sizes.header + self.sizes.seal) as usize;
+        }
+        self.buffered += len;
+        let id = self.ledger.current();
+        match self.ops.last_mut() {
+            Some(Op::Append { id: last, bytes }) if *last == id => item.frame(step.seq, bytes),
+            _ => {
+                let mut bytes = self.fresh(len);
+                item.frame(step.seq, &mut bytes);
+                self.ops.push(Op::Append { id, bytes });
+            }
+        }
+        true
+    }
+
+    /// An empty buffer for the records of a new append: the spare one a
+    /// finished commit handed back, if any (so that in steady state two
+    /// buffers take turns, one filling while the other is written, and
+    /// staging neither allocates nor grows a buffer).
+    fn fresh(&mut self, len: usize) -> Vec<u8> {
+        let mut bytes = std::mem::take(&mut self.spare);
+        bytes.clear();
+        bytes.reserve(len.max(4_096));
+        bytes
+    }
+
+    /// A commit of `batch` is done: its largest record buffer is kept,
+    /// emptied, for the next batch to fill, unless its capacity is over
+    /// `max_capacity` bytes (a burst is not held on to).
+    pub(super) fn recycle(&mut self, batch: Batch, max_capacity: usize) {
+        let largest = batch
+            .ops
+            .into_iter()
+            .filter_map(|op| match op {
+                Op::Append { bytes, .. } => Some(bytes),
+                _ => None,
+            })
+            .filter(|b| b.capacity() <= max_capacity)
+            .max_by_key(Vec::capacity);
+        if let Some(bytes) = largest {
+            if bytes.capacity() > self.spare.capacity() {
+                self.spare = bytes;
+            }
+        }
+    }
+
+    /// Takes what the next commit writes: the buffered records, the done
+    /// marks, then the segments that can go. With `roll_if_idle`, and no
+    /// journaled item pending once the marks are taken, the batch also
+    /// starts a fresh segment so that every older one goes (D6: a clean
+    /// shutdown leaves one empty segment). Empty while the journal is
+    /// down (see [`resume`](Self::resume)).
+    pub(super) fn take_batch(&mut self, roll_if_idle: bool) -> Batch {
+        if self.down {
+            return Batch::default();
+        }
+        let first_segment = self.ledger.current();
+        let runs = self.ledger.take_mark_runs(self.sizes.marks());
+        let mut marks = Vec::new();
+        // The ledger has rolled through every run already: each run's
+        // segment is the one its own roll (or an earlier run's) opened.
+        let mut segment = first_segment;
+        for run in runs {
+            if let Some(id) = run.roll {
+                self.rolled(segment, id);
+                segment = id;
+            }
+            marks.extend_from_slice(&run.seqs);
+            self.ops.push(Op::Marks {
+                id: segment,
+                seqs: run.seqs,
+            });
+        }
+        if roll_if_idle && self.ledger.live() == 0 {
+            self.roll();
+        }
+        let mut ops = std::mem::take(&mut self.ops);
+        self.buffered = 0;
+        self.taken_deletes.clear();
+        while let Some(id) = self.ledger.poll_delete() {
+            ops.push(Op::Delete(id));
+            self.taken_deletes.push(id);
+        }
+        self.taken_marks = marks;
+        self.in_flight = ops.iter().filter_map(Op::writes).collect();
+        Batch {
+            ops,
+            upto: self.ledger.next_seq(),
+        }
+    }
+
+    /// The commit of a batch taken with `upto` is done: durable, or it
+    /// failed and the journal is down (its unsynced items are undurable
+    /// now, S-J5). Returns how many items became undurable.
+    pub(super) fn committed(&mut self, upto: Seq, ok: bool) -> u64 {
+        if ok {
+            self.synced = self.synced.max(upto);
+            self.in_flight.clear();
+            if self.down {
+                // The resume carried the redo, and the removal of the
+                // segments of failed resumes.
+                self.redo_marks.clear();
+                self.redo_deletes.clear();
+                self.resume_segment = None;
+            }
+            self.taken_marks.clear();
+            self.taken_deletes.clear();
+            self.down = false;
+            return 0;
+        }
+        if !self.down {
+            // The first failure of an incident: the segments written since
+            // hold nothing promised past this.
+            self.failed_end = self.synced;
+            // Its marks and deletions are redone by the resume.
+            self.redo_marks.append(&mut self.taken_marks);
+            self.redo_deletes.append(&mut self.taken_deletes);
+        }
+        self.down = true;
+        // Every item the buffer held since is on no disk either.
+        self.ops.clear();
+        self.buffered = 0;
+        let lost = self.ledger.incident(self.synced);
+        self.synced = self.ledger.next_seq();
+        lost
+    }
+
+    /// Starts a fresh segment now.
+    fn roll(&mut self) {
+        let old = self.ledger.current();
+        let id = self.ledger.roll(self.sizes.header);
+        self.rolled(old, id);
+    }
+
+    /// The ledger rolled from segment `old` to `id` with no item between:
+    /// seal the one, create the other.
+    fn rolled(&mut self, old: SegmentId, id: SegmentId) {
+        let end = self.ledger.next_seq();
+        self.ops.push(Op::Seal { id: old, end });
+        self.ops.push(Op::Create { id, first: end });
+        self.buffered += (self.sizes.header + self.sizes.seal) as usize;
+    }
+
+    /// After a fault: the batch that retries the journal, removing the
+    /// last failed resume's segment, sealing the segments the failed
+    /// commit wrote (their range ends at what was synced), opening a new
+    /// segment, and redoing the failed commit's done marks and deletions.
+    /// If it commits, the journal is up again; if not, call
+    /// `committed(_, false)` and retry later.
+    pub(super) fn resume(&mut self) -> Batch {
+        let end = self.failed_end;
+        let id = self.ledger.roll(self.sizes.header);
+        // The last resume failed: its segment is replaced by this one, and
+        // goes first, so at most one is left on disk while the outage
+        // lasts.
+        let discard = self
+            .resume_segment
+            .replace(id)
+            .filter(|prev| self.ledger.abandon(*prev));
+        let mut ops: Vec<Op> = discard.map(Op::Remove).into_iter().collect();
+        ops.extend(
+            std::mem::take(&mut self.in_flight)
+                .into_iter()
+                .filter(|s| Some(*s) != discard)
+                .map(|id| Op::Seal { id, end }),
+        );
+        ops.push(Op::Create {
+            id,
+            first: self.ledger.next_seq(),
+        });
+        if !self.redo_marks.is_empty() {
+            self.ledger
+                .add_bytes(self.sizes.done_len(self.redo_marks.len()));
+            self.ledger.remark(&self.redo_marks);
+            ops.push(Op::Marks {
+                id,
+                seqs: self.redo_marks.clone(),
+            });
+        }
+        ops.extend(self.redo_deletes.iter().map(|d| Op::Delete(*d)));
+        self.in_flight = ops.iter().filter_map(Op::writes).collect();
+        Batch {
+            ops,
+            upto: self.ledger.next_seq(),
+        }
+    }
+}

@@ -1,0 +1,440 @@
+//! The journal machine (S-J1..S-J6): one sans-IO state machine for every
+//! decision the journal makes at run time, built like the
+//! [`Engine`](crate::core::Engine). See the [module](super) docs for its
+//! inputs, outputs and drain order.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::hash::Hash;
+use std::io;
+use std::time::Duration;
+
+use super::batch::{Batch, Executed, Record, Sizes};
+use super::commits::Commits;
+use super::disk::Disk;
+use super::faults::{Faults, Next};
+use super::ledger::Ledger;
+use crate::core::Time;
+
+/// Why a [`sync`](crate::Outbox::sync) could not promise durability.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SyncError {
+    /// The outbox has no journal: nothing survives a crash.
+    NoJournal,
+    /// The journal is failing (S-J5): items staged since the fault are
+    /// held in memory only, and this many of them are still pending.
+    Down {
+        /// Pending items on no disk.
+        undurable: u64,
+    },
+    /// The commit this sync waited for failed (the journal is now down).
+    Failed(io::ErrorKind),
+    /// The journal stopped (its runtime shut down) before answering.
+    Closed,
+}
+
+impl fmt::Display for SyncError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SyncError::NoJournal => f.write_str("outbox sync: no journal is configured"),
+            SyncError::Down { undurable } => write!(
+                f,
+                "outbox sync: the journal is failing; {undurable} pending items are in memory only"
+            ),
+            SyncError::Failed(kind) => write!(f, "outbox sync: the journal commit failed: {kind}"),
+            SyncError::Closed => f.write_str("outbox sync: the journal stopped"),
+        }
+    }
+}
+
+impl std::error::Error for SyncError {}
+
+/// The machine's timings and sizes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// A commit starts this long after something was buffered (S-J1).
+    pub sync_interval: Duration,
+    /// A commit starts at once when this many bytes are buffered.
+    pub sync_bytes: usize,
+    /// After a failed commit, the next try is this much later (S-J5).
+    pub retry_interval: Duration,
+    /// The format's record sizes.
+    pub sizes: Sizes,
+}
+
+/// What the driver must log or count ([`Machine::poll_event`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A commit failed (count it); `opened`: the first failure of an
+    /// incident (log it once, with its error), `undurable` items being in
+    /// memory only then.
+    Failed {
+        /// The failure opened an incident.
+        opened: bool,
+        /// Pending items on no disk.
+        undurable: u64,
+    },
+    /// This many items went to memory only: a failed commit's (S-J5).
+    Unjournaled(u64),
+    /// A commit worked after an incident: the journal is up again.
+    Resumed,
+    /// Deletions started to fail: this many segments wait (their files
+    /// stay on disk; the journal goes on).
+    DeletionsWaiting(usize),
+    /// Every waiting deletion is done.
+    DeletionsDone,
+    /// A closing journal gave up on a disk that kept failing (S-J5): the
+    /// marks it could not write stage their items again at the next start.
+    GaveUp,
+}
+
+/// The round a batch handed out belongs to.
+#[derive(Clone, Copy, Debug)]
+struct Round {
+    id: u64,
+    /// The journal was closing when the round started.
+    closing: bool,
+    /// The round carries the closing roll (D6).
+    rolling: bool,
+}
+
+/// The journal's decisions (S-J1..S-J6), generic over the tenant key `K`
+/// and the token `W` the driver hands in with each sync and gets back with
+/// its answer.
+///
+/// # Inputs
+/// - The request path, under the outbox's lock and without a clock (a
+///   stage reads no time, S-W1): [`fits`](Self::fits), then
+///   [`append`](Self::append); [`buffered`](Self::buffered).
+/// - [`handle_done`](Self::handle_done) / [`handle_all_done`](Self::handle_all_done):
+///   a tenant's oldest items are done (written, lost or dropped): their
+///   done marks wait for the next commit (S-J3).
+/// - [`handle_sync`](Self::handle_sync): a durability barrier (D1).
+/// - [`handle_close`](Self::handle_close): the writer is done.
+/// - [`handle_wake`](Self::handle_wake)`(now)`: something was buffered
+///   (the driver's wake-up after a stage or a mark); a commit is due
+///   `sync_interval` later.
+/// - [`handle_executed`](Self::handle_executed)`(now, ..)`: what the
+///   driver did with the last batch.
+///
+/// # Outputs, in this drain order
+/// [`poll_batch`](Self::poll_batch)`(now)` (a commit to run now, or
+/// `None`), then [`poll_answer`](Self::poll_answer) and
+/// [`poll_event`](Self::poll_event) until `None`, then
+/// [`poll_timeout`](Self::poll_timeout): when to poll again without an
+/// input (a spurious poll is harmless). [`is_closed`](Self::is_closed):
+/// the task may exit. One batch is out at a time.
+#[derive(Debug)]
+pub struct Machine<K, W> {
+    commits: Commits<K>,
+    disk: Disk,
+    settings: Settings,
+    faults: Faults,
+    /// Rounds started; a sync waits for a round that starts after it.
+    started: u64,
+    executing: Option<Round>,
+    /// Sync callers: the round they wait for, in order.
+    waiters: VecDeque<(u64, W)>,
+    answers: VecDeque<(W, Result<(), SyncError>)>,
+    events: VecDeque<Event>,
+    /// Something was buffered: a commit is due then.
+    due_at: Option<Time>,
+    /// The writer is done: a last round, then the task exits.
+    closing: bool,
+    /// What a closing journal does after its last round.
+    next: Next,
+    /// The closing round started a fresh segment already (D6).
+    rolled: bool,
+    closed: bool,
+}
+
+impl<K: Ord + Hash + Clone, W> Machine<K, W> {
+    /// The machine around `ledger` (a recovery's), whose current segment
+    /// the first commit creates at once.
+    pub fn new(ledger: Ledger<K>, settings: Settings) -> Self {
+        Machine {
+            commits: Commits::new(ledger, settings.sizes),
+            disk: Disk::default(),
+            faults: Faults::new(settings.retry_interval),
+            settings,
+            started: 0,
+            executing: None,
+            waiters: VecDeque::new(),
+            answers: VecDeque::new(),
+            events: VecDeque::new(),
+            due_at: Some(Time::ZERO),
+            closing: false,
+            next: Next::Wait,
+            rolled: false,
+            closed: false,
+        }
+    }
+
+    /// The bookkeeping (sizes, segments, undurable items).
+    pub fn ledger(&self) -> &Ledger<K> {
+        &self.commits.ledger
+    }
+
+    /// Whether commits are failing (S-J5).
+    pub fn is_down(&self) -> bool {
+        self.commits.is_down()
+    }
+
+    /// Whether the machine is done: no round will run again.
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// Bytes waiting for the next commit.
+    pub fn buffered(&self) -> usize {
+        self.commits.buffered()
+    }
+
+    /// Segments whose deletion failed and waits.
+    #[cfg(feature = "testkit")]
+    pub fn undeleted(&self) -> usize {
+        self.disk.undeleted()
+    }
+
+    /// Whether an item record of `len` bytes may be appended under
+    /// `max_bytes` (S-J4).
+    pub fn fits(&self, len: usize) -> bool {
+        self.commits.fits(len)
+    }
+
+    /// Takes an accepted item: journaled in the buffer, or, while the
+    /// journal is down, only placed in its tenant's order (S-J5). Returns
+    /// whether it was journaled.
+    pub fn append(&mut self, tenant: K, item: impl Record) -> bool {
+        self.commits.append(tenant, item)
+    }
+
+    /// The oldest `n` pending items of `tenant` are done.
+    pub fn handle_done(&mut self, tenant: &K, n: u64) {
+        self.commits.ledger.mark_done(tenant, n);
+    }
+
+    /// Something was buffered or marked done at `now`: a commit is due
+    /// `sync_interval` later, unless one is due sooner.
+    pub fn handle_wake(&mut self, now: Time) {
+        if self.due_at.is_none() {
+            self.due_at = Some(now + self.settings.sync_interval);
+        }
+    }
+
+    /// A durability barrier (D1): `waiter` is answered once every item
+    /// staged and every done mark taken before the call is on disk, or
+    /// why not; at once when the journal is down or closed.
+    pub fn handle_sync(&mut self, waiter: W) {
+        if self.closed {
+            self.answers.push_back((waiter, Err(SyncError::Closed)));
+        } else if self.is_down() {
+            let undurable = self.commits.ledger.undurable();
+            self.answers
+                .push_back((waiter, Err(SyncError::Down { undurable })));
+        } else {
+            self.waiters.push_back((self.started + 1, waiter));
+        }
+    }
+
+    /// The writer is done: commit what is left, then close.
+    pub fn handle_close(&mut self) {
+        self.closing = true;
+    }
+
+    /// The next answer to a sync.
+    pub fn poll_answer(&mut self) -> Option<(W, Result<(), SyncError>)> {
+        self.answers.pop_front()
+    }
+
+    /// The next event to log or count.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// When to poll again without an input: the commit due after a wake,
+    /// the next retry while down, a closing journal's next try.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        if self.executing.is_some() || self.closed {
+            return None;
+        }
+        if self.closing {
+            return match self.next {
+                Next::RetryAt(at) => Some(at),
+                Next::Wait | Next::Again => Some(Time::ZERO),
+                Next::GiveUp => None,
+            };
+        }
+        if self.is_down() {
+            return self.faults.retry_at();
+        }
+        self.due_at
+    }
+
+    /// Whether a round is due at `now`.
+    fn due(&self, now: Time) -> bool {
+        if self.closing {
+            return match self.next {
+                Next::Wait | Next::Again => true,
+                Next::RetryAt(at) => now >= at,
+                Next::GiveUp => false,
+            };
+        }
+        if !self.waiters.is_empty() {
+            return true;
+        }
+        if self.is_down() {
+            return self.faults.retry_at().is_some_and(|at| now >= at);
+        }
+        self.buffered() >= self.settings.sync_bytes || self.due_at.is_some_and(|at| now >= at)
+    }
+
+    /// The batch to carry out now, if a round is due: the buffered
+    /// records, the done marks and deletions, or while down a resume
+    /// (S-J5); `None` while a batch is out. An empty batch needs no IO:
+    /// hand it back at once.
+    pub fn poll_batch(&mut self, now: Time) -> Option<Batch> {
+        if self.executing.is_some() || self.closed || !self.due(now) {
+            return None;
+        }
+        self.due_at = None;
+        let down = self.is_down();
+        if down && !self.faults.may_try(now, self.closing) {
+            self.answer_all(SyncError::Down {
+                undurable: self.commits.ledger.undurable(),
+            });
+            return None;
+        }
+        self.started += 1;
+        // Closing with nothing pending: a fresh segment, so every old one
+        // goes (D6); once.
+        let rolling = !down && self.closing && !self.rolled;
+        let body = if down {
+            self.commits.resume()
+        } else {
+            self.commits.take_batch(rolling)
+        };
+        self.executing = Some(Round {
+            id: self.started,
+            closing: self.closing,
+            rolling,
+        });
+        Some(self.disk.wrap(body))
+    }
+
+    /// What the driver did with the batch of the last
+    /// [`poll_batch`](Self::poll_batch): `batch` handed back (`None` if
+    /// the driver lost it, counted a failure), with `done`.
+    pub fn handle_executed(&mut self, now: Time, batch: Option<Batch>, done: Executed) {
+        let Some(round) = self.executing.take() else {
+            return;
+        };
+        let waiting_before = self.disk.undeleted();
+        let kind = done.error.as_ref().map(io::Error::kind);
+        let ok = match &batch {
+            Some(b) => self.disk.report(b, &done).ok,
+            None => false,
+        };
+        // The failed commit's items are on no disk now: unjournaled, like
+        // the items staged while the journal is down (S-J5).
+        let upto = batch.as_ref().map_or(0, |b| b.upto);
+        let undurable = self.commits.committed(upto, ok);
+        if let Some(batch) = batch {
+            // Its buffer is the next one staging fills (S-J1: two buffers
+            // take turns); a burst's larger one is let go.
+            let keep = self.settings.sync_bytes.saturating_mul(4);
+            self.commits.recycle(batch, keep);
+        }
+        if undurable > 0 {
+            self.events.push_back(Event::Unjournaled(undurable));
+        }
+        self.note_deletions(waiting_before);
+        // The closing roll counts once it is on disk: after a failed one,
+        // the resume and then another roll follow.
+        self.rolled |= round.rolling && ok;
+        if ok {
+            self.worked(round.id);
+        } else {
+            self.failed(now, kind.unwrap_or(io::ErrorKind::Other));
+        }
+        self.after_round(round, ok);
+    }
+
+    /// Logs the transitions of the waiting deletions.
+    fn note_deletions(&mut self, before: usize) {
+        let after = self.disk.undeleted();
+        if after > 0 && before == 0 {
+            self.events.push_back(Event::DeletionsWaiting(after));
+        } else if after == 0 && before > 0 {
+            self.events.push_back(Event::DeletionsDone);
+        }
+    }
+
+    /// A round worked: the syncs it covered are answered.
+    fn worked(&mut self, round: u64) {
+        if self.faults.worked() {
+            self.events.push_back(Event::Resumed);
+        }
+        let undurable = self.commits.ledger.undurable();
+        while self.waiters.front().is_some_and(|(r, _)| *r <= round) {
+            let (_, waiter) = self.waiters.pop_front().expect("checked");
+            let answer = if undurable == 0 {
+                Ok(())
+            } else {
+                Err(SyncError::Down { undurable })
+            };
+            self.answers.push_back((waiter, answer));
+        }
+    }
+
+    /// A round failed at `now`: an incident opens or goes on; every sync
+    /// waiting is answered.
+    fn failed(&mut self, now: Time, kind: io::ErrorKind) {
+        let opened = self.faults.failed(now);
+        self.events.push_back(Event::Failed {
+            opened,
+            undurable: self.commits.ledger.undurable(),
+        });
+        self.answer_all(SyncError::Failed(kind));
+    }
+
+    fn answer_all(&mut self, error: SyncError) {
+        for (_, waiter) in self.waiters.drain(..) {
+            self.answers.push_back((waiter, Err(error.clone())));
+        }
+    }
+
+    /// After a round: done when closing, nothing is left to write and
+    /// nobody waits (a failed commit's marks and deletions are left to
+    /// write: a closing journal retries them, S-J5, before it gives up);
+    /// else what a closing journal does next.
+    fn after_round(&mut self, round: Round, ok: bool) {
+        let idle =
+            self.buffered() == 0 && !self.commits.ledger.has_marks() && !self.commits.has_redo();
+        let done = round.closing
+            && self.closing
+            && idle
+            && self.waiters.is_empty()
+            && ((ok && self.rolled) || self.is_down());
+        if done {
+            self.close_now();
+            return;
+        }
+        // Closing: each round either finishes or makes progress (a resume
+        // that worked is followed by the closing roll, D6); after a failed
+        // one, the next waits for the retry time (S-J5), or a disk that
+        // stays full would spin the task (crash seed 5843), and gives up
+        // after a few.
+        self.next = self.faults.next(self.closing);
+        if self.next == Next::GiveUp {
+            self.events.push_back(Event::GaveUp);
+            self.close_now();
+        }
+    }
+
+    fn close_now(&mut self) {
+        self.closed = true;
+        self.answer_all(SyncError::Closed);
+    }
+}
