@@ -68,7 +68,8 @@ pub fn header(id: u64, first: u64) -> [u8; HEADER_LEN] {
     h
 }
 
-/// What a header says: the recovery plan's [`Head`] (a damaged
+/// What a header says: the recovery plan's
+/// [`Head`](crate::core::journal::Head) (a damaged
 /// header's fields cannot be trusted; a short one is a crash while
 /// creating the segment).
 pub use crate::core::journal::Head as Header;

@@ -72,8 +72,8 @@
 //! A new segment's header is synced before any record goes in, and a
 //! segment whose creation failed is deleted before anything else is
 //! written, so a last segment holding at most a torn header is a crash
-//! while creating it: deleted, counted in
-//! [`RecoveryReport::empty_segments`].
+//! while creating it: deleted, and counted in the recovery's log line
+//! (`empty_segments`).
 //! Two processes on one directory: the second gets
 //! [`JournalError::Locked`] (an advisory lock, S-J6).
 //!

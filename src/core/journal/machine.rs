@@ -107,9 +107,9 @@ struct Round {
 /// - The request path, under the outbox's lock and without a clock (a
 ///   stage reads no time, S-W1): [`fits`](Self::fits), then
 ///   [`append`](Self::append); [`buffered`](Self::buffered).
-/// - [`handle_done`](Self::handle_done) / [`handle_all_done`](Self::handle_all_done):
-///   a tenant's oldest items are done (written, lost or dropped): their
-///   done marks wait for the next commit (S-J3).
+/// - [`handle_done`](Self::handle_done): a tenant's oldest items are
+///   done (written, lost or dropped): their done marks wait for the next
+///   commit (S-J3).
 /// - [`handle_sync`](Self::handle_sync): a durability barrier (D1).
 /// - [`handle_close`](Self::handle_close): the writer is done.
 /// - [`handle_wake`](Self::handle_wake)`(now)`: something was buffered
