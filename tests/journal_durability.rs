@@ -296,7 +296,7 @@ fn a_full_journal_drops_at_stage() {
     sink.set_all(Act::Hang);
     rt().block_on(async {
         let o = Outbox::builder(sink.clone())
-            .journal(journal(&disk).max_bytes(Some(200)))
+            .journal(journal(&disk).segment_bytes(500).max_bytes(Some(1_000)))
             .build()
             .unwrap();
         let staged: Vec<Staged> = (0..20).map(|i| o.stage(t(1), i)).collect();

@@ -10,14 +10,19 @@ use super::storage::Storage;
 pub const DEFAULT_SYNC_INTERVAL: Duration = Duration::from_millis(5);
 /// The default [`JournalConfig::sync_bytes`]: 1 MiB.
 pub const DEFAULT_SYNC_BYTES: usize = 1 << 20;
-/// The default [`JournalConfig::segment_bytes`]: 16 MiB.
-pub const DEFAULT_SEGMENT_BYTES: u64 = 16 << 20;
+/// The default [`JournalConfig::segment_bytes`] without
+/// [`max_bytes`](JournalConfig::max_bytes): 16 MiB (with it, a quarter of
+/// it, at most this).
+pub use crate::core::journal::DEFAULT_SEGMENT_BYTES;
+/// The smallest [`JournalConfig::max_bytes`]: 512 bytes (a build error
+/// below, S-J10).
+pub use crate::core::journal::MIN_MAX_BYTES;
+/// The smallest segment size: 128 bytes (smaller values are raised to it).
+pub use crate::core::journal::MIN_SEGMENT_BYTES;
 /// The default [`JournalConfig::retry_interval`]: 1 s.
 pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_secs(1);
 /// The default [`JournalConfig::max_buffered_bytes`]: 64 MiB.
 pub const DEFAULT_MAX_BUFFERED_BYTES: usize = 64 << 20;
-/// The smallest segment size: 4 KiB (smaller values are raised to it).
-pub const MIN_SEGMENT_BYTES: u64 = 4 << 10;
 
 /// Where the journal lives and how it commits (D1-D6, S-J1..S-J8).
 ///
@@ -33,7 +38,7 @@ pub struct JournalConfig {
     pub(crate) storage: Option<Box<dyn Storage>>,
     pub(crate) sync_interval: Duration,
     pub(crate) sync_bytes: usize,
-    pub(crate) segment_bytes: u64,
+    pub(crate) segment_bytes: Option<u64>,
     pub(crate) max_bytes: Option<u64>,
     pub(crate) retry_interval: Duration,
     pub(crate) max_buffered_bytes: usize,
@@ -67,7 +72,7 @@ impl JournalConfig {
             storage: None,
             sync_interval: DEFAULT_SYNC_INTERVAL,
             sync_bytes: DEFAULT_SYNC_BYTES,
-            segment_bytes: DEFAULT_SEGMENT_BYTES,
+            segment_bytes: None,
             max_bytes: None,
             retry_interval: DEFAULT_RETRY_INTERVAL,
             max_buffered_bytes: DEFAULT_MAX_BUFFERED_BYTES,
@@ -105,16 +110,26 @@ impl JournalConfig {
     /// A new segment file starts once the current one holds this many
     /// bytes (S-J1); a segment is deleted once all its items are done
     /// (D6), so smaller segments give disk space back sooner. Default
-    /// 16 MiB; values under 4 KiB are raised to 4 KiB.
+    /// 16 MiB, or with [`max_bytes`](Self::max_bytes) a quarter of it (at
+    /// most 16 MiB); values under [`MIN_SEGMENT_BYTES`] (128 bytes) are
+    /// raised to it. Above half of `max_bytes`, the build fails with
+    /// [`JournalError::Bounds`](super::JournalError::Bounds) naming both
+    /// (S-J10): the current segment is never deleted, so such a journal
+    /// would stall at its bound.
     pub fn segment_bytes(mut self, bytes: u64) -> Self {
-        self.segment_bytes = bytes.max(MIN_SEGMENT_BYTES);
+        self.segment_bytes = Some(bytes);
         self
     }
 
-    /// The most bytes the journal may hold on disk (S-J4): an item that
-    /// would pass it is dropped at stage, counted under `journal_full`.
-    /// Default `None` (no bound). A bound is best at least twice
-    /// [`segment_bytes`](Self::segment_bytes): a segment is freed whole.
+    /// The most bytes the journal's segment files may hold (S-J4, S-J10):
+    /// every byte counts (records, done marks, seals, headers, segments
+    /// whose deletion waits), and an item is admitted only if its record
+    /// and the done mark that will free it fit, so a journal at its bound
+    /// can always write the marks and seals that free it. An item that
+    /// does not fit is dropped at stage, counted under `journal_full`.
+    /// Default `None` (no bound); at least [`MIN_MAX_BYTES`] (512 bytes),
+    /// else the build fails with
+    /// [`JournalError::Bounds`](super::JournalError::Bounds).
     pub fn max_bytes(mut self, bytes: Option<u64>) -> Self {
         self.max_bytes = bytes;
         self

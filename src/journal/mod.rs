@@ -117,7 +117,7 @@ pub use committer::Committer;
 pub(crate) use committer::Committer;
 pub use config::{
     JournalConfig, DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_RETRY_INTERVAL, DEFAULT_SEGMENT_BYTES,
-    DEFAULT_SYNC_BYTES, DEFAULT_SYNC_INTERVAL, MIN_SEGMENT_BYTES,
+    DEFAULT_SYNC_BYTES, DEFAULT_SYNC_INTERVAL, MIN_MAX_BYTES, MIN_SEGMENT_BYTES,
 };
 #[cfg(any(test, feature = "testkit"))]
 pub use memory::MemStorage;
@@ -152,6 +152,17 @@ pub enum JournalError {
         /// Its version.
         version: u16,
     },
+    /// The configuration's sizes contradict each other (S-J10): an
+    /// explicit `segment_bytes` above half of `max_bytes` (the current
+    /// segment is never deleted, so the journal would stall at its bound),
+    /// or `max_bytes` below [`MIN_MAX_BYTES`] (`segment_bytes` is then
+    /// `None`).
+    Bounds {
+        /// The segment size asked for, if it is the one at fault.
+        segment_bytes: Option<u64>,
+        /// The bound asked for.
+        max_bytes: u64,
+    },
     /// A file operation failed.
     Io {
         /// Which: `lock`, `list`, `read`, `create`, `append`, `sync`,
@@ -176,6 +187,24 @@ impl fmt::Display for JournalError {
                 f,
                 "outbox journal: `{file}` has format version {version}, this build reads {}",
                 format::VERSION
+            ),
+            JournalError::Bounds {
+                segment_bytes: Some(segment),
+                max_bytes,
+            } => write!(
+                f,
+                "outbox journal: segment_bytes ({segment}) is above half of max_bytes ({max_bytes}); \
+                 a segment is deleted only once the journal has moved past it, so such a journal \
+                 would stall at its bound: make segment_bytes at most {} or leave it unset \
+                 (a quarter of max_bytes)",
+                max_bytes / 2
+            ),
+            JournalError::Bounds {
+                segment_bytes: None,
+                max_bytes,
+            } => write!(
+                f,
+                "outbox journal: max_bytes ({max_bytes}) is below the smallest bound, {MIN_MAX_BYTES} bytes"
             ),
             JournalError::Io { op, file, source } => {
                 write!(f, "outbox journal: {op} `{file}`: {source}")

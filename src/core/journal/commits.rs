@@ -3,7 +3,7 @@
 //! after a fault what a resume seals and redoes. Kept by the
 //! [`Machine`](super::Machine), under the outbox's lock.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::hash::Hash;
 
 use super::batch::{Batch, Op, Record, Sizes};
@@ -43,6 +43,10 @@ pub(super) struct Commits<K> {
     /// An empty record buffer a finished commit handed back, for the next
     /// append to fill.
     spare: Vec<u8>,
+    /// Segments handed out for deletion whose files are not deleted yet,
+    /// with their bytes, which still count against `max_bytes` (S-J10).
+    doomed: BTreeMap<SegmentId, u64>,
+    doomed_bytes: u64,
 }
 
 impl<K: Ord + Hash + Clone> Commits<K> {
@@ -65,6 +69,8 @@ impl<K: Ord + Hash + Clone> Commits<K> {
             redo_deletes: Vec::new(),
             resume_segment: None,
             spare: Vec::new(),
+            doomed: BTreeMap::new(),
+            doomed_bytes: 0,
             ledger,
         }
     }
@@ -84,7 +90,22 @@ impl<K: Ord + Hash + Clone> Commits<K> {
     }
 
     pub(super) fn fits(&self, len: usize) -> bool {
-        self.ledger.fits(len as u64, self.sizes.header)
+        self.ledger
+            .fits(len as u64, self.sizes.header, self.doomed_bytes)
+    }
+
+    /// Bytes in the segment files: the ledger's and the doomed ones'.
+    pub(super) fn disk_bytes(&self) -> u64 {
+        self.ledger.bytes() + self.doomed_bytes
+    }
+
+    /// The files of `ids` are deleted.
+    pub(super) fn deleted(&mut self, ids: &[SegmentId]) {
+        for id in ids {
+            if let Some(bytes) = self.doomed.remove(id) {
+                self.doomed_bytes -= bytes;
+            }
+        }
     }
 
     /// Takes an accepted item: journaled in the buffer, or, while the
@@ -189,9 +210,11 @@ impl<K: Ord + Hash + Clone> Commits<K> {
         let mut ops = std::mem::take(&mut self.ops);
         self.buffered = 0;
         self.taken_deletes.clear();
-        while let Some(id) = self.ledger.poll_delete() {
+        while let Some((id, bytes)) = self.ledger.poll_delete_sized() {
             ops.push(Op::Delete(id));
             self.taken_deletes.push(id);
+            self.doomed.insert(id, bytes);
+            self.doomed_bytes += bytes;
         }
         self.taken_marks = marks;
         self.in_flight = ops.iter().filter_map(Op::writes).collect();
@@ -261,6 +284,7 @@ impl<K: Ord + Hash + Clone> Commits<K> {
     /// `committed(_, false)` and retry later.
     pub(super) fn resume(&mut self) -> Batch {
         let end = self.failed_end;
+        let old = self.ledger.current();
         let id = self.ledger.roll(self.sizes.header);
         // The last resume failed: its segment is replaced by this one, and
         // goes first, so at most one is left on disk while the outage
@@ -270,12 +294,16 @@ impl<K: Ord + Hash + Clone> Commits<K> {
             .replace(id)
             .filter(|prev| self.ledger.abandon(*prev));
         let mut ops: Vec<Op> = discard.map(Op::Remove).into_iter().collect();
-        ops.extend(
-            std::mem::take(&mut self.in_flight)
-                .into_iter()
-                .filter(|s| Some(*s) != discard)
-                .map(|id| Op::Seal { id, end }),
-        );
+        for s in std::mem::take(&mut self.in_flight) {
+            if Some(s) == discard {
+                continue;
+            }
+            if s != old {
+                // The roll counted the old current segment's seal.
+                self.ledger.seal(s);
+            }
+            ops.push(Op::Seal { id: s, end });
+        }
         ops.push(Op::Create {
             id,
             first: self.ledger.next_seq(),

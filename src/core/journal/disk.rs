@@ -28,6 +28,8 @@ pub(super) struct Disk {
 pub(super) struct Outcome {
     /// The writes are durable (a deletion may have failed after them).
     pub(super) ok: bool,
+    /// Segments whose files the batch deleted.
+    pub(super) deleted: Vec<SegmentId>,
 }
 
 impl Disk {
@@ -90,6 +92,7 @@ impl Disk {
             self.unheaded.insert(*id, *first);
         }
         let ok = matches!(failed, None | Some(Op::Delete(_)));
+        let mut deleted = Vec::new();
         if ok {
             // The batch carried every waiting deletion: those from the
             // first that failed wait again, in order.
@@ -98,6 +101,13 @@ impl Disk {
             } else {
                 batch.ops.len()
             };
+            deleted = batch.ops[..from]
+                .iter()
+                .filter_map(|op| match op {
+                    Op::Delete(id) => Some(*id),
+                    _ => None,
+                })
+                .collect();
             self.undeleted = batch.ops[from..]
                 .iter()
                 .filter_map(|op| match op {
@@ -107,6 +117,6 @@ impl Disk {
                 .collect();
         }
         self.undeleted.extend(done.unremoved.iter().copied());
-        Outcome { ok }
+        Outcome { ok, deleted }
     }
 }

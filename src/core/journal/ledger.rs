@@ -72,6 +72,9 @@ struct Segment {
     marks_for: BTreeSet<SegmentId>,
     /// Segments holding done marks for its items.
     marked_by: BTreeSet<SegmentId>,
+    /// Its seal record is counted in `bytes` (a resume may write it again
+    /// after a failed commit: counted once, S-J10).
+    sealed: bool,
 }
 
 /// What the driver must do with one appended item record.
@@ -117,6 +120,40 @@ pub enum Refusal {
     Full,
 }
 
+/// What the ledger counts and reserves under `max_bytes` besides item
+/// records (S-J10): every byte of the segment files is counted, and an
+/// item is admitted only if the writes that will free it (its done mark,
+/// the seals and headers of the rolls marks may need) still fit after it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Costs {
+    /// A seal record's bytes: counted when a segment is sealed.
+    pub seal: u64,
+    /// Bytes reserved for each journaled item not yet marked done: its
+    /// done mark in a record of its own (the worst case), and its share of
+    /// the rolls that marks filling segments need.
+    pub per_item: u64,
+    /// Bytes reserved at all times: the current segment's seal and two
+    /// rolls (a header and a seal each) for marks, a resume or the closing
+    /// roll.
+    pub fixed: u64,
+}
+
+impl Costs {
+    /// The costs of segments of `segment_bytes` with records of `sizes`.
+    pub fn new(sizes: &super::batch::Sizes, segment_bytes: u64) -> Self {
+        let mark = sizes.done + sizes.mark;
+        let roll = sizes.header + sizes.seal;
+        // A segment a mark run rolls to takes marks until less than one
+        // mark's record is left: at least this many marks' bytes.
+        let room = segment_bytes.saturating_sub(roll + mark).max(1);
+        Costs {
+            seal: sizes.seal,
+            per_item: mark + (roll * mark).div_ceil(room),
+            fixed: sizes.seal + 2 * roll,
+        }
+    }
+}
+
 /// The journal's sizes (S-J1, S-J4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
@@ -125,6 +162,68 @@ pub struct Limits {
     /// Bytes the journal may hold on disk in all segments; `None` = no
     /// bound.
     pub max_bytes: Option<u64>,
+}
+
+/// The default segment size without `max_bytes`: 16 MiB.
+pub const DEFAULT_SEGMENT_BYTES: u64 = 16 << 20;
+/// The smallest segment size: 128 bytes (smaller values are raised to it).
+pub const MIN_SEGMENT_BYTES: u64 = 128;
+/// The smallest `max_bytes`: 512 bytes (room for a few segments of the
+/// smallest size).
+pub const MIN_MAX_BYTES: u64 = 512;
+
+/// Sizes that contradict each other (S-J10).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bounds {
+    /// `segment_bytes` above half of `max_bytes`: the current segment is
+    /// never deleted, so such a journal would stall at its bound.
+    SegmentAboveHalf {
+        /// The segment size asked for.
+        segment_bytes: u64,
+        /// The bound.
+        max_bytes: u64,
+    },
+    /// `max_bytes` below [`MIN_MAX_BYTES`].
+    MaxTooSmall {
+        /// The bound asked for.
+        max_bytes: u64,
+    },
+}
+
+impl Limits {
+    /// The limits of a configuration (S-J10): with `max_bytes` and no
+    /// `segment_bytes`, segments of a quarter of `max_bytes`, at most
+    /// [`DEFAULT_SEGMENT_BYTES`]; an explicit `segment_bytes` (raised to
+    /// [`MIN_SEGMENT_BYTES`]) at most half of `max_bytes`.
+    ///
+    /// # Errors
+    /// [`Bounds`] when the sizes contradict each other.
+    pub fn new(segment_bytes: Option<u64>, max_bytes: Option<u64>) -> Result<Limits, Bounds> {
+        let segment = segment_bytes.map(|s| s.max(MIN_SEGMENT_BYTES));
+        let Some(max) = max_bytes else {
+            return Ok(Limits {
+                segment_bytes: segment.unwrap_or(DEFAULT_SEGMENT_BYTES),
+                max_bytes: None,
+            });
+        };
+        if max < MIN_MAX_BYTES {
+            return Err(Bounds::MaxTooSmall { max_bytes: max });
+        }
+        let segment_bytes = match segment {
+            Some(s) if s > max / 2 => {
+                return Err(Bounds::SegmentAboveHalf {
+                    segment_bytes: s,
+                    max_bytes: max,
+                })
+            }
+            Some(s) => s,
+            None => (max / 4).clamp(MIN_SEGMENT_BYTES, DEFAULT_SEGMENT_BYTES),
+        };
+        Ok(Limits {
+            segment_bytes,
+            max_bytes: Some(max),
+        })
+    }
 }
 
 /// The journal's bookkeeping: sequence numbers, segments, done marks,
@@ -156,6 +255,9 @@ pub struct Ledger<K> {
     deletable: BTreeSet<SegmentId>,
     /// Bytes of every existing segment.
     bytes: u64,
+    /// Journaled items not yet done, in all segments.
+    live: u64,
+    costs: Costs,
     /// Pending items that are on no disk: accepted while the journal was
     /// down, or journaled in a commit that failed (S-J5).
     undurable: u64,
@@ -181,10 +283,24 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
             marks: Vec::new(),
             deletable: BTreeSet::new(),
             bytes: 0,
+            live: 0,
+            costs: Costs::default(),
             undurable: 0,
         };
         ledger.open_segment(segment, next_seq, header_bytes);
         ledger
+    }
+
+    /// Counts seals and reserves room for marks with `costs` (S-J10); the
+    /// default counts item records and headers only.
+    pub fn with_costs(mut self, costs: Costs) -> Self {
+        self.costs = costs;
+        self
+    }
+
+    /// The limits.
+    pub fn limits(&self) -> Limits {
+        self.limits
     }
 
     /// The current segment: where new records go.
@@ -210,7 +326,13 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
 
     /// Journaled items not yet done, in all segments.
     pub fn live(&self) -> u64 {
-        self.segments.values().map(|s| s.live).sum()
+        self.live
+    }
+
+    /// Bytes reserved for the writes that free the items journaled so far
+    /// and `more` more (S-J10).
+    fn reserved(&self, more: u64) -> u64 {
+        self.costs.fixed + (self.live + more) * self.costs.per_item
     }
 
     /// Takes an accepted item of `tenant` whose record takes `record_bytes`
@@ -226,12 +348,10 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
         record_bytes: u64,
         header_bytes: u64,
     ) -> Result<Append, Refusal> {
-        let (roll, extra) = self.cost(record_bytes, header_bytes);
-        if let Some(max) = self.limits.max_bytes {
-            if self.bytes.saturating_add(extra) > max {
-                return Err(Refusal::Full);
-            }
+        if !self.fits(record_bytes, header_bytes, 0) {
+            return Err(Refusal::Full);
         }
+        let (roll, _) = self.cost(record_bytes, header_bytes);
         let seq = self.next_seq;
         self.next_seq += 1;
         let roll = roll.then(|| {
@@ -247,6 +367,7 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
         seg.live += 1;
         seg.bytes += record_bytes;
         self.bytes += record_bytes;
+        self.live += 1;
         self.tenants
             .entry(tenant)
             .or_default()
@@ -271,12 +392,20 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
     }
 
     /// Whether `max_bytes` leaves room for a record of `record_bytes`
-    /// (and a new segment's header of `header_bytes`, should it roll).
-    pub fn fits(&self, record_bytes: u64, header_bytes: u64) -> bool {
+    /// (and a new segment's header of `header_bytes` and the old one's
+    /// seal, should it roll), with the room its done mark and every other
+    /// pending write needs still reserved, `outside` bytes more counted
+    /// (S-J4, S-J10).
+    pub fn fits(&self, record_bytes: u64, header_bytes: u64, outside: u64) -> bool {
+        let Some(max) = self.limits.max_bytes else {
+            return true;
+        };
         let (_, extra) = self.cost(record_bytes, header_bytes);
-        self.limits
-            .max_bytes
-            .is_none_or(|max| self.bytes.saturating_add(extra) <= max)
+        self.bytes
+            .saturating_add(extra)
+            .saturating_add(self.reserved(1))
+            .saturating_add(outside)
+            <= max
     }
 
     /// Whether appending a record of `record_bytes` rolls to a new segment,
@@ -285,7 +414,12 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
         let cur = self.segments.get(&self.current).map_or(0, |s| s.bytes);
         let roll =
             cur > header_bytes && cur.saturating_add(record_bytes) > self.limits.segment_bytes;
-        (roll, record_bytes + if roll { header_bytes } else { 0 })
+        let roll_cost = if roll {
+            header_bytes + self.costs.seal
+        } else {
+            0
+        };
+        (roll, record_bytes + roll_cost)
     }
 
     /// A commit failed: every pending item with a sequence number from
@@ -310,7 +444,10 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
         for seq in &moved {
             if let Some(id) = self.segment_of(*seq) {
                 if let Some(seg) = self.segments.get_mut(&id) {
-                    seg.live = seg.live.saturating_sub(1);
+                    if seg.live > 0 {
+                        seg.live -= 1;
+                        self.live -= 1;
+                    }
                 }
                 self.check_deletable(id);
             }
@@ -437,7 +574,10 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
                 continue;
             };
             let seg = self.segments.get_mut(&id).expect("found above");
-            seg.live = seg.live.saturating_sub(1);
+            if seg.live > 0 {
+                seg.live -= 1;
+                self.live -= 1;
+            }
             self.check_deletable(id);
         }
         marks
@@ -490,7 +630,14 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
     /// The next segment the driver may delete (after the records handed
     /// out before it are synced). Deleting it is final: the ledger forgets
     /// it now, which may make others deletable.
+    #[cfg(any(test, feature = "testkit"))]
     pub fn poll_delete(&mut self) -> Option<SegmentId> {
+        self.poll_delete_sized().map(|(id, _)| id)
+    }
+
+    /// Like [`poll_delete`](Self::poll_delete), with the segment's bytes,
+    /// which stay on disk until the driver deleted its file.
+    pub fn poll_delete_sized(&mut self) -> Option<(SegmentId, u64)> {
         let id = self.deletable.pop_first()?;
         let seg = self.segments.remove(&id)?;
         self.by_first.remove(&(seg.first, id));
@@ -506,7 +653,7 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
                 o.marked_by.remove(&id);
             }
         }
-        Some(id)
+        Some((id, seg.bytes))
     }
 
     /// Forgets segment `id`, which a failed resume opened and a later
@@ -566,9 +713,19 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
 
     fn seal_current(&mut self) {
         let id = self.current;
+        self.seal(id);
         // An empty segment rolled away from: it never holds anything again.
         self.current = 0;
         self.check_deletable(id);
+    }
+
+    /// Segment `id` (if it exists) takes a seal record (S-J10).
+    pub fn seal(&mut self, id: SegmentId) {
+        if let Some(seg) = self.segments.get_mut(&id).filter(|s| !s.sealed) {
+            seg.sealed = true;
+            seg.bytes += self.costs.seal;
+            self.bytes += self.costs.seal;
+        }
     }
 
     fn segment_of(&self, seq: Seq) -> Option<SegmentId> {
@@ -610,6 +767,7 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
     ) {
         self.by_first.insert((first, id));
         self.bytes += bytes;
+        self.live += live;
         for other in &marks_for {
             if let Some(o) = self.segments.get_mut(other) {
                 o.marked_by.insert(id);
@@ -623,6 +781,7 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
                 bytes,
                 marks_for,
                 marked_by: BTreeSet::new(),
+                sealed: true,
             },
         );
     }

@@ -13,7 +13,7 @@ use super::batch::{Batch, Executed, Record, Sizes};
 use super::commits::Commits;
 use super::disk::Disk;
 use super::faults::{Faults, Next};
-use super::ledger::Ledger;
+use super::ledger::{Costs, Ledger};
 use crate::core::Time;
 
 /// Why a [`sync`](crate::Outbox::sync) could not promise durability.
@@ -153,6 +153,8 @@ impl<K: Ord + Hash + Clone, W> Machine<K, W> {
     /// The machine around `ledger` (a recovery's), whose current segment
     /// the first commit creates at once.
     pub fn new(ledger: Ledger<K>, settings: Settings) -> Self {
+        let costs = Costs::new(&settings.sizes, ledger.limits().segment_bytes);
+        let ledger = ledger.with_costs(costs);
         Machine {
             commits: Commits::new(ledger, settings.sizes),
             disk: Disk::default(),
@@ -184,6 +186,12 @@ impl<K: Ord + Hash + Clone, W> Machine<K, W> {
     /// Whether the machine is done: no round will run again.
     pub fn is_closed(&self) -> bool {
         self.closed
+    }
+
+    /// Bytes in the segment files, as far as the journal wrote them: the
+    /// existing segments' and those whose deletion waits (S-J10).
+    pub fn disk_bytes(&self) -> u64 {
+        self.commits.disk_bytes()
     }
 
     /// Bytes waiting for the next commit.
@@ -333,7 +341,11 @@ impl<K: Ord + Hash + Clone, W> Machine<K, W> {
         let waiting_before = self.disk.undeleted();
         let kind = done.error.as_ref().map(io::Error::kind);
         let ok = match &batch {
-            Some(b) => self.disk.report(b, &done).ok,
+            Some(b) => {
+                let outcome = self.disk.report(b, &done);
+                self.commits.deleted(&outcome.deleted);
+                outcome.ok
+            }
             None => false,
         };
         // The failed commit's items are on no disk now: unjournaled, like

@@ -58,7 +58,10 @@ pub use batch::{Batch, Executed, Op, Record, Sizes};
 #[cfg_attr(not(feature = "testkit"), allow(unused_imports))]
 pub use faults::{Faults, Next, CLOSING_RETRIES, CLOSING_RETRY_CAP};
 #[cfg_attr(not(feature = "testkit"), allow(unused_imports))]
-pub use ledger::{Append, Ledger, Limits, MarkRun, MarkSizes, Refusal, SegmentId, Seq};
+pub use ledger::{
+    Append, Bounds, Costs, Ledger, Limits, MarkRun, MarkSizes, Refusal, SegmentId, Seq,
+    DEFAULT_SEGMENT_BYTES, MIN_MAX_BYTES, MIN_SEGMENT_BYTES,
+};
 #[cfg_attr(not(feature = "testkit"), allow(unused_imports))]
 pub use machine::{Event, Machine, Settings, SyncError};
 #[cfg_attr(not(feature = "testkit"), allow(unused_imports))]

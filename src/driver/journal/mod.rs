@@ -17,7 +17,7 @@ use metrics::{Counter, Gauge, Histogram};
 use tokio::sync::{oneshot, Notify};
 
 pub use crate::core::journal::SyncError;
-use crate::core::journal::{self as plan, Limits, Machine, Settings};
+use crate::core::journal::{self as plan, Bounds, Limits, Machine, Settings};
 use crate::core::Event;
 use crate::journal::format::SIZES;
 use crate::journal::{
@@ -135,6 +135,19 @@ where
         codec: Box<dyn Codec<K, I>>,
         outbox: &str,
     ) -> Result<Opened<K, I>, JournalError> {
+        let limits = Limits::new(config.segment_bytes, config.max_bytes).map_err(|b| match b {
+            Bounds::SegmentAboveHalf {
+                segment_bytes,
+                max_bytes,
+            } => JournalError::Bounds {
+                segment_bytes: Some(segment_bytes),
+                max_bytes,
+            },
+            Bounds::MaxTooSmall { max_bytes } => JournalError::Bounds {
+                segment_bytes: None,
+                max_bytes,
+            },
+        })?;
         let dir = config.dir.display().to_string();
         let mut storage: Box<dyn Storage> = match config.storage {
             Some(s) => s,
@@ -145,10 +158,6 @@ where
                     source,
                 })?,
             ),
-        };
-        let limits = Limits {
-            segment_bytes: config.segment_bytes,
-            max_bytes: config.max_bytes,
         };
         let recovered = recover(&mut storage, &*codec, limits)?;
         let report = recovered.report;
@@ -245,7 +254,7 @@ where
 
     fn export(&self, g: &Inner<K>) {
         let ledger = g.state.ledger();
-        self.metrics.bytes.set(ledger.bytes() as f64);
+        self.metrics.bytes.set(g.state.disk_bytes() as f64);
         self.metrics.segments.set(ledger.segments() as f64);
     }
 }
@@ -415,9 +424,9 @@ mod tests {
     }
 
     #[test]
-    fn max_bytes_refuses_at_stage() {
-        // S-J4.
-        let config = JournalConfig::with_storage(MemStorage::new()).max_bytes(Some(100));
+    fn max_bytes_refuses_at_stage_and_leaves_room_for_the_marks() {
+        // S-J4, S-J10.
+        let config = JournalConfig::with_storage(MemStorage::new()).max_bytes(Some(1_000));
         let j = J::open(config, Box::new(Postcard), "test").unwrap().journal;
         let mut accepted = 0;
         loop {
@@ -433,10 +442,18 @@ mod tests {
                 }
             }
         }
-        // 32 header bytes + 22-byte records (8 frame, 1 kind, 8 seq, 4
-        // tenant length, 1 tenant, 1 item (postcard varints)).
-        assert_eq!(accepted, (100 - 32) / 23);
-        assert!(j.lock().state.ledger().bytes() <= 100);
+        // 22-byte records (8 frame, 1 kind, 8 seq, 4 tenant length, 1
+        // tenant, 1 item (postcard varints)) in 250-byte segments (a
+        // quarter of the bound): the marks of every accepted item, each in
+        // a done record of its own, the current segment's seal and two
+        // rolls still fit.
+        use crate::journal::format::{DONE_OVERHEAD, HEADER_LEN, MARK_LEN, SEAL_LEN};
+        let g = j.lock();
+        let bytes = g.state.disk_bytes() as usize;
+        let to_free =
+            accepted * (DONE_OVERHEAD + MARK_LEN) + SEAL_LEN + 2 * (HEADER_LEN + SEAL_LEN);
+        assert!(bytes + to_free <= 1_000, "{bytes} + {to_free}");
+        assert!(accepted >= 15, "{accepted} accepted");
     }
 
     #[test]
