@@ -103,15 +103,28 @@ impl<S: Storage + ?Sized> Storage for Box<S> {
 /// The name of the lock file in a journal directory.
 pub const LOCK_FILE: &str = "LOCK";
 
+/// Files [`FsStorage`] keeps open for appending at most: the current
+/// segment and a few sealed ones (S-J11). With the lock and the one a read,
+/// a create or a directory sync opens for a moment, the journal holds at
+/// most 7 descriptors whatever the segment count.
+pub const OPEN_FILES: usize = 5;
+
 /// A [`Storage`] on a directory of the real file system: `fdatasync`
 /// through [`File::sync_data`], the directory synced after a create or a
 /// delete, an advisory lock on the `LOCK` file ([`fs4`], `flock`).
+///
+/// It keeps at most [`OPEN_FILES`] files open for appending, the ones used
+/// last; another is opened when it is written to, synced or cut, and the
+/// least recently used closed (S-J11): an outage with small segments
+/// cannot run the process out of descriptors. `fdatasync` on a file opened
+/// again makes durable what was written through the descriptor closed
+/// before.
 pub struct FsStorage {
     dir: PathBuf,
     lock: Option<File>,
-    /// Files open for appending, by name (the current segment; a sealed
-    /// one until it is deleted).
-    open: BTreeMap<String, File>,
+    /// Files open for appending, by name, with when each was used last.
+    open: BTreeMap<String, (File, u64)>,
+    uses: u64,
 }
 
 impl fmt::Debug for FsStorage {
@@ -141,6 +154,7 @@ impl FsStorage {
             dir,
             lock: None,
             open: BTreeMap::new(),
+            uses: 0,
         })
     }
 
@@ -159,11 +173,29 @@ impl FsStorage {
     }
 
     fn file(&mut self, name: &str) -> io::Result<&mut File> {
+        self.uses += 1;
         if !self.open.contains_key(name) {
+            self.make_room();
             let file = OpenOptions::new().append(true).open(self.path(name))?;
-            self.open.insert(name.to_owned(), file);
+            self.open.insert(name.to_owned(), (file, self.uses));
         }
-        Ok(self.open.get_mut(name).expect("inserted above"))
+        let (file, used) = self.open.get_mut(name).expect("kept above");
+        *used = self.uses;
+        Ok(file)
+    }
+
+    /// Closes the least recently used files until one more may open
+    /// within [`OPEN_FILES`].
+    fn make_room(&mut self) {
+        while self.open.len() >= OPEN_FILES {
+            let oldest = self
+                .open
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(n, _)| n.clone())
+                .expect("not empty");
+            self.open.remove(&oldest);
+        }
     }
 }
 
@@ -206,11 +238,13 @@ impl Storage for FsStorage {
     }
 
     fn create(&mut self, name: &str) -> io::Result<()> {
+        self.make_room();
         let file = OpenOptions::new()
             .append(true)
             .create_new(true)
             .open(self.path(name))?;
-        self.open.insert(name.to_owned(), file);
+        self.uses += 1;
+        self.open.insert(name.to_owned(), (file, self.uses));
         self.sync_dir()
     }
 
