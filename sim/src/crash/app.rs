@@ -42,14 +42,26 @@ pub struct AppPlan {
     pub seed: u64,
     /// The outbox's config.
     pub config: Config,
-    /// The journal's segment size (small, so segments roll and go).
-    pub segment_bytes: u64,
+    /// The journal's segment size (small, so segments roll and go), or
+    /// `None` for its default (a quarter of `max_bytes`).
+    pub segment_bytes: Option<u64>,
+    /// The journal's bound, in a share of seeds (S-J10).
+    pub max_bytes: Option<u64>,
     /// The journal's group-commit interval.
     pub sync_interval: Duration,
     /// The workload.
     pub workload: NetWorkload,
     /// Mean gap between two `sync` calls.
     pub sync_gap: Duration,
+}
+
+impl AppPlan {
+    /// The segment size the journal uses.
+    pub fn segment(&self) -> u64 {
+        outbox::core::journal::Limits::new(self.segment_bytes, self.max_bytes)
+            .expect("the world draws valid bounds")
+            .segment_bytes
+    }
 }
 
 /// What the world tells the running life.
@@ -99,11 +111,14 @@ fn fail(book: &SharedBook, broken: impl IntoIterator<Item = Broken>) {
 
 fn build(ctx: &Ctx) -> Result<Crash, outbox::BuildError> {
     let plan = &ctx.plan;
-    let journal = JournalConfig::with_storage(SimDisk::new(Arc::clone(&ctx.faults)))
+    let mut journal = JournalConfig::with_storage(SimDisk::new(Arc::clone(&ctx.faults)))
         .inline_io(true)
-        .segment_bytes(plan.segment_bytes)
+        .max_bytes(plan.max_bytes)
         .sync_interval(plan.sync_interval)
         .retry_interval(RETRY_INTERVAL);
+    if let Some(segment) = plan.segment_bytes {
+        journal = journal.segment_bytes(segment);
+    }
     Outbox::builder(CrashSink::new(
         Arc::clone(&ctx.book),
         Arc::clone(&ctx.ledger),
@@ -314,6 +329,9 @@ async fn syncer(outbox: Crash, ctx: Ctx, mut r: SimRng, stop: Arc<AtomicBool>) {
         };
         let answer = outbox.sync().await;
         let ok = answer.is_ok();
+        if ok && !disk::lock(&ctx.faults).writes_fail() {
+            bound_held(&ctx, "at an answered sync");
+        }
         {
             let mut l = ledger::lock(&ctx.ledger);
             if ok {
@@ -379,6 +397,20 @@ async fn shut_down(outbox: &Crash, ctx: &Ctx, life: u32, deadline: Duration) {
     b.record(book::now(), Ev::Note(format!("life {life}: shut down")));
 }
 
+/// S-J10: with a bound, the segment files hold at most `max_bytes`.
+fn bound_held(ctx: &Ctx, when: &str) {
+    let Some(max) = ctx.plan.max_bytes else {
+        return;
+    };
+    match disk::disk_use() {
+        Ok((_, files)) => fail(&ctx.book, check::s_j10::bound_held(when, &files, max)),
+        Err(e) => fail(
+            &ctx.book,
+            [("S-J10", format!("the disk cannot be read: {e}"))],
+        ),
+    }
+}
+
 /// The healed phase: D5, D4, D6, a clean shutdown, D6 again.
 async fn healed(outbox: Crash, ctx: &Ctx, life: u32) {
     let pending = outbox.pending();
@@ -421,7 +453,8 @@ async fn healed(outbox: Crash, ctx: &Ctx, life: u32) {
     for _ in 0..2 {
         let _ = outbox.sync().await;
     }
-    let segment = ctx.plan.segment_bytes;
+    let segment = ctx.plan.segment();
+    bound_held(ctx, "after the final settle");
     match disk::disk_use() {
         Ok((bytes, files)) => fail(
             &ctx.book,

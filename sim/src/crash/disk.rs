@@ -158,6 +158,14 @@ impl DiskFaults {
         }
     }
 
+    /// Whether writes may fail in this run (EIO or a full disk drawn,
+    /// and not healed yet): a failed commit's partial writes and one
+    /// resume's segment may then pass the bound until a resume works
+    /// (S-J10).
+    pub fn writes_fail(&self) -> bool {
+        !self.healed && (self.plan.eio > 0 || self.plan.full.iter().any(Option::is_some))
+    }
+
     /// Whether a crash point is armed and not yet fired.
     pub fn is_armed(&self) -> bool {
         self.armed.is_some()

@@ -88,10 +88,20 @@ impl Draws {
             .seed(seed)
             .build()
             .expect("a valid config");
+        // A bound in a third of the seeds (S-J10), with segments of a
+        // quarter of it or drawn up to half of it; small segments in all.
+        let max_bytes =
+            crate::draw::chance(&mut c, 1, 3).then(|| log_uniform(&mut c, 4_096, 262_144));
+        let segment_bytes = match max_bytes {
+            Some(_) if crate::draw::chance(&mut c, 1, 2) => None,
+            Some(max) => Some(log_uniform(&mut c, 256, max / 2)),
+            None => Some(log_uniform(&mut c, 256, 65_536)),
+        };
         let plan = AppPlan {
             seed,
             config,
-            segment_bytes: log_uniform(&mut c, 4_096, 65_536),
+            segment_bytes,
+            max_bytes,
             sync_interval: Duration::from_millis(log_uniform(&mut c, 1, 20)),
             workload,
             sync_gap: Duration::from_millis(log_uniform(&mut c, 5, 500)),
@@ -107,10 +117,11 @@ impl Draws {
     fn setup(&self) -> String {
         let (p, f) = (&self.plan, &self.faults);
         format!(
-            "config {:?} | segment {} B, sync interval {:?}, sync gap {:?} | tenants {} items ~{} \
-             stagers {} | crashes {:?} downtime <= {:?} | block {:?} disk {:?}",
+            "config {:?} | segment {} B, max {:?} B, sync interval {:?}, sync gap {:?} | tenants {} \
+             items ~{} stagers {} | crashes {:?} downtime <= {:?} | block {:?} disk {:?}",
             p.config,
-            p.segment_bytes,
+            p.segment(),
+            p.max_bytes,
             p.sync_interval,
             p.sync_gap,
             p.workload.tenants,

@@ -40,6 +40,9 @@ pub(super) struct Commits<K> {
     /// segment and its marks against `max_bytes` per retry nor leaves a
     /// file per retry.
     resume_segment: Option<SegmentId>,
+    /// The last resume's segment was created, or its creation tried: a
+    /// file may be on disk, whose bytes count until it is removed.
+    resume_created: bool,
     /// An empty record buffer a finished commit handed back, for the next
     /// append to fill.
     spare: Vec<u8>,
@@ -68,6 +71,7 @@ impl<K: Ord + Hash + Clone> Commits<K> {
             redo_marks: Vec::new(),
             redo_deletes: Vec::new(),
             resume_segment: None,
+            resume_created: false,
             spare: Vec::new(),
             doomed: BTreeMap::new(),
             doomed_bytes: 0,
@@ -97,6 +101,13 @@ impl<K: Ord + Hash + Clone> Commits<K> {
     /// Bytes in the segment files: the ledger's and the doomed ones'.
     pub(super) fn disk_bytes(&self) -> u64 {
         self.ledger.bytes() + self.doomed_bytes
+    }
+
+    /// The creation of the segments `ids` was tried.
+    pub(super) fn created(&mut self, ids: &[SegmentId]) {
+        if self.resume_segment.is_some_and(|r| ids.contains(&r)) {
+            self.resume_created = true;
+        }
     }
 
     /// The files of `ids` are deleted.
@@ -289,10 +300,16 @@ impl<K: Ord + Hash + Clone> Commits<K> {
         // The last resume failed: its segment is replaced by this one, and
         // goes first, so at most one is left on disk while the outage
         // lasts.
-        let discard = self
-            .resume_segment
-            .replace(id)
-            .filter(|prev| self.ledger.abandon(*prev));
+        let mut discard = None;
+        if let Some(prev) = self.resume_segment.replace(id) {
+            if let Some(bytes) = self.ledger.abandon_sized(prev) {
+                discard = Some(prev);
+                if std::mem::take(&mut self.resume_created) {
+                    self.doomed.insert(prev, bytes);
+                    self.doomed_bytes += bytes;
+                }
+            }
+        }
         let mut ops: Vec<Op> = discard.map(Op::Remove).into_iter().collect();
         for s in std::mem::take(&mut self.in_flight) {
             if Some(s) == discard {

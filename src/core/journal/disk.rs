@@ -30,6 +30,8 @@ pub(super) struct Outcome {
     pub(super) ok: bool,
     /// Segments whose files the batch deleted.
     pub(super) deleted: Vec<SegmentId>,
+    /// Segments whose creation the batch tried.
+    pub(super) created: Vec<SegmentId>,
 }
 
 impl Disk {
@@ -92,7 +94,16 @@ impl Disk {
             self.unheaded.insert(*id, *first);
         }
         let ok = matches!(failed, None | Some(Op::Delete(_)));
+        let tried = (done.done + 1).min(batch.ops.len());
+        let mut created = Vec::new();
         let mut deleted = Vec::new();
+        for op in &batch.ops[..tried] {
+            match op {
+                Op::Create { id, .. } => created.push(*id),
+                Op::Remove(id) if !done.unremoved.contains(id) => deleted.push(*id),
+                _ => {}
+            }
+        }
         if ok {
             // The batch carried every waiting deletion: those from the
             // first that failed wait again, in order.
@@ -101,13 +112,10 @@ impl Disk {
             } else {
                 batch.ops.len()
             };
-            deleted = batch.ops[..from]
-                .iter()
-                .filter_map(|op| match op {
-                    Op::Delete(id) => Some(*id),
-                    _ => None,
-                })
-                .collect();
+            deleted.extend(batch.ops[..from].iter().filter_map(|op| match op {
+                Op::Delete(id) => Some(*id),
+                _ => None,
+            }));
             self.undeleted = batch.ops[from..]
                 .iter()
                 .filter_map(|op| match op {
@@ -117,6 +125,10 @@ impl Disk {
                 .collect();
         }
         self.undeleted.extend(done.unremoved.iter().copied());
-        Outcome { ok, deleted }
+        Outcome {
+            ok,
+            deleted,
+            created,
+        }
     }
 }

@@ -663,12 +663,17 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
     /// `max_bytes`. The driver deletes its file once the replacement's
     /// marks are durable. Returns whether it was known; a segment with
     /// items, or the current one, is kept.
+    #[cfg(any(test, feature = "testkit"))]
     pub fn abandon(&mut self, id: SegmentId) -> bool {
-        let Some(seg) = self.segments.get(&id) else {
-            return false;
-        };
+        self.abandon_sized(id).is_some()
+    }
+
+    /// Like [`abandon`](Self::abandon): the bytes the ledger forgot, if it
+    /// forgot the segment.
+    pub fn abandon_sized(&mut self, id: SegmentId) -> Option<u64> {
+        let seg = self.segments.get(&id)?;
         if id == self.current || seg.live > 0 {
-            return false;
+            return None;
         }
         let seg = self.segments.remove(&id).expect("checked");
         self.by_first.remove(&(seg.first, id));
@@ -685,7 +690,7 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
             }
             self.check_deletable(*other);
         }
-        true
+        Some(seg.bytes)
     }
 
     /// Starts a new segment now (after a recovery, or to retry after a

@@ -343,6 +343,7 @@ impl<K: Ord + Hash + Clone, W> Machine<K, W> {
         let ok = match &batch {
             Some(b) => {
                 let outcome = self.disk.report(b, &done);
+                self.commits.created(&outcome.created);
                 self.commits.deleted(&outcome.deleted);
                 outcome.ok
             }

@@ -13,6 +13,7 @@
 //! | D1 | a synced item may be missing only when a rotten byte hit its record ([`d1::synced_items_written`]) | at the end |
 //! | D5 | [`d5::settled_in_bound`]; the journal opens once the faults stop (`app`); the run's time cap (`world`) | healed phase |
 //! | D6 | [`d6::disk_use_small`] | after the final settle, and after the final shutdown (the app) |
+//! | S-J10 | [`s_j10::bound_held`] | each answered sync while writes cannot fail, and after the final settle (the app) |
 //! | I3 | [`crate::net::check::i3::counters_balance`] | each sync answer, each sample (the app) |
 
 use crate::net::book::Book;
@@ -25,6 +26,7 @@ pub mod d3;
 pub mod d4;
 pub mod d5;
 pub mod d6;
+pub mod s_j10;
 
 pub use crate::net::check::Broken;
 
