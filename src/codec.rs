@@ -43,13 +43,29 @@ pub trait Codec<K, I>: Send + Sync + 'static {
 /// The default codec: serde types in [postcard](https://docs.rs/postcard)'s
 /// compact binary format (varints, no field names; adding a field to an
 /// item type breaks reading older records, so add fields with care or
-/// bring your own [`Codec`]).
+/// bring your own [`Codec`]). Decoding takes the whole record: bytes left
+/// over after the value are an error, never ignored, so a record of
+/// another type that happens to start like one of this type is not misread
+/// (issue 25: `(u32, u32)` records read back as `u32`).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Postcard;
 
 fn encode<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) -> Result<(), BoxError> {
     postcard::serialize_with_flavor(value, AppendTo(out))?;
     Ok(())
+}
+
+/// Decodes a whole record: trailing bytes are an error.
+fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, BoxError> {
+    let (value, rest) = postcard::take_from_bytes(bytes)?;
+    if !rest.is_empty() {
+        return Err(format!(
+            "{} bytes left over after the value: the record is of another type",
+            rest.len()
+        )
+        .into());
+    }
+    Ok(value)
 }
 
 /// A postcard output that appends to a `Vec` in place: a byte is one
@@ -86,13 +102,13 @@ where
         encode(tenant, out)
     }
     fn decode_tenant(&self, bytes: &[u8]) -> Result<K, BoxError> {
-        Ok(postcard::from_bytes(bytes)?)
+        decode(bytes)
     }
     fn encode_item(&self, item: &I, out: &mut Vec<u8>) -> Result<(), BoxError> {
         encode(item, out)
     }
     fn decode_item(&self, bytes: &[u8]) -> Result<I, BoxError> {
-        Ok(postcard::from_bytes(bytes)?)
+        decode(bytes)
     }
 }
 
@@ -143,6 +159,20 @@ mod tests {
         assert_eq!(out.len(), 16 + 1 + 2);
         let back = Codec::<u8, crate::sinks::Envelope>::decode_item(&Postcard, &out).unwrap();
         assert_eq!(back, e);
+    }
+
+    #[test]
+    fn a_record_of_a_wider_type_is_refused_not_misread() {
+        // Issue 25: items journaled as (u32, u32) and recovered by an
+        // outbox of u32 were read as their first field.
+        let mut out = Vec::new();
+        Codec::<u8, (u32, u32)>::encode_item(&Postcard, &(7, 9), &mut out).unwrap();
+        let narrow = Codec::<u8, u32>::decode_item(&Postcard, &out);
+        assert!(narrow.is_err(), "{narrow:?}");
+        assert_eq!(
+            Codec::<u8, (u32, u32)>::decode_item(&Postcard, &out).unwrap(),
+            (7, 9)
+        );
     }
 
     #[test]
