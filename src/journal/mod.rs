@@ -102,6 +102,7 @@ mod config;
 pub mod format;
 #[cfg(not(feature = "testkit"))]
 pub(crate) mod format;
+mod inspect;
 #[cfg(any(test, feature = "testkit"))]
 mod memory;
 mod recover;
@@ -119,6 +120,7 @@ pub use config::{
     JournalConfig, DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_RETRY_INTERVAL, DEFAULT_SEGMENT_BYTES,
     DEFAULT_SYNC_BYTES, DEFAULT_SYNC_INTERVAL, MIN_MAX_BYTES, MIN_SEGMENT_BYTES,
 };
+pub use inspect::{inspect, Inspection, RawBytes, SegmentInfo};
 #[cfg(any(test, feature = "testkit"))]
 pub use memory::MemStorage;
 #[cfg(feature = "testkit")]

@@ -77,7 +77,7 @@ fn lock(storage: &mut (impl Storage + ?Sized)) -> Result<(), JournalError> {
 /// Reads segment `id`'s file into what the plan needs: its header, its
 /// records decoded through `codec` (a codec that panics is an undecodable
 /// record, S-J7, S-J8: a panic here would fail every restart alike).
-fn read_segment<K, I, C>(id: u64, bytes: &[u8], codec: &C) -> SegmentFile<K, I>
+pub(super) fn read_segment<K, I, C>(id: u64, bytes: &[u8], codec: &C) -> SegmentFile<K, I>
 where
     C: Codec<K, I> + ?Sized,
 {
