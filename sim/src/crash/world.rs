@@ -91,7 +91,7 @@ impl Draws {
         // A bound in a third of the seeds (S-J10), with segments of a
         // quarter of it or drawn up to half of it; small segments in all.
         let max_bytes =
-            crate::draw::chance(&mut c, 1, 3).then(|| log_uniform(&mut c, 4_096, 262_144));
+            crate::draw::chance(&mut c, 1, 3).then(|| log_uniform(&mut c, 1_024, 32_768));
         let segment_bytes = match max_bytes {
             Some(_) if crate::draw::chance(&mut c, 1, 2) => None,
             Some(max) => Some(log_uniform(&mut c, 256, max / 2)),
