@@ -4,7 +4,7 @@
 //! transaction that began after another's commit was acknowledged comes
 //! after that transaction's rows; and that a relay planted with the
 //! "ids above the last seen" reader fails it.
-#![cfg(feature = "testkit")]
+#![cfg(all(feature = "table", feature = "testkit"))]
 
 use std::collections::BTreeMap;
 use std::time::Duration;
