@@ -793,22 +793,20 @@ mod journal_abuse {
         drop(again.shutdown(SEC).await);
     }
 
-    /// A zero `max_bytes`: every stage is dropped under `journal_full`
-    /// (documented), never accepted into memory only.
+    /// A zero `max_bytes` is a build error naming it (S-J10), never a
+    /// journal that drops every stage.
     #[tokio::test]
     async fn abuse_journal_max_bytes_zero() {
         let dir = tmp("zero");
         let sink = Script::new("j-zero");
-        let o = Outbox::builder(sink.clone())
+        let built = Outbox::builder(sink.clone())
             .journal(JournalConfig::new(&dir).max_bytes(Some(0)))
-            .build()
-            .unwrap();
-        assert_eq!(o.stage(1, 1), Staged::Dropped(DropReason::JournalFull));
-        assert_eq!(o.counters().dropped(DropReason::JournalFull), 1);
-        assert!(o.counters().balanced());
-        drop(o.shutdown(SEC).await);
-        drop(o);
-        std::fs::remove_dir_all(&dir).unwrap();
+            .build();
+        let Err(e) = built else {
+            panic!("a zero max_bytes built");
+        };
+        assert!(e.to_string().contains("max_bytes (0)"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 
