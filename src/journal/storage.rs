@@ -113,7 +113,7 @@ pub const OPEN_FILES: usize = 5;
 /// through [`File::sync_data`], the directory synced after a create or a
 /// delete, an advisory lock on the `LOCK` file ([`fs4`], `flock`).
 ///
-/// It keeps at most [`OPEN_FILES`] files open for appending, the ones used
+/// It keeps at most `OPEN_FILES` (5) files open for appending, the ones used
 /// last; another is opened when it is written to, synced or cut, and the
 /// least recently used closed (S-J11): an outage with small segments
 /// cannot run the process out of descriptors. `fdatasync` on a file opened
