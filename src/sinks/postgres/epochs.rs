@@ -1,4 +1,4 @@
-//! Epochs in a PostgreSQL database (S-E1..S-E6): one row per partition
+//! Epochs in a PostgreSQL database (S-E1..S-E4): one row per partition
 //! holding the highest epoch installed and who installed it. The outbox
 //! table's store keeps its table beside the outbox's
 //! (`table::Store::install_epoch`); both run the statements below.
