@@ -10,6 +10,7 @@ mod common;
 use std::time::Duration;
 
 use outbox::codec::Codec;
+use outbox::core::lease::{Holder, InstanceId};
 use outbox::core::relay::{
     DeadLetterRow, DeadReason, Fence, Fenced, InFlight, PageRequest, PartitionRead, Position,
     ReadOrder, Removal, Row, StoreErrorKind, TenantRead,
@@ -402,6 +403,36 @@ fn fence(p: u32, epoch: u64) -> Fence {
     }
 }
 
+fn holder(instance: &str, incarnation: u64) -> Holder {
+    Holder {
+        instance: InstanceId::new(instance).expect("a valid id"),
+        incarnation,
+    }
+}
+
+/// The sink's `(partition, epoch)`s.
+async fn epochs_of<B: Backend>(b: &B) -> Vec<(u32, u64)> {
+    let rows = b.store().sink_epochs().await.expect("sink epochs");
+    rows.iter().map(|r| (r.partition, r.epoch)).collect()
+}
+
+/// A call retried a few times: after a cut connection, a pooled one may
+/// fail once more before the pool drops it.
+async fn retry<T, F, Fut>(mut call: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, outbox::core::relay::StoreError>>,
+{
+    let mut last = None;
+    for _ in 0..3 {
+        match call().await {
+            Ok(v) => return v,
+            Err(e) => last = Some(e),
+        }
+    }
+    panic!("still failing: {last:?}")
+}
+
 async fn committed<B: Backend>(b: &B, tenant: &[u8], items: &[&[u8]]) -> Vec<i64> {
     let mut tx = b.begin().await;
     let mut out = Vec::new();
@@ -737,7 +768,7 @@ async fn notifications_while_the_listener_is_away_are_lost<B: Backend>(b: &B) {
 }
 
 /// S-T20: an acquire takes an epoch above the lease row's and the sink's;
-/// a held lease is reported with its owner; a rejoin takes a new epoch.
+/// a held lease is reported with its owner, whoever asks.
 async fn acquire_takes_an_epoch_above_the_lease_and_the_sink<B: Backend>(b: &B) {
     assert_eq!(take(b, 3, OWNER, 0).await, 1);
     let other = Acquire {
@@ -763,7 +794,7 @@ async fn acquire_takes_an_epoch_above_the_lease_and_the_sink<B: Backend>(b: &B) 
         epoch: 1,
     };
     assert!(b.store().release(&key).await.unwrap());
-    assert!(!b.store().release(&key).await.unwrap());
+    assert!(b.store().release(&key).await.unwrap(), "a repeat matches");
     let above_sink = Acquire {
         above: 5,
         ..other.clone()
@@ -772,15 +803,117 @@ async fn acquire_takes_an_epoch_above_the_lease_and_the_sink<B: Backend>(b: &B) 
         b.store().acquire(&above_sink).await.unwrap(),
         Acquired::Taken { epoch: 6 }
     );
-    assert_eq!(
-        b.store().acquire(&other).await.unwrap(),
-        Acquired::Taken { epoch: 7 }
+    assert!(
+        !b.store().release(&key).await.unwrap(),
+        "the old owner's key no longer matches"
     );
+    match b.store().acquire(&other).await.unwrap() {
+        Acquired::Held { owner, epoch, .. } => {
+            assert_eq!((owner.as_str(), epoch), ("instance-b", 6))
+        }
+        taken => panic!("its own live lease is not taken again: {taken:?}"),
+    }
     let leases = b.store().leases().await.unwrap();
     assert_eq!(leases.len(), P as usize);
     assert_eq!(leases[3].owner.as_deref(), Some("instance-b"));
-    assert_eq!(leases[3].epoch, 7);
+    assert_eq!(leases[3].epoch, 6);
     assert_eq!(leases[4].owner, None);
+}
+
+/// S-T20, S-L10: a live lease is never taken again, not even by its own
+/// owner (a rejoin waits for its old lease to lapse); a released or lapsed
+/// one is, by anyone, under a new epoch; the release keeps the last owner
+/// (S-L17, S-L21) and the epoch.
+async fn acquire_never_takes_a_live_lease_not_even_its_own<B: Backend>(b: &B) {
+    let s = b.store();
+    let ttl = Duration::from_millis(300);
+    let mine = Acquire {
+        partition: 6,
+        owner: OWNER.into(),
+        above: 0,
+        ttl,
+    };
+    assert_eq!(
+        s.acquire(&mine).await.unwrap(),
+        Acquired::Taken { epoch: 1 }
+    );
+    match s.acquire(&mine).await.unwrap() {
+        Acquired::Held {
+            owner,
+            epoch,
+            expires_in,
+        } => {
+            assert_eq!((owner.as_str(), epoch), (OWNER, 1));
+            assert!(expires_in > Duration::ZERO && expires_in <= ttl);
+        }
+        taken => panic!("a live lease taken again: {taken:?}"),
+    }
+    let key = LeaseKey {
+        partition: 6,
+        owner: OWNER.into(),
+        epoch: 1,
+    };
+    assert!(s.release(&key).await.unwrap());
+    let row = &s.leases().await.unwrap()[6];
+    assert_eq!(row.owner.as_deref(), Some(OWNER), "the last owner stays");
+    assert_eq!((row.epoch, row.expires_in), (1, Duration::ZERO));
+    assert_eq!(
+        s.acquire(&mine).await.unwrap(),
+        Acquired::Taken { epoch: 2 }
+    );
+    // Lapsed on the store's clock: taken again, under a new epoch.
+    b.pass(ttl + Duration::from_millis(100)).await;
+    let row = &s.leases().await.unwrap()[6];
+    assert_eq!(row.owner.as_deref(), Some(OWNER), "an expiry keeps it too");
+    assert_eq!(row.expires_in, Duration::ZERO);
+    let other = Acquire {
+        owner: "instance-b".into(),
+        ..mine.clone()
+    };
+    assert_eq!(
+        s.acquire(&other).await.unwrap(),
+        Acquired::Taken { epoch: 3 }
+    );
+}
+
+/// S-T21: a renewal never revives a released or lapsed lease, nor renews
+/// under another epoch or owner.
+async fn renew_never_revives_a_released_or_lapsed_lease<B: Backend>(b: &B) {
+    let s = b.store();
+    let ttl = Duration::from_millis(300);
+    let epoch = take(b, 7, OWNER, 0).await;
+    let key = LeaseKey {
+        partition: 7,
+        owner: OWNER.into(),
+        epoch,
+    };
+    assert!(s.renew(&key, ttl).await.unwrap());
+    let wrong_epoch = LeaseKey {
+        epoch: epoch + 1,
+        ..key.clone()
+    };
+    let wrong_owner = LeaseKey {
+        owner: "instance-b".into(),
+        ..key.clone()
+    };
+    assert!(!s.renew(&wrong_epoch, ttl).await.unwrap());
+    assert!(!s.renew(&wrong_owner, ttl).await.unwrap());
+    assert!(s.release(&key).await.unwrap());
+    assert!(!s.renew(&key, ttl).await.unwrap(), "released");
+    assert_eq!(s.leases().await.unwrap()[7].expires_in, Duration::ZERO);
+    let a = Acquire {
+        partition: 7,
+        owner: OWNER.into(),
+        above: 0,
+        ttl,
+    };
+    let Acquired::Taken { epoch: e2 } = s.acquire(&a).await.unwrap() else {
+        panic!("released: free")
+    };
+    let key2 = LeaseKey { epoch: e2, ..key };
+    b.pass(ttl + Duration::from_millis(100)).await;
+    assert!(!s.renew(&key2, ttl).await.unwrap(), "lapsed");
+    assert_eq!(s.leases().await.unwrap()[7].expires_in, Duration::ZERO);
 }
 
 /// S-T21: a renewal sets the expiry from the store's clock; it fails once
@@ -840,16 +973,40 @@ async fn heartbeats_expire_on_the_store_clock<B: Backend>(b: &B) {
     assert_eq!(s.members().await.unwrap().len(), 1);
 }
 
+/// S-T22: a heartbeat upserts (one row per instance) and sets the expiry
+/// afresh from the store's clock; members come by instance.
+async fn a_heartbeat_extends_its_member<B: Backend>(b: &B) {
+    let s = b.store();
+    let ttl = Duration::from_millis(400);
+    s.heartbeat("m-b", ttl).await.unwrap();
+    s.heartbeat("m-a", ttl).await.unwrap();
+    b.pass(Duration::from_millis(250)).await;
+    s.heartbeat("m-b", ttl).await.unwrap();
+    b.pass(Duration::from_millis(250)).await;
+    let m = s.members().await.unwrap();
+    let names: Vec<&str> = m.iter().map(|m| m.instance.as_str()).collect();
+    assert_eq!(names, ["m-a", "m-b"]);
+    assert_eq!(m[0].expires_in, Duration::ZERO, "m-a lapsed");
+    assert!(m[1].expires_in > Duration::ZERO && m[1].expires_in <= ttl);
+}
+
 /// S-T23: an install never lowers the epoch; the check passes for the
 /// installed epoch only.
 async fn epoch_install_and_check<B: Backend>(b: &B) {
     let s = b.store();
-    assert_eq!(s.install_epoch(2, 3).await.unwrap(), Installed::Installed);
+    let h = holder(OWNER, 0);
     assert_eq!(
-        s.install_epoch(2, 2).await.unwrap(),
+        s.install_epoch(2, 3, &h).await.unwrap(),
+        Installed::Installed
+    );
+    assert_eq!(
+        s.install_epoch(2, 2, &h).await.unwrap(),
         Installed::Superseded { current: 3 }
     );
-    assert_eq!(s.install_epoch(2, 3).await.unwrap(), Installed::Installed);
+    assert_eq!(
+        s.install_epoch(2, 3, &h).await.unwrap(),
+        Installed::Installed
+    );
     let mut tx = s.begin_epoch_tx().await.unwrap();
     assert_eq!(tx.check_epochs(&[(2, 3)]).await.unwrap(), Fenced::Done(()));
     tx.commit().await.unwrap();
@@ -862,7 +1019,113 @@ async fn epoch_install_and_check<B: Backend>(b: &B) {
         Fenced::Stale
     );
     tx.rollback().await.unwrap();
-    assert_eq!(s.sink_epochs().await.unwrap(), [(2, 3)]);
+    assert_eq!(epochs_of(b).await, [(2, 3)]);
+}
+
+/// S-T23, S-L11: an epoch is installed for one holder: a retry of the same
+/// install answers installed, the same epoch for another instance or
+/// another run of it is superseded; the row records the holder.
+async fn an_epoch_is_installed_for_one_holder<B: Backend>(b: &B) {
+    let s = b.store();
+    let first = holder(OWNER, 7);
+    assert_eq!(
+        s.install_epoch(5, 4, &first).await.unwrap(),
+        Installed::Installed
+    );
+    assert_eq!(
+        s.install_epoch(5, 4, &first).await.unwrap(),
+        Installed::Installed
+    );
+    for other in [holder("instance-b", 7), holder(OWNER, 8)] {
+        assert_eq!(
+            s.install_epoch(5, 4, &other).await.unwrap(),
+            Installed::Superseded { current: 4 }
+        );
+    }
+    let row = s.sink_epochs().await.unwrap().remove(0);
+    assert_eq!(
+        (
+            row.partition,
+            row.epoch,
+            row.holder.as_deref(),
+            row.incarnation
+        ),
+        (5, 4, Some(OWNER), 7)
+    );
+    let next = holder("instance-b", 1);
+    assert_eq!(
+        s.install_epoch(5, 5, &next).await.unwrap(),
+        Installed::Installed
+    );
+    let row = s.sink_epochs().await.unwrap().remove(0);
+    assert_eq!(
+        (row.epoch, row.holder.as_deref(), row.incarnation),
+        (5, Some("instance-b"), 1)
+    );
+    assert_eq!(
+        s.install_epoch(5, 4, &first).await.unwrap(),
+        Installed::Superseded { current: 5 }
+    );
+}
+
+/// S-T23, S-L14: shared locks do not conflict: a second sink transaction
+/// checks and commits while a first, paused, holds its check's lock.
+async fn sink_transactions_never_queue_behind_each_other<B: Backend>(b: &B) {
+    let s = b.store();
+    s.install_epoch(3, 2, &holder(OWNER, 0)).await.unwrap();
+    let mut paused = s.begin_epoch_tx().await.unwrap();
+    assert_eq!(
+        paused.check_epochs(&[(3, 2)]).await.unwrap(),
+        Fenced::Done(())
+    );
+    let mut second = s.begin_epoch_tx().await.unwrap();
+    let checked = tokio::time::timeout(Duration::from_secs(5), second.check_epochs(&[(3, 2)]))
+        .await
+        .expect("a shared lock never waits for another");
+    assert_eq!(checked.unwrap(), Fenced::Done(()));
+    second.commit().await.unwrap();
+    paused.commit().await.unwrap();
+}
+
+/// A commit whose reply is lost (S-T21, S-T23): the install took effect,
+/// and its retry by the same holder answers installed; a sink
+/// transaction's commit took effect (its lock is gone); an acquire took
+/// the lease, and its retry finds the lease live, held by itself.
+async fn a_commit_whose_reply_is_lost_took_effect<B: Backend>(b: &B) {
+    let s = b.store();
+    let h = holder(OWNER, 0);
+    b.lose_next_reply(Reply::Commit).await;
+    let lost = s.install_epoch(4, 9, &h).await;
+    assert!(lost.expect_err("the reply is lost").outcome_unknown());
+    assert_eq!(retry(|| s.sink_epochs()).await[0].epoch, 9);
+    assert_eq!(
+        s.install_epoch(4, 9, &h).await.unwrap(),
+        Installed::Installed
+    );
+
+    let mut tx = retry(|| s.begin_epoch_tx()).await;
+    assert_eq!(tx.check_epochs(&[(4, 9)]).await.unwrap(), Fenced::Done(()));
+    b.lose_next_reply(Reply::Commit).await;
+    assert!(tx
+        .commit()
+        .await
+        .expect_err("the reply is lost")
+        .outcome_unknown());
+    let next = retry(|| s.install_epoch(4, 10, &h)).await;
+    assert_eq!(next, Installed::Installed, "the transaction ended: no lock");
+
+    b.lose_next_reply(Reply::Select).await;
+    let a = Acquire {
+        partition: 4,
+        owner: OWNER.into(),
+        above: 10,
+        ttl: TTL,
+    };
+    assert!(s.acquire(&a).await.expect_err("lost").outcome_unknown());
+    match retry(|| s.acquire(&a)).await {
+        Acquired::Held { owner, epoch, .. } => assert_eq!((owner.as_str(), epoch), (OWNER, 11)),
+        taken => panic!("taken twice: {taken:?}"),
+    }
 }
 
 /// S-T23: a paused sink transaction's shared lock makes an install fail at
@@ -870,7 +1133,7 @@ async fn epoch_install_and_check<B: Backend>(b: &B) {
 /// timeout; meanwhile it also holds the watermark back (it has an xid).
 async fn a_paused_sink_transaction_holds_the_install_until_its_timeout<B: Backend>(b: &B) {
     let s = b.store();
-    s.install_epoch(1, 3).await.unwrap();
+    s.install_epoch(1, 3, &holder(OWNER, 0)).await.unwrap();
     let mut zombie = s.begin_epoch_tx().await.unwrap();
     assert_eq!(
         zombie.check_epochs(&[(1, 3)]).await.unwrap(),
@@ -881,16 +1144,20 @@ async fn a_paused_sink_transaction_holds_the_install_until_its_timeout<B: Backen
     committed(b, &t, &[b"behind the zombie"]).await;
     let (_, held) = read(b, ReadOrder::Watermark, 4, None).await;
     assert!(held.is_empty(), "the paused transaction holds xmin");
+    let newer = holder("instance-b", 0);
     let (installed, ()) = tokio::join!(
-        s.install_epoch(1, 4),
+        s.install_epoch(1, 4, &newer),
         b.pass(LOCK_TIMEOUT + Duration::from_millis(200))
     );
     let err = installed.expect_err("blocked by the paused transaction");
     assert_eq!(err.kind(), StoreErrorKind::LockTimeout);
     b.pass(IDLE_TIMEOUT + Duration::from_millis(300)).await;
-    assert_eq!(s.install_epoch(1, 4).await.unwrap(), Installed::Installed);
+    assert_eq!(
+        s.install_epoch(1, 4, &newer).await.unwrap(),
+        Installed::Installed
+    );
     assert!(zombie.commit().await.is_err(), "the server ended it");
-    assert_eq!(s.sink_epochs().await.unwrap(), [(1, 4)]);
+    assert_eq!(epochs_of(b).await, [(1, 4)]);
     assert_eq!(rows(b, 4).await.len(), 1);
 }
 
@@ -1002,9 +1269,15 @@ conformance!(
     notifications_are_delivered_at_commit,
     notifications_while_the_listener_is_away_are_lost,
     acquire_takes_an_epoch_above_the_lease_and_the_sink,
+    acquire_never_takes_a_live_lease_not_even_its_own,
     renew_sets_the_expiry_from_the_store_clock,
+    renew_never_revives_a_released_or_lapsed_lease,
     heartbeats_expire_on_the_store_clock,
+    a_heartbeat_extends_its_member,
     epoch_install_and_check,
+    an_epoch_is_installed_for_one_holder,
+    sink_transactions_never_queue_behind_each_other,
+    a_commit_whose_reply_is_lost_took_effect,
     a_paused_sink_transaction_holds_the_install_until_its_timeout,
     a_lost_reply_still_took_effect,
     a_failed_statement_takes_no_effect,

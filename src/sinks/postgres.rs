@@ -138,6 +138,8 @@
 //! [`max_rows_per_statement`]: PostgresSink::max_rows_per_statement
 //! [`max_bytes_per_statement`]: PostgresSink::max_bytes_per_statement
 
+pub mod epochs;
+
 use std::error::Error as StdError;
 use std::fmt;
 use std::marker::PhantomData;

@@ -44,5 +44,5 @@ pub use sqlx::sqlx_crate;
 pub use stage::{OutboxTable, StageError, Wakeup};
 pub use store::{
     Acquire, Acquired, DeadRow, EpochTx, Installed, LeaseKey, LeaseRow, Listener, Member,
-    SchemaInfo, Store,
+    SchemaInfo, SinkEpoch, Store,
 };

@@ -30,9 +30,11 @@
 use std::future::Future;
 use std::time::Duration;
 
+use crate::core::lease::Holder;
 use crate::core::relay::{
     Fence, Fenced, InFlight, Page, PageRequest, Removal, Removed, StoreError,
 };
+pub use crate::sinks::postgres::epochs::{Installed, SinkEpoch};
 
 /// The schema a store's tables are at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,14 +65,15 @@ pub struct Acquire {
 /// What an [`Acquire`] found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Acquired {
-    /// Taken under this epoch (the row was free, expired, or this owner's
-    /// own: a rejoin takes a new epoch too).
+    /// Taken under this epoch: the row was never taken, released, or
+    /// expired on the database's clock (S-T20, S-L10).
     Taken {
         /// The new epoch.
         epoch: u64,
     },
-    /// Held by another owner for `expires_in` more, on the database's
-    /// clock.
+    /// Live for `expires_in` more, on the database's clock: held by another
+    /// owner, or by this one (a live lease is never taken again, not even
+    /// by its own owner: a rejoin waits for its old lease to lapse).
     Held {
         /// The holder.
         owner: String,
@@ -97,11 +100,13 @@ pub struct LeaseKey {
 pub struct LeaseRow {
     /// The partition.
     pub partition: u32,
-    /// The owner, `None` when released or never taken.
+    /// The last owner: kept by a release and by an expiry (the plan reads
+    /// it, S-L21); `None` when never taken.
     pub owner: Option<String>,
     /// The highest epoch taken.
     pub epoch: u64,
-    /// Time left, on the database's clock; zero when expired or free.
+    /// Time left, on the database's clock; zero when expired, released or
+    /// never taken.
     pub expires_in: Duration,
 }
 
@@ -113,18 +118,6 @@ pub struct Member {
     /// Time left before it counts as gone, on the database's clock; zero
     /// when gone.
     pub expires_in: Duration,
-}
-
-/// What an epoch install found (S-T23).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Installed {
-    /// The epoch is installed (or already was).
-    Installed,
-    /// A higher epoch is installed: this one is stale.
-    Superseded {
-        /// The epoch installed.
-        current: u64,
-    },
 }
 
 /// One row of the dead-letter table (S-T13).
@@ -241,24 +234,30 @@ pub trait Store: Send + Sync + 'static {
     /// Opens a listener on the outbox's channel.
     fn listen(&self) -> impl Future<Output = Result<Self::Listener, StoreError>> + Send;
 
-    /// Acquires a partition's lease (S-T20): one autocommit statement.
+    /// Acquires a partition's lease (S-T20): one autocommit statement that
+    /// takes it only where its expiry has passed on the database's clock
+    /// (never taken, released or lapsed), never a live one, whoever holds
+    /// it.
     fn acquire(
         &self,
         request: &Acquire,
     ) -> impl Future<Output = Result<Acquired, StoreError>> + Send;
 
     /// Renews a lease: one autocommit statement that sets the expiry to
-    /// `clock_timestamp() + ttl` where owner and epoch match; `true` if a
-    /// row matched (S-T21).
+    /// `clock_timestamp() + ttl` where owner and epoch match and the lease
+    /// is still live (a released or lapsed lease is never revived); `true`
+    /// if a row matched (S-T21).
     fn renew(
         &self,
         lease: &LeaseKey,
         ttl: Duration,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
-    /// Releases a lease (owner cleared, expired at once, epoch kept) and
-    /// drops the partition's in-flight records: a clean hand-over is no
-    /// crash. `true` if a row matched.
+    /// Releases a lease: one autocommit statement that sets its expiry to
+    /// `clock_timestamp()` (never later than it was), keeping the owner as
+    /// the last owner and the epoch, where owner and epoch match, and drops
+    /// the partition's in-flight records: a clean hand-over is no crash
+    /// (S-T21). `true` if a row matched; a repeat matches again.
     fn release(&self, lease: &LeaseKey) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// The lease table, by partition.
@@ -278,16 +277,20 @@ pub trait Store: Send + Sync + 'static {
     /// The heartbeat table, by instance.
     fn members(&self) -> impl Future<Output = Result<Vec<Member>, StoreError>> + Send;
 
-    /// The epochs installed at the sink, by partition.
-    fn sink_epochs(&self) -> impl Future<Output = Result<Vec<(u32, u64)>, StoreError>> + Send;
+    /// The epochs installed at the sink and their holders, by partition.
+    fn sink_epochs(&self) -> impl Future<Output = Result<Vec<SinkEpoch>, StoreError>> + Send;
 
-    /// Installs `epoch` for `partition` at the sink unless a higher one is
-    /// there (S-T23), waiting at most the store's `lock_timeout` for a
+    /// Installs `epoch` for `partition` at the sink for `holder` (S-T23,
+    /// S-L11): where the row's epoch is lower or the row is absent; a
+    /// repeat of this very install (same epoch and holder) answers
+    /// `Installed` again; a higher epoch, or this epoch for another holder,
+    /// answers `Superseded`. Waits at most the store's `lock_timeout` for a
     /// sink transaction's shared lock (an error of kind `LockTimeout`).
     fn install_epoch(
         &self,
         partition: u32,
         epoch: u64,
+        holder: &Holder,
     ) -> impl Future<Output = Result<Installed, StoreError>> + Send;
 
     /// Begins a sink transaction fenced by epochs (S-T23), running under

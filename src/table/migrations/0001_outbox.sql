@@ -105,9 +105,11 @@ CREATE TABLE {member} (
     expiry     timestamptz NOT NULL
 );
 
--- The highest epoch installed at the sink per partition (S-T23): a write
--- of an older epoch does not commit.
+-- The highest epoch installed at the sink per partition and who installed
+-- it (S-T23, S-L11): a write of an older epoch does not commit.
 CREATE TABLE {sink_epoch} (
-    partition integer PRIMARY KEY,
-    epoch     bigint  NOT NULL
+    partition   integer PRIMARY KEY,
+    epoch       bigint  NOT NULL,
+    holder      text,
+    incarnation bigint  NOT NULL DEFAULT 0
 );

@@ -6,12 +6,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use crate::core::lease::Holder;
 use crate::core::relay::{
     DeadReason, Fence, Fenced, InFlight, Page, PageRequest, Position, ReadOrder, Removal, Removed,
     Row, StoreError, StoreErrorKind,
 };
 use crate::table::names::partition_of;
-use crate::table::store::{Acquire, Acquired, DeadRow, Installed, LeaseKey, LeaseRow, Member};
+use crate::table::store::{
+    Acquire, Acquired, DeadRow, Installed, LeaseKey, LeaseRow, Member, SinkEpoch,
+};
 
 /// A session: a stager's connection, or a sink transaction's.
 pub type SessionId = u64;
@@ -68,7 +71,8 @@ pub(crate) struct Db {
     pub(crate) terminated: BTreeSet<SessionId>,
     leases: BTreeMap<u32, Lease>,
     members: BTreeMap<String, Duration>,
-    sink_epochs: BTreeMap<u32, u64>,
+    /// Per partition: the epoch installed and its holder.
+    sink_epochs: BTreeMap<u32, (u64, Holder)>,
     in_flight: BTreeMap<i64, InFlight>,
     crashes: BTreeMap<i64, u32>,
     dead: BTreeMap<i64, Dead>,
@@ -440,9 +444,8 @@ impl Db {
             .leases
             .get_mut(&a.partition)
             .ok_or_else(|| refused("no such partition in the lease table"))?;
-        let free = l.owner.is_none()
-            || l.expiry.is_none_or(|e| e <= clock)
-            || l.owner.as_deref() == Some(&a.owner);
+        // A live lease is never taken, not even by its own owner (S-L10).
+        let free = l.expiry.is_none_or(|e| e <= clock);
         if !free {
             return Ok(Acquired::Held {
                 owner: l.owner.clone().unwrap_or_default(),
@@ -462,19 +465,23 @@ impl Db {
             .filter(|l| l.epoch == k.epoch && l.owner.as_deref() == Some(&k.owner))
     }
 
+    /// Only a live lease is renewed: a released or lapsed one stays so.
     pub(crate) fn renew(&mut self, k: &LeaseKey, ttl: Duration) -> bool {
         let clock = self.clock;
         self.lease_of(k)
+            .filter(|l| l.expiry.is_some_and(|e| e > clock))
             .map(|l| l.expiry = Some(clock + ttl))
             .is_some()
     }
 
+    /// The owner stays, as the last owner (S-L17, S-L21); the expiry
+    /// becomes now unless it is already past.
     pub(crate) fn release(&mut self, k: &LeaseKey) -> bool {
+        let clock = self.clock;
         let Some(l) = self.lease_of(k) else {
             return false;
         };
-        l.owner = None;
-        l.expiry = None;
+        l.expiry = Some(l.expiry.map_or(clock, |e| e.min(clock)));
         self.in_flight.retain(|_, r| r.partition != k.partition);
         true
     }
@@ -511,20 +518,40 @@ impl Db {
             .collect()
     }
 
-    pub(crate) fn sink_epochs(&self) -> Vec<(u32, u64)> {
-        self.sink_epochs.iter().map(|(p, e)| (*p, *e)).collect()
+    pub(crate) fn sink_epochs(&self) -> Vec<SinkEpoch> {
+        self.sink_epochs
+            .iter()
+            .map(|(p, (e, h))| SinkEpoch {
+                partition: *p,
+                epoch: *e,
+                holder: Some(h.instance.as_str().to_owned()),
+                incarnation: h.incarnation,
+            })
+            .collect()
     }
 
-    /// `None` while a sink transaction share-locks the row.
-    pub(crate) fn try_install(&mut self, partition: u32, epoch: u64) -> Option<Installed> {
+    /// `None` while a sink transaction share-locks the row (an install
+    /// that would change nothing waits too: PostgreSQL's `ON CONFLICT`
+    /// locks the row either way).
+    pub(crate) fn try_install(
+        &mut self,
+        partition: u32,
+        epoch: u64,
+        holder: &Holder,
+    ) -> Option<Installed> {
         if self.share_locked(partition) {
             return None;
         }
-        let current = self.sink_epochs.entry(partition).or_insert(epoch);
-        if *current > epoch {
-            return Some(Installed::Superseded { current: *current });
+        match self.sink_epochs.get(&partition) {
+            Some((current, h)) if *current == epoch && h == holder => {
+                return Some(Installed::Installed)
+            }
+            Some((current, _)) if *current >= epoch => {
+                return Some(Installed::Superseded { current: *current })
+            }
+            _ => {}
         }
-        *current = epoch;
+        self.sink_epochs.insert(partition, (epoch, holder.clone()));
         let _ = self.take_xid();
         Some(Installed::Installed)
     }
@@ -538,7 +565,7 @@ impl Db {
     ) -> Result<Fenced<()>, StoreError> {
         let ok = epochs
             .iter()
-            .all(|(p, e)| self.sink_epochs.get(p) == Some(e));
+            .all(|(p, e)| self.sink_epochs.get(p).is_some_and(|(at, _)| at == e));
         let needs_xid = self.tx(s)?.xid.is_none();
         let fresh = if needs_xid {
             Some(self.take_xid())

@@ -45,8 +45,9 @@ pub use db::SessionId;
 
 use super::store::{
     Acquire, Acquired, DeadRow, EpochTx, Installed, LeaseKey, LeaseRow, Listener, Member,
-    SchemaInfo, Store,
+    SchemaInfo, SinkEpoch, Store,
 };
+use crate::core::lease::Holder;
 use crate::core::relay::{
     DeadReason, Fence, Fenced, InFlight, Page, PageRequest, Removal, Removed, Row, StoreError,
     StoreErrorKind,
@@ -437,11 +438,16 @@ impl Store for ModelStore {
         ready(self.model.call(|db| Ok(db.members())))
     }
 
-    fn sink_epochs(&self) -> impl Future<Output = Result<Vec<(u32, u64)>, StoreError>> + Send {
+    fn sink_epochs(&self) -> impl Future<Output = Result<Vec<SinkEpoch>, StoreError>> + Send {
         ready(self.model.call(|db| Ok(db.sink_epochs())))
     }
 
-    async fn install_epoch(&self, partition: u32, epoch: u64) -> Result<Installed, StoreError> {
+    async fn install_epoch(
+        &self,
+        partition: u32,
+        epoch: u64,
+        holder: &Holder,
+    ) -> Result<Installed, StoreError> {
         let deadline = {
             let mut inner = self.model.lock();
             if inner.faults.fail > 0 {
@@ -451,7 +457,7 @@ impl Store for ModelStore {
             inner.db.clock + inner.config.lock_timeout
         };
         let installed = self
-            .wait_for(deadline, |db| db.try_install(partition, epoch))
+            .wait_for(deadline, |db| db.try_install(partition, epoch, holder))
             .await;
         self.model.shared.changed.notify_waiters();
         match installed {

@@ -2,68 +2,29 @@
 //! `lock_timeout`, and the check a sink transaction runs as its last
 //! statement before COMMIT under shared locks taken in partition order.
 
-use tokio_postgres::types::Type;
-
-use super::{error, pool_error, to_i64, to_u64, PgStore};
+use super::{error, pool_error, PgStore};
+use crate::core::lease::Holder;
 use crate::core::relay::{Fenced, StoreError, StoreErrorKind};
-use crate::table::store::{EpochTx, Installed};
+use crate::sinks::postgres::epochs::{millis, EpochSql, Installed, SinkEpoch};
+use crate::table::store::EpochTx;
 
-pub(super) async fn sink_epochs(store: &PgStore) -> Result<Vec<(u32, u64)>, StoreError> {
-    let sql = format!(
-        "SELECT partition, epoch FROM {} ORDER BY partition",
-        store.names.sink_epoch
-    );
+pub(super) async fn sink_epochs(store: &PgStore) -> Result<Vec<SinkEpoch>, StoreError> {
     let client = store.client().await?;
-    let rows = client.query_typed(&sql, &[]).await.map_err(error)?;
-    Ok(rows
-        .iter()
-        .map(|r| {
-            (
-                u32::try_from(r.get::<_, i32>(0)).unwrap_or(0),
-                to_u64(r.get(1)),
-            )
-        })
-        .collect())
+    store.epochs.read(&**client).await.map_err(error)
 }
 
 pub(super) async fn install(
     store: &PgStore,
     partition: u32,
     epoch: u64,
+    holder: &Holder,
 ) -> Result<Installed, StoreError> {
-    let t = &store.names.sink_epoch;
     let mut client = store.client().await?;
-    let tx = client.transaction().await.map_err(error)?;
-    let ms = store.lock_timeout.as_millis().max(1);
-    tx.batch_execute(&format!("SET LOCAL lock_timeout = '{ms}ms'"))
+    store
+        .epochs
+        .install(&mut client, partition, epoch, holder, store.lock_timeout)
         .await
-        .map_err(error)?;
-    let sql = format!(
-        "INSERT INTO {t} (partition, epoch) VALUES ($1, $2) ON CONFLICT (partition) \
-         DO UPDATE SET epoch = EXCLUDED.epoch WHERE {t}.epoch <= EXCLUDED.epoch RETURNING epoch"
-    );
-    let params: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 2] = [
-        (&(partition as i32), Type::INT4),
-        (&to_i64(epoch), Type::INT8),
-    ];
-    let done = tx.query_typed_opt(&sql, &params).await.map_err(error)?;
-    let answer = if done.is_some() {
-        Installed::Installed
-    } else {
-        let current: i64 = tx
-            .query_typed_one(
-                &format!("SELECT epoch FROM {t} WHERE partition = $1"),
-                &[(&(partition as i32), Type::INT4)],
-            )
-            .await
-            .map_err(error)?
-            .get(0);
-        Installed::Superseded {
-            current: to_u64(current),
-        }
-    };
-    tx.commit().await.map_err(error)?;
-    Ok(answer)
+        .map_err(error)
 }
 
 /// A sink transaction fenced by epochs, on a pooled connection: see
@@ -73,7 +34,7 @@ pub(super) async fn install(
 /// pool inside a transaction), which rolls it back.
 pub struct PgEpochTx {
     client: Option<deadpool_postgres::Object>,
-    check_sql: String,
+    epochs: std::sync::Arc<EpochSql>,
     failed: bool,
 }
 
@@ -88,22 +49,16 @@ impl std::fmt::Debug for PgEpochTx {
 impl PgEpochTx {
     pub(super) async fn begin(store: &PgStore) -> Result<Self, StoreError> {
         let client = store.pool.get().await.map_err(pool_error)?;
-        let ms = store.idle_timeout.as_millis().max(1);
         client
             .batch_execute(&format!(
-                "BEGIN; SET LOCAL idle_in_transaction_session_timeout = '{ms}ms'"
+                "BEGIN; SET LOCAL idle_in_transaction_session_timeout = '{}ms'",
+                millis(store.idle_timeout)
             ))
             .await
             .map_err(error)?;
-        let t = &store.names.sink_epoch;
         Ok(PgEpochTx {
             client: Some(client),
-            check_sql: format!(
-                "SELECT e.partition FROM {t} e \
-                 JOIN unnest($1::int[], $2::bigint[]) AS c(p, ep) \
-                   ON e.partition = c.p AND e.epoch = c.ep \
-                 ORDER BY e.partition FOR SHARE OF e"
-            ),
+            epochs: store.epochs.clone(),
             failed: false,
         })
     }
@@ -130,21 +85,10 @@ impl PgEpochTx {
 
 impl EpochTx for PgEpochTx {
     async fn check_epochs(&mut self, epochs: &[(u32, u64)]) -> Result<Fenced<()>, StoreError> {
-        let mut sorted = epochs.to_vec();
-        sorted.sort_unstable();
-        sorted.dedup();
-        let (ps, es): (Vec<i32>, Vec<i64>) =
-            sorted.iter().map(|&(p, e)| (p as i32, to_i64(e))).unzip();
         let client = self.client.as_ref().ok_or_else(Self::gone)?;
-        let rows = client
-            .query_typed(
-                &self.check_sql,
-                &[(&ps, Type::INT4_ARRAY), (&es, Type::INT8_ARRAY)],
-            )
-            .await;
-        match rows {
-            Ok(rows) if rows.len() == sorted.len() => Ok(Fenced::Done(())),
-            Ok(_) => Ok(Fenced::Stale),
+        match self.epochs.check(&***client, epochs).await {
+            Ok(true) => Ok(Fenced::Done(())),
+            Ok(false) => Ok(Fenced::Stale),
             Err(e) => {
                 self.failed = true;
                 Err(error(e))

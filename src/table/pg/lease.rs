@@ -19,8 +19,7 @@ pub(super) async fn acquire(store: &PgStore, request: &Acquire) -> Result<Acquir
         "WITH c AS MATERIALIZED (SELECT clock_timestamp() AS t), \
          up AS (UPDATE {lease} l SET owner = $2, epoch = greatest(l.epoch, $3) + 1, \
                        expiry = c.t + $4 * interval '1 microsecond', acquired_at = c.t \
-                FROM c WHERE l.partition = $1 \
-                  AND (l.owner IS NULL OR l.expiry <= c.t OR l.owner = $2) \
+                FROM c WHERE l.partition = $1 AND l.expiry <= c.t \
                 RETURNING l.epoch) \
          SELECT (SELECT epoch FROM up), x.owner, x.epoch, {LEFT} \
          FROM {lease} x, c WHERE x.partition = $1",
@@ -65,7 +64,7 @@ pub(super) async fn renew(
 ) -> Result<bool, StoreError> {
     let sql = format!(
         "UPDATE {} SET expiry = clock_timestamp() + $4 * interval '1 microsecond' \
-         WHERE partition = $1 AND owner = $2 AND epoch = $3",
+         WHERE partition = $1 AND owner = $2 AND epoch = $3 AND expiry > clock_timestamp()",
         store.names.lease
     );
     let client = store.client().await?;
@@ -86,7 +85,7 @@ pub(super) async fn renew(
 
 pub(super) async fn release(store: &PgStore, lease: &LeaseKey) -> Result<bool, StoreError> {
     let sql = format!(
-        "WITH r AS (UPDATE {lease} SET owner = NULL, expiry = '-infinity' \
+        "WITH r AS (UPDATE {lease} SET expiry = least(expiry, clock_timestamp()) \
                     WHERE partition = $1 AND owner = $2 AND epoch = $3 RETURNING partition), \
          f AS (DELETE FROM {in_flight} WHERE partition IN (SELECT partition FROM r)) \
          SELECT count(*) FROM r",

@@ -18,11 +18,13 @@ pub use listen::PgListener;
 
 use super::names::TableNames;
 use super::store::{
-    Acquire, Acquired, DeadRow, Installed, LeaseKey, LeaseRow, Member, SchemaInfo, Store,
+    Acquire, Acquired, DeadRow, Installed, LeaseKey, LeaseRow, Member, SchemaInfo, SinkEpoch, Store,
 };
+use crate::core::lease::Holder;
 use crate::core::relay::{
     Fence, Fenced, InFlight, Page, PageRequest, Removal, Removed, StoreError, StoreErrorKind,
 };
+use crate::sinks::postgres::epochs::EpochSql;
 
 /// Default [`PgStore::lock_timeout`]: 2 s.
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(2);
@@ -35,6 +37,7 @@ pub struct PgStore {
     pool: Pool,
     listen: tokio_postgres::Config,
     names: Arc<TableNames>,
+    epochs: Arc<EpochSql>,
     lock_timeout: Duration,
     idle_timeout: Duration,
 }
@@ -57,6 +60,7 @@ impl PgStore {
         PgStore {
             pool,
             listen,
+            epochs: Arc::new(EpochSql::new(&names.sink_epoch)),
             names: Arc::new(names),
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT,
@@ -219,12 +223,17 @@ impl Store for PgStore {
         lease::members(self).await
     }
 
-    async fn sink_epochs(&self) -> Result<Vec<(u32, u64)>, StoreError> {
+    async fn sink_epochs(&self) -> Result<Vec<SinkEpoch>, StoreError> {
         epoch::sink_epochs(self).await
     }
 
-    async fn install_epoch(&self, partition: u32, epoch: u64) -> Result<Installed, StoreError> {
-        epoch::install(self, partition, epoch).await
+    async fn install_epoch(
+        &self,
+        partition: u32,
+        epoch: u64,
+        holder: &Holder,
+    ) -> Result<Installed, StoreError> {
+        epoch::install(self, partition, epoch, holder).await
     }
 
     async fn begin_epoch_tx(&self) -> Result<PgEpochTx, StoreError> {
