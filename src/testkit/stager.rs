@@ -78,4 +78,61 @@ impl Stager {
             wake: intake.wake,
         }
     }
+
+    /// Stages `items` at `now` as the driver does when they reach the
+    /// writer together: each is admitted on its own (a refusal is counted
+    /// at once), and the admitted ones are taken in as one chunk, in
+    /// order (S-W19, S-C10). Returns each item's verdict, in order, and
+    /// whether the driver would drain. With a `tenant_capacity`, or past
+    /// the fence, each goes through the engine under the lock, as
+    /// [`stage`](Self::stage) does.
+    pub fn stage_chunk<K: Ord + Hash + Clone, I>(
+        &mut self,
+        engine: &mut Engine<K, I>,
+        now: Time,
+        items: Vec<(K, I)>,
+    ) -> (Vec<Staged>, bool) {
+        let config = engine.config();
+        if config.tenant_capacity().is_some() || engine.is_shutting_down() {
+            let mut wake = false;
+            let verdicts = items
+                .into_iter()
+                .map(|(tenant, item)| {
+                    let staged = self.stage(engine, now, tenant, item);
+                    wake |= staged.wake;
+                    staged.staged
+                })
+                .collect();
+            return (verdicts, wake);
+        }
+        self.admission
+            .follow(&mut self.held, engine.pending(), engine.pending_bytes());
+        let stamps = !config.linger().is_zero() || config.max_item_age().is_some();
+        let full = stamps || config.capacity_bytes().is_some();
+        let mut verdicts = Vec::with_capacity(items.len());
+        let mut chunk = Vec::with_capacity(items.len());
+        let mut wake = false;
+        for (tenant, item) in items {
+            let weight = engine.weigh_item(&item);
+            if let Err(reason) = self.admission.reserve(weight) {
+                let at = engine.now();
+                verdicts.push(engine.refuse(at, tenant, reason));
+                wake = true;
+                continue;
+            }
+            verdicts.push(Staged::Accepted);
+            chunk.push(Handoff {
+                tenant,
+                item,
+                weight: full.then_some(weight),
+                at: stamps.then_some(now),
+            });
+        }
+        let intake = engine.stage_batch(chunk);
+        // Open (checked above): the intake refuses nothing.
+        debug_assert_eq!(intake.refused, 0);
+        self.held.0 += intake.accepted;
+        self.held.1 = self.held.1.saturating_add(intake.accepted_bytes);
+        (verdicts, wake | intake.wake)
+    }
 }

@@ -441,19 +441,46 @@ impl FastWorld {
         }
     }
 
-    /// One stage call, and the time of the next.
+    /// One stage call, or in a burst a chunk of them whose items reach the
+    /// engine together, as the writer takes its hand-offs in (S-C10): a
+    /// drawn number of calls, their items 1 to 512 in all. Then the time
+    /// of the next.
     fn arrive(&mut self, now: Time) -> Result<(), Violation> {
-        let tenant = self.workload.tenant(&mut self.rng);
-        let count = self.rng.random_range(0..self.workload.max_count);
+        let calls = if self.burst_left > 1 {
+            let items = log_uniform(&mut self.rng, 1, 512);
+            let mut calls = Vec::new();
+            let mut staged = 0;
+            while staged < items && calls.len() < self.burst_left as usize {
+                let tenant = self.workload.tenant(&mut self.rng);
+                let count = self.rng.random_range(0..self.workload.max_count);
+                staged += u64::from(count) + 1;
+                calls.push((tenant, count));
+            }
+            // The calls beyond the first came in the same burst.
+            self.burst_left -= calls.len() as u32 - 1;
+            calls
+        } else {
+            let tenant = self.workload.tenant(&mut self.rng);
+            vec![(tenant, self.rng.random_range(0..self.workload.max_count))]
+        };
         let before = self.h.engine().counters().clone();
-        self.h.apply(Op::Stage { tenant, count })?;
+        if let [(tenant, count)] = calls[..] {
+            self.h.apply(Op::Stage { tenant, count })?;
+        } else {
+            self.h.stage_calls(&calls)?;
+        }
         if let Some(t) = self.timeline.as_mut() {
             let c = self.h.engine().counters();
-            let refused = (c.lost_total() + c.dropped_total())
-                .saturating_sub(before.lost_total() + before.dropped_total())
-                .min(u64::from(count) + 1) as u32;
-            t.stages
-                .push((now, tenant, u32::from(count) + 1 - refused, refused));
+            // Refusals are told apart by call only roughly: the first calls
+            // take them (the trace draws counts, not items).
+            let mut refused = (c.lost_total() + c.dropped_total())
+                .saturating_sub(before.lost_total() + before.dropped_total());
+            for &(tenant, count) in &calls {
+                let n = u64::from(count) + 1;
+                let r = refused.min(n);
+                refused -= r;
+                t.stages.push((now, tenant, (n - r) as u32, r as u32));
+            }
         }
         if self.burst_left == 0 && chance(&mut self.rng, 1, self.workload.burst_odds) {
             self.burst_left = self.rng.random_range(1..=self.workload.burst_max);

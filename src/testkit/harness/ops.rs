@@ -116,10 +116,65 @@ impl Harness {
         let id = self.next_item;
         self.next_item += 1;
         let pending_before = self.engine.pending();
-        let tenant_pending = self.tenant_pending[usize::from(tenant)];
         let now = self.now;
         let LazyStaged { staged, wake } = self.stager.stage(&mut self.engine, now, tenant, id);
         self.check_wake_hint(wake)?;
+        self.record_verdict(id, tenant, staged, pending_before)?;
+        self.drain()
+    }
+
+    /// Applies stage calls `(tenant, count)` whose items reach the engine
+    /// together, as one intake chunk (S-W19, S-C10): each call stages
+    /// `count % 8 + 1` items, as [`Op::Stage`] does, and the engine takes
+    /// them in only after the last one was admitted. One step, checked
+    /// as a whole, as the driver's writer takes its hand-offs in.
+    ///
+    /// # Errors
+    /// The first [`Violation`] seen.
+    pub fn stage_calls(&mut self, calls: &[(u8, u8)]) -> Result<(), Violation> {
+        self.step += 1;
+        self.stats.steps += 1;
+        let mut items = Vec::new();
+        for &(tenant, count) in calls {
+            Op::Stage { tenant, count }.hash(&mut self.hasher);
+            let tenant = tenant % self.tenants;
+            for _ in 0..=count % 8 {
+                items.push((tenant, self.next_item + items.len() as u64));
+            }
+        }
+        if let Some(t) = self.trace.as_mut() {
+            t.push(format!("{} op StageChunk {calls:?}", self.now));
+        }
+        let first = self.next_item;
+        let tenants: Vec<u8> = items.iter().map(|(t, _)| *t).collect();
+        let mut pending_before = self.engine.pending();
+        let now = self.now;
+        let (verdicts, wake) = self.stager.stage_chunk(&mut self.engine, now, items);
+        self.check_wake_hint(wake)?;
+        // Each verdict is checked against what the admission saw then: the
+        // engine's pending items before the chunk and the chunk's accepted
+        // ones before it.
+        for (k, (tenant, staged)) in tenants.into_iter().zip(verdicts).enumerate() {
+            // The ledger numbers items as they are recorded.
+            self.next_item += 1;
+            self.record_verdict(first + k as u64, tenant, staged, pending_before)?;
+            pending_before += u64::from(staged == Staged::Accepted);
+        }
+        self.drain()?;
+        self.check_after_op()
+    }
+
+    /// Checks a stage's verdict against its cause and records it in the
+    /// ledger; `pending_before`: the items admitted before it.
+    fn record_verdict(
+        &mut self,
+        id: u64,
+        tenant: u8,
+        staged: Staged,
+        pending_before: u64,
+    ) -> Result<(), Violation> {
+        let tenant_pending = self.tenant_pending[usize::from(tenant)];
+        let now = self.now;
         self.tenant_of.push(tenant);
         self.staged_at.push(now);
         self.settled.push();
@@ -145,7 +200,7 @@ impl Harness {
                 self.ledger_settle_at_stage(id, Fate::Lost);
             }
         }
-        self.drain()
+        Ok(())
     }
 
     /// A full drain, as the driver's loop does: every write due, then every
