@@ -336,6 +336,36 @@ mod tests {
     }
 
     #[test]
+    fn a_cancelled_write_that_is_not_the_probe_leaves_the_probe_alone() {
+        // S-R2: one probe at a time. A write started before the breaker
+        // opened may be cancelled while the probe is in flight; that says
+        // nothing about the sink and must not free the probe's place.
+        let mut b = Breaker::new(Some(cfg()));
+        for i in 0..3 {
+            b.ended(WriteId(i), Some(Failure::Error), Time::ZERO);
+        }
+        let now = Time::from_millis(100);
+        assert!(b.started(WriteId(9)));
+        b.ended(WriteId(5), Some(Failure::Cancelled), now);
+        assert_eq!(b.state(), BreakerState::Probing { probe: WriteId(9) });
+        assert!(!b.may_start(now + 1000 * MS), "still one probe at a time");
+        b.ended(WriteId(9), Some(Failure::Error), now);
+        assert_eq!(b.next_probe(), Some(now + 200 * MS));
+    }
+
+    #[test]
+    fn the_state_reads_as_its_metric_label() {
+        // The health snapshot and the logs print these words.
+        assert_eq!(BreakerState::Closed.to_string(), "closed");
+        let open = BreakerState::Open {
+            next_probe: Time::ZERO,
+        };
+        assert_eq!(open.to_string(), "open");
+        let probing = BreakerState::Probing { probe: WriteId(1) };
+        assert_eq!(probing.to_string(), "probing");
+    }
+
+    #[test]
     fn a_cancelled_probe_waits_one_interval_more() {
         let mut b = Breaker::new(Some(cfg()));
         for i in 0..3 {
