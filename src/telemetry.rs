@@ -272,6 +272,8 @@ impl Log {
             Event::CancelInFlight => {
                 tracing::debug!(outbox, "cancelling the writes in flight");
             }
+            // Counted with the event that settled the item.
+            Event::KeyDone { .. } => {}
             Event::WaitDone { id, report } => answered(outbox, *id, report),
             Event::ShutdownDone { report, .. } => shut_down(outbox, report),
         }

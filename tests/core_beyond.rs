@@ -147,8 +147,10 @@ fn s_b8_refusals_coalesce_per_reason_while_their_event_is_queued() {
         .build()
         .unwrap();
     let mut e: Engine<u8, u32> = Engine::new(config).unwrap();
-    let stage = |e: &mut Engine<u8, u32>, t: u8, i: u32| {
-        let s = e.stage_lazy(|| Time::ZERO, t, i);
+    // As the driver stages (S-W21), with its wake-up hint.
+    let mut stager = outbox::core::Stager::new(&e);
+    let mut stage = |e: &mut Engine<u8, u32>, t: u8, i: u32| {
+        let s = stager.stage(e, Time::ZERO, t, i);
         (s.staged, s.wake)
     };
     assert_eq!(stage(&mut e, 1, 0), (Staged::Accepted, true));
@@ -199,7 +201,7 @@ fn s_b8_coalesced_refusals_keep_the_log_rate_of_s_a6() {
     let config = Config::builder().capacity(1).build().unwrap();
     let mut e: Engine<u8, u32> = Engine::new(config.clone()).unwrap();
     for i in 0..=1_000 {
-        let _ = e.stage_lazy(|| Time::ZERO, 1, i);
+        let _ = e.stage(Time::ZERO, 1, i);
     }
     assert_eq!(
         refusal_events(&mut e),
@@ -209,7 +211,7 @@ fn s_b8_coalesced_refusals_keep_the_log_rate_of_s_a6() {
     // (the 1st, the 1,000th, the 2,000th), however many pile up meanwhile.
     let mut e: Engine<u8, u32> = Engine::new(config).unwrap();
     for i in 0..=2_500 {
-        let _ = e.stage_lazy(|| Time::ZERO, 1, i);
+        let _ = e.stage(Time::ZERO, 1, i);
     }
     let first = e.poll_event();
     assert_eq!(
@@ -223,7 +225,7 @@ fn s_b8_coalesced_refusals_keep_the_log_rate_of_s_a6() {
     );
     // More refusals join the rest of the queued event.
     for i in 0..600 {
-        let _ = e.stage_lazy(|| Time::ZERO, 2, i);
+        let _ = e.stage(Time::ZERO, 2, i);
     }
     assert_eq!(
         refusal_events(&mut e),
@@ -236,7 +238,7 @@ fn s_b8_coalesced_refusals_keep_the_log_rate_of_s_a6() {
     );
     // A queued event with no log point logs nothing.
     for i in 0..5 {
-        let _ = e.stage_lazy(|| Time::ZERO, 3, i);
+        let _ = e.stage(Time::ZERO, 3, i);
     }
     assert_eq!(refusal_events(&mut e), [(3, 5, "buffer_full", false)]);
     assert_eq!(e.counters().dropped(DropReason::BufferFull), 3_105);

@@ -187,6 +187,7 @@ fn handoff(
         // engine does at intake.
         weight: (weighs && item % 2 == 0).then_some(item % 97 + 1),
         at: stamped.then(|| now + Duration::from_micros(offset)),
+        refusal: None,
     }
 }
 
@@ -286,7 +287,9 @@ fn add(a: Intake, b: Intake) -> Intake {
         accepted_bytes: a.accepted_bytes.saturating_add(b.accepted_bytes),
         refused: a.refused + b.refused,
         refused_bytes: a.refused_bytes.saturating_add(b.refused_bytes),
+        counted: a.counted + b.counted,
         wake: a.wake | b.wake,
+        log: a.log | b.log,
     }
 }
 

@@ -168,10 +168,11 @@ fn s_b5_a_huge_weight_neither_overflows_nor_panics() {
 }
 
 #[test]
-fn s_b5_a_weighed_stage_uses_the_drivers_weight_not_the_weigher() {
-    // `stage_lazy_weighed` is for a driver that weighed the item before
-    // its lock: the weigher is not called again, the weight given decides
-    // the byte capacity, and a weight past MAX_WEIGHT is clamped.
+fn s_b5_an_intake_uses_the_drivers_weight_not_the_weigher() {
+    // A driver weighs an item before its lock, and the admission decides
+    // the byte capacity on that weight (S-W21): the intake takes it as
+    // given, never calls the weigher again, and clamps a weight past
+    // MAX_WEIGHT.
     let calls = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
     let c = std::sync::Arc::clone(&calls);
     let config = Config::builder().capacity_bytes(10).build().unwrap();
@@ -180,68 +181,49 @@ fn s_b5_a_weighed_stage_uses_the_drivers_weight_not_the_weigher() {
         1
     })
     .unwrap();
-    let staged = |e: &mut Engine<u8, u32>, item, weight| {
-        e.stage_lazy_weighed(|| Time::ZERO, 1, item, weight).staged
-    };
-    assert_eq!(staged(&mut e, 0, 6), Staged::Accepted);
-    assert_eq!(
-        staged(&mut e, 1, 5),
-        Staged::Dropped(DropReason::BufferFull),
-        "6 + 5 bytes pass capacity_bytes 10, whatever the weigher says"
-    );
-    assert_eq!(staged(&mut e, 2, 4), Staged::Accepted);
-    assert_eq!(e.pending_bytes(), 10);
+    let admission = outbox::core::Admission::new(e.config());
+    for (item, weight) in [(0, 6), (1, 5), (2, 4)] {
+        let refusal = admission
+            .reserve(weight)
+            .err()
+            .map(|_| outbox::core::Refusal::BufferFull);
+        let intake = e.stage_batch([handoff(1, item, Some(weight), None, refusal)]);
+        assert_eq!(intake.accepted, u64::from(refusal.is_none()));
+    }
+    assert_eq!(e.pending_bytes(), 10, "6 + 5 bytes pass capacity_bytes 10");
+    assert_eq!(e.counters().dropped(DropReason::BufferFull), 1);
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 0);
     let mut big: Engine<u8, u32> = Engine::with_weigher(Config::default(), |_: &u32| 1).unwrap();
-    assert_eq!(staged(&mut big, 0, u64::MAX), Staged::Accepted);
+    let intake = big.stage_batch([handoff(0, 0, Some(u64::MAX), None, None)]);
+    assert_eq!(intake.accepted, 1);
     assert_eq!(big.pending_bytes(), outbox::core::MAX_WEIGHT);
 }
 
-#[test]
-fn s_b5_a_weighed_try_stage_uses_the_drivers_weight_not_the_weigher() {
-    // `try_stage_weighed`, as `stage_lazy_weighed`: the weight given
-    // decides the byte capacity (a refusal hands the item back, counted
-    // nowhere, S-R5), a weight past MAX_WEIGHT is clamped, and the weigher
-    // is never called.
-    let calls = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
-    let c = std::sync::Arc::clone(&calls);
-    let config = Config::builder()
-        .capacity_bytes(10)
-        .tenant_capacity(8)
-        .build()
-        .unwrap();
-    let mut e: Engine<u8, u32> = Engine::with_weigher(config, move |_: &u32| {
-        c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        1
-    })
-    .unwrap();
-    assert!(e.try_stage_weighed(Time::ZERO, 1, 0, 6).is_ok());
-    assert_eq!(
-        e.try_stage_weighed(Time::ZERO, 1, 1, 5),
-        Err((Staged::Dropped(DropReason::BufferFull), 1)),
-        "6 + 5 bytes pass capacity_bytes 10, whatever the weigher says"
-    );
-    assert!(e.try_stage_weighed(Time::ZERO, 1, 2, 4).is_ok());
-    assert_eq!(e.pending_bytes(), 10);
-    assert_eq!(e.counters().staged, 2, "the refusal is not counted");
-    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 0);
-    let mut big: Engine<u8, u32> = Engine::with_weigher(Config::default(), |_: &u32| 1).unwrap();
-    assert!(big.try_stage_weighed(Time::ZERO, 0, 0, u64::MAX).is_ok());
-    assert_eq!(big.pending_bytes(), outbox::core::MAX_WEIGHT);
+/// One item for the engine's intake.
+fn handoff(
+    tenant: u8,
+    item: u32,
+    weight: Option<u64>,
+    at: Option<Time>,
+    refusal: Option<outbox::core::Refusal>,
+) -> outbox::core::Handoff<u8, u32> {
+    outbox::core::Handoff {
+        tenant,
+        item,
+        weight,
+        at,
+        refusal,
+    }
 }
 
-// ----- I6: the wake-up hint of a lazy stage ---------------------------
+// ----- I6: the wake-up hint of an intake ---------------------------
 
 #[test]
-fn i6_a_lazy_stage_asks_for_a_drain_only_when_one_is_needed() {
+fn i6_an_intake_asks_for_a_drain_only_when_one_is_needed() {
     // The hint is what the driver's stage path wakes the writer on: a
     // `false` that hides work is a lost wake-up (the harness checks that),
     // a `true` that hides none is a wasted wake-up (checked here).
-    let reads = Cell::new(0);
-    let clock = || {
-        reads.set(reads.get() + 1);
-        Time::ZERO
-    };
+    let clock = || None;
     let config = Config::builder().concurrency(1).build().unwrap();
     let mut e: Engine<u8, u32> = Engine::new(config).unwrap();
     assert_eq!(
@@ -266,7 +248,6 @@ fn i6_a_lazy_stage_asks_for_a_drain_only_when_one_is_needed() {
         (Staged::Accepted, false),
         "2 goes first"
     );
-    assert_eq!(reads.get(), 0, "no linger: the clock is not read");
     drop(e.finish(Time::ZERO, w, Outcome::WRITTEN));
 
     let config = Config::builder()
@@ -276,7 +257,7 @@ fn i6_a_lazy_stage_asks_for_a_drain_only_when_one_is_needed() {
         .unwrap();
     let mut e: Engine<u8, u32> = Engine::new(config).unwrap();
     let at = Cell::new(ms(0));
-    let clock = || at.get();
+    let clock = || Some(at.get());
     assert_eq!(
         staged_and_wake(&mut e, clock, 1, 0),
         (Staged::Accepted, true),
@@ -296,13 +277,19 @@ fn i6_a_lazy_stage_asks_for_a_drain_only_when_one_is_needed() {
     );
 }
 
-/// What a lazy stage decided, as (staged, wake).
+/// What an intake of one item stamped `clock()` decided, as (staged,
+/// wake).
 fn staged_and_wake(
     e: &mut Engine<u8, u32>,
-    clock: impl FnOnce() -> Time,
+    clock: impl FnOnce() -> Option<Time>,
     tenant: u8,
     item: u32,
 ) -> (Staged, bool) {
-    let s = e.stage_lazy(clock, tenant, item);
-    (s.staged, s.wake)
+    let intake = e.stage_batch([handoff(tenant, item, None, clock(), None)]);
+    let staged = if intake.accepted == 1 {
+        Staged::Accepted
+    } else {
+        Staged::Refused
+    };
+    (staged, intake.wake)
 }

@@ -228,7 +228,7 @@ impl Driven {
                     let now = self.now;
                     let item = self.next_item;
                     self.next_item += 1;
-                    let _ = self.engine.stage_lazy(|| now, tenant % 64, item);
+                    let _ = self.engine.stage(now, tenant % 64, item);
                     // The driver drops what the engine let go of after
                     // every input.
                     drop(self.engine.take_released());
@@ -347,7 +347,7 @@ fn refusals_to_a_stalled_driver_leave_no_per_item_state() {
     let fresh = held() - start;
     let mut peak = 0;
     for i in 0..200_000u64 {
-        let s = e.stage_lazy(|| Time::ZERO, 7, i).staged;
+        let s = e.stage(Time::ZERO, 7, i);
         if i < 2 {
             staged.push(s);
         }
@@ -405,8 +405,8 @@ fn a_spike_of_tenants_is_given_back_once_drained() {
     let fresh = held() - start;
     let now = Time::ZERO;
     for t in 0..100_000u32 {
-        let _ = e.stage_lazy(|| now, t, u64::from(t));
-        let _ = e.stage_lazy(|| now, t, u64::from(t) + 1);
+        let _ = e.stage(now, t, u64::from(t));
+        let _ = e.stage(now, t, u64::from(t) + 1);
     }
     let flush = e.flush(now, Time::from_millis(1_000));
     let settle = e.settle(now, Time::from_millis(1_000));

@@ -1,5 +1,14 @@
-//! Admission by reservation: the `capacity` and `capacity_bytes` checks of
-//! a stage, decided without the engine's lock (S-A1, S-B5, S-W19).
+//! Every stage's decision (S-W21): the refusal order, written once, and
+//! what a refusal does; with the `capacity` and `capacity_bytes` checks
+//! decided without the engine's lock, by reservation (S-A1, S-B5, S-W19).
+//!
+//! A stage is decided by [`decide`] over the facts its path can see
+//! ([`Checks`]), in one order for every path (the request path's hand-off,
+//! a stage decided under the engine's lock, a run, the engine's own
+//! [`stage`](super::Engine::stage)): the shutdown fence first (S-W9), then
+//! the journal's refusals (S-J8, S-J4), then the capacities (S-A1, S-B5,
+//! S-B7). What a refusal does is the caller's setting ([`OnRefusal`]):
+//! counted and dropped, or handed back uncounted (S-R5).
 //!
 //! A stage reserves one item and its weight before it hands the item to
 //! the engine's intake; the engine's holder gives back what settled. The
@@ -7,16 +16,205 @@
 //! still on their way to the engine and the engine's pending ones, so a
 //! capacity is never exceeded, whatever the interleaving. Atomics only: no
 //! IO, no clock; the same sequence of calls gives the same answers.
+//!
+//! [`Stager`] is that decision for one engine in one thread, as the driver
+//! carries it out: the harness, the model test and the fuzz target stage
+//! through it.
 
+use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::accounting::DropReason;
+use super::accounting::{DropReason, LostReason};
 use super::config::Config;
+use super::engine::{Engine, LazyStaged, Staged};
 use super::time::Time;
 
-/// An item admitted on the request path, on its way to the engine's
-/// intake ([`Engine::stage_batch`](super::Engine::stage_batch), S-W19). Its
-/// reservation is held until it settles.
+/// Why a stage was refused: one vocabulary for every way in (S-W21).
+/// [`Outbox::stage`](crate::Outbox::stage) counts it (dropped under
+/// [`drop_reason`](Self::drop_reason), or lost under `shutdown`);
+/// [`Outbox::try_stage`](crate::Outbox::try_stage) and
+/// [`Outbox::stage_wait`](crate::Outbox::stage_wait) hand the item back
+/// with it, uncounted (S-R5).
+///
+/// Non-exhaustive: new causes may come (a stage inside a caller's
+/// database transaction may one day refuse with the database's error).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// A shutdown (or abandon) began: the fence is up (S-W9). Counted lost
+    /// under `shutdown`.
+    ShuttingDown,
+    /// The journal could not encode the item (S-J8): `encode_failed`.
+    Unencodable,
+    /// The journal has no room for its record (S-J4): `journal_full`.
+    JournalFull,
+    /// `capacity` or `capacity_bytes` is reached (S-A1, S-B5):
+    /// `buffer_full`.
+    BufferFull,
+    /// The tenant's `tenant_capacity` is reached (S-B7): `tenant_full`.
+    TenantFull,
+}
+
+impl Refusal {
+    /// The drop counter it goes to when counted; `None` for
+    /// [`ShuttingDown`](Self::ShuttingDown), counted lost under
+    /// [`LostReason::Shutdown`] instead.
+    pub fn drop_reason(self) -> Option<DropReason> {
+        match self {
+            Refusal::ShuttingDown => None,
+            Refusal::Unencodable => Some(DropReason::EncodeFailed),
+            Refusal::JournalFull => Some(DropReason::JournalFull),
+            Refusal::BufferFull => Some(DropReason::BufferFull),
+            Refusal::TenantFull => Some(DropReason::TenantFull),
+        }
+    }
+
+    /// The refusal a drop counter stands for, if a stage can be refused
+    /// under it (`sink_error` cannot).
+    pub fn of_drop(reason: DropReason) -> Option<Refusal> {
+        match reason {
+            DropReason::EncodeFailed => Some(Refusal::Unencodable),
+            DropReason::JournalFull => Some(Refusal::JournalFull),
+            DropReason::BufferFull => Some(Refusal::BufferFull),
+            DropReason::TenantFull => Some(Refusal::TenantFull),
+            _ => None,
+        }
+    }
+
+    /// What [`Outbox::stage`](crate::Outbox::stage) answers for it.
+    pub fn staged(self) -> Staged {
+        match self.drop_reason() {
+            Some(reason) => Staged::Dropped(reason),
+            None => Staged::Refused,
+        }
+    }
+
+    /// The counter's name (`shutdown`, `encode_failed`, `journal_full`,
+    /// `buffer_full`, `tenant_full`).
+    pub fn as_str(self) -> &'static str {
+        match self.drop_reason() {
+            Some(reason) => reason.as_str(),
+            None => LostReason::Shutdown.as_str(),
+        }
+    }
+}
+
+/// What a refusal does to the item (S-W21): the one setting that tells
+/// the user calls apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnRefusal {
+    /// Counted (dropped or lost) and the item let go: `stage`,
+    /// `stage_many` (S-W1, S-W20).
+    Count,
+    /// Handed back uncounted: `try_stage` (S-R5).
+    HandBack,
+    /// Handed back uncounted, and tried again when items settle, until a
+    /// timeout: `stage_wait` (S-R5). A shutdown is never waited out.
+    Wait,
+}
+
+impl OnRefusal {
+    /// Whether `refusal` is counted (else the item goes back to the
+    /// caller).
+    pub fn counts(self, _refusal: Refusal) -> bool {
+        self == OnRefusal::Count
+    }
+
+    /// Whether the caller waits for room after `refusal`: only a waiting
+    /// stage, and never once the fence is up (S-R5, S-W21).
+    pub fn waits(self, refusal: Refusal) -> bool {
+        self == OnRefusal::Wait && refusal != Refusal::ShuttingDown
+    }
+}
+
+/// The facts a stage's path can see, asked by [`decide`] in its order,
+/// each at most once and only while nothing refused yet. A path that
+/// cannot refuse for a reason keeps its default (`true`: room).
+pub trait Checks {
+    /// Whether the shutdown fence is up (S-W9).
+    fn fenced(&mut self) -> bool;
+    /// Whether the item was encoded (with a journal, S-J8).
+    fn encoded(&mut self) -> bool {
+        true
+    }
+    /// Whether the journal has room for its record (S-J4). May hold the
+    /// journal's lock until the item is appended.
+    fn journal_room(&mut self) -> bool {
+        true
+    }
+    /// Whether `capacity` and `capacity_bytes` have room (S-A1, S-B5);
+    /// may reserve it ([`Admission::reserve`]).
+    fn buffer_room(&mut self) -> bool {
+        true
+    }
+    /// Whether the tenant's quota has room (S-B7).
+    fn tenant_room(&mut self) -> bool {
+        true
+    }
+    /// Gives back what [`buffer_room`](Self::buffer_room) reserved: a
+    /// later check refused.
+    fn unreserve(&mut self) {}
+}
+
+/// The refusal order, written once (S-W21): the fence (S-W9), the
+/// journal's encoding (S-J8) and room (S-J4), the buffer's capacities
+/// (S-A1, S-B5), the tenant's quota (S-B7). The first that refuses is
+/// the answer; the later ones are not asked.
+///
+/// # Errors
+/// The first refusal; a buffer reservation made before it is given back.
+pub fn decide(checks: &mut impl Checks) -> Result<(), Refusal> {
+    if checks.fenced() {
+        return Err(Refusal::ShuttingDown);
+    }
+    if !checks.encoded() {
+        return Err(Refusal::Unencodable);
+    }
+    if !checks.journal_room() {
+        return Err(Refusal::JournalFull);
+    }
+    if !checks.buffer_room() {
+        return Err(Refusal::BufferFull);
+    }
+    if !checks.tenant_room() {
+        checks.unreserve();
+        return Err(Refusal::TenantFull);
+    }
+    Ok(())
+}
+
+/// A decision taken before the fence was read again: the fence outranks
+/// every other refusal (S-W21), so a refusal counted under the engine's
+/// lock, where the fence may have gone up since, is the fence's if it is
+/// up now.
+pub fn recheck(decided: Result<(), Refusal>, fenced: bool) -> Result<(), Refusal> {
+    struct Again(bool, Result<(), Refusal>);
+    impl Checks for Again {
+        fn fenced(&mut self) -> bool {
+            self.0
+        }
+        fn encoded(&mut self) -> bool {
+            self.1 != Err(Refusal::Unencodable)
+        }
+        fn journal_room(&mut self) -> bool {
+            self.1 != Err(Refusal::JournalFull)
+        }
+        fn buffer_room(&mut self) -> bool {
+            self.1 != Err(Refusal::BufferFull)
+        }
+        fn tenant_room(&mut self) -> bool {
+            self.1 != Err(Refusal::TenantFull)
+        }
+    }
+    // The fence never comes down again (S-W9).
+    let fenced = fenced || decided == Err(Refusal::ShuttingDown);
+    decide(&mut Again(fenced, decided))
+}
+
+/// An item decided outside the engine, on its way to the engine's intake
+/// ([`Engine::stage_batch`](super::Engine::stage_batch), S-W19, S-W21):
+/// admitted, its reservation held until it settles; or refused, to be
+/// counted.
 #[derive(Debug)]
 pub struct Handoff<K, I> {
     /// Its tenant.
@@ -31,6 +229,9 @@ pub struct Handoff<K, I> {
     /// When it was staged, if the engine reads that (a linger or a
     /// `max_item_age`, S-A3, S-R3); `None`: stamped at intake.
     pub at: Option<Time>,
+    /// `None`: admitted. `Some`: refused by [`decide`] for this reason,
+    /// to be counted (S-W21); nothing is reserved for it.
+    pub refusal: Option<Refusal>,
 }
 
 /// The reservations against the buffer's capacities (S-A1, S-B5). Without
@@ -153,9 +354,230 @@ impl Admission {
     }
 }
 
+/// A stage's decision for one engine in one thread, as the driver carries
+/// it out (S-W19, S-W21): the same [`decide`] over the same facts (the
+/// fence, the buffer's reservation, the tenant's quota), then one
+/// [`Engine::stage_batch`] input that takes the item in or counts its
+/// refusal. The harness, the model test and the fuzz target stage through
+/// it, so they drive the staging path the outbox runs.
+#[derive(Debug)]
+pub struct Stager {
+    admission: Admission,
+    /// The engine's share of the reservations (items, bytes).
+    held: (u64, u64),
+}
+
+/// The facts of a stage into one engine ([`Stager`]).
+struct Facts<'a, K, I> {
+    engine: &'a Engine<K, I>,
+    admission: &'a Admission,
+    tenant: &'a K,
+    weight: u64,
+}
+
+impl<K: Ord + Hash + Clone, I> Checks for Facts<'_, K, I> {
+    fn fenced(&mut self) -> bool {
+        self.engine.is_shutting_down()
+    }
+
+    fn buffer_room(&mut self) -> bool {
+        self.admission.reserve(self.weight).is_ok()
+    }
+
+    fn tenant_room(&mut self) -> bool {
+        self.engine.tenant_has_room(self.tenant)
+    }
+
+    fn unreserve(&mut self) {
+        self.admission.release(1, self.weight);
+    }
+}
+
+impl Stager {
+    /// A stager for `engine` (fresh, or with recovered items pending).
+    pub fn new<K: Ord + Hash + Clone, I>(engine: &Engine<K, I>) -> Self {
+        let admission = Admission::new(engine.config());
+        let held = (engine.pending(), engine.pending_bytes());
+        admission.add(held.0, held.1);
+        Stager { admission, held }
+    }
+
+    /// Stages `item` for `tenant` at `now` as `Outbox::stage` does (a
+    /// refusal is counted, [`OnRefusal::Count`]); `wake` says whether the
+    /// driver would drain. `now` is read only where the driver reads its
+    /// clock: for the stamp, when the engine reads it (a linger or a
+    /// `max_item_age`).
+    pub fn stage<K: Ord + Hash + Clone, I>(
+        &mut self,
+        engine: &mut Engine<K, I>,
+        now: Time,
+        tenant: K,
+        item: I,
+    ) -> LazyStaged {
+        // What settled since the last stage gives its room back, as after
+        // every input of the driver.
+        self.admission
+            .follow(&mut self.held, engine.pending(), engine.pending_bytes());
+        let config = engine.config();
+        let stamps = !config.linger().is_zero() || config.max_item_age().is_some();
+        // As the driver's lanes (S-W19): the weight travels only when
+        // something reads it before the intake.
+        let full = stamps || config.capacity_bytes().is_some();
+        let weight = engine.weigh_item(&item);
+        let verdict = decide(&mut Facts {
+            engine,
+            admission: &self.admission,
+            tenant: &tenant,
+            weight,
+        });
+        let handoff = Handoff {
+            tenant,
+            item,
+            weight: full.then_some(weight),
+            at: stamps.then_some(now),
+            refusal: verdict.err(),
+        };
+        let intake = engine.stage_batch([handoff]);
+        self.held.0 += intake.accepted;
+        self.held.1 = self.held.1.saturating_add(intake.accepted_bytes);
+        self.admission.release(intake.refused, intake.refused_bytes);
+        let staged = match verdict {
+            Err(refusal) => refusal.staged(),
+            Ok(()) if intake.accepted > 0 => Staged::Accepted,
+            Ok(()) => Staged::Refused,
+        };
+        LazyStaged {
+            staged,
+            wake: intake.wake,
+        }
+    }
+
+    /// Stages `items` at `now` as the driver does when they reach the
+    /// writer together: each is decided on its own (a refusal is counted),
+    /// and all go to the engine's intake as one chunk, in order (S-W19,
+    /// S-C10). Returns each item's verdict, in order, and whether the
+    /// driver would drain. With a `tenant_capacity`, or past the fence,
+    /// each goes through [`stage`](Self::stage) in turn, as the driver
+    /// decides those under the engine's lock.
+    pub fn stage_chunk<K: Ord + Hash + Clone, I>(
+        &mut self,
+        engine: &mut Engine<K, I>,
+        now: Time,
+        items: Vec<(K, I)>,
+    ) -> (Vec<Staged>, bool) {
+        let config = engine.config();
+        if config.tenant_capacity().is_some() || engine.is_shutting_down() {
+            let mut wake = false;
+            let verdicts = items
+                .into_iter()
+                .map(|(tenant, item)| {
+                    let staged = self.stage(engine, now, tenant, item);
+                    wake |= staged.wake;
+                    staged.staged
+                })
+                .collect();
+            return (verdicts, wake);
+        }
+        self.admission
+            .follow(&mut self.held, engine.pending(), engine.pending_bytes());
+        let stamps = !config.linger().is_zero() || config.max_item_age().is_some();
+        let full = stamps || config.capacity_bytes().is_some();
+        let mut verdicts = Vec::with_capacity(items.len());
+        let mut chunk = Vec::with_capacity(items.len());
+        for (tenant, item) in items {
+            let weight = engine.weigh_item(&item);
+            let verdict = decide(&mut Facts {
+                engine,
+                admission: &self.admission,
+                tenant: &tenant,
+                weight,
+            });
+            verdicts.push(match verdict {
+                Err(refusal) => refusal.staged(),
+                Ok(()) => Staged::Accepted,
+            });
+            chunk.push(Handoff {
+                tenant,
+                item,
+                weight: full.then_some(weight),
+                at: stamps.then_some(now),
+                refusal: verdict.err(),
+            });
+        }
+        let intake = engine.stage_batch(chunk);
+        self.held.0 += intake.accepted;
+        self.held.1 = self.held.1.saturating_add(intake.accepted_bytes);
+        self.admission.release(intake.refused, intake.refused_bytes);
+        (verdicts, intake.wake)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Facts that refuse for the reasons set, and record what was asked.
+    #[derive(Default)]
+    struct Set {
+        refuse: Vec<Refusal>,
+        asked: Vec<Refusal>,
+        unreserved: bool,
+    }
+
+    impl Set {
+        fn room(&mut self, r: Refusal) -> bool {
+            self.asked.push(r);
+            !self.refuse.contains(&r)
+        }
+    }
+
+    impl Checks for Set {
+        fn fenced(&mut self) -> bool {
+            !self.room(Refusal::ShuttingDown)
+        }
+        fn encoded(&mut self) -> bool {
+            self.room(Refusal::Unencodable)
+        }
+        fn journal_room(&mut self) -> bool {
+            self.room(Refusal::JournalFull)
+        }
+        fn buffer_room(&mut self) -> bool {
+            self.room(Refusal::BufferFull)
+        }
+        fn tenant_room(&mut self) -> bool {
+            self.room(Refusal::TenantFull)
+        }
+        fn unreserve(&mut self) {
+            self.unreserved = true;
+        }
+    }
+
+    #[test]
+    fn s_w21_the_fence_outranks_every_refusal_and_later_checks_are_not_asked() {
+        use Refusal::*;
+        let order = [
+            ShuttingDown,
+            Unencodable,
+            JournalFull,
+            BufferFull,
+            TenantFull,
+        ];
+        for (i, first) in order.iter().enumerate() {
+            // Everything from `first` on refuses: `first` is the answer.
+            let mut set = Set {
+                refuse: order[i..].to_vec(),
+                ..Set::default()
+            };
+            assert_eq!(decide(&mut set), Err(*first));
+            assert_eq!(set.asked, order[..=i], "asked in order, then stopped");
+            assert_eq!(set.unreserved, *first == TenantFull);
+            // A refusal counted after the fence went up is the fence's.
+            assert_eq!(recheck(Err(*first), true), Err(ShuttingDown));
+            assert_eq!(recheck(Err(*first), false), Err(*first));
+        }
+        assert_eq!(decide(&mut Set::default()), Ok(()));
+        assert_eq!(recheck(Ok(()), true), Err(ShuttingDown));
+    }
 
     #[test]
     fn capacity_refuses_the_item_past_it_and_release_makes_room() {

@@ -57,6 +57,11 @@ impl Stamps {
         self.0.as_ref().and_then(|q| q.front().copied())
     }
 
+    /// The latest stamp.
+    pub(crate) fn back(&self) -> Option<Time> {
+        self.0.as_ref().and_then(|q| q.back().copied())
+    }
+
     pub(crate) fn push_back(&mut self, at: Time) {
         self.0.get_or_insert_with(Box::default).push_back(at);
     }

@@ -7,7 +7,7 @@ use std::hash::Hash;
 use std::mem;
 
 use super::accounting::{Counters, DropReason, LostReason, LOG_EVERY};
-use super::admission::Handoff;
+use super::admission::{Handoff, Refusal};
 use super::backlog::{take_front, Phase, Retry, Tenant};
 use super::backoff::Backoff;
 use super::breaker::{Breaker, BreakerState};
@@ -81,8 +81,13 @@ pub struct Intake {
     pub refused: u64,
     /// Their weights, in bytes, saturating.
     pub refused_bytes: u64,
+    /// Items handed over refused ([`Handoff::refusal`]), now counted.
+    pub counted: u64,
     /// Whether the driver must drain the engine, as [`LazyStaged::wake`].
     pub wake: bool,
+    /// [`Engine::stage_durable`]: whether its unreadable items are due a
+    /// log (S-A6).
+    pub log: bool,
 }
 
 /// `finish` was given a write the engine does not know, or one whose item
@@ -284,7 +289,7 @@ pub struct Engine<K, I> {
     /// Events taken by `poll_event` so far: with `events.len()`, places
     /// an event by its sequence number.
     popped: u64,
-    /// Per stage-time refusal reason (see [`Refusal`]), its last event:
+    /// Per stage-time refusal reason (see [`slot_of`]), its last event:
     /// while that event is queued, later refusals for the same reason add
     /// to it (S-B8).
     refusals: [Option<Coalesced>; 5],
@@ -293,6 +298,8 @@ pub struct Engine<K, I> {
     released: Vec<I>,
     /// When a write last committed (the health snapshot's).
     last_written: Option<Time>,
+    /// The keys of durable items not yet settled (S-W22).
+    keys: Keys<K>,
 }
 
 /// A queued refusal event that later refusals add to (S-B8).
@@ -330,33 +337,122 @@ impl Coalesced {
     }
 }
 
-/// Why a stage was refused: the reasons whose events coalesce (S-B8).
-#[derive(Clone, Copy)]
-enum Refusal {
-    Dropped(DropReason),
-    /// After the shutdown fence (S-W9).
-    Shutdown,
+/// Its slot in `Engine::refusals`: the reasons whose events coalesce
+/// (S-B8).
+fn slot_of(refusal: Refusal) -> usize {
+    match refusal {
+        Refusal::BufferFull => 0,
+        Refusal::TenantFull => 1,
+        Refusal::ShuttingDown => 2,
+        Refusal::Unencodable => 3,
+        Refusal::JournalFull => 4,
+    }
 }
 
-impl Refusal {
-    /// What the stager is told.
-    fn staged(self) -> Staged {
-        match self {
-            Refusal::Dropped(reason) => Staged::Dropped(reason),
-            Refusal::Shutdown => Staged::Refused,
-        }
+/// The engine's own facts for a stage it decides itself
+/// ([`Engine::stage`]): the fence, the buffer's capacities, the tenant's
+/// quota (S-W21).
+struct Own<'a, K, I> {
+    engine: &'a Engine<K, I>,
+    tenant: &'a K,
+    weight: u64,
+}
+
+impl<K: Ord + Hash + Clone, I> super::admission::Checks for Own<'_, K, I> {
+    fn fenced(&mut self) -> bool {
+        self.engine.life != Life::Open
     }
 
-    /// Its slot in `Engine::refusals`.
-    fn slot(self) -> usize {
-        match self {
-            Refusal::Dropped(DropReason::TenantFull) => 1,
-            Refusal::Shutdown => 2,
-            // The journal's refusals (`Engine::refuse`).
-            Refusal::Dropped(DropReason::EncodeFailed) => 3,
-            Refusal::Dropped(DropReason::JournalFull) => 4,
-            // Only these refuse a stage: `sink_error` never does.
-            Refusal::Dropped(_) => 0,
+    fn buffer_room(&mut self) -> bool {
+        let (e, cfg) = (self.engine, &self.engine.config);
+        !(cfg
+            .capacity
+            .is_some_and(|cap| e.counters.pending >= cap as u64)
+            || cfg
+                .capacity_bytes
+                .is_some_and(|cap| e.pending_bytes.saturating_add(self.weight) > cap))
+    }
+
+    fn tenant_room(&mut self) -> bool {
+        self.engine.tenant_has_room(self.tenant)
+    }
+}
+
+/// An item that is already durable, for [`Engine::stage_durable`]
+/// (S-W22): read back from a journal (D4), or from an outbox table.
+#[derive(Debug)]
+pub struct Durable<K, I> {
+    /// Its tenant.
+    pub tenant: K,
+    /// The item.
+    pub item: I,
+    /// How long ago it was first staged, as the caller knows it: its stamp
+    /// is this long before the input's `now` (S-A3, S-R3).
+    /// `Duration::ZERO` when the caller does not know.
+    pub age: std::time::Duration,
+    /// An opaque key handed back in [`Event::KeyDone`] once the item
+    /// settled; `None`: nothing is handed back.
+    pub key: Option<u64>,
+}
+
+/// The keys of a tenant's durable items ([`Durable::key`]), by the index
+/// its items settle at: a tenant's items settle oldest first, whatever
+/// ends them (S-W22).
+#[derive(Debug, Default)]
+struct Keyed {
+    /// Items of the tenant settled since its first keyed item was staged.
+    settled: u64,
+    /// (settle index, key), in staging order.
+    keys: VecDeque<(u64, u64)>,
+}
+
+/// Every tenant's [`Keyed`]: empty unless durable items carry keys, so a
+/// settling slice pays one emptiness check for it.
+#[derive(Debug)]
+struct Keys<K>(BTreeMap<K, Keyed>);
+
+impl<K> Default for Keys<K> {
+    fn default() -> Self {
+        Keys(BTreeMap::new())
+    }
+}
+
+impl<K: Ord + Clone> Keys<K> {
+    /// Expects `key` back once the item staged now for `tenant` (with
+    /// `tenant`'s state before it) settles.
+    fn expect<I>(&mut self, tenant: &K, state: Option<&Tenant<I>>, key: u64) {
+        let pending = state.map_or(0, |t| t.pending as u64);
+        let keyed = self.0.entry(tenant.clone()).or_default();
+        keyed.keys.push_back((keyed.settled + pending, key));
+    }
+
+    /// `n` more of `tenant`'s oldest items settled, `written(i)` saying
+    /// whether the i-th was written: the keys among them, in order.
+    fn settle(
+        &mut self,
+        tenant: &K,
+        n: usize,
+        written: impl Fn(usize) -> bool,
+        out: &mut VecDeque<Event<K, impl Sized>>,
+    ) {
+        let Some(keyed) = self.0.get_mut(tenant) else {
+            return;
+        };
+        let end = keyed.settled + n as u64;
+        while let Some(&(at, key)) = keyed.keys.front() {
+            if at >= end {
+                break;
+            }
+            keyed.keys.pop_front();
+            let i = (at - keyed.settled) as usize;
+            out.push_back(Event::KeyDone {
+                key,
+                written: written(i),
+            });
+        }
+        keyed.settled = end;
+        if keyed.keys.is_empty() {
+            self.0.remove(tenant);
         }
     }
 }
@@ -423,6 +519,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             refusals: [None; 5],
             released: Vec::new(),
             last_written: None,
+            keys: Keys::default(),
         })
     }
 
@@ -535,121 +632,40 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
 
     // ----- inputs -------------------------------------------------------
 
-    /// Stages one item for `tenant` (S-W1). Never waits and never fails:
-    /// the item is pending on return, or counted dropped (S-A1, S-B5, S-B7)
-    /// or lost under `shutdown` (S-W9), as the result says; a refused or
-    /// dropped item is kept for [`take_released`](Self::take_released).
+    /// Stages one item for `tenant` (S-W1), the engine deciding everything
+    /// in the refusal order of S-W21 ([`decide`](super::admission::decide):
+    /// the fence, S-W9, then `capacity` and `capacity_bytes`, S-A1, S-B5,
+    /// then `tenant_capacity`, S-B7). Never waits and never fails: the
+    /// item is pending on return, or counted dropped or lost under
+    /// `shutdown`, as the result says; a refused item is kept for
+    /// [`take_released`](Self::take_released).
     pub fn stage(&mut self, now: Time, tenant: K, item: I) -> Staged {
         self.advance(now);
-        self.stage_at_now(tenant, item, false, None).staged
+        let weight = self.weigh(&item);
+        let verdict = super::admission::decide(&mut Own {
+            engine: self,
+            tenant: &tenant,
+            weight,
+        });
+        let (staged, _) = self.take_one(tenant, item, weight, verdict);
+        staged
     }
 
-    /// Stages like [`stage`](Self::stage), for a driver whose clock read
-    /// costs more than the rest of the stage: `clock` is called only when
-    /// the decision depends on the time (a linger or a `max_item_age` is
-    /// configured), and only
-    /// then are due timers handled here; otherwise the item is stamped with
-    /// the latest time seen, which nothing reads then (S-A3, S-R3),
-    /// and timers fire at the driver's next input.
-    ///
-    /// Also says, in [`LazyStaged::wake`], whether the driver must drain
-    /// the engine because of this stage.
-    pub fn stage_lazy(&mut self, clock: impl FnOnce() -> Time, tenant: K, item: I) -> LazyStaged {
-        self.stage_lazy_at(clock, tenant, item, None)
-    }
-
-    /// [`stage_lazy`](Self::stage_lazy) of an item the driver weighed
-    /// before taking its lock, so that no weigher (application code) runs
-    /// under it: `weight` must be what [`weigh_item`](Self::weigh_item)
-    /// gives for the item (weighers are pure, S-B5); it is clamped to
-    /// [`MAX_WEIGHT`].
-    pub fn stage_lazy_weighed(
-        &mut self,
-        clock: impl FnOnce() -> Time,
-        tenant: K,
-        item: I,
-        weight: u64,
-    ) -> LazyStaged {
-        self.stage_lazy_at(clock, tenant, item, Some(weight.min(MAX_WEIGHT)))
-    }
-
-    /// [`stage_lazy`](Self::stage_lazy), with the item's weight if the
-    /// driver measured it.
-    fn stage_lazy_at(
-        &mut self,
-        clock: impl FnOnce() -> Time,
-        tenant: K,
-        item: I,
-        weight: Option<u64>,
-    ) -> LazyStaged {
-        // The item's stamp matters with a linger (S-A3) or an age limit
-        // (S-R3): a stale stamp would expire it early.
-        if !self.config.linger.is_zero() || self.config.max_item_age.is_some() {
-            self.advance(clock());
-        }
-        self.stage_at_now(tenant, item, false, weight)
-    }
-
-    /// Stages like [`stage`](Self::stage) if the item is accepted; if it
-    /// would be refused (a capacity, S-A1, S-B5, S-B7, or the shutdown
-    /// fence, S-W9), hands it back with the verdict instead, and counts
-    /// nothing: the caller still holds it (S-R5). `Ok(wake)`: accepted,
-    /// `wake` as [`LazyStaged::wake`] says.
-    ///
-    /// # Errors
-    /// The refusal ([`Staged::Dropped`] or [`Staged::Refused`]) and the
-    /// item.
-    pub fn try_stage(&mut self, now: Time, tenant: K, item: I) -> Result<bool, (Staged, I)> {
-        self.try_stage_at(now, tenant, item, None)
-    }
-
-    /// [`try_stage`](Self::try_stage) of an item the driver weighed before
-    /// taking its lock, as for [`stage_lazy_weighed`](Self::stage_lazy_weighed):
-    /// `weight` must be what [`weigh_item`](Self::weigh_item) gives for the
-    /// item (S-B5); it is clamped to [`MAX_WEIGHT`], and the weigher is
-    /// never called.
-    ///
-    /// # Errors
-    /// As [`try_stage`](Self::try_stage).
-    pub fn try_stage_weighed(
-        &mut self,
-        now: Time,
-        tenant: K,
-        item: I,
-        weight: u64,
-    ) -> Result<bool, (Staged, I)> {
-        self.try_stage_at(now, tenant, item, Some(weight.min(MAX_WEIGHT)))
-    }
-
-    /// [`try_stage`](Self::try_stage), with the item's weight if the
-    /// driver measured it.
-    fn try_stage_at(
-        &mut self,
-        now: Time,
-        tenant: K,
-        item: I,
-        weight: Option<u64>,
-    ) -> Result<bool, (Staged, I)> {
-        self.advance(now);
-        match self.admit(&tenant, &item, false, weight) {
-            Ok(weight) => {
-                self.counters.staged += 1;
-                Ok(self.enqueue(tenant, item, weight))
-            }
-            Err(refusal) => Err((refusal.staged(), item)),
-        }
-    }
-
-    /// Takes in the items the request path admitted (S-W19), in the order
-    /// given, which is each tenant's staging order: each is counted staged
-    /// and becomes pending at the back of its tenant (its capacities were
-    /// checked by the [`Admission`](super::Admission) that admitted it, so
-    /// none is checked again). An item stamped `at` advances the engine's
-    /// time to it first (S-A3, S-R3); one without a stamp takes the latest
-    /// time seen. The driver must close its hand-off before the shutdown
-    /// fence goes up (S-W9): an item that still comes after it is counted
-    /// lost under `shutdown` and kept for
-    /// [`take_released`](Self::take_released). O(1) per item.
+    /// Takes in items decided outside the engine (S-W19, S-W21), in the
+    /// order given, which is each tenant's staging order: the request
+    /// path's hand-offs, a run of `stage_many`, a stage decided under the
+    /// driver's lock. Each is counted staged. An admitted one (no
+    /// [`refusal`](Handoff::refusal)) becomes pending at the back of its
+    /// tenant: its capacities were checked by the
+    /// [`Admission`](super::Admission) that admitted it, so none is checked
+    /// again. A refused one is counted under its refusal, or under
+    /// `shutdown` if the fence is up now (the fence outranks every other
+    /// refusal, S-W21), and kept for [`take_released`](Self::take_released).
+    /// An item stamped `at` advances the engine's time to it first (S-A3,
+    /// S-R3); one without a stamp takes the latest time seen. The driver
+    /// must close its hand-off before the shutdown fence goes up (S-W9):
+    /// an admitted item that still comes after it is counted lost under
+    /// `shutdown`. O(1) per item.
     pub fn stage_batch(&mut self, batch: impl IntoIterator<Item = Handoff<K, I>>) -> Intake {
         let mut intake = Intake::default();
         for Handoff {
@@ -657,26 +673,97 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             item,
             weight,
             at,
+            refusal,
         } in batch
         {
             if let Some(at) = at {
                 self.advance(at);
             }
-            let weight = weight.unwrap_or_else(|| self.weigh(&item));
-            self.counters.staged += 1;
+            // A weight given is clamped as the engine's own (S-B5).
+            let weight = weight.map_or_else(|| self.weigh(&item), |w| w.min(MAX_WEIGHT));
+            let fenced = self.life != Life::Open;
+            let verdict = super::admission::recheck(refusal.map_or(Ok(()), Err), fenced);
+            let (_, wake) = self.take_one(tenant, item, weight, verdict);
+            intake.wake |= wake;
+            match (refusal, verdict) {
+                (None, Ok(())) => {
+                    intake.accepted += 1;
+                    intake.accepted_bytes = intake.accepted_bytes.saturating_add(weight);
+                }
+                (None, Err(_)) => {
+                    intake.refused += 1;
+                    intake.refused_bytes = intake.refused_bytes.saturating_add(weight);
+                }
+                (Some(_), _) => intake.counted += 1,
+            }
+        }
+        intake
+    }
+
+    /// Takes in items that are already durable (S-W22): a journal's
+    /// recovery (D4) today, an outbox table's rows tomorrow. Never refused
+    /// by a capacity or a quota (the caller reserved their room before it
+    /// read them; refusing them now would lose them): each is counted
+    /// under `recovered` rather than `staged` and becomes pending at the
+    /// back of its tenant, stamped its [`age`](Durable::age) before `now`
+    /// (never before its tenant's latest stamp, S-R3). Its
+    /// [`key`](Durable::key), if any, comes back in an
+    /// [`Event::KeyDone`] once the item settled (written, dropped or
+    /// lost). After the shutdown fence (S-W9) an item is counted lost
+    /// under `shutdown` (its key comes back at once, not written): the
+    /// caller stops reading at the fence.
+    ///
+    /// `unreadable` counts items the caller found and could not read back
+    /// (damaged or undecodable records; their tenants unknown, so no
+    /// event): counted recovered and lost under `journal_unreadable`
+    /// (D4). [`Intake::log`] says whether to log them (S-A6).
+    pub fn stage_durable(
+        &mut self,
+        now: Time,
+        items: impl IntoIterator<Item = Durable<K, I>>,
+        unreadable: u64,
+    ) -> Intake {
+        self.advance(now);
+        let mut intake = Intake::default();
+        for Durable {
+            tenant,
+            item,
+            age,
+            key,
+        } in items
+        {
+            self.counters.recovered += 1;
+            let weight = self.weigh(&item);
             if self.life != Life::Open {
                 let no_event_queued = self.events.is_empty();
-                self.count_refusal(tenant, Refusal::Shutdown);
+                self.count_refusal(tenant, Refusal::ShuttingDown);
                 self.released.push(item);
+                if let Some(key) = key {
+                    self.events.push_back(Event::KeyDone {
+                        key,
+                        written: false,
+                    });
+                }
                 intake.refused += 1;
-                intake.refused_bytes = intake.refused_bytes.saturating_add(weight);
-                intake.wake |= no_event_queued;
+                intake.wake |= no_event_queued || key.is_some();
                 continue;
+            }
+            let at = Time::from_nanos(
+                self.now
+                    .as_nanos()
+                    .saturating_sub(u64::try_from(age.as_nanos()).unwrap_or(u64::MAX)),
+            );
+            if let Some(key) = key {
+                self.keys.expect(&tenant, self.tenants.get(&tenant), key);
             }
             intake.accepted += 1;
             intake.accepted_bytes = intake.accepted_bytes.saturating_add(weight);
-            intake.wake |= self.enqueue(tenant, item, weight);
+            intake.wake |= self.enqueue(tenant, item, weight, at);
         }
+        self.counters.recovered += unreadable;
+        intake.log = self
+            .counters
+            .add_lost(LostReason::JournalUnreadable, unreadable);
         intake
     }
 
@@ -688,112 +775,49 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         self.weigh(item)
     }
 
-    /// Stages an item that a journal recovery read back (D4): counted
-    /// under `recovered` rather than `staged`, and never refused by a
-    /// capacity (it was accepted once already; refusing it now would lose
-    /// it). Call before any new stage, per tenant in staging order (D2).
-    /// After a shutdown began it is refused like a stage (`shutdown`).
-    pub fn recover(&mut self, now: Time, tenant: K, item: I) -> Staged {
-        self.advance(now);
-        self.stage_at_now(tenant, item, true, None).staged
+    /// Whether `tenant`'s `tenant_capacity` has room for one more item
+    /// (S-B7); always without one. For a driver that decides a stage under
+    /// its lock ([`Checks::tenant_room`](super::Checks::tenant_room)).
+    pub fn tenant_has_room(&self, tenant: &K) -> bool {
+        self.config
+            .tenant_capacity
+            .is_none_or(|cap| self.tenants.get(tenant).is_none_or(|t| t.pending < cap))
     }
 
-    /// Counts `items` that a journal recovery found but could not read
-    /// back (damaged or undecodable records) as recovered and lost under
-    /// `journal_unreadable` (D4). Their tenants are unknown, so there is no
-    /// event: the driver logs the recovery's report. Returns whether to log
-    /// (S-A6).
-    pub fn recover_unreadable(&mut self, items: u64) -> bool {
-        self.counters.recovered += items;
-        self.counters.add_lost(LostReason::JournalUnreadable, items)
-    }
-
-    /// Counts an item the driver refused before the engine saw it (the
-    /// journal could not encode it, or is full: `encode_failed`,
-    /// `journal_full`, S-J4, S-J8) as staged and dropped for `reason`.
-    /// Its event coalesces with a queued one of the same reason (S-B8).
-    pub fn refuse(&mut self, now: Time, tenant: K, reason: DropReason) -> Staged {
-        self.advance(now);
-        self.counters.staged += 1;
-        self.count_refusal(tenant, Refusal::Dropped(reason));
-        Staged::Dropped(reason)
-    }
-
-    /// `stage` at `self.now`: admission, then the item joins its tenant.
-    /// With `recovered`, a recovery's stage (D4): counted as recovered and
-    /// never refused by a capacity.
-    /// `weight`: the item's, if the driver weighed it already.
-    fn stage_at_now(
+    /// A stage at `self.now`, decided `verdict`: counted staged, then
+    /// pending at the back of its tenant, or counted under its refusal and
+    /// kept for `take_released`. Returns what the stager is told and
+    /// whether the driver must drain (a refusal, only if its event is the
+    /// first queued).
+    fn take_one(
         &mut self,
         tenant: K,
         item: I,
-        recovered: bool,
-        weight: Option<u64>,
-    ) -> LazyStaged {
-        if recovered {
-            self.counters.recovered += 1;
-        } else {
-            self.counters.staged += 1;
-        }
-        // A refusal needs a drain only if its event is the first queued.
-        let no_event_queued = self.events.is_empty();
-        match self.admit(&tenant, &item, recovered, weight) {
-            Ok(weight) => LazyStaged {
-                staged: Staged::Accepted,
-                wake: self.enqueue(tenant, item, weight),
-            },
+        weight: u64,
+        verdict: Result<(), Refusal>,
+    ) -> (Staged, bool) {
+        self.counters.staged += 1;
+        match verdict {
+            Ok(()) => {
+                let now = self.now;
+                (Staged::Accepted, self.enqueue(tenant, item, weight, now))
+            }
             Err(refusal) => {
+                let no_event_queued = self.events.is_empty();
                 self.count_refusal(tenant, refusal);
                 self.released.push(item);
-                LazyStaged {
-                    staged: refusal.staged(),
-                    wake: no_event_queued,
-                }
+                (refusal.staged(), no_event_queued)
             }
         }
-    }
-
-    /// Whether an item may be staged now (S-W9, S-A1, S-B5, S-B7): its
-    /// weight if so, else why not. A `recovered` item skips the capacities
-    /// (D4: it was accepted once already; refusing it now would lose it).
-    fn admit(
-        &self,
-        tenant: &K,
-        item: &I,
-        recovered: bool,
-        weight: Option<u64>,
-    ) -> Result<u64, Refusal> {
-        if self.life != Life::Open {
-            return Err(Refusal::Shutdown);
-        }
-        let weight = weight.unwrap_or_else(|| self.weigh(item));
-        if recovered {
-            return Ok(weight);
-        }
-        let cfg = &self.config;
-        let buffer_full = cfg
-            .capacity
-            .is_some_and(|cap| self.counters.pending >= cap as u64)
-            || cfg
-                .capacity_bytes
-                .is_some_and(|cap| self.pending_bytes.saturating_add(weight) > cap);
-        if buffer_full {
-            return Err(Refusal::Dropped(DropReason::BufferFull));
-        }
-        let tenant_full = cfg
-            .tenant_capacity
-            .is_some_and(|cap| self.tenants.get(tenant).is_some_and(|t| t.pending >= cap));
-        if tenant_full {
-            return Err(Refusal::Dropped(DropReason::TenantFull));
-        }
-        Ok(weight)
     }
 
     /// Makes an admitted item pending at the back of its tenant's backlog
     /// and places the tenant. Returns whether the driver must drain: a
     /// tenant became ready while a write slot is free and nothing else was
-    /// ready, or the next timeout moved earlier.
-    fn enqueue(&mut self, tenant: K, item: I, weight: u64) -> bool {
+    /// ready, or the next timeout moved earlier. `at` is its stamp: `now`,
+    /// or earlier for a durable item with an age (S-W22), never before the
+    /// tenant's latest stamp (stamps stay in staging order, S-R3).
+    fn enqueue(&mut self, tenant: K, item: I, weight: u64, at: Time) -> bool {
         self.counters.pending += 1;
         self.pending_bytes = self.pending_bytes.saturating_add(weight);
         let now = self.now;
@@ -813,12 +837,13 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             .or_insert_with(|| Tenant::new(now));
         // The new item comes after every open wait (S-A4).
         waits.catch_up(&mut t.wait_marks, t.pending as u64);
+        let at = t.stamps.back().map_or(at, |last| at.max(last));
         if t.items.is_empty() {
-            t.waiting_since = now;
+            t.waiting_since = at;
         }
         t.items.push_back(item);
         if config.max_item_age.is_some() {
-            t.stamps.push_back(now);
+            t.stamps.push_back(at);
         }
         t.bytes = t.bytes.saturating_add(weight);
         t.pending += 1;
@@ -1554,11 +1579,11 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// producer that outruns a stalled driver grows no queue. Counters stay
     /// exact and the log still comes at the first and every 1,000th (S-A6).
     fn count_refusal(&mut self, tenant: K, refusal: Refusal) {
-        let log = match refusal {
-            Refusal::Dropped(reason) => self.counters.add_dropped(reason, 1),
-            Refusal::Shutdown => self.counters.add_lost(LostReason::Shutdown, 1),
+        let log = match refusal.drop_reason() {
+            Some(reason) => self.counters.add_dropped(reason, 1),
+            None => self.counters.add_lost(LostReason::Shutdown, 1),
         };
-        let slot = &mut self.refusals[refusal.slot()];
+        let slot = &mut self.refusals[slot_of(refusal)];
         let queued = slot
             .and_then(|c| c.seq.checked_sub(self.popped))
             .and_then(|at| self.events.get_mut(at as usize));
@@ -1575,22 +1600,22 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             *logs |= log;
             return;
         }
-        let before = match refusal {
-            Refusal::Dropped(reason) => self.counters.dropped(reason),
-            Refusal::Shutdown => self.counters.lost(LostReason::Shutdown),
+        let before = match refusal.drop_reason() {
+            Some(reason) => self.counters.dropped(reason),
+            None => self.counters.lost(LostReason::Shutdown),
         } - 1;
         *slot = Some(Coalesced {
             seq: self.popped + self.events.len() as u64,
             before,
         });
-        self.events.push_back(match refusal {
-            Refusal::Dropped(reason) => Event::Dropped {
+        self.events.push_back(match refusal.drop_reason() {
+            Some(reason) => Event::Dropped {
                 tenant,
                 items: 1,
                 reason,
                 log,
             },
-            Refusal::Shutdown => Event::Lost {
+            None => Event::Lost {
                 tenant,
                 items: 1,
                 reason: LostReason::Shutdown,
@@ -1613,6 +1638,10 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             .expect("a settling tenant exists");
         self.waits.catch_up(&mut t.wait_marks, t.pending as u64);
         t.pending -= n;
+        if !self.keys.0.is_empty() {
+            let written = |i| how(i) == SettledAs::Written;
+            self.keys.settle(tenant, n, written, &mut self.events);
+        }
         for id in self.waits.settle(&mut t.wait_marks, n, how) {
             self.answer_wait(id);
         }

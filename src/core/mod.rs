@@ -43,11 +43,11 @@ mod wait;
 mod write;
 
 pub use accounting::{Counters, DropReason, LostReason, LOG_EVERY};
-pub use admission::{Admission, Handoff};
+pub use admission::{decide, recheck, Admission, Checks, Handoff, OnRefusal, Refusal, Stager};
 pub use breaker::{BreakerConfig, BreakerState};
 pub use config::{Config, ConfigBuilder, ConfigError, ErrorPolicy};
 pub(crate) use engine::weight;
-pub use engine::{Engine, Intake, LazyStaged, Staged, UnknownWrite, Weigher, MAX_WEIGHT};
+pub use engine::{Durable, Engine, Intake, LazyStaged, Staged, UnknownWrite, Weigher, MAX_WEIGHT};
 pub use time::Time;
 pub use write::{
     AfterFailure, DeadLetter, DeadReason, Event, Failure, Outcome, Report, ShutdownReport, WaitId,

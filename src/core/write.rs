@@ -421,6 +421,16 @@ pub enum Event<K, I> {
         /// From this attempt's start to its outcome.
         latency: Duration,
     },
+    /// A durable item's key ([`Durable::key`](super::Durable::key), S-W22)
+    /// comes back: the item settled, written or not (dropped or lost,
+    /// counted under its reason as any item). Queued in each tenant's
+    /// staging order, with the event that counted the item.
+    KeyDone {
+        /// The key the item was staged with.
+        key: u64,
+        /// Whether the item was written.
+        written: bool,
+    },
     /// The driver must cancel every write in flight and finish each (with
     /// [`Outcome::Cancelled`] or whatever it got first). The engine has
     /// already counted their items lost (S-W9 deadline, S-A7).

@@ -103,6 +103,7 @@ fn plain<K, I>((tenant, item): (K, I)) -> Handoff<K, I> {
         item,
         weight: None,
         at: None,
+        refusal: None,
     }
 }
 
@@ -124,6 +125,7 @@ impl<K, I> LaneTx<K, I> {
                     item,
                     weight: Some(weight),
                     at,
+                    refusal: None,
                 })
                 .map_err(|SendError(h)| (h.tenant, h.item)),
         }

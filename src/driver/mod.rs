@@ -2,6 +2,8 @@
 //! inputs and time, runs sink writes, and exports what the engine decided.
 //!
 //! - `outbox`: the [`Outbox`] handle and its builder;
+//! - `stage`: the staging pipeline: `stage`, `try_stage`, `stage_wait`
+//!   (S-W21);
 //! - `stage_many`: staging a run of items under one lock (S-W20);
 //! - `shared`: the engine and waiting callers behind one short lock;
 //! - `writer`: the one writer task (drain, spawn, join, timer);
@@ -24,6 +26,7 @@ pub(crate) mod journal;
 mod lane;
 mod outbox;
 mod shared;
+mod stage;
 mod stage_many;
 mod task;
 mod writer;
@@ -33,8 +36,8 @@ pub use dead_letters::DeadLetters;
 pub use health::Health;
 #[cfg(feature = "journal")]
 pub use journal::SyncError;
-pub use outbox::StageError;
 pub use outbox::{BuildError, Outbox, OutboxBuilder, DEFAULT_DROP_TIMEOUT};
+pub use stage::StageError;
 pub use stage_many::StagedMany;
 
 /// `now + after`, or a point far enough away to be never (about 30 years)

@@ -13,8 +13,7 @@ use super::contain;
 use super::shared::{Shared, SinkWaiter, State, Waiter};
 use super::writer::Writer;
 use crate::core::{
-    Config, ConfigError, Counters, DropReason, Engine, Report, ShutdownReport, Staged, Time,
-    WaitId, Weigher,
+    Config, ConfigError, Counters, Engine, Report, ShutdownReport, Time, WaitId, Weigher,
 };
 use crate::sink::Sink;
 use crate::telemetry;
@@ -81,55 +80,6 @@ impl From<ConfigError> for BuildError {
         BuildError::Config(e)
     }
 }
-
-/// Why [`Outbox::try_stage`] or [`Outbox::stage_wait`] did not stage an
-/// item; each hands the item back, uncounted (S-R5).
-///
-/// Non-exhaustive: new causes may come (a match needs a `_` arm).
-#[derive(Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum StageError<I> {
-    /// A capacity is full (`buffer_full`, `tenant_full`, or with a journal
-    /// `journal_full`), as [`stage`](Outbox::stage) would have dropped it
-    /// under this reason.
-    Full {
-        /// The capacity that is full.
-        reason: crate::DropReason,
-        /// The item, handed back.
-        item: I,
-    },
-    /// A shutdown began (S-W9): nothing will be accepted any more.
-    ShuttingDown(I),
-    /// [`stage_wait`](Outbox::stage_wait)'s timeout passed with no room.
-    TimedOut(I),
-    /// The journal could not encode the item (S-J8).
-    Unencodable(I),
-}
-
-impl<I> StageError<I> {
-    /// The item handed back.
-    pub fn into_item(self) -> I {
-        match self {
-            StageError::Full { item, .. }
-            | StageError::ShuttingDown(item)
-            | StageError::TimedOut(item)
-            | StageError::Unencodable(item) => item,
-        }
-    }
-}
-
-impl<I> fmt::Display for StageError<I> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StageError::Full { reason, .. } => write!(f, "outbox: no room ({})", reason.as_str()),
-            StageError::ShuttingDown(_) => f.write_str("outbox: shutting down"),
-            StageError::TimedOut(_) => f.write_str("outbox: no room before the timeout"),
-            StageError::Unencodable(_) => f.write_str("outbox: the journal cannot encode the item"),
-        }
-    }
-}
-
-impl<I: fmt::Debug> std::error::Error for StageError<I> {}
 
 /// Builds an [`Outbox`]: [`Outbox::builder`].
 pub struct OutboxBuilder<S: Sink> {
@@ -351,10 +301,18 @@ fn open_journal<K: crate::TenantKey, I: Send + 'static>(
     if crate::journal::canary::on(crate::journal::canary::REORDER) {
         items.reverse();
     }
-    for (tenant, item) in items {
-        let _ = engine.recover(Time::ZERO, tenant, item);
-    }
-    engine.recover_unreadable(r.unreadable);
+    let durable = items
+        .into_iter()
+        .map(|(tenant, item)| crate::core::Durable {
+            tenant,
+            item,
+            // The journal keeps no stamps: a recovered item is stamped now.
+            age: Duration::ZERO,
+            // The journal's marks count each tenant's items: no keys needed.
+            key: None,
+        });
+    // Logged below, with the recovery's report.
+    let _ = engine.stage_durable(Time::ZERO, durable, r.unreadable);
     if r.unreadable > 0 || r.damaged_bytes > 0 || r.damaged_headers > 0 {
         tracing::error!(
             outbox = name,
@@ -455,205 +413,6 @@ impl<S: Sink> Outbox<S> {
         &self.handle.shared
     }
 
-    /// Stages `item` for `tenant` (S-W1): never waits, never fails, never
-    /// panics. Costs a channel send, plus an atomic reservation when a
-    /// capacity is set, whatever the number of tenants: the engine takes
-    /// the item in later, before any write, flush, settle, shutdown or
-    /// counter read (S-W19); with a `tenant_capacity` the engine decides
-    /// under its lock instead. The item is accepted on return, or, as the
-    /// result says,
-    /// dropped by a capacity limit (S-A1, S-B5, S-B7: `buffer_full`,
-    /// `tenant_full`) or refused after a shutdown began (S-W9: lost under
-    /// `shutdown`). With a journal, also dropped when the item cannot be
-    /// encoded (S-J8: `encode_failed`) or the journal is full (S-J4:
-    /// `journal_full`); the disk is never waited for (S-J1). Every outcome
-    /// is counted; the caller need not look.
-    pub fn stage(&self, tenant: S::Tenant, item: S::Item) -> Staged {
-        let shared = self.shared();
-        if shared.locked_stage {
-            #[cfg(feature = "journal")]
-            if let Some(journal) = &shared.journal {
-                return self.stage_journaled_locked(journal, tenant, item);
-            }
-            let weight = shared.weigh(&item);
-            return self.stage_locked(tenant, item, weight);
-        }
-        #[cfg(feature = "journal")]
-        if let Some(journal) = &shared.journal {
-            return self.stage_journaled(journal, tenant, item);
-        }
-        // S-W19: admission by reservation, then a hand-off to the engine's
-        // intake; no lock, no tenant lookup.
-        let weight = shared.weigh(&item);
-        if let Err(reason) = shared.admission.reserve(weight) {
-            return self.refuse(tenant, item, reason);
-        }
-        match shared.hand_off_item(tenant, item, weight, shared.stamp()) {
-            Ok(()) => Staged::Accepted,
-            Err((tenant, item)) => self.stage_after_fence(tenant, item, weight),
-        }
-    }
-
-    /// A stage refused on the request path for `reason`. Counted at once,
-    /// under the lock, in O(1) (no tenant lookup), its event coalescing
-    /// with a queued one (S-B8): a producer outrunning a stalled writer
-    /// queues nothing. The fence comes before a capacity (S-W9), a
-    /// journal's refusal before the fence (S-J4, S-J8), as the engine
-    /// decides them. The item is dropped after the lock (S-W13).
-    fn refuse(&self, tenant: S::Tenant, item: S::Item, reason: DropReason) -> Staged {
-        let shared = self.shared();
-        let (staged, item) = shared.engine_input(|st| {
-            if reason == DropReason::BufferFull && st.engine.is_shutting_down() {
-                let now = st.engine.now();
-                (st.engine.stage_lazy(|| now, tenant, item).staged, None)
-            } else {
-                let now = st.engine.now();
-                (st.engine.refuse(now, tenant, reason), Some(item))
-            }
-        });
-        if let Some(item) = item {
-            contain::drop_quietly(item);
-        }
-        // Its event is drained by the writer.
-        shared.wake();
-        staged
-    }
-
-    /// A stage decided under the lock, by the engine itself: with a
-    /// `tenant_capacity` (S-B7), or past the fence. The item was weighed
-    /// (`weight`) before the lock; the clock is read under it, and only if
-    /// the engine needs it; the writer is woken only if the engine says it
-    /// has new work.
-    fn stage_locked(&self, tenant: S::Tenant, item: S::Item, weight: u64) -> Staged {
-        let shared = self.shared();
-        let stage = shared.engine_input(|st| {
-            st.engine
-                .stage_lazy_weighed(|| shared.now(), tenant, item, weight)
-        });
-        if stage.wake {
-            shared.wake();
-        }
-        stage.staged
-    }
-
-    /// A hand-off that found the fence up (S-W9): the engine, whose fence
-    /// went up with the close, under the lock, refuses the item; its
-    /// reservation is given back.
-    fn stage_after_fence(&self, tenant: S::Tenant, item: S::Item, weight: u64) -> Staged {
-        let staged = self.stage_locked(tenant, item, weight);
-        // The input re-counted whatever the engine kept pending.
-        self.shared().admission.release(1, weight);
-        staged
-    }
-
-    /// [`stage`](Self::stage) with a journal (S-W19, S-J1): the item is
-    /// encoded here, outside any lock; under the journal's own lock (not
-    /// the engine's) the journal's room is checked, the item handed off
-    /// and its record appended, so the journal gets each tenant's records
-    /// in the order the engine gets its items (D2). The disk is written by
-    /// the journal's own task.
-    #[cfg(feature = "journal")]
-    fn stage_journaled(
-        &self,
-        journal: &super::journal::Journal<S::Tenant, S::Item>,
-        tenant: S::Tenant,
-        item: S::Item,
-    ) -> Staged {
-        let Ok(record) = journal.encode(&tenant, &item) else {
-            return self.refuse(tenant, item, DropReason::EncodeFailed);
-        };
-        let handed = self.hand_off_journaled(journal, &record, tenant, item);
-        super::journal::Journal::<S::Tenant, S::Item>::recycle(record);
-        match handed {
-            Ok(()) => Staged::Accepted,
-            Err(Held::Full(reason, tenant, item)) => self.refuse(tenant, item, reason),
-            Err(Held::Fenced(tenant, item, weight)) => self.stage_after_fence(tenant, item, weight),
-        }
-    }
-
-    /// The journal's part of a stage: its room (S-J4), the reservation
-    /// (S-A1, S-B5), the hand-off and the append, under the journal's lock
-    /// (see [`stage_journaled`](Self::stage_journaled)).
-    #[cfg(feature = "journal")]
-    fn hand_off_journaled(
-        &self,
-        journal: &super::journal::Journal<S::Tenant, S::Item>,
-        record: &crate::journal::format::EncodedItem,
-        tenant: S::Tenant,
-        item: S::Item,
-    ) -> Result<(), Held<S::Tenant, S::Item>> {
-        let shared = self.shared();
-        // Application code and the clock, before the journal's lock.
-        let weight = shared.weigh(&item);
-        let at = shared.stamp();
-        let Ok(admitted) = journal.admit(record) else {
-            return Err(Held::Full(DropReason::JournalFull, tenant, item));
-        };
-        if let Err(reason) = shared.admission.reserve(weight) {
-            return Err(Held::Full(reason, tenant, item));
-        }
-        let key = tenant.clone();
-        match shared.hand_off_item(tenant, item, weight, at) {
-            Ok(()) => {
-                admitted.append(key, record);
-                Ok(())
-            }
-            // Not appended: the engine refuses it (S-W9).
-            Err((tenant, item)) => Err(Held::Fenced(tenant, item, weight)),
-        }
-    }
-
-    /// [`stage`](Self::stage) with a journal and a `tenant_capacity`: the
-    /// engine decides under its lock, then the record is appended to the
-    /// journal's buffer under the journal's lock, taken inside the
-    /// engine's.
-    #[cfg(feature = "journal")]
-    fn stage_journaled_locked(
-        &self,
-        journal: &super::journal::Journal<S::Tenant, S::Item>,
-        tenant: S::Tenant,
-        item: S::Item,
-    ) -> Staged {
-        let shared = self.shared();
-        let (staged, drain, refused) = match journal.encode(&tenant, &item) {
-            Err(_) => {
-                let now = shared.now();
-                let staged = shared
-                    .engine_input(|st| st.engine.refuse(now, tenant, DropReason::EncodeFailed));
-                (staged, true, Some(item))
-            }
-            Ok(record) => {
-                // Application code before the locks.
-                let weight = shared.weigh(&item);
-                let staged = shared.engine_input(|st| {
-                    let Ok(admitted) = journal.admit(&record) else {
-                        let now = shared.now();
-                        let staged = st.engine.refuse(now, tenant, DropReason::JournalFull);
-                        return (staged, true, Some(item));
-                    };
-                    let key = tenant.clone();
-                    let stage = st
-                        .engine
-                        .stage_lazy_weighed(|| shared.now(), tenant, item, weight);
-                    if stage.staged == Staged::Accepted {
-                        admitted.append(key, &record);
-                    }
-                    (stage.staged, stage.wake, None)
-                });
-                super::journal::Journal::<S::Tenant, S::Item>::recycle(record);
-                staged
-            }
-        };
-        // An item's `Drop` is application code: after the lock (S-W13).
-        if let Some(item) = refused {
-            contain::drop_quietly(item);
-        }
-        if drain {
-            shared.wake();
-        }
-        staged
-    }
-
     /// A durability barrier (feature `journal`; D1): answers `Ok` once
     /// every item staged before the call, and every done mark recorded
     /// before it, is on disk (written, then `fdatasync`). The call takes
@@ -675,145 +434,6 @@ impl<S: Sink> Outbox<S> {
             match synced {
                 Some(synced) => synced.await,
                 None => Err(crate::SyncError::NoJournal),
-            }
-        }
-    }
-
-    /// Stages `item` if there is room, else hands it back (S-R5): like
-    /// [`stage`](Self::stage), never waits, but a refusal (a full
-    /// capacity, a shutdown under way, with a journal an item it cannot
-    /// encode or a full journal) is not counted anywhere: the caller still
-    /// holds the item and decides.
-    ///
-    /// # Errors
-    /// [`StageError::Full`], [`StageError::ShuttingDown`],
-    /// [`StageError::Unencodable`], each with the item.
-    pub fn try_stage(&self, tenant: S::Tenant, item: S::Item) -> Result<(), StageError<S::Item>> {
-        let shared = self.shared();
-        if !shared.locked_stage {
-            return self.try_hand_off(tenant, item);
-        }
-        let now = shared.now();
-        // The weigher is application code: it runs here, before the
-        // engine's lock, as for `stage` (S-B5).
-        let weight = shared.weigh(&item);
-        #[cfg(feature = "journal")]
-        if let Some(journal) = &shared.journal {
-            let Ok(record) = journal.encode(&tenant, &item) else {
-                return Err(StageError::Unencodable(item));
-            };
-            let wake = shared.engine_input(|st| {
-                let Ok(admitted) = journal.admit(&record) else {
-                    return Err(StageError::Full {
-                        reason: crate::DropReason::JournalFull,
-                        item,
-                    });
-                };
-                let key = tenant.clone();
-                let wake = st
-                    .engine
-                    .try_stage_weighed(now, tenant, item, weight)
-                    .map_err(refusal)?;
-                admitted.append(key, &record);
-                Ok(wake)
-            });
-            super::journal::Journal::<S::Tenant, S::Item>::recycle(record);
-            if wake? {
-                shared.wake();
-            }
-            return Ok(());
-        }
-        let wake = shared.engine_input(|st| {
-            st.engine
-                .try_stage_weighed(now, tenant, item, weight)
-                .map_err(refusal)
-        })?;
-        if wake {
-            shared.wake();
-        }
-        Ok(())
-    }
-
-    /// [`try_stage`](Self::try_stage) on the request path (S-W19): as
-    /// [`stage`](Self::stage), but a refusal is handed back uncounted.
-    fn try_hand_off(&self, tenant: S::Tenant, item: S::Item) -> Result<(), StageError<S::Item>> {
-        let shared = self.shared();
-        // The fence first (S-W9): a full buffer must not hide it from a
-        // waiting stage.
-        if shared.is_fenced() {
-            return Err(StageError::ShuttingDown(item));
-        }
-        #[cfg(feature = "journal")]
-        if let Some(journal) = &shared.journal {
-            let Ok(record) = journal.encode(&tenant, &item) else {
-                return Err(StageError::Unencodable(item));
-            };
-            let handed = self.hand_off_journaled(journal, &record, tenant, item);
-            super::journal::Journal::<S::Tenant, S::Item>::recycle(record);
-            return handed.map_err(|held| self.hand_back(held));
-        }
-        let weight = shared.weigh(&item);
-        if let Err(reason) = shared.admission.reserve(weight) {
-            return Err(StageError::Full { reason, item });
-        }
-        shared
-            .hand_off_item(tenant, item, weight, shared.stamp())
-            .map_err(|(tenant, item)| self.hand_back(Held::Fenced(tenant, item, weight)))
-    }
-
-    /// The [`StageError`] of a stage held back on the request path, its
-    /// reservation given back.
-    fn hand_back(&self, held: Held<S::Tenant, S::Item>) -> StageError<S::Item> {
-        match held {
-            Held::Full(reason, _, item) => StageError::Full { reason, item },
-            Held::Fenced(_, item, weight) => {
-                self.shared().admission.release(1, weight);
-                StageError::ShuttingDown(item)
-            }
-        }
-    }
-
-    /// Stages `item`, waiting up to `timeout` for room when a capacity is
-    /// full (S-R5): for batch jobs that would rather wait than drop. Not
-    /// for request paths, where [`stage`](Self::stage) never waits. Waits
-    /// are woken when items settle; the item is tried again each time,
-    /// with no place kept in a queue (a waiter may be overtaken).
-    ///
-    /// # Errors
-    /// [`StageError::TimedOut`] when the timeout passes with no room;
-    /// [`StageError::ShuttingDown`] at once when a shutdown begins, also
-    /// while waiting; [`StageError::Unencodable`] with a journal that cannot
-    /// encode it. Each hands the item back, uncounted.
-    ///
-    /// # Cancellation
-    /// Cancel safe: dropping the future before it completes drops the
-    /// item, which was never staged and is counted nowhere; an item
-    /// accepted is accepted before the future completes, in the same poll,
-    /// so a completed stage is never undone by a drop.
-    pub async fn stage_wait(
-        &self,
-        tenant: S::Tenant,
-        mut item: S::Item,
-        timeout: Duration,
-    ) -> Result<(), StageError<S::Item>> {
-        let shared = self.shared();
-        let deadline = super::deadline(tokio::time::Instant::now(), timeout);
-        loop {
-            // Registered before the try, so a wake between the two is not
-            // missed.
-            let notified = shared.capacity.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            match self.try_stage(tenant.clone(), item) {
-                Err(StageError::Full { item: back, .. }) => item = back,
-                other => return other,
-            }
-            tokio::select! {
-                biased;
-                () = &mut notified => {}
-                () = tokio::time::sleep_until(deadline) => {
-                    return Err(StageError::TimedOut(item));
-                }
             }
         }
     }
@@ -986,24 +606,5 @@ impl<S: Sink> Outbox<S> {
         });
         shared.wake();
         Answer::new(rx)
-    }
-}
-
-/// A stage the request path could not hand off.
-enum Held<K, I> {
-    /// A capacity (or the journal) is full, for this reason; nothing is
-    /// reserved.
-    #[cfg_attr(not(feature = "journal"), allow(dead_code))]
-    Full(DropReason, K, I),
-    /// The fence is up (S-W9); its reservation of this weight is still
-    /// held.
-    Fenced(K, I, u64),
-}
-
-/// The [`StageError`] of an engine's refusal.
-fn refusal<I>((staged, item): (Staged, I)) -> StageError<I> {
-    match staged {
-        Staged::Dropped(reason) => StageError::Full { reason, item },
-        _ => StageError::ShuttingDown(item),
     }
 }

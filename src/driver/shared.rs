@@ -60,6 +60,13 @@ impl<K: Ord + std::hash::Hash + Clone, I> State<K, I> {
     }
 }
 
+/// The journal a stage appends to (D1-D6); without the `journal` feature,
+/// a type with no journal in it.
+#[cfg(feature = "journal")]
+pub(crate) type SharedJournal<K, I> = super::journal::Journal<K, I>;
+#[cfg(not(feature = "journal"))]
+pub(crate) type SharedJournal<K, I> = std::marker::PhantomData<(K, I)>;
+
 /// An item's weight on the request path: the same contained weigher the
 /// engine holds, clamped as the engine clamps (S-B5).
 pub(crate) type SharedWeigher<I> = Arc<dyn Fn(&I) -> u64 + Send + Sync>;
@@ -275,6 +282,7 @@ impl<S: Sink> Shared<S> {
             refused,
             refused_bytes,
             wake,
+            ..
         } = self.intake(engine, admitted, batch);
         debug_assert_eq!(reserved.0, accepted + refused);
         // A plain lane's items are weighed at the intake: no bytes were
@@ -358,6 +366,41 @@ impl<S: Sink> Shared<S> {
     /// The item's stamp, if the engine reads it (S-A3, S-R3).
     pub(crate) fn stamp(&self) -> Option<Time> {
         self.stamps.then(|| self.now())
+    }
+
+    /// The journal, if configured.
+    pub(crate) fn journal(&self) -> Option<&SharedJournal<S::Tenant, S::Item>> {
+        #[cfg(feature = "journal")]
+        return self.journal.as_deref();
+        #[cfg(not(feature = "journal"))]
+        None
+    }
+
+    /// The item's record, if a journal is configured (S-J8), encoded in
+    /// this thread's reused buffer; hand it back with
+    /// [`recycle`](Self::recycle).
+    pub(crate) fn encode(
+        &self,
+        tenant: &S::Tenant,
+        item: &S::Item,
+    ) -> Option<Result<super::stage::Record, crate::core::Refusal>> {
+        #[cfg(feature = "journal")]
+        return self.journal().map(|j| j.encode(tenant, item));
+        #[cfg(not(feature = "journal"))]
+        {
+            let _ = (tenant, item);
+            None
+        }
+    }
+
+    /// Hands a record's buffer back to this thread.
+    pub(crate) fn recycle(&self, record: Option<super::stage::Record>) {
+        #[cfg(feature = "journal")]
+        if let Some(record) = record {
+            super::journal::Journal::<S::Tenant, S::Item>::recycle(record);
+        }
+        #[cfg(not(feature = "journal"))]
+        let _ = record;
     }
 
     /// The item's weight as the engine measures it (S-B5).

@@ -5,16 +5,17 @@
 //! Application code runs first, outside every lock: the caller's iterator,
 //! the weigher and the codec, item by item. Then, under the engine's lock
 //! (and the journal's inside it, the lock order of S-W19), every decision
-//! `stage` would make, in the same order: the journal's refusals (S-J8,
-//! S-J4), the fence (S-W9), the capacities (S-A1, S-B5, S-B7). The accepted items enter the
+//! `stage` would make, in the same order (S-W21): the fence (S-W9), the
+//! journal's refusals (S-J8, S-J4), the capacities (S-A1, S-B5, S-B7).
+//! The accepted items enter the
 //! engine right there, after the hand-offs queued before them, so each
 //! tenant's items keep their order in the engine and in the journal alike
 //! (D2).
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 
-use super::contain;
-use crate::core::{Handoff, Staged, Time};
+use super::stage::{Facts, Room};
+use crate::core::{decide, Handoff, Refusal, Staged, Time};
 use crate::sink::Sink;
 use crate::Outbox;
 
@@ -93,8 +94,7 @@ impl<S: Sink> Outbox<S> {
     /// Not atomic: a capacity or a full journal can refuse some items of a
     /// run and accept the rest, exactly as separate stages would. The
     /// shutdown's fence goes up under the same lock, so it falls before or
-    /// after a whole run: past it, every item the journal does not refuse
-    /// first (S-J8, S-J4) is refused. What the iterator itself does to the
+    /// after a whole run: past it, every item is refused (S-W21). What the iterator itself does to the
     /// outbox (a stage, a shutdown) comes before the whole run.
     ///
     /// # Panics
@@ -172,7 +172,8 @@ impl<S: Sink> Outbox<S> {
     }
 
     /// The locked part of a run: `ready` items, stamped `at`, with their
-    /// records in `run` (with a journal).
+    /// records in `run` (with a journal), each decided as
+    /// [`stage`](Self::stage) decides it (S-W21), at this moment.
     fn stage_ready(
         &self,
         ready: Vec<Ready<S::Tenant, S::Item>>,
@@ -181,13 +182,10 @@ impl<S: Sink> Outbox<S> {
         #[cfg(feature = "journal")] run: Option<&crate::journal::format::EncodedRun>,
     ) {
         let shared = self.shared();
-        #[cfg(feature = "journal")]
-        let journal = shared.journal.as_deref();
         let mut wake = false;
-        let mut released = Vec::new();
         let ((), took) = shared.input(|st| {
             #[cfg(feature = "journal")]
-            let mut appender = journal.map(|j| {
+            let mut appender = shared.journal().map(|j| {
                 let appender = j.appender();
                 // Every queued stage appended its record under the
                 // journal's lock, now held: taking them in again puts
@@ -197,91 +195,55 @@ impl<S: Sink> Outbox<S> {
                 appender
             });
             // Under the lock: the fence cannot go up meanwhile.
-            let one_by_one = shared.locked_stage || st.engine.is_shutting_down();
-            let mut now = None::<Time>;
-            let mut clock = || *now.get_or_insert_with(|| shared.now());
-            let mut batch = Vec::with_capacity(if one_by_one { 0 } else { ready.len() });
+            let fenced = st.engine.is_shutting_down();
+            let mut batch = Vec::with_capacity(ready.len());
             for r in ready {
-                let Ready {
-                    tenant,
-                    item,
-                    weight,
-                    #[cfg(feature = "journal")]
-                    record,
-                } = r;
-                // The journal's refusals come before the fence and the
-                // capacities (S-J8, S-J4), as in `stage`.
                 #[cfg(feature = "journal")]
-                let record = match (&appender, record) {
-                    (None, _) => Ok(None),
-                    (Some(_), None) => Err(crate::DropReason::EncodeFailed),
-                    (Some(appender), Some(i)) => match run.and_then(|r| r.get(i)) {
-                        Some(record) if appender.fits(record) => Ok(Some(record)),
-                        _ => Err(crate::DropReason::JournalFull),
-                    },
+                let record = r.record.and_then(|i| run.and_then(|run| run.get(i)));
+                #[cfg(feature = "journal")]
+                let (encoded, fits) = match &appender {
+                    None => (true, true),
+                    Some(a) => (record.is_some(), record.is_some_and(|rec| a.fits(rec))),
                 };
-                #[cfg(feature = "journal")]
-                let record = match record {
-                    Ok(record) => record,
-                    Err(reason) => {
-                        outcomes.note(st.engine.refuse(clock(), tenant, reason));
-                        released.push(item);
-                        wake = true;
-                        continue;
-                    }
-                };
-                if one_by_one {
-                    // The engine decides (S-B7, S-W9), as `stage` under the
-                    // lock does.
-                    #[cfg(feature = "journal")]
-                    let key = record.map(|_| tenant.clone());
-                    let stage = st
-                        .engine
-                        .stage_lazy_weighed(&mut clock, tenant, item, weight);
-                    outcomes.note(stage.staged);
-                    wake |= stage.wake;
-                    #[cfg(feature = "journal")]
-                    if let (Some(appender), Some(record), Some(key)) = (&mut appender, record, key)
-                    {
-                        if stage.staged == Staged::Accepted {
-                            appender.append(key, record);
-                        }
-                    }
-                    continue;
-                }
-                if let Err(reason) = shared.admission.reserve(weight) {
-                    // Counted at once, with its event (S-W19).
-                    outcomes.note(st.engine.refuse(clock(), tenant, reason));
-                    released.push(item);
-                    wake = true;
-                    continue;
-                }
-                #[cfg(feature = "journal")]
-                if let (Some(appender), Some(record)) = (&mut appender, record) {
-                    appender.append(tenant.clone(), record);
-                }
-                // Accepted: the fence is down (checked above, under this
-                // lock) and the room is reserved.
-                outcomes.note(Staged::Accepted);
-                batch.push(Handoff {
-                    tenant,
-                    item,
-                    weight: Some(weight),
-                    at,
+                #[cfg(not(feature = "journal"))]
+                let (encoded, fits) = (true, true);
+                let verdict = decide(&mut Facts {
+                    fenced,
+                    encoded,
+                    room: Room::Fits(fits),
+                    admitted: None,
+                    admission: &shared.admission,
+                    weight: r.weight,
+                    quota: shared.locked_stage.then_some((&st.engine, &r.tenant)),
                 });
+                outcomes.note(verdict.map_or_else(Refusal::staged, |()| Staged::Accepted));
+                #[cfg(feature = "journal")]
+                if let (Ok(()), Some(appender), Some(record)) = (verdict, &mut appender, record) {
+                    appender.append(r.tenant.clone(), record);
+                }
+                batch.push(Handoff {
+                    tenant: r.tenant,
+                    item: r.item,
+                    weight: Some(r.weight),
+                    at,
+                    refusal: verdict.err(),
+                });
+                // A quota reads the engine's count: each item goes in
+                // before the next is decided.
+                if shared.locked_stage {
+                    wake |= shared.stage_admitted(st, batch.drain(..)).wake;
+                }
             }
-            if !batch.is_empty() {
-                let intake = shared.stage_admitted(st, batch);
-                debug_assert_eq!(intake.refused, 0);
-                wake |= intake.wake;
-            }
+            // Accepted ones: the fence is down (read under this lock) and
+            // their room is reserved; refused ones are counted.
+            let intake = shared.stage_admitted(st, batch);
+            debug_assert_eq!(intake.refused, 0);
+            wake |= intake.wake;
             #[cfg(feature = "journal")]
             if let Some(appender) = appender {
                 appender.finish();
             }
         });
-        // Application code after the locks (S-W13): refused items' `Drop`.
-        contain::drop_each(released);
         if wake || took {
             shared.wake();
         }

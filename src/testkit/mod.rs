@@ -4,8 +4,8 @@
 
 mod harness;
 mod op;
-mod stager;
 
+/// The driver's staging decision for one engine (S-W21), from the core.
+pub use crate::core::Stager;
 pub use harness::{Fate, Harness, Loss, Stats, Violation};
 pub use op::{weight_of, ConfigDraw, Op, OpOutcome};
-pub use stager::Stager;

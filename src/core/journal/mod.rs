@@ -112,6 +112,7 @@ pub fn done_by<K, I>(event: &EngineEvent<K, I>) -> Option<(&K, u64)> {
         EngineEvent::AttemptFailed { .. }
         | EngineEvent::DeadLetter(_)
         | EngineEvent::CancelInFlight
+        | EngineEvent::KeyDone { .. }
         | EngineEvent::WaitDone { .. }
         | EngineEvent::ShutdownDone { .. } => None,
     }
@@ -165,18 +166,28 @@ mod tests {
     fn the_engine_takes_recovered_items_past_its_capacity_and_coalesces_journal_refusals() {
         // D4, S-W14, S-B8: recovered items are input too; the journal's
         // refusals queue one event per reason, however many.
-        use crate::core::{Config, Engine, Staged, Time};
+        use crate::core::{Config, Durable, Engine, Handoff, Refusal, Staged, Time};
         let config = Config::builder().capacity(1).build().unwrap();
         let mut e: Engine<u32, u32> = Engine::new(config).unwrap();
         let t0 = Time::ZERO;
-        for i in 0..3 {
-            assert_eq!(e.recover(t0, 1, i), Staged::Accepted);
-        }
-        e.recover_unreadable(2);
+        let durable = (0..3).map(|item| Durable {
+            tenant: 1,
+            item,
+            age: std::time::Duration::ZERO,
+            key: None,
+        });
+        let intake = e.stage_durable(t0, durable, 2);
+        assert_eq!((intake.accepted, intake.refused), (3, 0));
         assert_eq!(e.stage(t0, 1, 9), Staged::Dropped(DropReason::BufferFull));
-        for _ in 0..5 {
-            let s = e.refuse(t0, 2, DropReason::EncodeFailed);
-            assert_eq!(s, Staged::Dropped(DropReason::EncodeFailed));
+        for item in 0..5 {
+            let refused = Handoff {
+                tenant: 2,
+                item,
+                weight: None,
+                at: None,
+                refusal: Some(Refusal::Unencodable),
+            };
+            assert_eq!(e.stage_batch([refused]).counted, 1);
         }
         let c = e.counters().clone();
         assert_eq!((c.recovered, c.staged, c.pending), (5, 6, 3));

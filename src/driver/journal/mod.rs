@@ -27,15 +27,11 @@ use crate::telemetry::names::LABEL_OUTBOX;
 
 mod commit;
 mod stage;
+pub(crate) use stage::Admitted;
 
-/// Why an item was refused by the journal at stage.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Refusal {
-    /// The codec failed or panicked, or the record would be too large.
-    Encode,
-    /// `max_bytes` is reached (S-J4).
-    Full,
-}
+/// Why an item was refused by the journal at stage: the stage's own
+/// vocabulary (`Unencodable`, `JournalFull`, S-W21).
+pub(crate) use crate::core::Refusal;
 
 /// The journal's metrics (label `outbox`).
 struct Metrics {
@@ -418,8 +414,8 @@ mod tests {
         }
         let config = JournalConfig::with_storage(MemStorage::new());
         let j = J::open(config, Box::new(Bad), "test").unwrap().journal;
-        assert_eq!(j.encode(&1, &0).err(), Some(Refusal::Encode));
-        assert_eq!(j.encode(&1, &1).err(), Some(Refusal::Encode));
+        assert_eq!(j.encode(&1, &0).err(), Some(Refusal::Unencodable));
+        assert_eq!(j.encode(&1, &1).err(), Some(Refusal::Unencodable));
         assert!(j.encode(&1, &2).is_ok());
     }
 
@@ -437,7 +433,7 @@ mod tests {
                     accepted += 1;
                 }
                 Err(r) => {
-                    assert_eq!(r, Refusal::Full);
+                    assert_eq!(r, Refusal::JournalFull);
                     break;
                 }
             }

@@ -113,9 +113,9 @@ where
             Ok(Ok(record)) => Ok(record),
             Ok(Err((EncodeFailure::Codec(_) | EncodeFailure::TooLarge, buffer))) => {
                 keep_scratch(buffer);
-                Err(Refusal::Encode)
+                Err(Refusal::Unencodable)
             }
-            Err(_) => Err(Refusal::Encode),
+            Err(_) => Err(Refusal::Unencodable),
         }
     }
 
@@ -162,7 +162,7 @@ where
         if appender.fits(record.unsealed()) {
             Ok(Admitted(appender))
         } else {
-            Err(Refusal::Full)
+            Err(Refusal::JournalFull)
         }
     }
 

@@ -50,6 +50,10 @@ impl Harness {
                 Ok(())
             }
             Event::DeadLetter(dl) => self.on_dead_letter(&dl),
+            // The harness stages no durable items, so no key comes back.
+            Event::KeyDone { key, .. } => {
+                Err(self.violation("S-W22", format!("key {key} handed back, never given")))
+            }
             Event::CancelInFlight => {
                 self.cancel_requests += 1;
                 for w in &self.in_flight {
