@@ -272,6 +272,9 @@ impl Log {
             Event::CancelInFlight => {
                 tracing::debug!(outbox, "cancelling the writes in flight");
             }
+            Event::HandedOver { tenant, items } => {
+                tracing::debug!(outbox, ?tenant, items, "items handed over (stale epoch)");
+            }
             Event::WaitDone { id, report } => answered(outbox, *id, report),
             Event::ShutdownDone { report, .. } => shut_down(outbox, report),
         }
@@ -363,6 +366,10 @@ impl<'a, K: Debug> WriteLog<'a, K> {
             AfterFailure::GivenUp => tracing::debug!(
                 outbox, ?tenant, %write, items, attempt, reason, error,
                 "a write given up (already counted lost) ended"
+            ),
+            AfterFailure::HandedOver => tracing::info!(
+                outbox, ?tenant, %write, items, attempt, reason, error,
+                "write refused under a stale epoch; its tenant is handed over to the partition's new owner"
             ),
         }
     }

@@ -503,7 +503,7 @@ pub fn publish_error_kind(error: &PublishError) -> ErrorKind {
 fn publish_error(e: PublishError) -> WriteError {
     match publish_error_kind(&e) {
         ErrorKind::Terminal => WriteError::terminal(e),
-        ErrorKind::Retryable => WriteError::retryable(e),
+        _ => WriteError::retryable(e),
     }
 }
 
