@@ -303,8 +303,11 @@ pub struct PostgresSink<R, K = TenantId> {
     _items: PhantomData<fn(R, K)>,
 }
 
-/// Default [`PostgresSink::lock_timeout`]: 2 s.
-pub const DEFAULT_LOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+/// Default [`PostgresSink::lock_timeout`]: 3 s, above
+/// [`DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT`], so a takeover's first install
+/// outlasts a paused zombie (S-E5); both well under the default lease ttl
+/// (10 s).
+pub const DEFAULT_LOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 /// Default [`PostgresSink::idle_in_transaction_timeout`]: 2 s.
 pub const DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT: std::time::Duration =
     std::time::Duration::from_secs(2);
