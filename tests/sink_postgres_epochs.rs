@@ -2,7 +2,7 @@
 //! write of an older epoch after a newer install never commits; a paused
 //! zombie holding a write's shared lock delays a takeover's install by at
 //! most the idle timeout, within `lock_timeout`; a group fails only its
-//! stale slices. Needs `OUTBOX_TEST_POSTGRES_URL` (skipped when unset,
+//! stale slices; a lost COMMIT reply is retried safely (S-E9). Needs `OUTBOX_TEST_POSTGRES_URL` (skipped when unset,
 //! failing when set and unreachable).
 #![cfg(feature = "postgres")]
 
@@ -25,7 +25,7 @@ const IDLE: Duration = Duration::from_secs(1);
 
 struct Pg {
     admin: Client,
-    _proxy: Proxy,
+    proxy: Proxy,
     sink: PostgresSink<Envelope>,
     table: String,
 }
@@ -43,7 +43,7 @@ async fn setup(test: &str, lock_timeout: Duration) -> Option<Pg> {
     sink.create_table().await.expect("create the tables");
     Some(Pg {
         admin,
-        _proxy: proxy,
+        proxy,
         sink,
         table,
     })
@@ -282,5 +282,52 @@ async fn s_e5_a_paused_zombie_delays_a_takeover_by_at_most_its_timeout() {
         .expect_err("the zombie never commits");
     assert_ne!(err.kind(), ErrorKind::Terminal, "{err}");
     assert!(pg.payloads(t).await.is_empty(), "nothing of the zombie");
+    pg.finish().await;
+}
+
+/// S-E9: a checked write whose COMMIT reply is lost committed; its retry
+/// under the same epoch commits again, absorbed by the key (one copy);
+/// once a newer epoch is installed, the retry is refused as stale and the
+/// first attempt's rows stay, before the new owner's.
+#[tokio::test]
+async fn s_e9_a_commit_whose_reply_is_lost_under_an_epoch() {
+    let Some(pg) = setup("s_e9_lost_commit", Duration::from_secs(2)).await else {
+        return;
+    };
+    pg.sink.install_epoch(6, 1, &holder("a")).await.unwrap();
+    let t = TenantId::new_v7();
+    let items = [env("x1"), env("x2")];
+    let epoch = WriteEpoch::new(6, 1);
+    let cut = pg.proxy.cut_reply_on(b"COMMIT\0");
+    let lost = pg.sink.write_with_epoch(epoch, &t, &items).await;
+    cut.fired(Duration::from_secs(10)).await;
+    let e = lost.expect_err("the reply is lost");
+    assert_eq!(e.kind(), ErrorKind::Retryable, "{e}");
+    assert_eq!(pg.payloads(t).await.len(), 2, "it committed");
+    // A pooled connection may fail once more before the pool drops it.
+    let mut again = pg.sink.write_with_epoch(epoch, &t, &items).await;
+    if again
+        .as_ref()
+        .is_err_and(|e| e.kind() == ErrorKind::Retryable)
+    {
+        again = pg.sink.write_with_epoch(epoch, &t, &items).await;
+    }
+    again.expect("the retry commits");
+    assert_eq!(pg.payloads(t).await.len(), 2, "one copy");
+    pg.sink.install_epoch(6, 2, &holder("b")).await.unwrap();
+    let e = pg
+        .sink
+        .write_with_epoch(epoch, &t, &items)
+        .await
+        .expect_err("stale now");
+    assert_eq!(stale_cause(&e).epoch, epoch);
+    pg.sink
+        .write_with_epoch(WriteEpoch::new(6, 2), &t, &[env("y")])
+        .await
+        .unwrap();
+    assert_eq!(
+        pg.payloads(t).await,
+        [b"x1".to_vec(), b"x2".to_vec(), b"y".to_vec()]
+    );
     pg.finish().await;
 }
