@@ -2,8 +2,9 @@
 //! write of an older epoch after a newer install never commits; a paused
 //! zombie holding a write's shared lock delays a takeover's install by at
 //! most the idle timeout, within `lock_timeout`; a group fails only its
-//! stale slices; a lost COMMIT reply is retried safely (S-E9). Needs `OUTBOX_TEST_POSTGRES_URL` (skipped when unset,
-//! failing when set and unreachable).
+//! stale slices; a lost COMMIT reply is retried safely (S-E9). Needs
+//! `OUTBOX_TEST_POSTGRES_URL` (skipped when unset, failing when set and
+//! unreachable).
 #![cfg(feature = "postgres")]
 
 mod common;

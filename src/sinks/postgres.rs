@@ -883,6 +883,8 @@ pub struct InvalidTableName {
 }
 
 impl InvalidTableName {
+    /// For the outbox table's derived names (feature `table`).
+    #[cfg(feature = "table")]
     pub(crate) fn for_name(name: &str) -> Self {
         InvalidTableName {
             name: name.to_owned(),
