@@ -122,5 +122,5 @@ pub use driver::{
     Answer, BuildError, DeadLetters, Health, Outbox, OutboxBuilder, StageError, StagedMany,
     DEFAULT_DROP_TIMEOUT,
 };
-pub use sink::{BoxError, ErrorKind, Sink, Slice, WriteError, Written};
+pub use sink::{BoxError, ErrorKind, Sink, Slice, WriteEpoch, WriteError, Written};
 pub use tenant::{TenantId, TenantKey};

@@ -90,6 +90,9 @@ pub trait Sink: Send + Sync + 'static {
     /// group: every slice of it fails so (S-F4), then follows its own
     /// rules.
     ///
+    /// Under leases the outbox calls
+    /// [`write_group_with_epochs`](Sink::write_group_with_epochs) instead.
+    ///
     /// # Why methods with defaults
     /// Fan-in is an opt-in override of two provided methods rather than a
     /// second trait: a second trait would have needed a second outbox
@@ -119,6 +122,72 @@ pub trait Sink: Send + Sync + 'static {
             }
             outcomes
         }
+    }
+
+    /// Writes `items` of `tenant`, as [`write`](Sink::write) does, under
+    /// `epoch` (S-E8): the outbox calls this instead of `write` when it
+    /// relays an outbox table under partition leases, so a sink can check
+    /// the epoch where it commits. A sink that checks epochs commits
+    /// nothing if `epoch` is not the one installed for its partition, and
+    /// returns [`WriteError::stale_epoch`]; the slice is then neither
+    /// retried nor lost, but handed over to the partition's new owner
+    /// (S-E7).
+    ///
+    /// # Why a provided method
+    /// The epoch is an input of the write, like the tenant, but only some
+    /// sinks can use it and only an outbox under leases has one: a provided
+    /// method keeps every existing sink compiling and behaving as before
+    /// (the default ignores the epoch and calls `write`, the right answer
+    /// for a sink that absorbs repeats of any age, S-L26), and a sink that
+    /// checks epochs overrides this one method (and
+    /// [`write_group_with_epochs`](Sink::write_group_with_epochs) if it
+    /// takes groups). [`Slice`] and the items stay as they are.
+    fn write_with_epoch(
+        &self,
+        epoch: WriteEpoch,
+        tenant: &Self::Tenant,
+        items: &[Self::Item],
+    ) -> impl Future<Output = Result<Written, WriteError>> + Send {
+        let _ = epoch;
+        self.write(tenant, items)
+    }
+
+    /// Writes a group of slices, as [`write_group`](Sink::write_group)
+    /// does, each under its epoch (S-E8): `epochs[i]` is the lease of
+    /// `slices[i]` (the same length). The outbox calls this instead of
+    /// `write_group` under leases. Each slice's outcome is its own (S-F3):
+    /// a sink that checks epochs fails with [`WriteError::stale_epoch`]
+    /// only the slices whose epoch is stale and writes the others. The
+    /// default ignores the epochs and calls `write_group`.
+    fn write_group_with_epochs(
+        &self,
+        slices: &[Slice<Self::Tenant, Self::Item>],
+        epochs: &[WriteEpoch],
+    ) -> impl Future<Output = Vec<Result<Written, WriteError>>> + Send {
+        let _ = epochs;
+        self.write_group(slices)
+    }
+}
+
+/// The lease a write runs under (S-E8): the partition its tenant hashes
+/// into in the outbox table and the epoch its owner holds that partition
+/// by. Handed to [`Sink::write_with_epoch`] and
+/// [`Sink::write_group_with_epochs`] when the outbox relays a table under
+/// leases; a sink that checks epochs commits the write only while the
+/// epoch is the one installed for the partition (S-E4), else returns
+/// [`WriteError::stale_epoch`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct WriteEpoch {
+    /// The partition, `0..P`.
+    pub partition: u32,
+    /// The owner's epoch for it (from 1).
+    pub epoch: u64,
+}
+
+impl WriteEpoch {
+    /// The epoch `epoch` of `partition`.
+    pub const fn new(partition: u32, epoch: u64) -> Self {
+        WriteEpoch { partition, epoch }
     }
 }
 
@@ -168,6 +237,12 @@ pub enum ErrorKind {
     Retryable,
     /// Never retried: the slice is counted lost under `terminal`.
     Terminal,
+    /// The write's epoch is not the one installed for its partition: a
+    /// newer owner took the partition over (S-E7). Never retried, never
+    /// lost: the items are handed over to the new owner, which delivers
+    /// them from the outbox table. Only a sink that checks epochs returns
+    /// it ([`WriteError::stale_epoch`]).
+    StaleEpoch,
 }
 
 /// A failed write: its kind and its cause.
@@ -194,7 +269,17 @@ impl WriteError {
         }
     }
 
-    /// Retryable or terminal.
+    /// The write committed nothing because its epoch is stale (S-E7): a
+    /// newer epoch is installed for its partition. Return it only after
+    /// the epoch check failed and the transaction rolled back.
+    pub fn stale_epoch(source: impl Into<BoxError>) -> Self {
+        WriteError {
+            kind: ErrorKind::StaleEpoch,
+            source: source.into(),
+        }
+    }
+
+    /// Retryable, terminal or stale.
     pub fn kind(&self) -> ErrorKind {
         self.kind
     }
@@ -215,6 +300,7 @@ impl fmt::Display for WriteError {
         let kind = match self.kind {
             ErrorKind::Retryable => "retryable",
             ErrorKind::Terminal => "terminal",
+            ErrorKind::StaleEpoch => "stale epoch",
         };
         write!(f, "{kind} write error: {}", self.source)
     }

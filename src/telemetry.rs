@@ -82,6 +82,9 @@ pub mod names {
     pub const WRITE_LATENCY: &str = "outbox_write_latency_seconds";
     /// Counter: items a journal recovery found pending (D4).
     pub const ITEMS_RECOVERED: &str = "outbox_items_recovered_total";
+    /// Counter: items handed over to another instance after a write came
+    /// back under a stale epoch (S-E7).
+    pub const ITEMS_HANDED_OVER: &str = "outbox_items_handed_over_total";
     /// Gauge: 1 while the breaker is open or probing, else 0 (S-R1).
     pub const BREAKER_OPEN: &str = "outbox_breaker_open";
     /// Gauge: failed attempts in a row across tenants (S-R1).
@@ -112,6 +115,7 @@ pub(crate) struct Export {
     attempts: Counter,
     failures: [Counter; Failure::ALL.len()],
     recovered: Counter,
+    handed_over: Counter,
     lost: [Counter; LostReason::ALL.len()],
     dropped: [Counter; DropReason::ALL.len()],
     /// The counters last exported.
@@ -146,6 +150,7 @@ pub(crate) fn register(name: &str) -> (Export, Log) {
             metrics::counter!(WRITE_FAILURES, LABEL_OUTBOX => label.clone(), LABEL_KIND => k.as_str())
         }),
         recovered: metrics::counter!(ITEMS_RECOVERED, LABEL_OUTBOX => label.clone()),
+        handed_over: metrics::counter!(ITEMS_HANDED_OVER, LABEL_OUTBOX => label.clone()),
         lost,
         dropped,
         last: Counters::default(),
@@ -176,6 +181,7 @@ impl Export {
             add(c, last.failed[i], now.failed[i]);
         }
         add(&self.recovered, last.recovered, now.recovered);
+        add(&self.handed_over, last.handed_over, now.handed_over);
         for (i, c) in self.lost.iter().enumerate() {
             add(c, last.lost[i], now.lost[i]);
         }
@@ -274,6 +280,9 @@ impl Log {
             }
             // Counted with the event that settled the item.
             Event::KeyDone { .. } => {}
+            Event::HandedOver { tenant, items } => {
+                tracing::debug!(outbox, ?tenant, items, "items handed over (stale epoch)");
+            }
             Event::WaitDone { id, report } => answered(outbox, *id, report),
             Event::ShutdownDone { report, .. } => shut_down(outbox, report),
         }
@@ -366,6 +375,10 @@ impl<'a, K: Debug> WriteLog<'a, K> {
                 outbox, ?tenant, %write, items, attempt, reason, error,
                 "a write given up (already counted lost) ended"
             ),
+            AfterFailure::HandedOver => tracing::info!(
+                outbox, ?tenant, %write, items, attempt, reason, error,
+                "write refused under a stale epoch; its tenant is handed over to the partition's new owner"
+            ),
         }
     }
 }
@@ -397,6 +410,7 @@ mod tests {
             c.add_failed(Failure::Cancelled);
             c.add_failed(Failure::TaskLost);
             c.recovered = 3;
+            c.handed_over = 2;
             t.export(&c);
             t.export(&c);
         });
@@ -417,6 +431,7 @@ mod tests {
                 ("outbox_write_failures_total", Some("task_lost")) => DebugValue::Counter(1),
                 ("outbox_write_failures_total", Some(_)) => DebugValue::Counter(0),
                 ("outbox_items_recovered_total", None) => DebugValue::Counter(3),
+                ("outbox_items_handed_over_total", None) => DebugValue::Counter(2),
                 ("outbox_events_lost_total", Some("terminal")) => DebugValue::Counter(1),
                 ("outbox_events_lost_total", Some(_)) => DebugValue::Counter(0),
                 ("outbox_items_dropped_total", Some(_)) => DebugValue::Counter(0),
@@ -429,7 +444,7 @@ mod tests {
         }
         assert_eq!(
             seen,
-            5 + Failure::ALL.len() + LostReason::ALL.len() + DropReason::ALL.len(),
+            6 + Failure::ALL.len() + LostReason::ALL.len() + DropReason::ALL.len(),
             "every series but the histogram"
         );
     }

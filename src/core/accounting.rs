@@ -126,7 +126,7 @@ impl fmt::Display for DropReason {
 /// The engine's counters: a snapshot from [`Engine::counters`](crate::core::Engine::counters).
 ///
 /// S-W14: `staged + recovered == written + pending + lost_total() +
-/// dropped_total()` at every instant; every count but `pending` only
+/// dropped_total() + handed_over` at every instant; every count but `pending` only
 /// grows.
 ///
 /// S-W18: every attempt ends in exactly one counted outcome, so
@@ -154,6 +154,10 @@ pub struct Counters {
     pub pending: u64,
     /// Items written by a successful write.
     pub written: u64,
+    /// Items handed over to another instance after a write came back
+    /// under a stale epoch (S-E7): neither written nor lost; the outbox
+    /// table still holds them for the partition's next owner.
+    pub handed_over: u64,
     /// Attempts that ended written (batches), a write the engine had given
     /// up but that committed anyway included (S-W18).
     pub writes: u64,
@@ -213,7 +217,11 @@ impl Counters {
     /// Whether S-W14 holds: every staged item is in exactly one state.
     pub fn balanced(&self) -> bool {
         self.staged + self.recovered
-            == self.written + self.pending + self.lost_total() + self.dropped_total()
+            == self.written
+                + self.pending
+                + self.lost_total()
+                + self.dropped_total()
+                + self.handed_over
     }
 
     /// Counts `n` lost items; returns whether this occurrence should be

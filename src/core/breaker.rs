@@ -126,7 +126,8 @@ enum Verdict {
 
 fn verdict(failure: Option<Failure>) -> Verdict {
     match failure {
-        None | Some(Failure::Rejected) => Verdict::Up,
+        // The sink answered (a stale epoch too: S-E7).
+        None | Some(Failure::Rejected | Failure::StaleEpoch) => Verdict::Up,
         Some(Failure::Cancelled) => Verdict::Moot,
         // Canary (issue 26): a timeout counted neither way.
         Some(Failure::Timeout) if canary::on(canary::BREAKER_TIMEOUT) => Verdict::Moot,

@@ -1150,6 +1150,9 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// decides. Returns the items to drop (none when kept).
     fn finish_failed(&mut self, write: Write<K, I>, rec: InFlight<K>, failure: Failure) -> Vec<I> {
         self.counters.add_failed(failure);
+        if failure == Failure::StaleEpoch {
+            return self.hand_over(write, rec);
+        }
         let next = self.after_failure(&rec, failure);
         self.attempt_failed(write.id, &rec, failure, next);
         let n = write.items.len();
@@ -1169,7 +1172,11 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                 return Vec::new();
             }
             AfterFailure::Dropped => SettledAs::Dropped,
-            AfterFailure::Lost | AfterFailure::GivenUp => SettledAs::Lost,
+            // Handed over never gets here (`hand_over`); counted as lost
+            // only to keep the match whole.
+            AfterFailure::Lost | AfterFailure::GivenUp | AfterFailure::HandedOver => {
+                SettledAs::Lost
+            }
         };
         self.settle_slice(&rec.tenant, n, rec.bytes, |_| settled);
         let reason = match (next, failure) {
@@ -1182,6 +1189,40 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             Some(reason) => self.dead_letter_at_run_time(&rec.tenant, write.items, reason),
             None => write.items,
         };
+        self.schedule_after_write(rec.tenant);
+        items
+    }
+
+    /// A write came back under a stale epoch (S-E7): another instance owns
+    /// the partition, so neither this write nor anything of its tenant is
+    /// written here any more (a later write would overtake the handed-over
+    /// items). The write's items, then the tenant's waiting ones, settle
+    /// as handed over and are returned to be dropped: the outbox table
+    /// still holds them.
+    fn hand_over(&mut self, write: Write<K, I>, rec: InFlight<K>) -> Vec<I> {
+        self.attempt_failed(
+            write.id,
+            &rec,
+            Failure::StaleEpoch,
+            AfterFailure::HandedOver,
+        );
+        let n = write.items.len();
+        self.settle_slice(&rec.tenant, n, rec.bytes, |_| SettledAs::HandedOver);
+        let mut items = write.items;
+        let t = self.tenants.get_mut(&rec.tenant).expect("tenant in flight");
+        let waiting = take_front(&mut t.items, usize::MAX);
+        let bytes = mem::take(&mut t.bytes);
+        t.stamps.clear();
+        let m = waiting.len();
+        if m > 0 {
+            self.settle_slice(&rec.tenant, m, bytes, |_| SettledAs::HandedOver);
+            items.extend(waiting);
+        }
+        self.counters.handed_over += (n + m) as u64;
+        self.events.push_back(Event::HandedOver {
+            tenant: rec.tenant.clone(),
+            items: (n + m) as u64,
+        });
         self.schedule_after_write(rec.tenant);
         items
     }

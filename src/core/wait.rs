@@ -29,6 +29,7 @@ pub(crate) enum SettledAs {
     Written,
     Dropped,
     Lost,
+    HandedOver,
 }
 
 /// One open wait's share of a tenant's backlog: the wait covers the
@@ -153,6 +154,7 @@ impl Waits {
                     SettledAs::Written => w.report.written += 1,
                     SettledAs::Dropped => w.report.dropped += 1,
                     SettledAs::Lost => w.report.lost += 1,
+                    SettledAs::HandedOver => w.report.handed_over += 1,
                 }
             }
             c.items -= covered;

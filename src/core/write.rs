@@ -66,6 +66,13 @@ pub enum Outcome {
     /// ([`Event::CancelInFlight`]). Like every other outcome it counts as
     /// one failed attempt, of kind [`Failure::Cancelled`] (S-W18).
     Cancelled,
+    /// The sink refused the write because a newer epoch is installed for
+    /// its partition (S-E7, S-L14): another instance owns it now. One
+    /// failed attempt of kind [`Failure::StaleEpoch`]; not retried, not
+    /// lost: the write's items and every item of its tenant still waiting
+    /// leave the engine counted `handed_over` (the next owner delivers them
+    /// from the outbox table), with an [`Event::HandedOver`].
+    StaleEpoch,
 }
 
 impl Outcome {
@@ -103,22 +110,27 @@ pub enum Failure {
     /// The attempt's task ended without giving its items back (S-W13,
     /// [`Engine::finish_lost`](super::Engine::finish_lost)).
     TaskLost,
+    /// The sink refused the write under a stale epoch (S-E7): not retried,
+    /// handed over; the sink answered, so it does not count toward the
+    /// breaker (S-R1).
+    StaleEpoch,
 }
 
 impl Failure {
     /// Every kind, in a fixed order (the index of
     /// [`Counters::failed`](super::Counters::failed)).
-    pub const ALL: [Failure; 6] = [
+    pub const ALL: [Failure; 7] = [
         Failure::Error,
         Failure::Panic,
         Failure::Timeout,
         Failure::Rejected,
         Failure::Cancelled,
         Failure::TaskLost,
+        Failure::StaleEpoch,
     ];
 
     /// The name used in logs and as the `kind` label: `error`, `panic`,
-    /// `timeout`, `rejected`, `cancelled`, `task_lost`.
+    /// `timeout`, `rejected`, `cancelled`, `task_lost`, `stale_epoch`.
     pub const fn as_str(self) -> &'static str {
         match self {
             Failure::Error => "error",
@@ -127,6 +139,7 @@ impl Failure {
             Failure::Rejected => "rejected",
             Failure::Cancelled => "cancelled",
             Failure::TaskLost => "task_lost",
+            Failure::StaleEpoch => "stale_epoch",
         }
     }
 
@@ -139,6 +152,7 @@ impl Failure {
             Outcome::TimedOut => Some(Failure::Timeout),
             Outcome::Rejected => Some(Failure::Rejected),
             Outcome::Cancelled => Some(Failure::Cancelled),
+            Outcome::StaleEpoch => Some(Failure::StaleEpoch),
         }
     }
 
@@ -164,6 +178,9 @@ pub enum AfterFailure {
     /// S-A7) before this attempt came back: its items were already counted
     /// lost then, and go to the dead-letter hand-off (S-B6).
     GivenUp,
+    /// Handed over under a stale epoch (S-E7): left in the outbox table
+    /// for the partition's next owner, counted `handed_over`.
+    HandedOver,
 }
 
 /// Why items were given up while the outbox runs, as a run-time dead
@@ -276,6 +293,9 @@ pub struct Report {
     /// Of those items, how many were lost (counted under a
     /// [`LostReason`]).
     pub lost: u64,
+    /// Of those items, how many were handed over to another instance
+    /// (S-E7): left in the outbox table for the partition's next owner.
+    pub handed_over: u64,
     /// How many are still pending (non-zero only when the deadline passed,
     /// and always zero for a shutdown).
     pub pending: u64,
@@ -301,6 +321,9 @@ pub struct ShutdownReport<K, I> {
     /// Of those items, how many were lost (those unwritten at the deadline
     /// among them).
     pub lost: u64,
+    /// Of those items, how many were handed over to another instance
+    /// (S-E7).
+    pub handed_over: u64,
     /// How many are still pending: always 0, a shutdown answers only when
     /// nothing is (I8).
     pub pending: u64,
@@ -323,6 +346,7 @@ impl<K, I> ShutdownReport<K, I> {
             written,
             dropped,
             lost,
+            handed_over,
             pending,
             deadline_passed,
         } = report;
@@ -330,6 +354,7 @@ impl<K, I> ShutdownReport<K, I> {
             written,
             dropped,
             lost,
+            handed_over,
             pending,
             deadline_passed,
             first,
@@ -343,6 +368,7 @@ impl<K, I> ShutdownReport<K, I> {
             written: self.written,
             dropped: self.dropped,
             lost: self.lost,
+            handed_over: self.handed_over,
             pending: self.pending,
             deadline_passed: self.deadline_passed,
         }
@@ -435,6 +461,17 @@ pub enum Event<K, I> {
     /// [`Outcome::Cancelled`] or whatever it got first). The engine has
     /// already counted their items lost (S-W9 deadline, S-A7).
     CancelInFlight,
+    /// A write of `tenant` came back [`Outcome::StaleEpoch`] (S-E7): its
+    /// items and every item of the tenant still waiting left the engine
+    /// counted `handed_over`, not lost, not retried; the partition's next
+    /// owner delivers them from the outbox table. Queued right after the
+    /// write's [`Event::AttemptFailed`].
+    HandedOver {
+        /// Whose.
+        tenant: K,
+        /// Items handed over: the write's and the tenant's waiting ones.
+        items: u64,
+    },
     /// Items given up while running, handed out with
     /// [`Config::dead_letters`](super::Config::dead_letters) on (S-R4).
     /// Queued right after the [`Event::Lost`] or [`Event::Dropped`] that
@@ -479,7 +516,8 @@ mod tests {
                 "timeout",
                 "rejected",
                 "cancelled",
-                "task_lost"
+                "task_lost",
+                "stale_epoch"
             ]
         );
         for (i, f) in Failure::ALL.iter().enumerate() {

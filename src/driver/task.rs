@@ -5,11 +5,12 @@
 use std::sync::Arc;
 
 use tokio::time::Instant;
+use tokio_util::either::Either;
 use tokio_util::sync::CancellationToken;
 
 use super::contain::{self, Contained};
 use crate::core::{Outcome, Write};
-use crate::sink::{Sink, Slice, WriteError, Written};
+use crate::sink::{ErrorKind, Sink, Slice, WriteEpoch, WriteError, Written};
 
 /// What a write task hands back to the writer: the write with its very
 /// items (S-C2), how the attempt ended, and the sink's error as text for
@@ -29,7 +30,8 @@ pub(crate) type SinkFinished<S> = Finished<<S as Sink>::Tenant, <S as Sink>::Ite
 /// - The sink's `write` returned `Ok`: [`Outcome::Written`] with the
 ///   sink's `discarded` count (S-W12).
 /// - A retryable error: [`Outcome::Failed`]; a terminal one:
-///   [`Outcome::Rejected`] (S-A5).
+///   [`Outcome::Rejected`] (S-A5); a stale epoch:
+///   [`Outcome::StaleEpoch`] (S-E7).
 /// - A panic creating the future, polling it, or rendering or dropping a
 ///   retryable error: [`Outcome::Panicked`] (S-W5); a terminal error that
 ///   panics as it is rendered or dropped is still [`Outcome::Rejected`].
@@ -37,15 +39,22 @@ pub(crate) type SinkFinished<S> = Finished<<S as Sink>::Tenant, <S as Sink>::Ite
 ///   (S-B3).
 /// - `cancel` fired first: the future is dropped, [`Outcome::Cancelled`]
 ///   (S-W9 deadline, S-A7).
-pub(crate) async fn run<S: Sink>(
+///
+/// The write carries `epoch` when the outbox relays a table under leases
+/// (S-E8): the sink's `write_with_epoch` then, else its `write`.
+pub(crate) async fn run_with_epoch<S: Sink>(
     sink: Arc<S>,
     write: Write<S::Tenant, S::Item>,
+    epoch: Option<WriteEpoch>,
     deadline: Option<Instant>,
     cancel: CancellationToken,
 ) -> Finished<S::Tenant, S::Item> {
     // Only the sink's future (`Send` by the trait) may hold a borrow of the
     // items across an await, so `Item` need not be `Sync`.
-    let (outcome, error) = match contain::call(|| sink.write(&write.tenant, &write.items)) {
+    let (outcome, error) = match contain::call(|| match epoch {
+        Some(epoch) => Either::Left(sink.write_with_epoch(epoch, &write.tenant, &write.items)),
+        None => Either::Right(sink.write(&write.tenant, &write.items)),
+    }) {
         Err(contain::Panicked) => (
             Outcome::Panicked,
             Some("the sink panicked creating the write".to_owned()),
@@ -74,23 +83,38 @@ pub(crate) async fn run<S: Sink>(
 }
 
 /// Runs one attempt of a group of slices (S-F1, S-F4): a group of one is
-/// [`run`], the sink's `write`; a larger one is one call to the sink's
+/// [`run_with_epoch`], the sink's `write`; a larger one is one call to the sink's
 /// `write_group`, under one containment, one timeout (the slices share
 /// their start, so their deadline) and the writer's cancellation.
 ///
 /// A panic, the timeout or the cancellation ends every slice of the group
 /// with that outcome; otherwise each slice takes its own outcome from the
-/// sink's list, as [`run`] maps one (S-F3). A list shorter than the group
+/// sink's list, as [`run_with_epoch`] maps one (S-F3). A list shorter than the group
 /// fails the slices it leaves out, retryably.
 pub(crate) async fn run_group<S: Sink>(
     sink: Arc<S>,
+    writes: Vec<Write<S::Tenant, S::Item>>,
+    deadline: Option<Instant>,
+    cancel: CancellationToken,
+) -> Vec<Finished<S::Tenant, S::Item>> {
+    run_group_with_epochs(sink, writes, None, deadline, cancel).await
+}
+
+/// [`run_group`], each write carrying its epoch (`epochs[i]` for
+/// `writes[i]`) when the outbox relays a table under leases (S-E8): the
+/// sink's `write_group_with_epochs` (or `write_with_epoch` for a group of
+/// one), else its `write_group`.
+pub(crate) async fn run_group_with_epochs<S: Sink>(
+    sink: Arc<S>,
     mut writes: Vec<Write<S::Tenant, S::Item>>,
+    epochs: Option<Vec<WriteEpoch>>,
     deadline: Option<Instant>,
     cancel: CancellationToken,
 ) -> Vec<Finished<S::Tenant, S::Item>> {
     if writes.len() == 1 {
         let write = writes.pop().expect("one write");
-        return vec![run(sink, write, deadline, cancel).await];
+        let epoch = epochs.and_then(|e| e.first().copied());
+        return vec![run_with_epoch(sink, write, epoch, deadline, cancel).await];
     }
     // The slices travel to the sink as `Slice`s and back into their
     // writes with their ids, attempts and deadlines (S-C2).
@@ -103,8 +127,10 @@ pub(crate) async fn run_group<S: Sink>(
         })
         .collect();
     let n = slices.len();
-    let outcomes: Vec<(Outcome, Option<String>)> = match contain::call(|| sink.write_group(&slices))
-    {
+    let outcomes: Vec<(Outcome, Option<String>)> = match contain::call(|| match &epochs {
+        Some(epochs) => Either::Left(sink.write_group_with_epochs(&slices, epochs)),
+        None => Either::Right(sink.write_group(&slices)),
+    }) {
         Err(contain::Panicked) => all(
             n,
             Outcome::Panicked,
@@ -176,6 +202,12 @@ fn per_slice(
 /// one (S-W5); a terminal rejection stays one whatever its rendering does
 /// (S-A5: the sink answered, and its answer is never retried).
 fn outcome_of_error(error: WriteError) -> (Outcome, Option<String>) {
+    if error.kind() == ErrorKind::StaleEpoch {
+        // The sink answered: whatever rendering does, the write is stale.
+        let text = contain::call(move || error.to_string())
+            .unwrap_or_else(|_| "a stale epoch (it panicked while rendering)".into());
+        return (Outcome::StaleEpoch, Some(text));
+    }
     let terminal = error.is_terminal();
     match (contain::call(move || error.to_string()), terminal) {
         (Ok(text), true) => (Outcome::Rejected, Some(text)),

@@ -84,6 +84,31 @@
 //! acknowledged, which rules this out at the cost of one round trip per
 //! item.
 //!
+//! # Many instances on one outbox table (leases, epochs)
+//! JetStream has no transaction to check an epoch in, so this sink keeps
+//! the default [`Sink::write_with_epoch`]: it publishes whatever epoch the
+//! write carries (S-L27, S-E8). What that means for a zombie (an instance
+//! paused or cut off past its lease that still publishes a write it had
+//! started):
+//!
+//! - A zombie's publish that reaches the stream **within the duplicate
+//!   window** of the same item's first publish carries the same
+//!   `Nats-Msg-Id` and is absorbed: one copy, and the tenant's order holds
+//!   (the copy kept is the first, in its place).
+//! - A zombie's publish that reaches the stream **after the window** is
+//!   stored again, as a new message **after the newer messages** the new
+//!   owner published meanwhile: a repeat, out of order. Keep
+//!   `lease_ttl` plus the longest pause you tolerate well under the
+//!   window; nothing bounds a pause (S-L9), so the window only makes the
+//!   case rare.
+//! - A zombie's publish of an item the new owner then dead-letters is
+//!   stored: nothing can refuse it here (S-L26).
+//!
+//! `Nats-Expected-Last-Subject-Sequence` could serve as an epoch check
+//! for a stream with one subject per tenant (this sink's layout): see
+//! `docs/leases.md`, "Epochs at sinks", for its evaluation and cost (a
+//! tenant's publishes are no longer pipelined). It is not adopted.
+//!
 //! # Errors
 //! | cause | kind |
 //! | --- | --- |
@@ -503,7 +528,7 @@ pub fn publish_error_kind(error: &PublishError) -> ErrorKind {
 fn publish_error(e: PublishError) -> WriteError {
     match publish_error_kind(&e) {
         ErrorKind::Terminal => WriteError::terminal(e),
-        ErrorKind::Retryable => WriteError::retryable(e),
+        _ => WriteError::retryable(e),
     }
 }
 

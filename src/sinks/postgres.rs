@@ -120,6 +120,35 @@
 //! and when the group's transaction fails terminally each slice is
 //! written again alone, so bad data rejects only its own slice.
 //!
+//! # Epochs
+//! Under partition leases (many instances relaying one outbox table) a
+//! write carries its epoch ([`Sink::write_with_epoch`]). With
+//! [`with_epochs`](PostgresSink::with_epochs) the sink keeps an epoch
+//! table beside its own ([`epochs`]: one row per partition, the highest
+//! epoch installed and its holder) and checks every such write (S-E1..S-E6):
+//!
+//! - A takeover calls [`install_epoch`](PostgresSink::install_epoch)
+//!   before it writes anything of the partition (under `lock_timeout`);
+//!   only an install updates the row.
+//! - A write is one explicit transaction under `SET LOCAL
+//!   idle_in_transaction_session_timeout`: the inserts, then, as the last
+//!   statement before COMMIT, the check: `SELECT ... FOR SHARE` of its
+//!   partitions' rows in partition order. Shared locks do not conflict, so
+//!   writes never queue behind each other; an install waits for them.
+//! - A write whose epoch is not the installed one commits nothing and
+//!   fails with [`WriteError::stale_epoch`] (cause [`StaleEpoch`]); in a
+//!   group only the stale partitions' slices fail, the others are written
+//!   (S-F3). The outbox counts them handed over, never retried (S-E7).
+//! - A zombie paused inside its transaction holds an install back at most
+//!   the idle timeout (S-E5): keep both timeouts well under the lease ttl,
+//!   and `lock_timeout` above the idle timeout so a takeover's first
+//!   install succeeds.
+//!
+//! A checked write always takes `BEGIN` and `COMMIT` round trips (the
+//! check must be the last statement of a transaction), one more than an
+//! unchecked write of one statement. A write without an epoch is not
+//! checked.
+//!
 //! # Errors
 //! | cause | kind |
 //! | --- | --- |
@@ -138,7 +167,10 @@
 //! [`max_rows_per_statement`]: PostgresSink::max_rows_per_statement
 //! [`max_bytes_per_statement`]: PostgresSink::max_bytes_per_statement
 
+mod checked;
 pub mod epochs;
+
+pub use checked::StaleEpoch;
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -154,9 +186,11 @@ use uuid::Uuid;
 
 use tokio_postgres::types::ToSql;
 
-use crate::sink::{ErrorKind, Sink, Slice, WriteError, Written};
+use crate::core::lease::Holder;
+use crate::sink::{ErrorKind, Sink, Slice, WriteEpoch, WriteError, Written};
 use crate::sinks::{InvalidTenant, Record};
 use crate::tenant::{TenantId, TenantKey};
+use epochs::{EpochSql, Installed, SinkEpoch};
 
 /// A tenant key the PostgreSQL sink can write: the type of the `tenant`
 /// column and the value bound for it (see [the tenant
@@ -262,8 +296,21 @@ pub struct PostgresSink<R, K = TenantId> {
     group_sql: String,
     max_rows: usize,
     max_bytes: usize,
+    /// The epoch table, when writes are checked by epoch (S-E1).
+    epochs: Option<std::sync::Arc<EpochSql>>,
+    lock_timeout: std::time::Duration,
+    idle_timeout: std::time::Duration,
     _items: PhantomData<fn(R, K)>,
 }
+
+/// Default [`PostgresSink::lock_timeout`]: 3 s, above
+/// [`DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT`], so a takeover's first install
+/// outlasts a paused zombie (S-E5); both well under the default lease ttl
+/// (10 s).
+pub const DEFAULT_LOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+/// Default [`PostgresSink::idle_in_transaction_timeout`]: 2 s.
+pub const DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT: std::time::Duration =
+    std::time::Duration::from_secs(2);
 
 impl<R, K> fmt::Debug for PostgresSink<R, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -315,6 +362,9 @@ impl<R: Record, K: PgTenant> PostgresSink<R, K> {
             group_sql,
             max_rows: DEFAULT_MAX_ROWS_PER_STATEMENT,
             max_bytes: DEFAULT_MAX_BYTES_PER_STATEMENT,
+            epochs: None,
+            lock_timeout: DEFAULT_LOCK_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT,
             _items: PhantomData,
         })
     }
@@ -342,6 +392,71 @@ impl<R: Record, K: PgTenant> PostgresSink<R, K> {
         self
     }
 
+    /// Checks every write that carries an epoch ([`Sink::write_with_epoch`],
+    /// [`Sink::write_group_with_epochs`]) against the epoch table
+    /// `epoch_table` (same grammar as [`new`](Self::new)) in the same
+    /// database (S-E1..S-E6): see [epochs](self#epochs). A write without an
+    /// epoch (an outbox without leases) is not checked.
+    ///
+    /// # Errors
+    /// [`InvalidTableName`] for a name outside the grammar.
+    pub fn with_epochs(mut self, epoch_table: &str) -> Result<Self, InvalidTableName> {
+        let t = QualifiedName::parse(epoch_table)?;
+        self.epochs = Some(std::sync::Arc::new(EpochSql::new(&t.quoted)));
+        Ok(self)
+    }
+
+    /// How long an epoch install waits for writes' shared locks (`SET
+    /// LOCAL lock_timeout`; default [`DEFAULT_LOCK_TIMEOUT`], at least 1
+    /// ms): keep it well under the lease ttl (S-E2, S-E5).
+    pub fn lock_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.lock_timeout = timeout.max(std::time::Duration::from_millis(1));
+        self
+    }
+
+    /// How long a write checked by epoch may sit idle inside its
+    /// transaction before the server ends it (`SET LOCAL
+    /// idle_in_transaction_session_timeout`; default
+    /// [`DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT`], at least 1 ms): a paused
+    /// zombie holds an install back at most this long (S-E5).
+    pub fn idle_in_transaction_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.idle_timeout = timeout.max(std::time::Duration::from_millis(1));
+        self
+    }
+
+    /// Installs `epoch` for `partition` for `holder` (a takeover, S-E2,
+    /// S-E3): before the new owner writes anything of the partition. From
+    /// its commit on, no write of an older epoch commits.
+    ///
+    /// # Errors
+    /// Terminal if the sink has no epoch table ([`with_epochs`](Self::with_epochs));
+    /// the pool's or the server's error otherwise, `55P03` (lock timeout)
+    /// retryable.
+    pub async fn install_epoch(
+        &self,
+        partition: u32,
+        epoch: u64,
+        holder: &Holder,
+    ) -> Result<Installed, WriteError> {
+        let epochs = self.epochs.as_ref().ok_or_else(no_epoch_table)?;
+        let mut client = self.pool.get().await.map_err(pool_error)?;
+        epochs
+            .install(&mut client, partition, epoch, holder, self.lock_timeout)
+            .await
+            .map_err(pg_error)
+    }
+
+    /// The epoch table's rows, by partition: the floors an acquire reads
+    /// (S-L10).
+    ///
+    /// # Errors
+    /// As [`install_epoch`](Self::install_epoch).
+    pub async fn sink_epochs(&self) -> Result<Vec<SinkEpoch>, WriteError> {
+        let epochs = self.epochs.as_ref().ok_or_else(no_epoch_table)?;
+        let client = self.pool.get().await.map_err(pool_error)?;
+        epochs.read(&**client).await.map_err(pg_error)
+    }
+
     /// The table, as written in SQL (quoted).
     pub fn table(&self) -> &str {
         &self.table.quoted
@@ -353,7 +468,8 @@ impl<R: Record, K: PgTenant> PostgresSink<R, K> {
     }
 
     /// Creates the table and its index if they do not exist (the
-    /// statements of [`schema_sql`]), in one transaction.
+    /// statements of [`schema_sql`]), and the epoch table with
+    /// [`with_epochs`](Self::with_epochs), in one transaction.
     ///
     /// # Errors
     /// The pool's or the server's error, as a [`WriteError`] classified as
@@ -364,6 +480,9 @@ impl<R: Record, K: PgTenant> PostgresSink<R, K> {
         tx.batch_execute(&schema_for(&self.table, K::SQL_TYPE))
             .await
             .map_err(pg_error)?;
+        if let Some(epochs) = &self.epochs {
+            tx.batch_execute(&epochs.schema()).await.map_err(pg_error)?;
+        }
         tx.commit().await.map_err(pg_error)
     }
 
@@ -497,19 +616,7 @@ impl<R: Record, K: PgTenant> PostgresSink<R, K> {
     /// if they fit one, else several in one transaction.
     async fn insert_rows(&self, tenants: &[K::Param<'_>], rows: &[&R]) -> Result<(), WriteError> {
         let mut client = self.pool.get().await.map_err(pool_error)?;
-        let chunk = |rows: &[&R]| {
-            let mut bytes = 0usize;
-            let mut n = 0usize;
-            for r in rows.iter().take(self.max_rows) {
-                let len = r.payload().len();
-                if n > 0 && bytes.saturating_add(len) > self.max_bytes {
-                    break;
-                }
-                bytes = bytes.saturating_add(len);
-                n += 1;
-            }
-            n.max(1)
-        };
+        let chunk = |rows: &[&R]| rows_in_statement(rows, self.max_rows, self.max_bytes);
         if chunk(rows) == rows.len() {
             let stmt = client
                 .prepare_cached(&self.group_sql)
@@ -536,6 +643,28 @@ impl<R: Record, K: PgTenant> PostgresSink<R, K> {
         }
         tx.commit().await.map_err(pg_error)
     }
+}
+
+/// How many leading rows of `rows` go in one statement: at least 1, at
+/// most `max_rows`, and no more payload than `max_bytes` unless the first
+/// row alone is larger.
+fn rows_in_statement<R: Record>(rows: &[&R], max_rows: usize, max_bytes: usize) -> usize {
+    let mut bytes = 0usize;
+    let mut n = 0usize;
+    for r in rows.iter().take(max_rows) {
+        let len = r.payload().len();
+        if n > 0 && bytes.saturating_add(len) > max_bytes {
+            break;
+        }
+        bytes = bytes.saturating_add(len);
+        n += 1;
+    }
+    n.max(1)
+}
+
+/// The sink has no epoch table: a configuration that never passes.
+fn no_epoch_table() -> WriteError {
+    WriteError::terminal("the PostgreSQL sink has no epoch table: configure `with_epochs`")
 }
 
 /// The id and payload columns of `rows`.
@@ -587,6 +716,46 @@ impl<R: Record, K: PgTenant> Sink for PostgresSink<R, K> {
         slices: &[Slice<K, R>],
     ) -> impl std::future::Future<Output = Vec<Result<Written, WriteError>>> + Send {
         self.write_slices(slices)
+    }
+
+    /// With [`with_epochs`](PostgresSink::with_epochs): one transaction
+    /// checked by `epoch` (S-E4); a stale epoch commits nothing and
+    /// answers [`WriteError::stale_epoch`]. Without: [`write`](Sink::write).
+    async fn write_with_epoch(
+        &self,
+        epoch: WriteEpoch,
+        tenant: &K,
+        items: &[R],
+    ) -> Result<Written, WriteError> {
+        let Some(epochs) = self.epochs.as_deref() else {
+            return self.write_slice(tenant, items).await;
+        };
+        let mut out = self.write_checked(epochs, &[(tenant, items, epoch)]).await;
+        out.pop().unwrap_or(Ok(Written::ALL))
+    }
+
+    /// With [`with_epochs`](PostgresSink::with_epochs): one transaction
+    /// for the group, checked by every slice's epoch in partition order
+    /// (S-E4); only the slices of a stale partition fail `stale_epoch`, the
+    /// others are written (S-F3). Without: [`write_group`](Sink::write_group).
+    async fn write_group_with_epochs(
+        &self,
+        slices: &[Slice<K, R>],
+        epochs: &[WriteEpoch],
+    ) -> Vec<Result<Written, WriteError>> {
+        let Some(table) = self.epochs.as_deref() else {
+            return self.write_slices(slices).await;
+        };
+        if epochs.len() != slices.len() {
+            let e = || WriteError::terminal("a group's epochs do not match its slices");
+            return slices.iter().map(|_| Err(e())).collect();
+        }
+        let with: Vec<(&K, &[R], WriteEpoch)> = slices
+            .iter()
+            .zip(epochs)
+            .map(|(s, e)| (&s.tenant, s.items.as_slice(), *e))
+            .collect();
+        self.write_checked(table, &with).await
     }
 }
 
@@ -672,7 +841,7 @@ pub(crate) fn pg_error(e: tokio_postgres::Error) -> WriteError {
     let e = PostgresError(e);
     match kind {
         ErrorKind::Terminal => WriteError::terminal(e),
-        ErrorKind::Retryable => WriteError::retryable(e),
+        _ => WriteError::retryable(e),
     }
 }
 
@@ -703,7 +872,7 @@ impl StdError for PostgresError {
 fn pool_error(e: PoolError) -> WriteError {
     match pool_error_kind(&e) {
         ErrorKind::Terminal => WriteError::terminal(e),
-        ErrorKind::Retryable => WriteError::retryable(e),
+        _ => WriteError::retryable(e),
     }
 }
 
@@ -714,6 +883,8 @@ pub struct InvalidTableName {
 }
 
 impl InvalidTableName {
+    /// For the outbox table's derived names (feature `table`).
+    #[cfg(feature = "table")]
     pub(crate) fn for_name(name: &str) -> Self {
         InvalidTableName {
             name: name.to_owned(),

@@ -230,6 +230,7 @@ pub async fn lost_past_the_deadline<W: World>(w: &W, second: &PerTenant<W::Row>)
             written: 0,
             dropped: 0,
             lost,
+            handed_over: 0,
             pending: 0,
             deadline_passed: true,
         }

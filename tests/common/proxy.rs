@@ -66,6 +66,8 @@ struct Shared {
 struct Trigger {
     pattern: Vec<u8>,
     fired: oneshot::Sender<()>,
+    /// Stall instead of cutting.
+    stall: bool,
 }
 
 /// An armed [`Proxy::cut_reply_on`].
@@ -143,6 +145,25 @@ impl Proxy {
         *lock(&self.shared.trigger) = Some(Trigger {
             pattern: pattern.to_vec(),
             fired: tx,
+            stall: false,
+        });
+        CutReply { fired: rx }
+    }
+
+    /// Arms a one-shot stall: the first server-to-client chunk containing
+    /// `pattern` is held, and the proxy's mode becomes [`Mode::Stall`], so
+    /// the server has done the work while the client waits, as a paused
+    /// process would, until the mode changes. Replaces an armed cut.
+    pub fn stall_reply_on(&self, pattern: &[u8]) -> CutReply {
+        assert!(
+            !pattern.is_empty() && pattern.len() <= TAIL,
+            "pattern of 1..={TAIL} bytes"
+        );
+        let (tx, rx) = oneshot::channel();
+        *lock(&self.shared.trigger) = Some(Trigger {
+            pattern: pattern.to_vec(),
+            fired: tx,
+            stall: true,
         });
         CutReply { fired: rx }
     }
@@ -223,9 +244,17 @@ async fn pump(
             },
         };
         let chunk = &buf[..n];
-        if dir == Dir::ToClient && trips_trigger(&shared, &mut tail, chunk) {
-            token.cancel();
-            return;
+        if dir == Dir::ToClient {
+            match trips_trigger(&shared, &mut tail, chunk) {
+                Some(true) => {
+                    shared.mode.send_replace(Mode::Stall);
+                }
+                Some(false) => {
+                    token.cancel();
+                    return;
+                }
+                None => {}
+            }
         }
         let forward = loop {
             let mode = *mode_rx.borrow_and_update();
@@ -260,8 +289,9 @@ async fn pump(
 }
 
 /// Whether `chunk` (after the previous chunk's `tail`) holds the armed
-/// pattern; if so the trigger fires and is disarmed.
-fn trips_trigger(shared: &Shared, tail: &mut Vec<u8>, chunk: &[u8]) -> bool {
+/// pattern; if so the trigger fires and is disarmed, and the answer says
+/// whether it stalls (`Some(true)`) or cuts (`Some(false)`).
+fn trips_trigger(shared: &Shared, tail: &mut Vec<u8>, chunk: &[u8]) -> Option<bool> {
     let mut trigger = lock(&shared.trigger);
     let hit = trigger.as_ref().is_some_and(|t| {
         // Only matches that end inside the new chunk: the tail alone may
@@ -277,10 +307,10 @@ fn trips_trigger(shared: &Shared, tail: &mut Vec<u8>, chunk: &[u8]) -> bool {
     if tail.len() > TAIL {
         tail.drain(..tail.len() - TAIL);
     }
-    if hit {
-        if let Some(t) = trigger.take() {
-            let _ = t.fired.send(());
-        }
+    if !hit {
+        return None;
     }
-    hit
+    let t = trigger.take()?;
+    let _ = t.fired.send(());
+    Some(t.stall)
 }

@@ -404,6 +404,10 @@ pub fn assert_metrics_match(m: &Metrics, outbox: &str, c: &Counters) {
         counter(m, "outbox_items_recovered_total", outbox, None),
         c.recovered
     );
+    assert_eq!(
+        counter(m, "outbox_items_handed_over_total", outbox, None),
+        c.handed_over
+    );
     assert!(c.balanced(), "S-W14: {c:?}");
 }
 

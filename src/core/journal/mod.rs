@@ -81,6 +81,8 @@ use super::{DropReason, Event as EngineEvent, LostReason};
 pub fn done_by<K, I>(event: &EngineEvent<K, I>) -> Option<(&K, u64)> {
     match event {
         EngineEvent::Written { tenant, items, .. } => Some((tenant, *items as u64)),
+        // In the outbox table still, for the partition's next owner.
+        EngineEvent::HandedOver { tenant, items } => Some((tenant, *items)),
         EngineEvent::Dropped {
             tenant,
             items,

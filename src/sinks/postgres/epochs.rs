@@ -1,7 +1,10 @@
 //! Epochs in a PostgreSQL database (S-E1..S-E4): one row per partition
 //! holding the highest epoch installed and who installed it. The outbox
 //! table's store keeps its table beside the outbox's
-//! (`table::Store::install_epoch`); both run the statements below.
+//! (`table::Store::install_epoch`); the [`PostgresSink`](super::PostgresSink)
+//! keeps one beside its own table
+//! ([`with_epochs`](super::PostgresSink::with_epochs)). Both run the
+//! statements below.
 //!
 //! ```sql
 //! CREATE TABLE IF NOT EXISTS "outbox_items_epoch" (
@@ -102,6 +105,19 @@ impl EpochSql {
         }
     }
 
+    /// `CREATE TABLE IF NOT EXISTS` for the table.
+    pub(crate) fn schema(&self) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} (\n    \
+                 partition   integer PRIMARY KEY,\n    \
+                 epoch       bigint  NOT NULL,\n    \
+                 holder      text,\n    \
+                 incarnation bigint  NOT NULL DEFAULT 0\n\
+             );\n",
+            self.table
+        )
+    }
+
     /// Every row, by partition.
     pub(crate) async fn read(
         &self,
@@ -187,14 +203,15 @@ impl EpochSql {
         Ok(answer)
     }
 
-    /// The check (S-E4) on `client`, inside the write's transaction:
-    /// `true` if every `(partition, epoch)` is the one installed. Takes the
-    /// rows' shared locks in partition order.
+    /// The check (S-E4) on `client`, inside the write's transaction: the
+    /// partitions whose `(partition, epoch)` is not the one installed, in
+    /// order (empty: the check passed). Takes the rows' shared locks in
+    /// partition order.
     pub(crate) async fn check(
         &self,
         client: &impl GenericClient,
         epochs: &[(u32, u64)],
-    ) -> Result<bool, tokio_postgres::Error> {
+    ) -> Result<Vec<u32>, tokio_postgres::Error> {
         let mut sorted = epochs.to_vec();
         sorted.sort_unstable();
         sorted.dedup();
@@ -206,8 +223,20 @@ impl EpochSql {
                 &[(&ps, Type::INT4_ARRAY), (&es, Type::INT8_ARRAY)],
             )
             .await?;
-        // A partition named twice with two epochs matches one row at most:
-        // it never passes.
-        Ok(rows.len() == sorted.len())
+        let held: Vec<u32> = rows
+            .iter()
+            .map(|r| u32::try_from(r.get::<_, i32>(0)).unwrap_or(u32::MAX))
+            .collect();
+        // A partition named with two epochs matches one row at most: it is
+        // stale for the other.
+        let mut stale: Vec<u32> = Vec::new();
+        for (i, &(p, _)) in sorted.iter().enumerate() {
+            let twice =
+                i > 0 && sorted[i - 1].0 == p || sorted.get(i + 1).is_some_and(|&(q, _)| q == p);
+            if (twice || !held.contains(&p)) && stale.last() != Some(&p) {
+                stale.push(p);
+            }
+        }
+        Ok(stale)
     }
 }

@@ -87,8 +87,8 @@ impl EpochTx for PgEpochTx {
     async fn check_epochs(&mut self, epochs: &[(u32, u64)]) -> Result<Fenced<()>, StoreError> {
         let client = self.client.as_ref().ok_or_else(Self::gone)?;
         match self.epochs.check(&***client, epochs).await {
-            Ok(true) => Ok(Fenced::Done(())),
-            Ok(false) => Ok(Fenced::Stale),
+            Ok(stale) if stale.is_empty() => Ok(Fenced::Done(())),
+            Ok(_) => Ok(Fenced::Stale),
             Err(e) => {
                 self.failed = true;
                 Err(error(e))

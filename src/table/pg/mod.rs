@@ -26,8 +26,10 @@ use crate::core::relay::{
 };
 use crate::sinks::postgres::epochs::EpochSql;
 
-/// Default [`PgStore::lock_timeout`]: 2 s.
-pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(2);
+/// Default [`PgStore::lock_timeout`]: 3 s, above
+/// [`DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT`], so a takeover's first install
+/// outlasts a paused sink transaction (S-E5).
+pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(3);
 /// Default [`PgStore::idle_in_transaction_timeout`]: 2 s.
 pub const DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(2);
 

@@ -66,6 +66,12 @@ impl Harness {
                 self.on_answer(id, report, false)
             }
             Event::ShutdownDone { id, report } => self.on_shutdown_done(id, report),
+            // The harness draws no stale epochs (tests/core_stale_epoch.rs
+            // checks them): one here is the engine's invention.
+            Event::HandedOver { tenant, items } => Err(self.violation(
+                "S-E7",
+                format!("{items} items of tenant {tenant} handed over without a stale epoch"),
+            )),
         }
     }
 
@@ -102,6 +108,10 @@ impl Harness {
         self.check_s_w18_given_up_matches_the_return(id, next)?;
         match next {
             AfterFailure::GivenUp => Ok(()),
+            AfterFailure::HandedOver => Err(self.violation(
+                "S-E7",
+                format!("write {id} handed over without a stale epoch"),
+            )),
             AfterFailure::RetryIn(wait) => self.on_retry(id, wait, failure),
             AfterFailure::Dropped => {
                 self.check_i5_batch_dropped_only_under_the_drop_policy(id)?;

@@ -66,6 +66,7 @@ pub(super) fn fault_name(o: Outcome) -> &'static str {
         Outcome::TimedOut => "timeout",
         Outcome::Rejected => "rejected",
         Outcome::Cancelled => "cancelled",
+        Outcome::StaleEpoch => "stale_epoch",
     }
 }
 
@@ -102,6 +103,7 @@ pub(super) fn short_event(ev: &Event<u8, u64>) -> String {
             reason,
             ..
         } => format!("dropped {items} tenant {tenant} reason {reason}"),
+        Event::HandedOver { tenant, items } => format!("handed over {items} tenant {tenant}"),
         Event::DeadLetter(dl) => format!(
             "dead letter tenant {} items {:?} reason {}",
             dl.tenant,

@@ -131,6 +131,8 @@ impl Harness {
             written: since[0],
             dropped: since[1],
             lost: since[2],
+            // The harness draws no stale epochs.
+            handed_over: 0,
             pending: w.pending - since.iter().sum::<u64>(),
             deadline_passed: report.deadline_passed,
         };
