@@ -50,8 +50,8 @@ pub enum Staged {
     Refused,
 }
 
-/// What [`Engine::stage_lazy`] decided, and whether the driver must
-/// drain the engine because of it.
+/// What a [`Stager`](super::Stager)'s stage decided, and whether the
+/// driver must drain the engine because of it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[must_use = "`wake` says whether the driver must drain the engine"]
 pub struct LazyStaged {
@@ -197,8 +197,19 @@ type Tenants<K, I> = HashMap<K, Tenant<I>, foldhash::fast::FixedState>;
 ///
 /// `K` is the tenant key (the driver uses [`TenantId`](crate::TenantId));
 /// its `Ord`, `Eq` and `Hash` must agree, as for any map key. `I` is the
-/// item. Feed it inputs, each with the current [`Time`]:
-/// [`stage`](Self::stage) / [`stage_lazy`](Self::stage_lazy),
+/// item. Feed it inputs, each with the current [`Time`]. Items come in
+/// through three staging inputs (S-W21, S-W22):
+/// - [`stage`](Self::stage): one item, the engine deciding its refusals;
+/// - [`stage_batch`](Self::stage_batch): items decided outside the engine
+///   ([`decide`](super::decide)): the request path's hand-offs in chunks,
+///   a run of `stage_many`, a stage decided under the driver's lock, each
+///   admitted or carrying the refusal to count;
+/// - [`stage_durable`](Self::stage_durable): items already durable (a
+///   journal's recovery, an outbox table's rows), never refused by a
+///   capacity, with an age and a key handed back when they settle, and the
+///   count of those that could not be read back.
+///
+/// The other inputs:
 /// [`finish`](Self::finish) / [`finish_lost`](Self::finish_lost),
 /// [`flush`](Self::flush), [`settle`](Self::settle),
 /// [`shutdown`](Self::shutdown), [`abandon`](Self::abandon),
@@ -217,8 +228,9 @@ type Tenants<K, I> = HashMap<K, Tenant<I>, foldhash::fast::FixedState>;
 ///    its lock. It may be taken at any point of the drain; what matters is
 ///    that it is taken after every input.
 ///
-/// [`stage_lazy`](Self::stage_lazy) also says whether that stage needs a
-/// drain at all ([`LazyStaged::wake`]).
+/// [`stage_batch`](Self::stage_batch) and
+/// [`stage_durable`](Self::stage_durable) also say whether what they took
+/// in needs a drain at all ([`Intake::wake`]).
 ///
 /// Every input first handles the timers due at its `now`, so a driver that
 /// is late with `handle_timeout` loses nothing (S-W17). Time never runs
