@@ -767,6 +767,15 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         intake
     }
 
+    /// Counts `items` of another codec version that a journal recovery
+    /// refused (S-J14) as recovered and lost under `other_version`; like
+    /// `stage_durable`'s `unreadable`, no event (their tenants are not
+    /// decoded). Returns whether to log (S-A6).
+    pub fn recover_other_version(&mut self, items: u64) -> bool {
+        self.counters.recovered += items;
+        self.counters.add_lost(LostReason::OtherVersion, items)
+    }
+
     /// An item's weight as the engine measures it (S-B5): 0 without a
     /// weigher, else the weigher's clamped to `1..=MAX_WEIGHT`. For a
     /// driver that admits items before the engine sees them
