@@ -225,7 +225,7 @@ async fn run() -> Result<bool, BoxError> {
         report.lost,
         report.dropped,
         report.deadline_passed,
-        report.unwritten.iter().map(|(_, v)| v.len()).sum::<usize>()
+        report.unwritten.iter().map(|r| r.items.len()).sum::<usize>()
     );
     let lost: Vec<String> = LostReason::ALL
         .iter()

@@ -49,7 +49,8 @@ pub(crate) fn drop_letter<K, I>(letter: crate::core::DeadLetter<K, I>) {
 
 /// Drops a shutdown report's unwritten items one by one, then its tenants.
 pub(crate) fn drop_report<K, I>(report: crate::core::ShutdownReport<K, I>) {
-    for (tenant, items) in report.unwritten {
+    for run in report.unwritten {
+        let (tenant, items) = run.into_parts();
         drop_each(items);
         drop_quietly(tenant);
     }

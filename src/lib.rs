@@ -114,7 +114,7 @@ pub mod testkit;
 
 pub use crate::core::{
     BreakerConfig, BreakerState, Config, ConfigBuilder, ConfigError, Counters, DeadLetter,
-    DeadReason, DropReason, ErrorPolicy, LostReason, Report, ShutdownReport, Staged,
+    DeadReason, DropReason, ErrorPolicy, LostReason, Report, ShutdownReport, Staged, Unwritten,
 };
 #[cfg(feature = "journal")]
 pub use driver::SyncError;

@@ -373,7 +373,13 @@ fn s_w13_items_let_go_of_are_released_not_dropped() {
     w.finish(a, Outcome::Failed);
     assert!(w.e.take_released().is_empty(), "handed back by the report");
     let sd = w.events.iter().find_map(|e| match e {
-        Event::ShutdownDone { report, .. } => Some(report.unwritten.clone()),
+        Event::ShutdownDone { report, .. } => Some(
+            report
+                .unwritten
+                .iter()
+                .map(|r| (r.tenant, r.items.clone()))
+                .collect::<Vec<_>>(),
+        ),
         _ => None,
     });
     assert_eq!(sd, Some(vec![(1, vec![1])]));

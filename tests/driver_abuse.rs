@@ -1034,7 +1034,7 @@ async fn abuse_second_shutdown_tightens_and_abandon_defers_to_it() {
     assert!(a.first && !b.first);
     assert_eq!((a.lost, b.lost), (3, 0));
     assert!(b.unwritten.is_empty());
-    assert_eq!(a.unwritten.iter().map(|(_, v)| v.len()).sum::<usize>(), 3);
+    assert_eq!(a.unwritten.iter().map(|r| r.items.len()).sum::<usize>(), 3);
 
     let sink = Script::new("a-shut3");
     sink.set(1, Act::Fail);

@@ -375,7 +375,7 @@ async fn a_hung_sink_with_duration_max_shutdown_is_ended_by_abandon() {
         .expect("the shutdown is answered once abandon cancelled the hung writes");
     assert!(r.first);
     assert_eq!(r.lost, 3);
-    let dead: usize = r.unwritten.iter().map(|(_, v)| v.len()).sum();
+    let dead: usize = r.unwritten.iter().map(|r| r.items.len()).sum();
     assert_eq!(dead, 3, "{:?}", r.unwritten);
     assert_eq!(
         r.unwritten,

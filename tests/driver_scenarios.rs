@@ -653,7 +653,7 @@ async fn scenario_24_shutdown_with_every_tenant_in_backoff() {
     assert_near(start.elapsed(), Duration::from_secs(2), 1);
     assert_eq!(r.lost, 15);
     assert_eq!(o.counters().lost(LostReason::Deadline), 15);
-    let dead: usize = r.unwritten.iter().map(|(_, v)| v.len()).sum();
+    let dead: usize = r.unwritten.iter().map(|r| r.items.len()).sum();
     assert_eq!(dead, 15);
     assert_eq!(o.pending(), 0);
 }

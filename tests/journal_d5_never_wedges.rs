@@ -18,7 +18,9 @@ use support::gated::{build, config, Gated};
 use support::{t, Act, TestSink};
 
 const S: Duration = Duration::from_secs(1);
-const HEADER_LEN: usize = 32;
+/// What a segment starts with: its header and the schema record naming
+/// the test sink's `u32` items (S-J14), 32 + 13 + 3 bytes.
+const HEADER_LEN: usize = 48;
 
 /// Returns true to fail the call: (op, file, bytes for append, the disk).
 type Policy = Box<dyn FnMut(&'static str, &str, &[u8], &MemStorage) -> bool + Send>;

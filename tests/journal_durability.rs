@@ -130,7 +130,7 @@ fn dead_letters_handed_back_at_shutdown_are_not_recovered() {
         stage(&o, 3, 0, 9);
         let report = o.shutdown(Duration::from_millis(20)).await;
         assert_eq!(report.lost, 9);
-        let back: usize = report.unwritten.iter().map(|(_, v)| v.len()).sum();
+        let back: usize = report.unwritten.iter().map(|r| r.items.len()).sum();
         assert_eq!(back, 9, "in flight and waiting, all handed back");
     });
     disk.crash();

@@ -17,6 +17,16 @@ type Tenant = u64;
 type Item = (u64, String);
 type Recovered = Back<Tenant, Item>;
 
+/// The sample's segment size: about three items each, after the 73 bytes
+/// a segment starts with (its header, and the schema record naming
+/// `(u64, alloc::string::String)`, S-J14).
+const SEGMENT: u64 = 200;
+
+/// What a segment starts with: its header and its schema record.
+fn head_len() -> usize {
+    format::Schema::new(0, std::any::type_name::<Item>()).head_len()
+}
+
 /// A journal driven by hand: stage, mark done, commit, as the outbox does.
 struct Journal(Hand<Tenant, MemStorage>);
 
@@ -129,7 +139,7 @@ fn segments_whose_items_are_all_done_are_deleted() {
 /// crash leaves it; tenant 2's first item is marked done.
 fn sample() -> MemStorage {
     let disk = MemStorage::new();
-    let (mut j, _) = Journal::open(&disk, 120);
+    let (mut j, _) = Journal::open(&disk, SEGMENT);
     for n in 0..9 {
         j.stage(1 + n % 2, &item(1 + n % 2, n));
         j.commit().unwrap();
@@ -176,7 +186,7 @@ fn a_torn_tail_is_cut_at_every_byte_and_never_counted() {
     let full = base.files()[&last_name].clone();
     let tail_from = records[records.len().saturating_sub(3)].0.start;
     let all: Vec<u64> = {
-        let (_, rec) = Journal::open(&clone_disk(&base), 120);
+        let (_, rec) = Journal::open(&clone_disk(&base), SEGMENT);
         rec.items.iter().map(|x| x.2 .0).collect()
     };
     for cut in tail_from..full.len() {
@@ -190,7 +200,7 @@ fn a_torn_tail_is_cut_at_every_byte_and_never_counted() {
                 _ => None,
             })
             .collect();
-        let (j, rec) = Journal::open(&disk, 120);
+        let (j, rec) = Journal::open(&disk, SEGMENT);
         let got: Vec<Seq> = rec.items.iter().map(|x| x.0).collect();
         let last_seqs: Vec<Seq> = records
             .iter()
@@ -213,7 +223,7 @@ fn a_torn_tail_is_cut_at_every_byte_and_never_counted() {
         assert!(got.len() <= all.len());
         drop(j);
         disk.crash();
-        let (_, again) = Journal::open(&disk, 120);
+        let (_, again) = Journal::open(&disk, SEGMENT);
         assert_eq!(
             again.items.iter().map(|x| x.0).collect::<Vec<_>>(),
             got,
@@ -240,7 +250,7 @@ fn a_single_bit_flip_anywhere_costs_exactly_what_it_hit() {
     // nothing.
     let base = sample();
     let layout = layout(&base);
-    let (_, baseline) = Journal::open(&clone_disk(&base), 120);
+    let (_, baseline) = Journal::open(&clone_disk(&base), SEGMENT);
     let base_seqs: BTreeSet<Seq> = baseline.items.iter().map(|x| x.0).collect();
     assert_eq!(baseline.report.done, 1);
     let names: Vec<String> = layout.iter().map(|l| l.0.clone()).collect();
@@ -254,7 +264,7 @@ fn a_single_bit_flip_anywhere_costs_exactly_what_it_hit() {
                 let mut b = bytes.clone();
                 b[at] ^= 1 << bit;
                 disk.put(name, b);
-                let (_, rec) = Journal::open(&disk, 120);
+                let (_, rec) = Journal::open(&disk, SEGMENT);
                 let got: BTreeSet<Seq> = rec.items.iter().map(|x| x.0).collect();
                 let hit = records
                     .iter()
@@ -283,7 +293,9 @@ fn a_single_bit_flip_anywhere_costs_exactly_what_it_hit() {
                         assert_eq!(got, want, "{ctx}");
                         assert_eq!(rec.report.unreadable, 0, "{ctx}");
                     }
-                    Some((_, (_, Record::Seal(_)))) => {
+                    Some((_, (_, Record::Seal(_) | Record::Schema { .. }))) => {
+                        // A damaged schema record costs no item: each item
+                        // record carries its version (S-J14).
                         assert_eq!(got, base_seqs, "{ctx}");
                         assert_eq!(rec.report.unreadable, 0, "{ctx}");
                     }
@@ -299,7 +311,7 @@ fn a_single_bit_flip_anywhere_costs_exactly_what_it_hit() {
 fn an_empty_last_segment_is_a_crash_while_creating_it() {
     let disk = sample();
     disk.put(&format::segment_name(99), Vec::new());
-    let (_, rec) = Journal::open(&disk, 120);
+    let (_, rec) = Journal::open(&disk, SEGMENT);
     assert_eq!(rec.report.empty_segments, 1);
     assert_eq!(rec.report.unreadable, 0);
     assert!(!rec.items.is_empty());
@@ -312,7 +324,7 @@ fn an_empty_or_truncated_segment_in_the_middle_is_counted() {
     // header).
     let base = sample();
     let layout = layout(&base);
-    let (_, baseline) = Journal::open(&clone_disk(&base), 120);
+    let (_, baseline) = Journal::open(&clone_disk(&base), SEGMENT);
     let (name, records) = &layout[1];
     let in_it: Vec<Seq> = records
         .iter()
@@ -325,7 +337,7 @@ fn an_empty_or_truncated_segment_in_the_middle_is_counted() {
     for len in [0, 5, HEADER_LEN - 1] {
         let disk = clone_disk(&base);
         disk.put(name, base.files()[name][..len].to_vec());
-        let (_, rec) = Journal::open(&disk, 120);
+        let (_, rec) = Journal::open(&disk, SEGMENT);
         let lost = in_it
             .iter()
             .filter(|s| baseline.items.iter().any(|x| x.0 == **s))
@@ -351,7 +363,7 @@ fn a_missing_directory_is_created_and_an_empty_one_is_a_fresh_journal() {
 fn a_foreign_file_is_a_clear_error() {
     let disk = sample();
     disk.put("notes.txt", b"hello".to_vec());
-    let err = Journal::try_open(&disk, 120).err().expect("refused");
+    let err = Journal::try_open(&disk, SEGMENT).err().expect("refused");
     assert!(matches!(&err, JournalError::Foreign { file } if file == "notes.txt"));
     assert!(err.to_string().contains("notes.txt"), "{err}");
 
@@ -360,7 +372,7 @@ fn a_foreign_file_is_a_clear_error() {
         &format::segment_name(50),
         b"PK\x03\x04 not a journal, a zip file".to_vec(),
     );
-    let err = Journal::try_open(&disk, 120).err().expect("refused");
+    let err = Journal::try_open(&disk, SEGMENT).err().expect("refused");
     assert!(matches!(&err, JournalError::Foreign { .. }), "{err}");
 
     // A valid header with another segment's id: a copied file.
@@ -372,7 +384,7 @@ fn a_foreign_file_is_a_clear_error() {
         .unwrap()
         .clone();
     disk.put(&format::segment_name(77), files[&first].clone());
-    let err = Journal::try_open(&disk, 120).err().expect("refused");
+    let err = Journal::try_open(&disk, SEGMENT).err().expect("refused");
     assert!(matches!(&err, JournalError::Foreign { .. }), "{err}");
 }
 
@@ -381,14 +393,14 @@ fn another_format_version_is_a_clear_error() {
     let disk = sample();
     let name = format::segment_name(1);
     let mut b = disk.files()[&name].clone();
-    b[8] = 2;
+    b[8] = 3;
     let crc = crc(&b[..28]);
     b[28..32].copy_from_slice(&crc.to_le_bytes());
-    assert_eq!(format::read_header(&b), Header::Version(2));
+    assert_eq!(format::read_header(&b), Header::Version(3));
     disk.put(&name, b);
-    let err = Journal::try_open(&disk, 120).err().expect("refused");
+    let err = Journal::try_open(&disk, SEGMENT).err().expect("refused");
     assert!(
-        matches!(err, JournalError::Version { version: 2, .. }),
+        matches!(err, JournalError::Version { version: 3, .. }),
         "{err}"
     );
 }
@@ -622,7 +634,7 @@ fn a_segment_header_is_synced_before_any_record_goes_in() {
                 Call::Append(n, _) => n == name,
             })
             .collect();
-        assert_eq!(of_it[1], &Call::Append(name.clone(), HEADER_LEN), "{name}");
+        assert_eq!(of_it[1], &Call::Append(name.clone(), head_len()), "{name}");
         assert_eq!(of_it[2], &Call::Sync(name.clone()), "{name}: {of_it:?}");
     }
 }
@@ -701,9 +713,9 @@ fn a_last_segment_torn_while_being_created_is_deleted_and_counted() {
     ];
     for bytes in torn {
         let disk = sample();
-        let (_, baseline) = Journal::open(&clone_disk(&disk), 120);
+        let (_, baseline) = Journal::open(&clone_disk(&disk), SEGMENT);
         disk.put(&format::segment_name(99), bytes.clone());
-        let (_, rec) = Journal::open(&disk, 120);
+        let (_, rec) = Journal::open(&disk, SEGMENT);
         assert_eq!(rec.report.empty_segments, 1, "{bytes:?}");
         assert_eq!(recovered_ids(&rec), recovered_ids(&baseline), "{bytes:?}");
         assert_eq!(rec.report.unreadable, 0);
@@ -715,6 +727,6 @@ fn a_last_segment_torn_while_being_created_is_deleted_and_counted() {
     let mut bytes = vec![0; HEADER_LEN];
     bytes.extend_from_slice(&[1; 40]);
     disk.put(&format::segment_name(99), bytes);
-    let err = Journal::try_open(&disk, 120).err().expect("refused");
+    let err = Journal::try_open(&disk, SEGMENT).err().expect("refused");
     assert!(matches!(&err, JournalError::Foreign { .. }), "{err}");
 }

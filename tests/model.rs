@@ -1472,7 +1472,9 @@ impl StateMachineTest for ModelTest {
                     }
                 }
                 Event::ShutdownDone { id, report } => {
-                    let answer = (report.report(), Some((report.first, report.unwritten)));
+                    let (accounting, first) = (report.report(), report.first);
+                    let unwritten = report.unwritten.into_iter().map(|r| r.into_parts());
+                    let answer = (accounting, Some((first, unwritten.collect())));
                     if out.answers.insert(id.0, answer).is_some() {
                         fail(step, "answered twice", &id, &"once");
                     }

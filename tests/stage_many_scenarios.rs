@@ -264,7 +264,7 @@ mod journaled {
             let took = start.elapsed();
             assert!(took < Duration::from_millis(2_500), "{took:?}");
             assert_eq!(r.lost, 15);
-            let back: usize = r.unwritten.iter().map(|(_, v)| v.len()).sum();
+            let back: usize = r.unwritten.iter().map(|r| r.items.len()).sum();
             assert_eq!(back, 15);
         });
         let sink2 = TestSink::new("nc24-after");

@@ -15,6 +15,7 @@
 //! accepts a snapshot that tolerates a growing tail and deleted segments).
 //! `show` exits 0 once it has shown what it read (2 as `verify` does).
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -70,6 +71,33 @@ fn hex(bytes: &[u8]) -> String {
     })
 }
 
+/// Every pending item, whatever its codec version (S-J14), in staging
+/// order: `(sequence, codec version, tenant, item)`. `RawBytes` is of
+/// version 0; items of other versions come as their bytes.
+fn all_pending(r: &Raw) -> Vec<(u64, u32, &[u8], &[u8])> {
+    let mut all: Vec<(u64, u32, &[u8], &[u8])> = r
+        .pending
+        .iter()
+        .map(|(seq, t, i)| (*seq, 0, t.as_slice(), i.as_slice()))
+        .chain(
+            r.other
+                .iter()
+                .map(|(seq, o)| (*seq, o.version, o.tenant.as_slice(), o.item.as_slice())),
+        )
+        .collect();
+    all.sort_by_key(|x| x.0);
+    all
+}
+
+/// Pending items per tenant, every version.
+fn per_tenant<'a>(all: &[(u64, u32, &'a [u8], &[u8])]) -> BTreeMap<&'a [u8], usize> {
+    let mut per = BTreeMap::new();
+    for (_, _, t, _) in all {
+        *per.entry(*t).or_default() += 1;
+    }
+    per
+}
+
 fn to_json(r: &Raw) -> Value {
     let segments: Vec<Value> = r
         .segments
@@ -78,20 +106,22 @@ fn to_json(r: &Raw) -> Value {
             json!({
                 "name": s.name, "id": s.id, "bytes": s.bytes, "header": s.header,
                 "first": s.first, "version": s.version, "sealed": s.sealed,
+                "codec_version": s.schema.as_ref().map(|x| x.0),
+                "item_type": s.schema.as_ref().map(|x| x.1.clone()),
+                "item_versions": s.item_versions,
                 "items": s.items, "marks": s.marks,
                 "damaged": s.damaged.iter().map(|(a, b)| json!({"from": a, "to": b})).collect::<Vec<_>>(),
             })
         })
         .collect();
-    let tenants: Vec<Value> = r
-        .per_tenant()
+    let all = all_pending(r);
+    let tenants: Vec<Value> = per_tenant(&all)
         .into_iter()
         .map(|(t, n)| json!({"tenant": hex(t), "pending": n}))
         .collect();
-    let pending: Vec<Value> = r
-        .pending
+    let pending: Vec<Value> = all
         .iter()
-        .map(|(seq, t, i)| json!({"seq": seq, "tenant": hex(t), "item": hex(i)}))
+        .map(|(seq, v, t, i)| json!({"seq": seq, "version": v, "tenant": hex(t), "item": hex(i)}))
         .collect();
     json!({
         "live": r.live, "clean": r.is_clean(), "bytes": r.bytes,
@@ -109,7 +139,7 @@ fn to_text(r: &Raw) -> String {
         r.segments.len(),
         r.bytes,
         if r.live { " (live snapshot: another process holds the journal)" } else { "" },
-        r.pending.len(),
+        r.pending.len() + r.other.len(),
         r.done,
         r.unreadable,
         r.torn_bytes,
@@ -121,15 +151,27 @@ fn to_text(r: &Raw) -> String {
             "  {} {} B header {} (format {:?}) first {:?} sealed {:?}: {} items, {} marks",
             s.name, s.bytes, s.header, s.version, s.first, s.sealed, s.items, s.marks
         );
+        if let Some((version, name)) = &s.schema {
+            let _ = writeln!(out, "    schema: codec version {version}, item type {name}");
+        }
+        if !s.item_versions.is_empty() {
+            let _ = writeln!(out, "    item codec versions {:?}", s.item_versions);
+        }
         for (from, to) in &s.damaged {
             let _ = writeln!(out, "    damaged bytes {from}..{to}");
         }
     }
-    for (tenant, n) in r.per_tenant() {
+    let all = all_pending(r);
+    for (tenant, n) in per_tenant(&all) {
         let _ = writeln!(out, "  tenant {}: {n} pending", hex(tenant));
     }
-    for (seq, tenant, item) in &r.pending {
-        let _ = writeln!(out, "    #{seq} tenant {} item {}", hex(tenant), hex(item));
+    for (seq, version, tenant, item) in &all {
+        let _ = writeln!(
+            out,
+            "    #{seq} v{version} tenant {} item {}",
+            hex(tenant),
+            hex(item)
+        );
     }
     out
 }

@@ -41,6 +41,9 @@ fn tool(args: &[&str]) -> (i32, String) {
     )
 }
 
+/// Bytes a segment of `u64` items starts with.
+const HEAD: usize = 48;
+
 /// Writes 30 items for 3 tenants, synced, in small segments; `keep_open`
 /// leaves the outbox running (its lock held) for the caller.
 async fn write_journal(dir: &Path) -> Outbox<Never> {
@@ -121,7 +124,9 @@ async fn show_lists_pending_items_per_tenant_and_damage_with_offsets() {
     let first = r.segments.iter().find(|s| s.items > 0).unwrap();
     let file = d.join(&first.name);
     let mut bytes = std::fs::read(&file).unwrap();
-    bytes[40] ^= 0x55;
+    // A segment starts with its header (32 bytes) and its schema record
+    // (13 bytes and the name `u64`, S-J14): 48 bytes.
+    bytes[HEAD + 8] ^= 0x55;
     std::fs::write(&file, bytes).unwrap();
     let (code, out) = tool(&["verify", path, "--json"]);
     assert_eq!(code, 1, "{out}");
@@ -134,7 +139,13 @@ async fn show_lists_pending_items_per_tenant_and_damage_with_offsets() {
         .iter()
         .find(|s| s["name"] == first.name.as_str())
         .unwrap();
-    assert_eq!(seg["damaged"][0]["from"], 32, "{seg}");
+    assert_eq!(seg["damaged"][0]["from"], HEAD, "{seg}");
+    assert_eq!(
+        (seg["codec_version"].clone(), seg["item_type"].clone()),
+        (0.into(), "u64".into()),
+        "{seg}"
+    );
+    assert_eq!(v["pending"][0]["version"], 0);
     // Not a journal: unreadable.
     std::fs::write(d.join("notes.txt"), b"hello").unwrap();
     assert_eq!(tool(&["verify", path]).0, 2);

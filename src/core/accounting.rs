@@ -30,11 +30,14 @@ pub enum LostReason {
     /// Staged longer ago than `max_item_age` when its write would start
     /// (S-R3).
     Expired,
+    /// A journal record of another codec version than the recovering
+    /// outbox's, refused at recovery, never decoded (S-J14).
+    OtherVersion,
 }
 
 impl LostReason {
     /// Every reason, in a fixed order; the array grows with new reasons.
-    pub const ALL: [LostReason; 9] = [
+    pub const ALL: [LostReason; 10] = [
         LostReason::Shutdown,
         LostReason::Deadline,
         LostReason::Abandoned,
@@ -44,6 +47,7 @@ impl LostReason {
         LostReason::Discarded,
         LostReason::JournalUnreadable,
         LostReason::Expired,
+        LostReason::OtherVersion,
     ];
 
     /// The `reason` label of `outbox_events_lost_total`.
@@ -58,6 +62,7 @@ impl LostReason {
             LostReason::Discarded => "discarded",
             LostReason::JournalUnreadable => "journal_unreadable",
             LostReason::Expired => "expired",
+            LostReason::OtherVersion => "other_version",
         }
     }
 
@@ -318,7 +323,8 @@ mod tests {
                 "retries_exhausted",
                 "discarded",
                 "journal_unreadable",
-                "expired"
+                "expired",
+                "other_version"
             ]
         );
         for (i, r) in LostReason::ALL.iter().enumerate() {

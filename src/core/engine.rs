@@ -19,8 +19,8 @@ use super::shrink;
 use super::time::Time;
 use super::wait::{SettledAs, WaitKind, Waits};
 use super::write::{
-    AfterFailure, DeadLetter, DeadReason, Event, Failure, Outcome, Report, ShutdownReport, WaitId,
-    Write, WriteId,
+    AfterFailure, DeadLetter, DeadReason, Event, Failure, Outcome, Report, ShutdownReport,
+    Unwritten, WaitId, Write, WriteId,
 };
 
 /// Measures an item in bytes for `max_batch_bytes` and `capacity_bytes`
@@ -779,6 +779,15 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         intake
     }
 
+    /// Counts `items` of another codec version that a journal recovery
+    /// refused (S-J14) as recovered and lost under `other_version`; like
+    /// `stage_durable`'s `unreadable`, no event (their tenants are not
+    /// decoded). Returns whether to log (S-A6).
+    pub fn recover_other_version(&mut self, items: u64) -> bool {
+        self.counters.recovered += items;
+        self.counters.add_lost(LostReason::OtherVersion, items)
+    }
+
     /// An item's weight as the engine measures it (S-B5): 0 without a
     /// weigher, else the weigher's clamped to `1..=MAX_WEIGHT`. For a
     /// driver that admits items before the engine sees them
@@ -1044,14 +1053,15 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         // Canary (issue 26): a retry slice that never expires.
         let retry_expired = t.retry.as_ref().is_some_and(|r| r.oldest < cutoff)
             && !canary::on(canary::EXPIRED_RETRY);
+        // A retry slice was attempted; staged items never were (S-J16).
         if retry_expired {
             let r = t.retry.take().expect("just checked");
-            runs.push((r.items, r.bytes));
+            runs.push((r.items, r.bytes, true));
         }
         if t.retry.is_none() {
             let (items, bytes) = t.take_staged_before(cutoff, |i| weight(weigher, i));
             if !items.is_empty() {
-                runs.push((items, bytes));
+                runs.push((items, bytes, false));
             }
         }
         if runs.is_empty() {
@@ -1059,11 +1069,11 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         }
         let nothing_left = retry_expired || t.items.is_empty();
         t.phase = Phase::Idle;
-        for (items, bytes) in runs {
+        for (items, bytes, attempted) in runs {
             let n = items.len();
             self.count_lost(tenant, LostReason::Expired, n as u64);
             self.settle_slice(tenant, n, bytes, |_| SettledAs::Lost);
-            let items = self.dead_letter_at_run_time(tenant, items, DeadReason::Expired);
+            let items = self.dead_letter_at_run_time(tenant, items, DeadReason::Expired, attempted);
             self.released.extend(items);
         }
         if nothing_left {
@@ -1149,7 +1159,12 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         let items = if self.config.max_attempts == Some(rec.attempt)
             && canary::on(canary::WRITTEN_DEAD_LETTER)
         {
-            self.dead_letter_at_run_time(&rec.tenant, write.items, DeadReason::RetriesExhausted)
+            self.dead_letter_at_run_time(
+                &rec.tenant,
+                write.items,
+                DeadReason::RetriesExhausted,
+                true,
+            )
         } else {
             write.items
         };
@@ -1198,7 +1213,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             _ => None,
         };
         let items = match reason {
-            Some(reason) => self.dead_letter_at_run_time(&rec.tenant, write.items, reason),
+            Some(reason) => self.dead_letter_at_run_time(&rec.tenant, write.items, reason, true),
             None => write.items,
         };
         self.schedule_after_write(rec.tenant);
@@ -1240,9 +1255,16 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     }
 
     /// With `dead_letters` on, hands `items` out as an
-    /// [`Event::DeadLetter`] (S-R4) and returns nothing to drop; else
-    /// returns them to be dropped.
-    fn dead_letter_at_run_time(&mut self, tenant: &K, items: Vec<I>, reason: DeadReason) -> Vec<I> {
+    /// [`Event::DeadLetter`] (S-R4; `attempted`: whether an attempt of
+    /// them started, S-J16) and returns nothing to drop; else returns them
+    /// to be dropped.
+    fn dead_letter_at_run_time(
+        &mut self,
+        tenant: &K,
+        items: Vec<I>,
+        reason: DeadReason,
+        attempted: bool,
+    ) -> Vec<I> {
         if !self.config.dead_letters || items.is_empty() {
             return items;
         }
@@ -1250,6 +1272,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             tenant: tenant.clone(),
             items,
             reason,
+            attempted,
         }));
         Vec::new()
     }
@@ -1856,7 +1879,11 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                 true,
                 unwritten
                     .into_iter()
-                    .map(|run| (run.tenant, run.items))
+                    .map(|run| Unwritten {
+                        attempted: run.held_in != HeldIn::Backlog,
+                        tenant: run.tenant,
+                        items: run.items,
+                    })
                     .collect(),
             ),
         });

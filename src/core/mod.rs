@@ -50,6 +50,6 @@ pub(crate) use engine::weight;
 pub use engine::{Durable, Engine, Intake, LazyStaged, Staged, UnknownWrite, Weigher, MAX_WEIGHT};
 pub use time::Time;
 pub use write::{
-    AfterFailure, DeadLetter, DeadReason, Event, Failure, Outcome, Report, ShutdownReport, WaitId,
-    Write, WriteId,
+    AfterFailure, DeadLetter, DeadReason, Event, Failure, Outcome, Report, ShutdownReport,
+    Unwritten, WaitId, Write, WriteId,
 };

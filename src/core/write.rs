@@ -275,6 +275,41 @@ pub struct DeadLetter<K, I> {
     pub items: Vec<I>,
     /// Why they were given up.
     pub reason: DeadReason,
+    /// Whether an attempt to write these items started (S-J16): then the
+    /// store may hold them (a write may commit and still fail, or time
+    /// out), so a replay must be idempotent; `false`, none did (expired
+    /// before their first write).
+    pub attempted: bool,
+}
+
+/// One run of a shutdown's dead letters ([`ShutdownReport::unwritten`]):
+/// one tenant's items, in staging order (S-B6, S-J16).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct Unwritten<K, I> {
+    /// Whose items.
+    pub tenant: K,
+    /// The items, in staging order; never empty.
+    pub items: Vec<I>,
+    /// Whether an attempt of this slice started: its write was in flight
+    /// when the deadline cancelled it, or failed and waited for a retry,
+    /// so the store may hold these items (a replay must be idempotent).
+    /// `false` for a tenant's backlog, never tried.
+    pub attempted: bool,
+}
+
+impl<K, I> Unwritten<K, I> {
+    /// The tenant and the items, without the flag.
+    pub fn into_parts(self) -> (K, Vec<I>) {
+        (self.tenant, self.items)
+    }
+}
+
+/// A run compares with a `(tenant, items)` pair on its tenant and items.
+impl<K: PartialEq, I: PartialEq> PartialEq<(K, Vec<I>)> for Unwritten<K, I> {
+    fn eq(&self, other: &(K, Vec<I>)) -> bool {
+        self.tenant == other.0 && self.items == other.1
+    }
 }
 
 /// Identifies a flush, settle or shutdown call until its report.
@@ -333,15 +368,16 @@ pub struct ShutdownReport<K, I> {
     pub first: bool,
     /// The dead-letter hand-off (S-B6): every item given up at the deadline,
     /// as runs of one tenant's items in staging order, ordered by tenant.
-    /// A tenant may have two runs (its in-flight slice, then its backlog),
-    /// in that order.
+    /// A tenant may have two runs (its in-flight or retry slice, attempted,
+    /// then its backlog, not), in that order; each says whether it was
+    /// attempted (S-J16).
     /// These items are counted lost under `deadline`.
-    pub unwritten: Vec<(K, Vec<I>)>,
+    pub unwritten: Vec<Unwritten<K, I>>,
 }
 
 impl<K, I> ShutdownReport<K, I> {
     /// A report with the accounting `report`.
-    pub(crate) fn new(report: Report, first: bool, unwritten: Vec<(K, Vec<I>)>) -> Self {
+    pub(crate) fn new(report: Report, first: bool, unwritten: Vec<Unwritten<K, I>>) -> Self {
         let Report {
             written,
             dropped,

@@ -313,6 +313,16 @@ fn open_journal<K: crate::TenantKey, I: Send + 'static>(
         });
     // Logged below, with the recovery's report.
     let _ = engine.stage_durable(Time::ZERO, durable, r.unreadable);
+    engine.recover_other_version(r.other_version);
+    if r.other_version > 0 {
+        tracing::error!(
+            outbox = name,
+            dir = %dir,
+            other_version = r.other_version,
+            reason = crate::LostReason::OtherVersion.as_str(),
+            "journal recovery refused items of another codec version; they are counted lost"
+        );
+    }
     if r.unreadable > 0 || r.damaged_bytes > 0 || r.damaged_headers > 0 {
         tracing::error!(
             outbox = name,

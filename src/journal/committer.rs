@@ -5,7 +5,7 @@
 
 use std::io;
 
-use super::format::{self, SEAL_LEN};
+use super::format::{self, Schema, SEAL_LEN};
 use super::storage::Storage;
 use crate::core::journal::{Batch, Executed, Op, SegmentId};
 
@@ -13,6 +13,8 @@ use crate::core::journal::{Batch, Executed, Op, SegmentId};
 #[derive(Debug)]
 pub struct Committer<S> {
     storage: S,
+    /// What every new segment starts with (S-J14).
+    schema: Schema,
 }
 
 /// A deletion where a missing file is deleted.
@@ -24,9 +26,9 @@ fn delete(storage: &mut impl Storage, id: SegmentId) -> io::Result<()> {
 }
 
 impl<S: Storage> Committer<S> {
-    /// A committer on `storage`.
-    pub fn new(storage: S) -> Self {
-        Committer { storage }
+    /// A committer on `storage`, heading new segments with `schema`.
+    pub fn new(storage: S, schema: Schema) -> Self {
+        Committer { storage, schema }
     }
 
     /// The storage.
@@ -77,12 +79,12 @@ impl<S: Storage> Committer<S> {
         done
     }
 
-    /// Creates segment `id` with a durable header (first sequence
-    /// `first`), on its own before any record.
+    /// Creates segment `id` with a durable header and schema record
+    /// (first sequence `first`), on its own before any record.
     fn create(&mut self, id: SegmentId, first: u64) -> io::Result<()> {
         let name = format::segment_name(id);
         self.storage.create(&name)?;
-        self.storage.append(&name, &format::header(id, first))?;
+        self.storage.append(&name, &self.schema.head(id, first))?;
         self.storage.sync(&name)
     }
 
@@ -95,7 +97,7 @@ impl<S: Storage> Committer<S> {
         let name = format::segment_name(id);
         self.storage
             .truncate(&name, 0)
-            .and_then(|()| self.storage.append(&name, &format::header(id, first)))
+            .and_then(|()| self.storage.append(&name, &self.schema.head(id, first)))
             .and_then(|()| self.storage.sync(&name))
             .map_err(|_| io::Error::other("a segment whose creation failed cannot be deleted"))
     }

@@ -43,6 +43,59 @@ pub struct JournalConfig {
     pub(crate) retry_interval: Duration,
     pub(crate) max_buffered_bytes: usize,
     pub(crate) inline_io: bool,
+    pub(crate) other_version: OtherVersion,
+}
+
+/// What a recovery does with items of another codec version than the
+/// recovering outbox's (S-J14): [`JournalConfig::other_version`]. They
+/// are never decoded, so never misread.
+#[non_exhaustive]
+pub enum OtherVersion {
+    /// Refuse them: counted lost under `other_version`, the rest
+    /// recovered (the default).
+    Refuse,
+    /// Refuse them as [`Refuse`](Self::Refuse) does, and call the function
+    /// with each one's bytes, in staging order, at build (before any stage),
+    /// for a service to decode with the older type and write or keep
+    /// elsewhere. A crash before the refused records' segments are deleted
+    /// hands them again at the next build.
+    Hand(Box<dyn Fn(OtherRecord) + Send + Sync>),
+    /// Fail the build with
+    /// [`JournalError::OtherVersion`](super::JournalError::OtherVersion)
+    /// while any such item is not known done; nothing on disk is changed.
+    Fail,
+}
+
+impl OtherVersion {
+    /// [`OtherVersion::Hand`] with `f`.
+    pub fn hand(f: impl Fn(OtherRecord) + Send + Sync + 'static) -> Self {
+        OtherVersion::Hand(Box::new(f))
+    }
+}
+
+impl fmt::Debug for OtherVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            OtherVersion::Refuse => "Refuse",
+            OtherVersion::Hand(_) => "Hand",
+            OtherVersion::Fail => "Fail",
+        })
+    }
+}
+
+/// A journaled item of another codec version, as its bytes (S-J14).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OtherRecord {
+    /// The codec version it was written with.
+    pub version: u32,
+    /// When it was staged, in milliseconds since the Unix epoch (0 when
+    /// unknown).
+    pub staged_ms: u64,
+    /// The tenant's bytes, as that codec encoded them.
+    pub tenant: Vec<u8>,
+    /// The item's bytes, as that codec encoded them.
+    pub item: Vec<u8>,
 }
 
 impl fmt::Debug for JournalConfig {
@@ -57,6 +110,7 @@ impl fmt::Debug for JournalConfig {
             .field("retry_interval", &self.retry_interval)
             .field("max_buffered_bytes", &self.max_buffered_bytes)
             .field("inline_io", &self.inline_io)
+            .field("other_version", &self.other_version)
             .finish()
     }
 }
@@ -77,6 +131,7 @@ impl JournalConfig {
             retry_interval: DEFAULT_RETRY_INTERVAL,
             max_buffered_bytes: DEFAULT_MAX_BUFFERED_BYTES,
             inline_io: false,
+            other_version: OtherVersion::Refuse,
         }
     }
 
@@ -164,6 +219,16 @@ impl JournalConfig {
     /// as about 30 years.
     pub fn retry_interval(mut self, interval: Duration) -> Self {
         self.retry_interval = interval.max(Duration::from_millis(1));
+        self
+    }
+
+    /// What a recovery does with items of another codec version than the
+    /// outbox's [`Codec::version`](crate::codec::Codec::version) (S-J14):
+    /// refuse them (the default), refuse them and hand their bytes to a
+    /// function, or fail the build. A journal of the previous format
+    /// version holds items of version 0.
+    pub fn other_version(mut self, on_other: OtherVersion) -> Self {
+        self.other_version = on_other;
         self
     }
 }

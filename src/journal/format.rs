@@ -8,15 +8,26 @@
 //!                     · first sequence number u64 · crc32c of the 28 bytes before, u32
 //! record  (repeated): body length u32 · crc32c(length bytes ++ body) u32 · body
 //! body:   kind u8, then
-//!         1 item: sequence u64 · tenant length u32 · tenant bytes · item bytes
+//!         1 item (version 1): sequence u64 · tenant length u32 · tenant bytes · item bytes
 //!         2 done: sequence u64, repeated (done marks)
 //!         3 seal: end sequence u64 (every item of the segment is below it)
+//!         4 schema (version 2): codec version u32 · the item type's name (UTF-8)
+//!         5 item (version 2): sequence u64 · staged at u64 (ms since the Unix
+//!           epoch, 0 unknown) · codec version u32 · tenant length u32
+//!           · tenant bytes · item bytes
 //! ```
 //!
 //! Integers are little-endian. A record is valid when its length is
 //! within bounds and its checksum matches; the scanner skips an invalid
 //! stretch by looking for the next valid record (a chance match is 1 in
 //! 2^32), so one damaged record costs only itself.
+//!
+//! Format version 2 (S-J14) writes a schema record right after every
+//! header, in the same write (the type's name, shown by the inspector and
+//! never used to refuse), and items of kind 5, each carrying the codec's
+//! version (so a damaged schema record costs no item) and its staging
+//! time. Version 1 segments are still read: their items are of codec
+//! version 0, their staging time unknown.
 
 use std::ops::Range;
 
@@ -24,8 +35,11 @@ use crate::core::journal::{Record as Numbered, Sizes};
 
 /// The first 8 bytes of every segment.
 pub const MAGIC: [u8; 8] = *b"outboxJ\0";
-/// The format version this code writes and reads.
-pub const VERSION: u16 = 1;
+/// The format version this code writes (it reads [`V1`] too, S-J14).
+pub const VERSION: u16 = 2;
+/// The previous format version, still read: items of codec version 0,
+/// no schema record, no staging time (S-J14).
+pub const V1: u16 = 1;
 /// Bytes in a segment header.
 pub const HEADER_LEN: usize = 32;
 /// Bytes before a record's body: length and checksum.
@@ -36,11 +50,85 @@ pub const MAX_BODY: usize = 64 << 20;
 /// Bytes of a seal record.
 pub const SEAL_LEN: usize = FRAME_LEN + 1 + 8;
 /// Bytes of an item record around its tenant and item bytes.
-pub const ITEM_OVERHEAD: usize = FRAME_LEN + 1 + 8 + 4;
+pub const ITEM_OVERHEAD: usize = FRAME_LEN + 1 + 8 + 8 + 4 + 4;
+/// Bytes of a schema record around the type's name.
+pub const SCHEMA_OVERHEAD: usize = FRAME_LEN + 1 + 4;
+/// The longest type name a schema record keeps (longer ones are cut at a
+/// character boundary: the name is only shown).
+pub const MAX_TYPE_NAME: usize = 1_024;
 
-const KIND_ITEM: u8 = 1;
+const KIND_ITEM_V1: u8 = 1;
 const KIND_DONE: u8 = 2;
 const KIND_SEAL: u8 = 3;
+const KIND_SCHEMA: u8 = 4;
+const KIND_ITEM: u8 = 5;
+/// Where an item record's fields sit in its framed bytes.
+const AT_SEQ: usize = FRAME_LEN + 1;
+const AT_STAGED: usize = AT_SEQ + 8;
+const AT_VERSION: usize = AT_STAGED + 8;
+const AT_TENANT_LEN: usize = AT_VERSION + 4;
+
+/// What a journal's records say of their items' type (S-J14): the codec's
+/// version (compared at recovery) and the type's name (only shown).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Schema {
+    /// The codec's version ([`Codec::version`](crate::codec::Codec::version)).
+    pub version: u32,
+    /// The item type's name ([`Codec::item_type`](crate::codec::Codec::item_type)),
+    /// at most [`MAX_TYPE_NAME`] bytes.
+    pub name: String,
+}
+
+impl Schema {
+    /// The schema of `version` and `name` (cut to [`MAX_TYPE_NAME`] bytes).
+    pub fn new(version: u32, name: &str) -> Self {
+        let mut end = name.len().min(MAX_TYPE_NAME);
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        Schema {
+            version,
+            name: name[..end].to_owned(),
+        }
+    }
+
+    /// The bytes a segment starts with: its header, then the schema
+    /// record, written and synced together (S-J7, S-J14).
+    pub fn head(&self, id: u64, first: u64) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.head_len());
+        out.extend_from_slice(&header(id, first));
+        frame(&mut out, |b| {
+            b.push(KIND_SCHEMA);
+            b.extend_from_slice(&self.version.to_le_bytes());
+            b.extend_from_slice(self.name.as_bytes());
+        });
+        out
+    }
+
+    /// Bytes of [`head`](Self::head).
+    pub fn head_len(&self) -> usize {
+        HEADER_LEN + SCHEMA_OVERHEAD + self.name.len()
+    }
+
+    /// The record sizes the journal machine counts with, for segments
+    /// headed by this schema.
+    pub fn sizes(&self) -> Sizes {
+        Sizes {
+            header: self.head_len() as u64,
+            ..SIZES
+        }
+    }
+}
+
+/// What an item record carries besides its tenant and item (S-J14,
+/// S-J15): the codec's version and the wall-clock time of its stage.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stamp {
+    /// The codec's version.
+    pub version: u32,
+    /// Milliseconds since the Unix epoch at its stage; 0 when unknown.
+    pub staged_ms: u64,
+}
 
 /// The file name of segment `id`.
 pub fn segment_name(id: u64) -> String {
@@ -56,11 +144,18 @@ pub fn parse_segment_name(name: &str) -> Option<u64> {
     u64::from_str_radix(hex, 16).ok()
 }
 
-/// A segment's header: its id and first sequence number.
+/// A segment's header: its id and first sequence number. A segment of
+/// this version starts with [`Schema::head`] (the header and the schema
+/// record).
 pub fn header(id: u64, first: u64) -> [u8; HEADER_LEN] {
+    header_of(VERSION, id, first)
+}
+
+/// A header of format `version` (for tests that write older journals).
+pub fn header_of(version: u16, id: u64, first: u64) -> [u8; HEADER_LEN] {
     let mut h = [0u8; HEADER_LEN];
     h[..8].copy_from_slice(&MAGIC);
-    h[8..10].copy_from_slice(&VERSION.to_le_bytes());
+    h[8..10].copy_from_slice(&version.to_le_bytes());
     h[12..20].copy_from_slice(&id.to_le_bytes());
     h[20..28].copy_from_slice(&first.to_le_bytes());
     let crc = crc32c::crc32c(&h[..28]);
@@ -98,12 +193,13 @@ pub fn read_header(bytes: &[u8]) -> Header {
         return Header::Damaged;
     }
     let version = u16::from_le_bytes([h[8], h[9]]);
-    if version != VERSION {
+    if version != VERSION && version != V1 {
         return Header::Version(version);
     }
     Header::Valid {
         id: u64_at(h, 12),
         first: u64_at(h, 20),
+        v1: version == V1,
     }
 }
 
@@ -168,7 +264,8 @@ pub const MARK_LEN: usize = 8;
 /// Marks in one done record at most.
 pub const MARKS_PER_RECORD: usize = 8_192;
 
-/// The record sizes the journal machine counts with.
+/// The record sizes the journal machine counts with, but the header's:
+/// [`Schema::sizes`] adds the schema record a segment starts with.
 pub const SIZES: Sizes = Sizes {
     header: HEADER_LEN as u64,
     seal: SEAL_LEN as u64,
@@ -219,16 +316,30 @@ impl EncodedItem {
     /// # Errors
     /// Whatever `tenant` or `item` returns; a body over [`MAX_BODY`]
     /// bytes (`TooLarge`).
+    /// The record carries codec version 0 and no staging time.
     #[cfg(any(test, feature = "testkit"))]
     pub fn new<E>(
         tenant: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
         item: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
     ) -> Result<Self, EncodeFailure<E>> {
-        Self::new_in(Vec::new(), tenant, item).map_err(|(e, _)| e)
+        Self::new_in(Vec::new(), Stamp::default(), tenant, item).map_err(|(e, _)| e)
     }
 
-    /// Like [`new`](Self::new), in `buffer` (cleared first): a caller that
-    /// encodes many records reuses one buffer through
+    /// Like [`new`](Self::new), with `stamp`'s version and staging time.
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    #[cfg(any(test, feature = "testkit"))]
+    pub fn stamped<E>(
+        stamp: Stamp,
+        tenant: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+        item: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<Self, EncodeFailure<E>> {
+        Self::new_in(Vec::new(), stamp, tenant, item).map_err(|(e, _)| e)
+    }
+
+    /// Like [`stamped`](Self::stamped), in `buffer` (cleared first): a
+    /// caller that encodes many records reuses one buffer through
     /// [`into_buffer`](Self::into_buffer) instead of allocating one per
     /// record.
     ///
@@ -236,11 +347,12 @@ impl EncodedItem {
     /// As [`new`](Self::new), with `buffer` handed back.
     pub fn new_in<E>(
         mut buffer: Vec<u8>,
+        stamp: Stamp,
         tenant: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
         item: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
     ) -> Result<Self, (EncodeFailure<E>, Vec<u8>)> {
         buffer.clear();
-        match encode_item(&mut buffer, tenant, item) {
+        match encode_item(&mut buffer, stamp, tenant, item) {
             Ok(()) => Ok(EncodedItem { bytes: buffer }),
             Err(e) => Err((e, buffer)),
         }
@@ -277,21 +389,26 @@ impl EncodedItem {
 }
 
 /// Writes an item record at the end of `b`: the frame and the sequence
-/// number left zero, the tenant's bytes, their length, the item's bytes.
-/// On an error, `b` may hold part of a record past its old end.
+/// number left zero, the stamp, the tenant's bytes, their length, the
+/// item's bytes. On an error, `b` may hold part of a record past its old
+/// end.
 fn encode_item<E>(
     b: &mut Vec<u8>,
+    stamp: Stamp,
     tenant: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
     item: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
 ) -> Result<(), EncodeFailure<E>> {
     let start = b.len();
     b.extend_from_slice(&[0; FRAME_LEN]);
     b.push(KIND_ITEM);
-    b.extend_from_slice(&[0; 8 + 4]);
+    b.extend_from_slice(&[0; 8]);
+    b.extend_from_slice(&stamp.staged_ms.to_le_bytes());
+    b.extend_from_slice(&stamp.version.to_le_bytes());
+    b.extend_from_slice(&[0; 4]);
     tenant(b).map_err(EncodeFailure::Codec)?;
     let tenant_len =
         u32::try_from(b.len() - start - ITEM_OVERHEAD).map_err(|_| EncodeFailure::TooLarge)?;
-    b[start + FRAME_LEN + 9..start + ITEM_OVERHEAD].copy_from_slice(&tenant_len.to_le_bytes());
+    b[start + AT_TENANT_LEN..start + ITEM_OVERHEAD].copy_from_slice(&tenant_len.to_le_bytes());
     item(b).map_err(EncodeFailure::Codec)?;
     if b.len() - start - FRAME_LEN > MAX_BODY {
         return Err(EncodeFailure::TooLarge);
@@ -324,7 +441,7 @@ impl Unsealed<'_> {
         let start = out.len();
         out.extend_from_slice(self.0);
         let f = &mut out[start..];
-        f[FRAME_LEN + 1..FRAME_LEN + 9].copy_from_slice(&seq.to_le_bytes());
+        f[AT_SEQ..AT_SEQ + 8].copy_from_slice(&seq.to_le_bytes());
         let len = u32::try_from(f.len() - FRAME_LEN).unwrap_or(u32::MAX);
         f[..4].copy_from_slice(&len.to_le_bytes());
     }
@@ -377,7 +494,7 @@ impl EncodedRun {
         }
     }
 
-    /// Encodes one more record, as [`EncodedItem::new`] does; returns its
+    /// Encodes one more record, as [`EncodedItem::stamped`] does; returns its
     /// index. A failed record takes no index (its bytes, if any, are
     /// dropped).
     ///
@@ -385,11 +502,12 @@ impl EncodedRun {
     /// As [`EncodedItem::new`].
     pub fn push<E>(
         &mut self,
+        stamp: Stamp,
         tenant: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
         item: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
     ) -> Result<usize, EncodeFailure<E>> {
         let start = self.bytes.len();
-        match encode_item(&mut self.bytes, tenant, item) {
+        match encode_item(&mut self.bytes, stamp, tenant, item) {
             Ok(()) => {
                 self.spans.push((start, self.bytes.len()));
                 Ok(self.spans.len() - 1)
@@ -441,6 +559,9 @@ pub enum Record<'a> {
     Item {
         /// Sequence number.
         seq: u64,
+        /// Its codec version and staging time (version 0, time 0 in a
+        /// version 1 segment).
+        stamp: Stamp,
         /// The tenant, as the codec encoded it.
         tenant: &'a [u8],
         /// The item, as the codec encoded it.
@@ -450,6 +571,14 @@ pub enum Record<'a> {
     Done(Vec<u64>),
     /// The segment's seal.
     Seal(u64),
+    /// What the segment's items are (S-J14): the codec's version and the
+    /// type's name (lossy UTF-8).
+    Schema {
+        /// The codec's version.
+        version: u32,
+        /// The item type's name.
+        name: String,
+    },
 }
 
 /// What [`scan`] found in a segment's records.
@@ -512,13 +641,34 @@ fn record_at(bytes: &[u8], at: usize) -> Option<(Record<'_>, usize)> {
 fn parse_body(body: &[u8]) -> Option<Record<'_>> {
     let (&kind, rest) = body.split_first()?;
     match kind {
+        KIND_ITEM_V1 => {
+            let seq = u64::from_le_bytes(rest.get(..8)?.try_into().ok()?);
+            let (tenant, item) = tenant_item(rest.get(8..)?)?;
+            let stamp = Stamp::default();
+            Some(Record::Item {
+                seq,
+                stamp,
+                tenant,
+                item,
+            })
+        }
         KIND_ITEM => {
             let seq = u64::from_le_bytes(rest.get(..8)?.try_into().ok()?);
-            let tlen = u32::from_le_bytes(rest.get(8..12)?.try_into().ok()?) as usize;
-            let tenant = rest.get(12..12usize.checked_add(tlen)?)?;
-            let item = rest.get(12 + tlen..)?;
-            Some(Record::Item { seq, tenant, item })
+            let staged_ms = u64::from_le_bytes(rest.get(8..16)?.try_into().ok()?);
+            let version = u32::from_le_bytes(rest.get(16..20)?.try_into().ok()?);
+            let (tenant, item) = tenant_item(rest.get(20..)?)?;
+            let stamp = Stamp { version, staged_ms };
+            Some(Record::Item {
+                seq,
+                stamp,
+                tenant,
+                item,
+            })
         }
+        KIND_SCHEMA => Some(Record::Schema {
+            version: u32::from_le_bytes(rest.get(..4)?.try_into().ok()?),
+            name: String::from_utf8_lossy(&rest[4..]).into_owned(),
+        }),
         KIND_DONE if rest.len() % 8 == 0 => Some(Record::Done(
             rest.chunks_exact(8)
                 .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
@@ -529,6 +679,14 @@ fn parse_body(body: &[u8]) -> Option<Record<'_>> {
         }
         _ => None,
     }
+}
+
+/// A tenant's length, its bytes, then the item's bytes.
+fn tenant_item(rest: &[u8]) -> Option<(&[u8], &[u8])> {
+    let tlen = u32::from_le_bytes(rest.get(..4)?.try_into().ok()?) as usize;
+    let tenant = rest.get(4..4usize.checked_add(tlen)?)?;
+    let item = rest.get(4 + tlen..)?;
+    Some((tenant, item))
 }
 
 #[cfg(test)]
@@ -553,13 +711,19 @@ mod tests {
     fn a_run_holds_each_record_as_an_item_would_and_skips_failed_ones() {
         let mut run = EncodedRun::new_in(vec![9; 100]);
         assert!(run.is_empty());
-        assert!(matches!(run.push(tenant(1), body(b"abc")), Ok(0)));
+        assert!(matches!(
+            run.push(Stamp::default(), tenant(1), body(b"abc")),
+            Ok(0)
+        ));
         // A codec failure after the tenant's bytes: no index, no bytes.
         assert!(matches!(
-            run.push(tenant(2), |_| Err(())),
+            run.push(Stamp::default(), tenant(2), |_| Err(())),
             Err(EncodeFailure::Codec(()))
         ));
-        assert!(matches!(run.push(tenant(3), body(b"")), Ok(1)));
+        assert!(matches!(
+            run.push(Stamp::default(), tenant(3), body(b"")),
+            Ok(1)
+        ));
         assert_eq!(run.len(), 2);
         assert_eq!(run.get(2), None);
         for (i, (t, bytes)) in [(1u8, &b"abc"[..]), (3, &b""[..])].into_iter().enumerate() {
@@ -622,18 +786,27 @@ mod tests {
         bytes.extend(item(11, b"", b""));
         done(&mut bytes, &[10, 11]);
         seal(&mut bytes, 12);
-        assert_eq!(read_header(&bytes), Header::Valid { id: 3, first: 10 });
+        assert_eq!(
+            read_header(&bytes),
+            Header::Valid {
+                id: 3,
+                first: 10,
+                v1: false
+            }
+        );
         let scan = scan(&bytes, HEADER_LEN);
         assert_eq!(
             scan.records,
             [
                 Record::Item {
                     seq: 10,
+                    stamp: Stamp::default(),
                     tenant: b"t1",
                     item: b"hello"
                 },
                 Record::Item {
                     seq: 11,
+                    stamp: Stamp::default(),
                     tenant: b"",
                     item: b""
                 },
@@ -675,6 +848,7 @@ mod tests {
         let scan = scan(&bytes, HEADER_LEN);
         let item = |seq| Record::Item {
             seq,
+            stamp: Stamp::default(),
             tenant: &[7],
             item: b"payload",
         };

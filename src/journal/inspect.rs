@@ -5,7 +5,7 @@
 //! outbox), the read is a snapshot that tolerates a growing tail and
 //! segments deleted while it reads, and says so.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
 use std::io;
 use std::path::Path;
@@ -13,7 +13,7 @@ use std::path::Path;
 use super::format::{self, HEADER_LEN};
 use super::recover::read_segment;
 use super::storage::LOCK_FILE;
-use super::JournalError;
+use super::{JournalError, OtherRecord};
 use crate::codec::Codec;
 use crate::core::journal::{self as core, Head, Limits, Seq};
 use crate::sink::BoxError;
@@ -36,6 +36,12 @@ pub struct SegmentInfo {
     pub version: Option<u16>,
     /// Its seal record's end, if it has one.
     pub sealed: Option<Seq>,
+    /// The codec version and item type its schema record names (S-J14;
+    /// none in a segment of the previous format version, or when the
+    /// record is damaged).
+    pub schema: Option<(u32, String)>,
+    /// The codec versions its item records carry, each once, ascending.
+    pub item_versions: Vec<u32>,
     /// Readable item records.
     pub items: usize,
     /// Done marks.
@@ -59,6 +65,10 @@ pub struct Inspection<K, I> {
     /// Items in a segment's range that cannot be read back or decoded and
     /// are not known done: a recovery counts them lost (D4).
     pub unreadable: u64,
+    /// The pending items of another codec version than `codec`'s, as
+    /// their bytes, in staging order: a recovery by an outbox of this
+    /// codec refuses them (S-J14).
+    pub other: Vec<(Seq, OtherRecord)>,
     /// Readable items already marked done.
     pub done: u64,
     /// Bytes past the last valid record of the last segment: a torn write
@@ -139,7 +149,10 @@ fn try_lock(dir: &Path) -> Result<Option<Option<File>>, JournalError> {
 
 fn head_name(head: Head) -> (&'static str, Option<Seq>, Option<u16>) {
     match head {
-        Head::Valid { first, .. } => ("valid", Some(first), Some(format::VERSION)),
+        Head::Valid { first, v1, .. } => {
+            let version = if v1 { format::V1 } else { format::VERSION };
+            ("valid", Some(first), Some(version))
+        }
         Head::Short => ("short", None, None),
         Head::Damaged => ("damaged", None, None),
         Head::Version(v) => ("version", None, Some(v)),
@@ -149,6 +162,8 @@ fn head_name(head: Head) -> (&'static str, Option<Seq>, Option<u16>) {
 
 /// Reads the journal in `dir` through `codec`, read only (S-J13): what a
 /// recovery would stage again and count lost, and where the damage is.
+/// Items of another codec version than `codec`'s are not decoded: they
+/// are shown as their bytes ([`Inspection::other`], S-J14).
 ///
 /// # Errors
 /// [`JournalError::Foreign`] for a file that is not the journal's;
@@ -178,6 +193,7 @@ where
     .map_err(|file| JournalError::Foreign { file })?;
     let mut segments = Vec::new();
     let mut files = Vec::new();
+    let mut raws = Vec::new();
     for id in ids {
         let name = format::segment_name(id);
         let bytes = match fs::read(dir.join(&name)) {
@@ -187,7 +203,9 @@ where
             Err(e) => return Err(io_err("read", &name)(e)),
         };
         segments.push(describe(id, name, &bytes));
-        files.push(read_segment(id, &bytes, codec));
+        let read = read_segment(id, &bytes, codec, Some(codec.version()), true);
+        raws.extend(read.other);
+        files.push(read.file);
     }
     drop(lock);
     let torn_bytes = segments.last_mut().map_or(0, |s| {
@@ -204,23 +222,27 @@ where
         tail
     });
     let bytes = segments.iter().map(|s| s.bytes).sum();
-    let (pending, unreadable, done) = match core::plan(files, format::SEAL_LEN as u64) {
+    let (pending, unreadable, done, other) = match core::plan(files, format::SEAL_LEN as u64) {
         Ok(plan) => {
             let limits = Limits {
                 segment_bytes: u64::MAX,
                 max_bytes: None,
             };
+            let refused: BTreeSet<Seq> = plan.other.iter().copied().collect();
+            raws.retain(|(seq, _)| refused.contains(seq));
+            raws.sort_by_key(|(seq, _)| *seq);
             let (r, _) = plan.finish(limits, HEADER_LEN as u64);
-            (r.items, r.unreadable, r.done)
+            (r.items, r.unreadable, r.done, raws)
         }
         // Another format version: nothing can be read back.
-        Err(_) => (Vec::new(), 0, 0),
+        Err(_) => (Vec::new(), 0, 0, Vec::new()),
     };
     Ok(Inspection {
         live,
         segments,
         pending,
         unreadable,
+        other,
         done,
         torn_bytes,
         bytes,
@@ -239,12 +261,17 @@ fn describe(id: u64, name: String, bytes: &[u8]) -> SegmentInfo {
     if scan.valid_end < bytes.len() {
         damaged.push((scan.valid_end as u64, bytes.len() as u64));
     }
-    let (mut items, mut marks, mut sealed) = (0, 0, None);
+    let (mut items, mut marks, mut sealed, mut schema) = (0, 0, None, None);
+    let mut versions = BTreeSet::new();
     for record in &scan.records {
         match record {
-            format::Record::Item { .. } => items += 1,
+            format::Record::Item { stamp, .. } => {
+                items += 1;
+                versions.insert(stamp.version);
+            }
             format::Record::Done(seqs) => marks += seqs.len(),
             format::Record::Seal(end) => sealed = Some(*end),
+            format::Record::Schema { version, name } => schema = Some((*version, name.clone())),
         }
     }
     SegmentInfo {
@@ -255,6 +282,8 @@ fn describe(id: u64, name: String, bytes: &[u8]) -> SegmentInfo {
         first,
         version,
         sealed,
+        schema,
+        item_versions: versions.into_iter().collect(),
         items,
         marks,
         damaged,

@@ -111,22 +111,23 @@ mod storage;
 use std::fmt;
 use std::io;
 
-pub use crate::codec::{Codec, Postcard};
+pub use crate::codec::{Codec, Postcard, Versioned};
 #[cfg(feature = "testkit")]
 pub use committer::Committer;
 #[cfg(not(feature = "testkit"))]
 pub(crate) use committer::Committer;
 pub use config::{
-    JournalConfig, DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_RETRY_INTERVAL, DEFAULT_SEGMENT_BYTES,
-    DEFAULT_SYNC_BYTES, DEFAULT_SYNC_INTERVAL, MIN_MAX_BYTES, MIN_SEGMENT_BYTES,
+    JournalConfig, OtherRecord, OtherVersion, DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_RETRY_INTERVAL,
+    DEFAULT_SEGMENT_BYTES, DEFAULT_SYNC_BYTES, DEFAULT_SYNC_INTERVAL, MIN_MAX_BYTES,
+    MIN_SEGMENT_BYTES,
 };
 pub use inspect::{inspect, Inspection, RawBytes, SegmentInfo};
 #[cfg(any(test, feature = "testkit"))]
 pub use memory::MemStorage;
 #[cfg(feature = "testkit")]
-pub use recover::{recover, Recovered, RecoveryReport};
+pub use recover::{recover, recover_with, Recovered, RecoveryReport};
 #[cfg(not(feature = "testkit"))]
-pub(crate) use recover::{recover, RecoveryReport};
+pub(crate) use recover::{recover_with, RecoveryReport};
 #[cfg(all(test, not(feature = "testkit")))]
 pub(crate) use storage::LOCK_FILE;
 #[cfg(not(feature = "testkit"))]
@@ -153,6 +154,18 @@ pub enum JournalError {
         file: String,
         /// Its version.
         version: u16,
+    },
+    /// Items of another codec version than the outbox's are pending and
+    /// [`OtherVersion::Fail`] was asked for (S-J14).
+    OtherVersion {
+        /// The first segment holding one.
+        file: String,
+        /// The codec version its first such item was written with.
+        version: u32,
+        /// The outbox codec's version.
+        expected: u32,
+        /// How many such items are pending.
+        items: u64,
     },
     /// The configuration's sizes contradict each other (S-J10): an
     /// explicit `segment_bytes` above half of `max_bytes` (the current
@@ -189,6 +202,17 @@ impl fmt::Display for JournalError {
                 f,
                 "outbox journal: `{file}` has format version {version}, this build reads {}",
                 format::VERSION
+            ),
+            JournalError::OtherVersion {
+                file,
+                version,
+                expected,
+                items,
+            } => write!(
+                f,
+                "outbox journal: {items} pending items were written with codec version {version} \
+                 (first in `{file}`), this outbox's codec is version {expected}; write them with \
+                 the older build, or configure `other_version` to refuse or hand them over"
             ),
             JournalError::Bounds {
                 segment_bytes: Some(segment),

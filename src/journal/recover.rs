@@ -4,14 +4,17 @@
 //! refuse, cut, seal, delete and stage again; this module carries the
 //! steps out.
 
+use std::collections::BTreeSet;
 use std::io;
 
-use super::format::{self, Record, HEADER_LEN};
+use super::format::{self, Record, Schema, HEADER_LEN};
 use super::storage::{Storage, LOCK_FILE};
-use super::JournalError;
+use super::{JournalError, OtherRecord, OtherVersion};
 use crate::codec::Codec;
 use crate::contain;
-use crate::core::journal::{self as core, Ledger, Limits, Refused, SegmentFile, Seq, Step};
+use crate::core::journal::{
+    self as core, Ledger, Limits, Refused, SegmentFile, SegmentId, Seq, Step,
+};
 
 /// What a recovery found and did: the counts an operator reads in the
 /// build log and the metrics (D4).
@@ -25,6 +28,9 @@ pub struct RecoveryReport {
     /// decoded, and are not known done: counted lost under
     /// `journal_unreadable`.
     pub unreadable: u64,
+    /// Items of another codec version than the recovering one's, not
+    /// known done: refused, counted lost under `other_version` (S-J14).
+    pub other_version: u64,
     /// Readable items skipped because they are marked done.
     pub done: u64,
     /// Bytes cut from the end of the last segment: a record torn by a
@@ -47,6 +53,9 @@ pub struct Recovered<K, I> {
     pub report: RecoveryReport,
     /// Items not known done, in staging order: `(sequence, tenant, item)`.
     pub items: Vec<(Seq, K, I)>,
+    /// The refused records of another codec version, in staging order,
+    /// when [`OtherVersion::Hand`] asked for them (S-J14).
+    pub other: Vec<OtherRecord>,
     /// The bookkeeping, with a fresh current segment to create.
     pub ledger: Ledger<K>,
 }
@@ -74,29 +83,77 @@ fn lock(storage: &mut (impl Storage + ?Sized)) -> Result<(), JournalError> {
     })
 }
 
+/// A segment file as [`read_segment`] read it.
+pub(super) struct Read<K, I> {
+    /// What the plan needs.
+    pub(super) file: SegmentFile<K, I>,
+    /// Its schema record, if readable (none in a version 1 segment).
+    pub(super) schema: Option<Schema>,
+    /// Its records of another codec version, raw, when asked for.
+    pub(super) other: Vec<(Seq, OtherRecord)>,
+    /// The first other codec version its items are of.
+    pub(super) met: Option<u32>,
+}
+
 /// Reads segment `id`'s file into what the plan needs: its header, its
 /// records decoded through `codec` (a codec that panics is an undecodable
-/// record, S-J7, S-J8: a panic here would fail every restart alike).
-pub(super) fn read_segment<K, I, C>(id: u64, bytes: &[u8], codec: &C) -> SegmentFile<K, I>
+/// record, S-J7, S-J8: a panic here would fail every restart alike). An
+/// item of another codec version than `expect` is never decoded (S-J14);
+/// `None` decodes every version (the inspector). With `raw`, those items
+/// are kept as their bytes.
+pub(super) fn read_segment<K, I, C>(
+    id: u64,
+    bytes: &[u8],
+    codec: &C,
+    expect: Option<u32>,
+    raw: bool,
+) -> Read<K, I>
 where
     C: Codec<K, I> + ?Sized,
 {
     let scan = format::scan(bytes, HEADER_LEN.min(bytes.len()));
-    let mut file = SegmentFile {
-        id,
-        head: format::read_header(bytes),
-        torn: format::torn_header(bytes),
-        len: bytes.len() as u64,
-        valid_end: scan.valid_end as u64,
-        skipped: scan.skipped.iter().map(|r| r.len() as u64).sum(),
-        items: Vec::new(),
-        undecodable: Vec::new(),
-        marks: Vec::new(),
-        seal: None,
+    let mut read = Read {
+        file: SegmentFile {
+            id,
+            head: format::read_header(bytes),
+            torn: format::torn_header(bytes),
+            len: bytes.len() as u64,
+            valid_end: scan.valid_end as u64,
+            skipped: scan.skipped.iter().map(|r| r.len() as u64).sum(),
+            items: Vec::new(),
+            undecodable: Vec::new(),
+            other: Vec::new(),
+            marks: Vec::new(),
+            seal: None,
+        },
+        schema: None,
+        other: Vec::new(),
+        met: None,
     };
+    let file = &mut read.file;
     for record in scan.records {
         match record {
-            Record::Item { seq, tenant, item } => {
+            Record::Item {
+                seq,
+                stamp,
+                tenant,
+                item,
+            } if expect.is_some_and(|v| v != stamp.version) => {
+                file.other.push(seq);
+                read.met = read.met.or(Some(stamp.version));
+                if raw {
+                    let record = OtherRecord {
+                        version: stamp.version,
+                        staged_ms: stamp.staged_ms,
+                        tenant: tenant.to_vec(),
+                        item: item.to_vec(),
+                    };
+                    read.other.push((seq, record));
+                }
+            }
+            Record::Item {
+                seq, tenant, item, ..
+            } => {
                 let decoded =
                     contain::call(|| (codec.decode_tenant(tenant), codec.decode_item(item)));
                 match decoded {
@@ -110,9 +167,10 @@ where
             }
             Record::Done(seqs) => file.marks.extend(seqs),
             Record::Seal(end) => file.seal = Some(end),
+            Record::Schema { version, name } => read.schema = Some(Schema::new(version, &name)),
         }
     }
-    file
+    read
 }
 
 /// The plan's refusal as a build error.
@@ -125,6 +183,25 @@ fn refused(r: Refused) -> JournalError {
             file: format::segment_name(id),
             version,
         },
+    }
+}
+
+/// The build error of [`OtherVersion::Fail`]: the first segment holding
+/// a pending item of another codec version (S-J14).
+/// `met`: each segment with such items, the first version met in it and
+/// their sequence numbers.
+fn other_version_error(
+    met: &[(SegmentId, u32, Vec<Seq>)],
+    other: &[Seq],
+    expected: u32,
+) -> JournalError {
+    let first = other.first().copied().unwrap_or(0);
+    let seg = met.iter().find(|m| m.2.contains(&first));
+    JournalError::OtherVersion {
+        file: format::segment_name(seg.map_or(0, |m| m.0)),
+        version: seg.map_or(0, |m| m.1),
+        expected,
+        items: other.len() as u64,
     }
 }
 
@@ -162,17 +239,40 @@ fn carry_out(storage: &mut (impl Storage + ?Sized), steps: &[Step]) -> Result<()
 /// Locks the directory of `storage`, reads every segment back through
 /// `codec`, and carries out the core's plan (a torn tail cut, the last
 /// segment sealed); returns what to stage again. The new current segment
-/// is not created yet (the first commit does).
+/// is not created yet (the first commit does). Items of another codec
+/// version are refused and counted (S-J14, [`OtherVersion::Refuse`]).
 ///
 /// # Errors
 /// [`JournalError::Locked`] when another process holds the directory;
 /// [`JournalError::Foreign`] for a file that is not the journal's;
 /// [`JournalError::Version`] for a segment of another format version;
 /// [`JournalError::Io`] when a file cannot be listed, read, cut or sealed.
+#[cfg(any(test, feature = "testkit"))]
 pub fn recover<K, I, C, S>(
     storage: &mut S,
     codec: &C,
     limits: Limits,
+) -> Result<Recovered<K, I>, JournalError>
+where
+    K: Ord + std::hash::Hash + Clone,
+    C: Codec<K, I> + ?Sized,
+    S: Storage + ?Sized,
+{
+    recover_with(storage, codec, limits, &OtherVersion::Refuse)
+}
+
+/// [`recover`], with items of another codec version than `codec`'s
+/// treated as `on_other` says (S-J14).
+///
+/// # Errors
+/// As [`recover`]; [`JournalError::OtherVersion`] under
+/// [`OtherVersion::Fail`] when an item of another codec version is not
+/// known done (nothing on disk is changed then).
+pub fn recover_with<K, I, C, S>(
+    storage: &mut S,
+    codec: &C,
+    limits: Limits,
+    on_other: &OtherVersion,
 ) -> Result<Recovered<K, I>, JournalError>
 where
     K: Ord + std::hash::Hash + Clone,
@@ -189,20 +289,42 @@ where
         LOCK_FILE,
     )
     .map_err(|file| JournalError::Foreign { file })?;
-    let mut files = Vec::with_capacity(ids.len());
+    let expected = codec.version();
+    let raw = matches!(on_other, OtherVersion::Hand(_));
+    let mut reads = Vec::with_capacity(ids.len());
     for id in ids {
         let name = format::segment_name(id);
         let bytes = storage.read(&name).map_err(io_err("read", &name))?;
-        files.push(read_segment(id, &bytes, codec));
+        reads.push(read_segment(id, &bytes, codec, Some(expected), raw));
+    }
+    let mut raws = Vec::new();
+    let mut met = Vec::new();
+    let mut files = Vec::with_capacity(reads.len());
+    for r in reads {
+        raws.extend(r.other);
+        if let Some(v) = r.met {
+            met.push((r.file.id, v, r.file.other.clone()));
+        }
+        files.push(r.file);
     }
     let plan = core::plan(files, format::SEAL_LEN as u64).map_err(refused)?;
+    if !plan.other.is_empty() && matches!(on_other, OtherVersion::Fail) {
+        return Err(other_version_error(&met, &plan.other, expected));
+    }
     carry_out(storage, &plan.steps)?;
+    let pending: BTreeSet<Seq> = plan.other.iter().copied().collect();
+    let other = raws
+        .into_iter()
+        .filter(|(seq, _)| pending.contains(seq))
+        .map(|(_, r)| r)
+        .collect();
     let found = plan.found.clone();
-    let (recovery, ledger) = plan.finish(limits, HEADER_LEN as u64);
+    let (recovery, ledger) = plan.finish(limits, codec_schema(codec).head_len() as u64);
     let report = RecoveryReport {
         segments: found.segments,
         recovered: recovery.items.len() as u64,
         unreadable: recovery.unreadable,
+        other_version: recovery.other,
         done: recovery.done,
         torn_bytes: found.torn_bytes,
         damaged_bytes: found.damaged_bytes,
@@ -212,6 +334,12 @@ where
     Ok(Recovered {
         report,
         items: recovery.items,
+        other,
         ledger,
     })
+}
+
+/// The schema `codec` writes (S-J14).
+pub(crate) fn codec_schema<K, I, C: Codec<K, I> + ?Sized>(codec: &C) -> Schema {
+    Schema::new(codec.version(), codec.item_type())
 }

@@ -236,7 +236,7 @@ pub async fn lost_past_the_deadline<W: World>(w: &W, second: &PerTenant<W::Row>)
         }
     );
     assert_eq!(
-        W::dead_letters(sd.unwritten),
+        W::dead_letters(sd.unwritten.into_iter().map(|r| r.into_parts()).collect()),
         *second,
         "the dead letters are exactly the unwritten items, per tenant in order"
     );

@@ -9,16 +9,17 @@ use std::time::Duration;
 
 use outbox::core::journal::{Limits, Machine, Op, Seq, Settings};
 use outbox::core::Time;
-use outbox::journal::format::{EncodedItem, SIZES};
+use outbox::journal::format::{EncodedItem, Schema};
 use outbox::journal::{recover, Codec, Committer, JournalError, RecoveryReport, Storage};
 
-/// The machine's settings in these tests: no interval, a 1 ms retry.
-pub fn settings() -> Settings {
+/// The machine's settings in these tests, for segments headed by
+/// `schema`: no interval, a 1 ms retry.
+pub fn settings(schema: &Schema) -> Settings {
     Settings {
         sync_interval: Duration::ZERO,
         sync_bytes: usize::MAX,
         retry_interval: Duration::from_millis(1),
-        sizes: SIZES,
+        sizes: schema.sizes(),
     }
 }
 
@@ -52,9 +53,10 @@ impl<K: Ord + Hash + Clone, S: Storage> Hand<K, S> {
         limits: Limits,
     ) -> Result<(Self, Back<K, I>), JournalError> {
         let rec = recover(&mut storage, codec, limits)?;
+        let schema = Schema::new(codec.version(), codec.item_type());
         let hand = Hand {
-            machine: Machine::new(rec.ledger, settings()),
-            committer: Committer::new(storage),
+            machine: Machine::new(rec.ledger, settings(&schema)),
+            committer: Committer::new(storage, schema),
             now: Time::ZERO,
         };
         let back = Back {

@@ -380,7 +380,7 @@ async fn shut_down(outbox: &Crash, ctx: &Ctx, life: u32, deadline: Duration) {
     );
     let report = outbox.shutdown(deadline).await;
     let mut b = book::lock(&ctx.book);
-    for (_, items) in &report.unwritten {
+    for items in report.unwritten.iter().map(|r| &r.items) {
         for i in items {
             b.items[i.id as usize].handed_back = true;
         }

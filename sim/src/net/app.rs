@@ -529,7 +529,7 @@ async fn shut_down<K: NetKey>(
         );
     }
     let mut dead = 0u64;
-    for (_, items) in &report.unwritten {
+    for items in report.unwritten.iter().map(|r| &r.items) {
         for i in items {
             dead += 1;
             b.items[i.id as usize].handed_back = true;

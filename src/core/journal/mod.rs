@@ -103,7 +103,10 @@ pub fn done_by<K, I>(event: &EngineEvent<K, I>) -> Option<(&K, u64)> {
         } => match reason {
             // Refused after the fence; part of a written slice; never
             // journaled in this process.
-            LostReason::Shutdown | LostReason::Discarded | LostReason::JournalUnreadable => None,
+            LostReason::Shutdown
+            | LostReason::Discarded
+            | LostReason::JournalUnreadable
+            | LostReason::OtherVersion => None,
             LostReason::Deadline
             | LostReason::Abandoned
             | LostReason::JoinFailed

@@ -25,6 +25,9 @@ pub enum Head {
         id: SegmentId,
         /// Its first sequence number.
         first: Seq,
+        /// Whether it is of the previous format version (S-J14: its items
+        /// are of codec version 0).
+        v1: bool,
     },
     /// Shorter than a header: a crash while creating the segment.
     Short,
@@ -57,6 +60,9 @@ pub struct SegmentFile<K, P> {
     /// Sequence numbers of item records whose checksum held but whose
     /// tenant or item could not be decoded.
     pub undecodable: Vec<Seq>,
+    /// Sequence numbers of item records of another codec version than the
+    /// recovering one's (S-J14): never decoded, refused.
+    pub other: Vec<Seq>,
     /// Done marks it holds.
     pub marks: Vec<Seq>,
     /// Its seal record's end, if readable.
@@ -123,6 +129,10 @@ pub struct Plan<K, P> {
     pub found: Found,
     /// The file operations, in order.
     pub steps: Vec<Step>,
+    /// Items of another codec version not known done, in sequence order
+    /// (S-J14): refused, counted lost under `other_version`, or the build
+    /// fails, as configured.
+    pub other: Vec<Seq>,
     segments: Vec<ScannedSegment<K, P>>,
 }
 
@@ -143,6 +153,9 @@ pub struct ScannedSegment<K, P> {
     /// item could not be decoded (not in `items`): counted lost like
     /// unreadable records.
     pub undecodable: Vec<Seq>,
+    /// Sequence numbers of items of another codec version (not in
+    /// `items`): refused (S-J14).
+    pub other: Vec<Seq>,
     /// Done marks it holds.
     pub marks: Vec<Seq>,
     /// Its size on disk after any torn tail was cut.
@@ -160,6 +173,9 @@ pub struct Recovery<K, P> {
     /// undecodable) and are not marked done: counted lost under
     /// `journal_unreadable` (D4).
     pub unreadable: u64,
+    /// Items of another codec version not marked done: counted lost under
+    /// `other_version` (S-J14).
+    pub other: u64,
     /// Readable items skipped because they are marked done.
     pub done: u64,
     /// The sequence number the next item gets.
@@ -226,6 +242,7 @@ pub fn plan<K, P>(files: Vec<SegmentFile<K, P>>, seal_bytes: u64) -> Result<Plan
         kept.push(file);
     }
     found.segments = kept.len();
+    let other = other_pending(&kept);
     let mut segments = scan_all(kept, &mut found, &mut steps);
     link_ends(&mut segments);
     if let Some(seg) = segments.last_mut() {
@@ -239,8 +256,22 @@ pub fn plan<K, P>(files: Vec<SegmentFile<K, P>>, seal_bytes: u64) -> Result<Plan
     Ok(Plan {
         found,
         steps,
+        other,
         segments,
     })
+}
+
+/// The items of another codec version not marked done, in sequence order.
+fn other_pending<K, P>(files: &[SegmentFile<K, P>]) -> Vec<Seq> {
+    let marked: BTreeSet<Seq> = files.iter().flat_map(|f| f.marks.iter().copied()).collect();
+    let mut other: Vec<Seq> = files
+        .iter()
+        .flat_map(|f| f.other.iter().copied())
+        .filter(|s| !marked.contains(s))
+        .collect();
+    other.sort_unstable();
+    other.dedup();
+    other
 }
 
 /// Reads every kept file into a [`ScannedSegment`]: its first sequence
@@ -261,6 +292,7 @@ fn scan_all<K, P>(
             .iter()
             .map(|x| x.0)
             .chain(file.undecodable.iter().copied())
+            .chain(file.other.iter().copied())
             .min();
         let first = match file.head {
             Head::Valid { first, .. } => first,
@@ -292,6 +324,7 @@ fn scan_all<K, P>(
             end: file.seal,
             items: file.items,
             undecodable: file.undecodable,
+            other: file.other,
             marks: file.marks,
             bytes,
         });
@@ -318,6 +351,7 @@ fn open_end<K, P>(seg: &ScannedSegment<K, P>) -> Seq {
         .iter()
         .map(|x| x.0 + 1)
         .chain(seg.undecodable.iter().map(|s| s + 1))
+        .chain(seg.other.iter().map(|s| s + 1))
         .chain(seg.marks.iter().map(|s| s + 1))
         .max()
         .unwrap_or(seg.first)
@@ -333,10 +367,23 @@ impl<K: Ord + Hash + Clone, P> Plan<K, P> {
     }
 }
 
+/// What [`restage`] decides.
+struct Restage {
+    /// The items staged again (sequence number, segment), in order.
+    keep: Vec<(Seq, SegmentId)>,
+    /// Items unreadable and not done.
+    unreadable: u64,
+    /// Items of another codec version and not done (S-J14).
+    other: u64,
+    /// Readable items done.
+    done: u64,
+}
+
 /// Decides what `segments` (in any order) leave to do: the items staged
 /// again (sequence number, segment) in sequence order, how many items are
-/// unreadable and not done, and how many readable items are done (D2, D4).
-fn restage<K, P>(segments: &[ScannedSegment<K, P>]) -> (Vec<(Seq, SegmentId)>, u64, u64) {
+/// unreadable and not done, how many are of another codec version and
+/// not done, and how many readable items are done (D2, D4, S-J14).
+fn restage<K, P>(segments: &[ScannedSegment<K, P>]) -> Restage {
     let marked: BTreeSet<Seq> = segments
         .iter()
         .flat_map(|s| s.marks.iter().copied())
@@ -344,8 +391,17 @@ fn restage<K, P>(segments: &[ScannedSegment<K, P>]) -> (Vec<(Seq, SegmentId)>, u
     let mut keep = Vec::new();
     let mut unreadable = 0;
     let mut done = 0;
+    let mut other_lost = 0;
     for seg in segments {
         let readable: BTreeSet<Seq> = seg.items.iter().map(|(s, _, _)| *s).collect();
+        // Refused, not unreadable: known, and counted apart.
+        let other: BTreeSet<Seq> = seg
+            .other
+            .iter()
+            .copied()
+            .filter(|s| !marked.contains(s) && !readable.contains(s))
+            .collect();
+        other_lost += other.len() as u64;
         for &seq in &readable {
             if marked.contains(&seq) {
                 done += 1;
@@ -356,6 +412,7 @@ fn restage<K, P>(segments: &[ScannedSegment<K, P>]) -> (Vec<(Seq, SegmentId)>, u
         let last = readable
             .iter()
             .chain(&seg.undecodable)
+            .chain(&other)
             .max()
             .map_or(seg.first, |s| s.saturating_add(1));
         let end = seg.end.unwrap_or(last).max(last).max(seg.first);
@@ -366,11 +423,17 @@ fn restage<K, P>(segments: &[ScannedSegment<K, P>]) -> (Vec<(Seq, SegmentId)>, u
             + marked
                 .range(seg.first..end)
                 .filter(|s| !readable.contains(s))
-                .count() as u64;
+                .count() as u64
+            + other.range(seg.first..end).count() as u64;
         unreadable += (end - seg.first).saturating_sub(known);
     }
     keep.sort_unstable();
-    (keep, unreadable, done)
+    Restage {
+        keep,
+        unreadable,
+        other: other_lost,
+        done,
+    }
 }
 
 /// The sequence number after every one the segments know of.
@@ -381,6 +444,7 @@ fn next_seq<K, P>(segments: &[ScannedSegment<K, P>]) -> Seq {
             s.items
                 .iter()
                 .map(|(q, _, _)| q.saturating_add(1))
+                .chain(s.other.iter().map(|q| q.saturating_add(1)))
                 .chain(s.end)
                 .chain(s.marks.iter().map(|q| q.saturating_add(1)))
                 .chain([s.first])
@@ -440,7 +504,12 @@ impl<K: Ord + Hash + Clone, P> Recovery<K, P> {
         limits: Limits,
         header_bytes: u64,
     ) -> (Self, Ledger<K>) {
-        let (keep, unreadable, done) = restage(&segments);
+        let Restage {
+            keep,
+            unreadable,
+            other,
+            done,
+        } = restage(&segments);
         let next_seq = next_seq(&segments);
         let next_segment = segments
             .iter()
@@ -467,6 +536,7 @@ impl<K: Ord + Hash + Clone, P> Recovery<K, P> {
         let recovery = Recovery {
             items,
             unreadable,
+            other,
             done,
             next_seq,
             next_segment,
@@ -505,6 +575,7 @@ mod tests {
             end,
             items: items.iter().map(|&(s, t)| (s, t, s * 100)).collect(),
             undecodable: Vec::new(),
+            other: Vec::new(),
             marks: marks.to_vec(),
             bytes: 100,
         }
@@ -545,7 +616,12 @@ mod tests {
             seg(2, 4, Some(7), &[(4, 1), (6, 1)], &[5]),
             seg(3, 7, None, &[], &[]),
         ];
-        let (keep, unreadable, done) = restage(&segments);
+        let Restage {
+            keep,
+            unreadable,
+            done,
+            ..
+        } = restage(&segments);
         assert_eq!(unreadable, 1);
         assert_eq!(done, 0);
         assert_eq!(keep.iter().map(|p| p.0).collect::<Vec<_>>(), [1, 3, 4, 6]);
@@ -591,6 +667,20 @@ mod tests {
         l.mark_done(&1, 1);
         l.take_marks();
         assert_eq!(deletions(&mut l), [1, 2, 3]);
+    }
+
+    #[test]
+    fn items_of_another_version_are_counted_apart_and_keep_their_numbers() {
+        // S-J14: seq 2 and 4 are of another codec version (4 marked done),
+        // seq 5 the last one on disk: refused, not unreadable, and the
+        // next item is numbered past them.
+        let mut s = seg(1, 1, None, &[(1, 1), (3, 1)], &[4]);
+        s.other = vec![2, 4, 5];
+        let (r, l) = Recovery::new(vec![s], limits(1_000), H);
+        assert_eq!((r.unreadable, r.other, r.done), (0, 2, 0));
+        assert_eq!(r.items.iter().map(|x| x.0).collect::<Vec<_>>(), [1, 3]);
+        assert_eq!(r.next_seq, 6);
+        assert_eq!(l.live(), 2, "refused items are not live");
     }
 
     #[test]

@@ -12,6 +12,7 @@ use super::{Inner, Journal};
 use crate::contain;
 use crate::core::journal::{Batch, Event, Executed};
 use crate::core::Time;
+use crate::journal::format::Schema;
 use crate::journal::{Committer, Storage};
 
 /// The committer, its batch and what it did, back from the blocking pool
@@ -82,7 +83,8 @@ where
             let done = commit_contained(committer, &mut batch);
             (Some(batch), done)
         } else {
-            let mut c = std::mem::replace(committer, Committer::new(Box::new(Gone)));
+            let mut c =
+                std::mem::replace(committer, Committer::new(Box::new(Gone), Schema::default()));
             let mut batch = batch;
             let joined = tokio::task::spawn_blocking(move || {
                 let done = commit_contained(&mut c, &mut batch);

@@ -105,6 +105,7 @@ where
         let encoded = contain::call(|| {
             EncodedItem::new_in(
                 buffer,
+                self.stamp,
                 |b| codec.encode_tenant(tenant, b),
                 |b| codec.encode_item(item, b),
             )
@@ -126,6 +127,7 @@ where
         let codec = &*self.codec;
         let encoded = contain::call(|| {
             run.push(
+                self.stamp,
                 |b| codec.encode_tenant(tenant, b),
                 |b| codec.encode_item(item, b),
             )

@@ -90,10 +90,11 @@ impl Harness {
     /// whose task was lost or that came back written.
     pub(super) fn check_s_b6_dead_letters(
         &self,
-        unwritten: &[(u8, Vec<u64>)],
+        unwritten: &[crate::core::Unwritten<u8, u64>],
     ) -> Result<(), Violation> {
         let mut handed_back = 0u64;
-        for (tenant, items) in unwritten {
+        for run in unwritten {
+            let (tenant, items) = (&run.tenant, &run.items);
             for i in items {
                 self.expect(
                     self.fate(*i) == Some(Fate::Lost) && self.tenant_of(*i) == Some(*tenant),
