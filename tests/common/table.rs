@@ -7,7 +7,7 @@ use deadpool_postgres::Pool;
 use outbox::sinks::postgres::PostgresSink;
 use outbox::sinks::Record;
 use outbox::table::{OutboxTable, PgStore, Relayed, TableNames, TableRelay};
-use outbox::{Config, Outbox};
+use outbox::{Config, Outbox, WriteError, Written};
 use serde::{Deserialize, Serialize};
 use tokio_postgres::Client;
 use uuid::Uuid;
@@ -55,6 +55,10 @@ pub struct World {
     pub target: String,
     /// The application name of the relay's listener connection.
     pub listener_app: String,
+    /// A pool straight to the server whose sessions carry
+    /// [`relay_app`](Self::relay_app): the relay's and its sink's.
+    pub relay_pool: Pool,
+    pub relay_app: String,
     pub table: OutboxTable<u64, Usage>,
 }
 
@@ -77,10 +81,14 @@ impl World {
         let sql = outbox::sinks::postgres::schema_sql::<u64>(&target).expect("name");
         admin.batch_execute(&sql).await.expect("the target table");
         let table = OutboxTable::new(&name).expect("name");
+        let relay_app = format!("r_{name}");
+        let relay_pool = app_pool(&relay_app);
         Some(World {
             admin,
             proxy,
             pool,
+            relay_pool,
+            relay_app,
             listener_app: format!("l_{name}"),
             name,
             target,
@@ -95,17 +103,30 @@ impl World {
         let mut listen: tokio_postgres::Config = url.parse().expect("a postgres URL");
         listen.application_name(&self.listener_app);
         let names = TableNames::new(&self.name).expect("name");
-        PgStore::new(self.pool.clone(), listen, names)
+        PgStore::new(self.relay_pool.clone(), listen, names)
     }
 
     /// The sink into the target table.
     pub fn sink(&self) -> Sink {
-        PostgresSink::new(self.pool.clone(), &self.target).expect("name")
+        PostgresSink::new(self.relay_pool.clone(), &self.target).expect("name")
     }
 
     /// An outbox relaying the table into the target, polling every 100 ms.
     pub fn outbox(&self, config: Config, relay: TableRelay<u64, Usage>) -> Outbox<Sink> {
-        Outbox::builder(self.sink())
+        self.outbox_into(self.sink(), config, relay)
+    }
+
+    /// The same into `sink`.
+    pub fn outbox_into<S>(
+        &self,
+        sink: S,
+        config: Config,
+        relay: TableRelay<u64, Usage>,
+    ) -> Outbox<S>
+    where
+        S: outbox::Sink<Tenant = u64, Item = Relayed<Usage>>,
+    {
+        Outbox::builder(sink)
             .config(config)
             .table(
                 self.store(),
@@ -187,5 +208,54 @@ impl World {
             self.target
         );
         self.admin.batch_execute(&sql).await.expect("clean up");
+    }
+}
+
+/// A pool of at most 8 connections straight to the server, each session
+/// named `app`.
+fn app_pool(app: &str) -> Pool {
+    let url = std::env::var(postgres::VAR).expect("set");
+    let mut config: tokio_postgres::Config = url.parse().expect("a postgres URL");
+    config.application_name(app);
+    let manager = deadpool_postgres::Manager::from_config(
+        config,
+        tokio_postgres::NoTls,
+        deadpool_postgres::ManagerConfig {
+            recycling_method: deadpool_postgres::RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(8)
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .wait_timeout(Some(Duration::from_secs(2)))
+        .create_timeout(Some(Duration::from_secs(1)))
+        .recycle_timeout(Some(Duration::from_secs(1)))
+        .build()
+        .expect("pool")
+}
+
+/// Which writes fail: `Some(error)` for a slice of this tenant holding
+/// this item.
+pub type Fault = Box<dyn Fn(u64, &Usage) -> Option<WriteError> + Send + Sync>;
+
+/// The target sink, failing the writes `fault` names.
+pub struct Faulty {
+    pub inner: Sink,
+    pub fault: Fault,
+}
+
+impl outbox::Sink for Faulty {
+    type Tenant = u64;
+    type Item = Relayed<Usage>;
+
+    fn name(&self) -> &str {
+        "faulty"
+    }
+
+    async fn write(&self, tenant: &u64, items: &[Relayed<Usage>]) -> Result<Written, WriteError> {
+        if let Some(e) = items.iter().find_map(|i| (self.fault)(*tenant, &i.item)) {
+            return Err(e);
+        }
+        self.inner.write(tenant, items).await
     }
 }

@@ -267,3 +267,41 @@ async fn acquire<St: Store>(
     }
     Ok(Reply::Acquired { granted })
 }
+
+#[cfg(all(test, feature = "testkit"))]
+mod tests {
+    use super::*;
+    use crate::core::lease::LeaseConfig;
+    use crate::table::model::{Model, ModelConfig};
+
+    /// S-T30: alone on the table, the task owns every partition under an
+    /// epoch, publishes them, and at its stop releases them and publishes
+    /// nothing owned.
+    #[tokio::test(start_paused = true)]
+    async fn the_lease_task_owns_publishes_and_releases() {
+        let model = Model::new(ModelConfig {
+            partitions: 4,
+            ..ModelConfig::default()
+        });
+        let store = Arc::new(model.store());
+        let config = LeaseConfig::builder("a").partitions(4).build().unwrap();
+        let (owned_tx, mut owned) = watch::channel(Owned::new());
+        let (_stale, stale_rx) = mpsc::unbounded_channel();
+        let (stop, stop_rx) = watch::channel(false);
+        let policy = LeasePolicy::new(config, Time::ZERO);
+        let task = tokio::spawn(
+            LeaseTask::new(Arc::clone(&store), policy, owned_tx, stale_rx, stop_rx).run(),
+        );
+        while owned.borrow_and_update().len() < 4 {
+            owned.changed().await.unwrap();
+        }
+        assert!(owned.borrow().values().all(|&e| e >= 1));
+        let rows = store.leases().await.unwrap();
+        assert!(rows.iter().all(|r| r.owner.as_deref() == Some("a")));
+        drop(stop);
+        task.await.unwrap();
+        assert!(owned.borrow().is_empty());
+        let rows = store.leases().await.unwrap();
+        assert!(rows.iter().all(|r| r.expires_in.is_zero()), "{rows:?}");
+    }
+}

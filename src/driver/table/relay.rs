@@ -18,7 +18,7 @@
 //!   the lease task (its leases are released only after the last
 //!   removal, so no removal runs under a released lease).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,6 +43,9 @@ use crate::table::{Listener, Relayed, Store};
 /// its last removals: rows not removed by then are delivered again at the
 /// next start (the sink absorbs the repeat, S-T14).
 pub(crate) const REMOVAL_GRACE: Duration = Duration::from_secs(5);
+
+/// How often a shutting-down relay looks whether the engine closed.
+const CLOSE_CHECK: Duration = Duration::from_millis(50);
 
 /// The wait before a listener is opened again after a failure.
 const LISTEN_RETRY: Duration = Duration::from_secs(1);
@@ -81,8 +84,10 @@ struct Run<L> {
     listen_at: Option<Instant>,
     /// The partitions the policy was told of.
     known: Owned,
-    /// Deliveries waiting for their in-flight record, by first row.
-    awaiting: BTreeMap<i64, Vec<Row>>,
+    /// Deliveries in delivery order, each with whether its in-flight
+    /// record is durable: a tenant's go into the engine in this order,
+    /// whatever order the records' answers come back in (S-T5).
+    awaiting: VecDeque<(bool, Vec<Row>)>,
     /// When the engine closed at a shutdown.
     closed_at: Option<Instant>,
 }
@@ -100,7 +105,7 @@ where
             listener: None,
             listen_at: self.listen.then(Instant::now),
             known: Owned::new(),
-            awaiting: BTreeMap::new(),
+            awaiting: VecDeque::new(),
             closed_at: None,
         };
         loop {
@@ -148,17 +153,31 @@ where
     fn wake_at(&self, run: &Run<St::Listener>) -> Option<Instant> {
         let policy = self.relay.poll_timeout().map(|t| self.shared.instant(t));
         let grace = run.closed_at.map(|t| t + REMOVAL_GRACE);
-        [policy, run.listen_at, grace].into_iter().flatten().min()
+        // While shutting down, the engine's close is looked for often:
+        // the policy's poll stops with the reads.
+        let closing = self.closing().then(|| Instant::now() + CLOSE_CHECK);
+        [policy, run.listen_at, grace, closing]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Whether the shutdown's work is done: the engine closed, and every
     /// row it held removed or the grace passed.
     fn finished(&self, run: &mut Run<St::Listener>) -> bool {
-        if *self.phase.borrow() != Phase::Closed {
+        // The engine itself, not only the writer's last word on it: the
+        // writer may exit right after the input that closed the engine.
+        // The loop comes here at least every `poll_interval`.
+        if Phase::of(&self.shared.lock().engine) != Phase::Closed {
             return false;
         }
         let closed_at = *run.closed_at.get_or_insert_with(Instant::now);
         self.relay.held() == 0 || Instant::now() >= closed_at + REMOVAL_GRACE
+    }
+
+    /// Whether a shutdown began.
+    fn closing(&self) -> bool {
+        *self.phase.borrow() != Phase::Open || self.shared.lock().engine.is_shutting_down()
     }
 
     fn open_listener(&mut self, run: &mut Run<St::Listener>) {
@@ -179,7 +198,7 @@ where
         for (&p, &e) in &run.known {
             if owned.get(&p) != Some(&e) {
                 self.relay.handle_partition_lost(now, p);
-                run.awaiting.retain(|_, rows| rows[0].partition != p);
+                run.awaiting.retain(|(_, rows)| rows[0].partition != p);
             }
         }
         for (&p, &e) in &owned {
@@ -206,7 +225,7 @@ where
         }
         for rows in groups {
             let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
-            run.awaiting.insert(ids[0], rows);
+            run.awaiting.push_back((false, rows));
             self.relay.handle_write_started(now, ids);
         }
         while let Some(event) = self.relay.poll_event() {
@@ -221,13 +240,14 @@ where
     fn event(&mut self, now: Time, event: RelayEvent, run: &mut Run<St::Listener>) {
         match event {
             RelayEvent::AttemptRecorded { first_id } => {
-                if let Some(rows) = run.awaiting.remove(&first_id) {
-                    self.feed_engine(now, rows);
+                if let Some(g) = run.awaiting.iter_mut().find(|g| g.1[0].id == first_id) {
+                    g.0 = true;
                 }
+                self.feed_recorded(now, run);
             }
             RelayEvent::PartitionStale { partition } => {
                 run.awaiting
-                    .retain(|_, rows| rows[0].partition != partition);
+                    .retain(|(_, rows)| rows[0].partition != partition);
                 if let Some(epoch) = run.known.remove(&partition) {
                     let _ = self.stale.send((partition, epoch));
                 }
@@ -249,7 +269,7 @@ where
     }
 
     fn spawn_op(&mut self, op: StoreOp, run: &mut Run<St::Listener>) {
-        if matches!(op, StoreOp::ReadPage { .. }) && *self.phase.borrow() != Phase::Open {
+        if matches!(op, StoreOp::ReadPage { .. }) && self.closing() {
             // A shutdown began: nothing more is read (the read stays
             // unanswered; the task ends before it would matter).
             return;
@@ -307,6 +327,24 @@ where
             Answer::Listener(Err(e)) => {
                 tracing::debug!(outbox = %self.shared.sink.name(), error = %e, "outbox table: the listener cannot connect; polling meanwhile");
                 run.listen_at = Some(Instant::now() + LISTEN_RETRY);
+            }
+        }
+    }
+
+    /// Feeds every delivery whose record is durable and that no earlier
+    /// delivery of its tenant still waits before.
+    fn feed_recorded(&mut self, now: Time, run: &mut Run<St::Listener>) {
+        let mut waiting: BTreeSet<Vec<u8>> = BTreeSet::new();
+        let mut i = 0;
+        while i < run.awaiting.len() {
+            let (recorded, rows) = &run.awaiting[i];
+            if *recorded && !waiting.contains(&rows[0].tenant) {
+                if let Some((_, rows)) = run.awaiting.remove(i) {
+                    self.feed_engine(now, rows);
+                }
+            } else {
+                waiting.insert(rows[0].tenant.clone());
+                i += 1;
             }
         }
     }
