@@ -106,15 +106,8 @@ pub struct OutboxBuilder<S: Sink> {
 /// Makes the outbox table's relay for the engine's configuration.
 #[cfg(feature = "table")]
 type TableSetup<S> = Box<
-    dyn FnOnce(
-            &Config,
-        ) -> Result<
-            (
-                super::table::Spawn<S>,
-                Arc<super::table::feed::Feed<<S as Sink>::Tenant>>,
-            ),
-            crate::core::relay::RelayConfigError,
-        > + Send,
+    dyn FnOnce(&Config) -> Result<super::table::Relaying<S>, crate::core::relay::RelayConfigError>
+        + Send,
 >;
 
 /// A journal to open at build: where, and with which codec.
@@ -213,7 +206,7 @@ impl<S: Sink> OutboxBuilder<S> {
     }
 
     /// Relays the outbox table of `store` into the sink (feature `table`,
-    /// S-T30..S-T37): the outbox then takes items only from the table,
+    /// S-T30..S-T36): the outbox then takes items only from the table,
     /// staged with [`OutboxTable`](crate::table::OutboxTable) in the
     /// caller's own transactions; [`Outbox::stage`] and its kin refuse
     /// every item (S-T32). The build spawns a lease task (ownership of the

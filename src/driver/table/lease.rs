@@ -80,7 +80,7 @@ impl<St: Store> LeaseTask<St> {
             tokio::select! {
                 biased;
                 Some(joined) = calls.join_next() => {
-                    let (id, result) = joined.unwrap_or_else(|_| (RequestId(u64::MAX), Err(LeaseError::Unknown)));
+                    let (id, result) = joined.unwrap_or((RequestId(u64::MAX), Err(LeaseError::Unknown)));
                     // A reply the policy no longer waits for changes nothing (S-L10).
                     let _ = self.policy.handle_reply(self.now(), id, result);
                 }

@@ -1,4 +1,4 @@
-//! The outbox table's driver side (feature `table`, S-T30..S-T37): the
+//! The outbox table's driver side (feature `table`, S-T30..S-T36): the
 //! lease task ([`lease`]) and the relay task ([`relay`]), spawned by
 //! [`OutboxBuilder::table`](crate::OutboxBuilder::table), and the
 //! bookkeeping that ties the engine's outcomes back to rows ([`feed`]).
@@ -160,13 +160,16 @@ impl<K, I> TableRelay<K, I> {
 /// engine is built.
 pub(crate) type Spawn<S> = Box<dyn FnOnce(&Arc<Shared<S>>) + Send>;
 
+/// The spawner and the feed the writer reports to.
+pub(crate) type Relaying<S> = (Spawn<S>, Arc<Feed<<S as Sink>::Tenant>>);
+
 /// The spawner of the lease and relay tasks of `store` for an outbox
 /// over `S`, and the feed the writer reports the engine's events to.
 pub(crate) fn spawner<S, St, I>(
     store: St,
     options: TableRelay<S::Tenant, I>,
     config: &Config,
-) -> Result<(Spawn<S>, Arc<Feed<S::Tenant>>), crate::core::relay::RelayConfigError>
+) -> Result<Relaying<S>, crate::core::relay::RelayConfigError>
 where
     S: Sink<Item = Relayed<I>>,
     St: Store,
