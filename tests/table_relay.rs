@@ -1,4 +1,4 @@
-//! The outbox table relayed by an outbox (S-T30..S-T37), against the real
+//! The outbox table relayed by an outbox (S-T30..S-T36), against the real
 //! PostgreSQL (`OUTBOX_TEST_POSTGRES_URL`: skipped when unset, failing
 //! when set and unreachable). Each test has tables of its own.
 #![cfg(all(feature = "table", feature = "testkit"))]
