@@ -164,8 +164,8 @@ async fn statement<St: Store>(store: &St, op: StoreOp) -> Result<Reply, StoreErr
             let epochs = store.sink_epochs().await?;
             let epochs = epochs
                 .into_iter()
-                .filter(|(p, _)| partitions.contains(&Partition(*p)))
-                .map(|(p, e)| (Partition(p), Epoch(e)))
+                .filter(|e| partitions.contains(&Partition(e.partition)))
+                .map(|e| (Partition(e.partition), Epoch(e.epoch)))
                 .collect();
             Ok(Reply::SinkEpochs { epochs })
         }
@@ -183,14 +183,18 @@ async fn statement<St: Store>(store: &St, op: StoreOp) -> Result<Reply, StoreErr
             Ok(Reply::Renewed { renewed })
         }
         StoreOp::Install {
-            partition, epoch, ..
-        } => Ok(match store.install_epoch(partition.0, epoch.0).await? {
-            Installed::Installed => Reply::Installed { epoch, ours: true },
-            Installed::Superseded { current } => Reply::Installed {
-                epoch: Epoch(current),
-                ours: false,
+            partition,
+            epoch,
+            holder,
+        } => Ok(
+            match store.install_epoch(partition.0, epoch.0, &holder).await? {
+                Installed::Installed => Reply::Installed { epoch, ours: true },
+                Installed::Superseded { current } => Reply::Installed {
+                    epoch: Epoch(current),
+                    ours: false,
+                },
             },
-        }),
+        ),
         StoreOp::Release { instance, leases } => {
             for (partition, epoch) in leases {
                 store.release(&key(&instance, partition, epoch)).await?;

@@ -8,8 +8,9 @@
 //!   record (S-T17); its rows go into the engine once the record is
 //!   durable, so a crash during their write is counted against them.
 //! - Rows go in through the engine's input for items already durable
-//!   (never refused by a capacity: the read-ahead is the back-pressure,
-//!   S-T8, S-T9), each keyed by its row id through [`Feed`].
+//!   (S-W22: never refused by a capacity; the read-ahead is the
+//!   back-pressure, S-T8, S-T9), with the row's age, each tied to its
+//!   row id through [`Feed`].
 //! - Wake-ups: a listener of its own (S-T15), opened again after every
 //!   loss with a read at once; and the policy's poll.
 //! - At a shutdown, nothing more goes into the engine; the task waits for
@@ -34,7 +35,7 @@ use crate::core::relay::{
     DeadReason, Done, Fenced, OpId, Page, Relay, RelayEvent, Removal, Removed, Row, StoreError,
     StoreOp,
 };
-use crate::core::{Staged, Time};
+use crate::core::{Durable, Time};
 use crate::driver::shared::Shared;
 use crate::sink::Sink;
 use crate::table::{Listener, Relayed, Store};
@@ -373,19 +374,24 @@ where
         }
         let feed = Arc::clone(&self.feed);
         self.shared.engine_input(|st| {
-            for (row_id, _age, tenant, item) in decoded {
+            for (row_id, age, tenant, item) in decoded {
                 if st.engine.is_shutting_down() {
                     ends.push((row_id, Done::HandedOver));
                     continue;
                 }
-                // The item's age is not handed on yet: the engine's input for
-                // durable items does not take one (issue 24).
-                match st
-                    .engine
-                    .recover(now, tenant.clone(), Relayed { row_id, item })
-                {
-                    Staged::Accepted => feed.push(&tenant, row_id),
-                    _ => ends.push((row_id, Done::HandedOver)),
+                // The input for items already durable (S-W22), with the
+                // row's age on the database's clock (S-R3).
+                let durable = Durable {
+                    tenant: tenant.clone(),
+                    item: Relayed { row_id, item },
+                    age,
+                    key: None,
+                };
+                let intake = st.engine.stage_durable(now, [durable], 0);
+                if intake.accepted == 1 {
+                    feed.push(&tenant, row_id);
+                } else {
+                    ends.push((row_id, Done::HandedOver));
                 }
             }
         });
