@@ -28,6 +28,8 @@ mod outbox;
 mod shared;
 mod stage;
 mod stage_many;
+#[cfg(feature = "table")]
+pub(crate) mod table;
 mod task;
 mod writer;
 
@@ -39,6 +41,8 @@ pub use journal::SyncError;
 pub use outbox::{BuildError, Outbox, OutboxBuilder, DEFAULT_DROP_TIMEOUT};
 pub use stage::StageError;
 pub use stage_many::StagedMany;
+#[cfg(feature = "table")]
+pub use table::TableRelay;
 
 /// `now + after`, or a point far enough away to be never (about 30 years)
 /// when `after` is so large the sum would overflow: a caller's

@@ -43,6 +43,9 @@ pub enum BuildError {
     /// journal's (S-J7).
     #[cfg(feature = "journal")]
     Journal(crate::journal::JournalError),
+    /// The outbox table's relay settings are refused (S-T30).
+    #[cfg(feature = "table")]
+    Relay(crate::core::relay::RelayConfigError),
 }
 
 impl fmt::Display for BuildError {
@@ -60,6 +63,8 @@ impl fmt::Display for BuildError {
             ),
             #[cfg(feature = "journal")]
             BuildError::Journal(e) => fmt::Display::fmt(e, f),
+            #[cfg(feature = "table")]
+            BuildError::Relay(e) => fmt::Display::fmt(e, f),
         }
     }
 }
@@ -70,6 +75,8 @@ impl std::error::Error for BuildError {
             BuildError::Config(e) => Some(e),
             #[cfg(feature = "journal")]
             BuildError::Journal(e) => Some(e),
+            #[cfg(feature = "table")]
+            BuildError::Relay(e) => Some(e),
             _ => None,
         }
     }
@@ -91,7 +98,17 @@ pub struct OutboxBuilder<S: Sink> {
     dead_letters: Option<super::DeadLetters<S::Tenant, S::Item>>,
     #[cfg(feature = "journal")]
     journal: Option<JournalSetup<S::Tenant, S::Item>>,
+    /// The outbox table's relay, made at build (S-T30).
+    #[cfg(feature = "table")]
+    table: Option<TableSetup<S>>,
 }
+
+/// Makes the outbox table's relay for the engine's configuration.
+#[cfg(feature = "table")]
+type TableSetup<S> = Box<
+    dyn FnOnce(&Config) -> Result<super::table::Relaying<S>, crate::core::relay::RelayConfigError>
+        + Send,
+>;
 
 /// A journal to open at build: where, and with which codec.
 #[cfg(feature = "journal")]
@@ -188,6 +205,29 @@ impl<S: Sink> OutboxBuilder<S> {
         self
     }
 
+    /// Relays the outbox table of `store` into the sink (feature `table`,
+    /// S-T30..S-T36): the outbox then takes items only from the table,
+    /// staged with [`OutboxTable`](crate::table::OutboxTable) in the
+    /// caller's own transactions; [`Outbox::stage`] and its kin refuse
+    /// every item (S-T32). The build spawns a lease task (ownership of the
+    /// table's partitions, S-L1..S-L29) and a relay task, which the
+    /// outbox's shutdown stops. The sink gets each item with its row id
+    /// ([`Relayed`](crate::table::Relayed), S-T14). `capacity` and
+    /// `tenant_capacity` bound the rows read ahead (back-pressure, never
+    /// drops, S-T8).
+    #[cfg(feature = "table")]
+    pub fn table<St, I>(mut self, store: St, relay: crate::table::TableRelay<S::Tenant, I>) -> Self
+    where
+        S: Sink<Item = crate::table::Relayed<I>>,
+        St: crate::table::Store,
+        I: Send + 'static,
+    {
+        self.table = Some(Box::new(move |config: &Config| {
+            super::table::spawner(store, relay, config)
+        }));
+        self
+    }
+
     /// Builds the outbox and spawns its writer task on the runtime.
     ///
     /// Metric handles are registered now, with the recorder in force on
@@ -242,6 +282,11 @@ impl<S: Sink> OutboxBuilder<S> {
             }
             None => None,
         };
+        #[cfg(feature = "table")]
+        let table = match self.table {
+            Some(setup) => Some(setup(engine.config()).map_err(BuildError::Relay)?),
+            None => None,
+        };
         let sink = Arc::new(self.sink);
         let (export, log) = telemetry::register(sink.name());
         #[allow(unused_mut)]
@@ -252,6 +297,10 @@ impl<S: Sink> OutboxBuilder<S> {
             shared.journal = Some(journal);
             committer
         });
+        #[cfg(feature = "table")]
+        if let Some((_, feed)) = &table {
+            shared.relay_feed = Some(Arc::clone(feed));
+        }
         let shared = Arc::new(shared);
         // The recovery's counts, exported before any stage (I3).
         shared.engine_input(|_| ());
@@ -262,6 +311,10 @@ impl<S: Sink> OutboxBuilder<S> {
                     .tasks
                     .spawn_on(Arc::clone(journal).run(committer), shared.runtime()),
             );
+        }
+        #[cfg(feature = "table")]
+        if let Some((spawn, _)) = table {
+            spawn(&shared);
         }
         let writer = Writer::new(Arc::clone(&shared), log, self.drop_timeout);
         drop(shared.tasks.spawn_on(writer.run(), shared.runtime()));
@@ -408,6 +461,8 @@ impl<S: Sink> Outbox<S> {
             dead_letters: None,
             #[cfg(feature = "journal")]
             journal: None,
+            #[cfg(feature = "table")]
+            table: None,
         }
     }
 

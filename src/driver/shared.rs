@@ -113,6 +113,9 @@ pub(crate) struct Shared<S: Sink> {
     /// under it, S-W19); never the other way round.
     #[cfg(feature = "journal")]
     pub(crate) journal: Option<Arc<super::journal::Journal<S::Tenant, S::Item>>>,
+    /// With an outbox table, which rows the engine's outcomes end (S-T31).
+    #[cfg(feature = "table")]
+    pub(crate) relay_feed: Option<Arc<super::table::feed::Feed<S::Tenant>>>,
 }
 
 impl<S: Sink> Shared<S> {
@@ -164,6 +167,8 @@ impl<S: Sink> Shared<S> {
             origin,
             #[cfg(feature = "journal")]
             journal: None,
+            #[cfg(feature = "table")]
+            relay_feed: None,
         }
     }
 

@@ -334,6 +334,11 @@ impl<S: Sink> Writer<S> {
             if let Some(journal) = &self.shared.journal {
                 journal.mark_done(&drained.events);
             }
+            // The relayed rows they end, in the same order (S-T31).
+            #[cfg(feature = "table")]
+            if let Some(feed) = &self.shared.relay_feed {
+                feed.on_events(&drained.events, super::table::feed::Phase::of(&st.engine));
+            }
             if gauge {
                 let health = super::Health::of(&st.engine, now, dead_dropped);
                 self.shared.gauges.set(&health);

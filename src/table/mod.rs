@@ -25,6 +25,7 @@
 
 mod names;
 mod pg;
+mod relayed;
 pub mod schema;
 #[cfg(feature = "sqlx")]
 mod sqlx;
@@ -34,10 +35,12 @@ pub mod store;
 #[cfg(feature = "testkit")]
 pub mod model;
 
+pub use crate::driver::TableRelay;
 pub use names::{partition_of, TableNames, MAX_NAME_BYTES};
 pub use pg::{
     PgEpochTx, PgListener, PgStore, DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT, DEFAULT_LOCK_TIMEOUT,
 };
+pub use relayed::Relayed;
 pub use schema::{check, migrate, Migrated, SchemaError, DEFAULT_PARTITIONS, SCHEMA_VERSION};
 #[cfg(feature = "sqlx")]
 pub use sqlx::sqlx_crate;

@@ -13,3 +13,5 @@ pub mod proxy;
 pub mod recorder;
 pub mod servers;
 pub mod sink;
+#[cfg(feature = "table")]
+pub mod table;

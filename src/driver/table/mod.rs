@@ -1,0 +1,255 @@
+//! The outbox table's driver side (feature `table`, S-T30..S-T36): the
+//! lease task ([`lease`]) and the relay task ([`relay`]), spawned by
+//! [`OutboxBuilder::table`](crate::OutboxBuilder::table), and the
+//! bookkeeping that ties the engine's outcomes back to rows ([`feed`]).
+
+pub(crate) mod feed;
+pub(crate) mod lease;
+pub(crate) mod metrics;
+pub(crate) mod relay;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+
+use crate::codec::{Codec, Postcard};
+use crate::core::lease::{LeaseConfig, LeaseConfigBuilder, LeasePolicy};
+use crate::core::relay::{Relay, RelayConfig};
+use crate::core::Config;
+use crate::driver::shared::Shared;
+use crate::sink::Sink;
+use crate::table::{check, Relayed, Store};
+
+use feed::{Feed, Phase};
+use lease::{LeaseTask, Owned};
+use relay::RelayTask;
+
+/// How an outbox built with an outbox table relays it (S-T30): the
+/// instance's name in the lease table, the codec its rows were staged
+/// with, the wake-up, and the relay's and the lease policy's settings.
+///
+/// ```
+/// use outbox::table::TableRelay;
+/// use std::time::Duration;
+/// let relay: TableRelay<u64, String> = TableRelay::new("billing-1")
+///     .poll_interval(Duration::from_millis(200));
+/// ```
+pub struct TableRelay<K, I> {
+    pub(crate) codec: Arc<dyn Codec<K, I>>,
+    pub(crate) relay: RelayConfig,
+    pub(crate) lease: Arc<dyn Fn(LeaseConfigBuilder) -> LeaseConfigBuilder + Send + Sync>,
+    pub(crate) listen: bool,
+}
+
+impl<K, I> fmt::Debug for TableRelay<K, I> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TableRelay")
+            .field("relay", &self.relay)
+            .field("listen", &self.listen)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K, I> TableRelay<K, I>
+where
+    K: serde::Serialize + serde::de::DeserializeOwned,
+    I: serde::Serialize + serde::de::DeserializeOwned,
+    Postcard: Codec<K, I>,
+{
+    /// The defaults for the instance `instance` (its name in the lease and
+    /// heartbeat tables; unique per live process, stable across its
+    /// restarts, S-L3), with the default codec: rows staged by an
+    /// [`OutboxTable`](crate::table::OutboxTable) with its default codec.
+    pub fn new(instance: impl Into<String>) -> Self {
+        TableRelay::with_codec(instance, Postcard)
+    }
+}
+
+impl<K, I> TableRelay<K, I> {
+    /// Like [`new`](Self::new), decoding rows with `codec` (the one the
+    /// rows were staged with).
+    pub fn with_codec(instance: impl Into<String>, codec: impl Codec<K, I>) -> Self {
+        TableRelay {
+            codec: Arc::new(codec),
+            relay: RelayConfig::new(instance),
+            lease: Arc::new(|b| b),
+            listen: true,
+        }
+    }
+
+    /// How long the relay waits for a wake-up before it reads anyway
+    /// (default 1 s; not zero, checked at build).
+    pub fn poll_interval(mut self, every: Duration) -> Self {
+        self.relay.poll_interval = every;
+        self
+    }
+
+    /// Whether the relay listens for the stagers' notifications on a
+    /// connection of its own (default `true`; S-T15); `false`: polling
+    /// only, every `poll_interval`.
+    pub fn listen(mut self, listen: bool) -> Self {
+        self.listen = listen;
+        self
+    }
+
+    /// Rows per partition per page read, at most (default 1,000).
+    pub fn page_rows(mut self, rows: u32) -> Self {
+        self.relay.page_rows = rows;
+        self
+    }
+
+    /// Crashed attempts after which a row is dead-lettered as `poisoned`
+    /// (default 3, S-T18).
+    pub fn max_crash_attempts(mut self, attempts: u32) -> Self {
+        self.relay.max_crash_attempts = attempts;
+        self
+    }
+
+    /// The codec versions this relay decodes, and those declared retired
+    /// (S-T19; defaults `{0}` and none).
+    pub fn versions(
+        mut self,
+        known: impl IntoIterator<Item = u32>,
+        retired: impl IntoIterator<Item = u32>,
+    ) -> Self {
+        self.relay.known_versions = known.into_iter().collect();
+        self.relay.retired_versions = retired.into_iter().collect();
+        self
+    }
+
+    /// Adjusts the lease policy's settings (ttl, renewal, heartbeat, ...;
+    /// S-L25); P comes from the table, and the instance id from
+    /// [`new`](Self::new).
+    pub fn lease(
+        mut self,
+        f: impl Fn(LeaseConfigBuilder) -> LeaseConfigBuilder + Send + Sync + 'static,
+    ) -> Self {
+        self.lease = Arc::new(f);
+        self
+    }
+
+    /// The planted reader that skips late-committing rows (S-T6): for the
+    /// crate's tests, which must see it fail.
+    #[cfg(feature = "testkit")]
+    pub fn planted_id_above_last_seen(mut self) -> Self {
+        self.relay.order = crate::core::relay::ReadOrder::IdAboveLastSeen;
+        self
+    }
+
+    /// The relay's configuration with the outbox's capacities as its
+    /// read-ahead (S-T8, S-T9): never more rows held than `capacity`, nor
+    /// more of one tenant than `tenant_capacity`.
+    pub(crate) fn relay_config(&self, config: &Config) -> RelayConfig {
+        let mut relay = self.relay.clone();
+        if let Some(capacity) = config.capacity() {
+            let rows = u32::try_from(capacity).unwrap_or(u32::MAX).max(1);
+            let rows = rows.min(relay.read_ahead);
+            relay = relay.read_ahead(rows);
+        }
+        if let Some(tenant) = config.tenant_capacity() {
+            let rows = u32::try_from(tenant).unwrap_or(u32::MAX).max(1);
+            relay.tenant_share = rows.min(relay.read_ahead);
+        }
+        relay
+    }
+}
+
+/// The relay side of an outbox: what the builder spawns, after the
+/// engine is built.
+pub(crate) type Spawn<S> = Box<dyn FnOnce(&Arc<Shared<S>>) + Send>;
+
+/// The spawner and the feed the writer reports to.
+pub(crate) type Relaying<S> = (Spawn<S>, Arc<Feed<<S as Sink>::Tenant>>);
+
+/// The spawner of the lease and relay tasks of `store` for an outbox
+/// over `S`, and the feed the writer reports the engine's events to.
+pub(crate) fn spawner<S, St, I>(
+    store: St,
+    options: TableRelay<S::Tenant, I>,
+    config: &Config,
+) -> Result<Relaying<S>, crate::core::relay::RelayConfigError>
+where
+    S: Sink<Item = Relayed<I>>,
+    St: Store,
+    I: Send + 'static,
+{
+    let relay = Relay::new(options.relay_config(config))?;
+    let (ends_tx, ends) = mpsc::unbounded_channel();
+    let (phase_tx, phase) = watch::channel(Phase::Open);
+    let feed = Arc::new(Feed::new(ends_tx, phase_tx));
+    let feed_out = Arc::clone(&feed);
+    let spawn = move |shared: &Arc<Shared<S>>| {
+        let store = Arc::new(store);
+        let (owned_tx, owned) = watch::channel(Owned::new());
+        let (stale, stale_rx) = mpsc::unbounded_channel();
+        let (stop_leases, stop_rx) = watch::channel(false);
+        let instance = options.relay.owner.clone();
+        let lease = Arc::clone(&options.lease);
+        let name = shared.sink.name().to_owned();
+        let leases = {
+            let store = Arc::clone(&store);
+            async move {
+                let Some(config) = lease_config(&*store, &instance, &*lease, &name).await else {
+                    return;
+                };
+                let policy = LeasePolicy::new(config, crate::core::Time::ZERO);
+                LeaseTask::new(store, policy, owned_tx, stale_rx, stop_rx)
+                    .run()
+                    .await;
+            }
+        };
+        let task = RelayTask {
+            metrics: metrics::RelayMetrics::register(shared.sink.name()),
+            shared: Arc::clone(shared),
+            store,
+            codec: options.codec,
+            relay,
+            feed,
+            owned,
+            ends,
+            stale,
+            _stop_leases: stop_leases,
+            phase,
+            listen: options.listen,
+        };
+        drop(shared.tasks.spawn_on(leases, shared.runtime()));
+        drop(shared.tasks.spawn_on(task.run(), shared.runtime()));
+    };
+    Ok((Box::new(spawn), feed_out))
+}
+
+/// Reads the table's schema (retrying while the store is unreachable)
+/// and builds the lease policy's configuration with its P; `None`, logged,
+/// for a schema this crate refuses (S-T3) or settings the policy refuses.
+async fn lease_config<St: Store>(
+    store: &St,
+    instance: &str,
+    lease: &(dyn Fn(LeaseConfigBuilder) -> LeaseConfigBuilder + Send + Sync),
+    name: &str,
+) -> Option<LeaseConfig> {
+    let mut wait = Duration::from_millis(100);
+    let schema = loop {
+        match store.schema().await {
+            Ok(schema) => break schema,
+            Err(e) => {
+                tracing::warn!(outbox = %name, error = %e, "outbox table: cannot read the schema; trying again");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(5));
+            }
+        }
+    };
+    if let Err(e) = check(&schema) {
+        tracing::error!(outbox = %name, error = %e, "outbox table: the relay refuses this schema and does not start");
+        return None;
+    }
+    let builder = LeaseConfig::builder(instance).partitions(schema.partitions);
+    match lease(builder).build() {
+        Ok(config) => Some(config),
+        Err(e) => {
+            tracing::error!(outbox = %name, error = %e, "outbox table: the lease settings are refused; the relay does not start");
+            None
+        }
+    }
+}

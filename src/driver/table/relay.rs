@@ -1,0 +1,417 @@
+//! The relay task (S-T31): runs the sans-IO relay policy
+//! ([`Relay`](crate::core::relay::Relay)) against the outbox table's
+//! [`Store`] for the partitions the lease task publishes, and feeds the
+//! rows it delivers into the engine. IO only: which rows to read, hold,
+//! delete or dead-letter, and when, is the policy's.
+//!
+//! - Each delivery (one tenant's rows, in order) first gets its in-flight
+//!   record (S-T17); its rows go into the engine once the record is
+//!   durable, so a crash during their write is counted against them.
+//! - Rows go in through the engine's input for items already durable
+//!   (S-W22: never refused by a capacity; the read-ahead is the
+//!   back-pressure, S-T8, S-T9), with the row's age, each tied to its
+//!   row id through [`Feed`].
+//! - Wake-ups: a listener of its own (S-T15), opened again after every
+//!   loss with a read at once; and the policy's poll.
+//! - At a shutdown, nothing more goes into the engine; the task waits for
+//!   the engine to end what it holds and for the removals, at most
+//!   [`REMOVAL_GRACE`] after the engine closed, then stops, which stops
+//!   the lease task (its leases are released only after the last
+//!   removal, so no removal runs under a released lease).
+
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::feed::{Ended, Feed, Phase};
+use super::lease::{Owned, Stale};
+use super::metrics::RelayMetrics;
+use crate::codec::Codec;
+use crate::core::relay::{
+    DeadReason, Done, Fenced, OpId, Page, Relay, RelayEvent, Removal, Removed, Row, StoreError,
+    StoreOp,
+};
+use crate::core::{Durable, Time};
+use crate::driver::shared::Shared;
+use crate::sink::Sink;
+use crate::table::{Listener, Relayed, Store};
+
+/// How long the task waits, after the engine closed at a shutdown, for
+/// its last removals: rows not removed by then are delivered again at the
+/// next start (the sink absorbs the repeat, S-T14).
+pub(crate) const REMOVAL_GRACE: Duration = Duration::from_secs(5);
+
+/// How often a shutting-down relay looks whether the engine closed.
+const CLOSE_CHECK: Duration = Duration::from_millis(50);
+
+/// The wait before a listener is opened again after a failure.
+const LISTEN_RETRY: Duration = Duration::from_secs(1);
+
+/// A store call's answer, for the policy.
+enum Answer<L> {
+    Page(OpId, Result<Page, StoreError>),
+    Removed(OpId, Removal, Result<Removed, StoreError>),
+    Crashes(OpId, Result<Fenced<u64>, StoreError>),
+    Attempt(OpId, Result<Fenced<()>, StoreError>),
+    Listener(Result<L, StoreError>),
+}
+
+/// The relay task's state.
+pub(crate) struct RelayTask<S: Sink, St: Store, I> {
+    pub(crate) shared: Arc<Shared<S>>,
+    pub(crate) store: Arc<St>,
+    pub(crate) codec: Arc<dyn Codec<S::Tenant, I>>,
+    pub(crate) relay: Relay,
+    pub(crate) feed: Arc<Feed<S::Tenant>>,
+    pub(crate) owned: watch::Receiver<Owned>,
+    pub(crate) ends: mpsc::UnboundedReceiver<Ended>,
+    pub(crate) stale: mpsc::UnboundedSender<Stale>,
+    /// Dropped when the task ends: the lease task shuts down.
+    pub(crate) _stop_leases: watch::Sender<bool>,
+    pub(crate) phase: watch::Receiver<Phase>,
+    /// Whether to open a listener (else the policy's poll alone).
+    pub(crate) listen: bool,
+    pub(crate) metrics: RelayMetrics,
+}
+
+/// The task's moving parts, beside its configuration.
+struct Run<L> {
+    calls: JoinSet<Answer<L>>,
+    listener: Option<L>,
+    listen_at: Option<Instant>,
+    /// The partitions the policy was told of.
+    known: Owned,
+    /// Deliveries in delivery order, each with whether its in-flight
+    /// record is durable: a tenant's go into the engine in this order,
+    /// whatever order the records' answers come back in (S-T5).
+    awaiting: VecDeque<(bool, Vec<Row>)>,
+    /// When the engine closed at a shutdown.
+    closed_at: Option<Instant>,
+}
+
+impl<S, St, I> RelayTask<S, St, I>
+where
+    S: Sink<Item = Relayed<I>>,
+    St: Store,
+    I: Send + 'static,
+{
+    /// Runs until a shutdown's end (see the module docs).
+    pub(crate) async fn run(mut self) {
+        let mut run = Run {
+            calls: JoinSet::new(),
+            listener: None,
+            listen_at: self.listen.then(Instant::now),
+            known: Owned::new(),
+            awaiting: VecDeque::new(),
+            closed_at: None,
+        };
+        loop {
+            let now = self.shared.now();
+            self.open_listener(&mut run);
+            self.sync_owned(now, &mut run);
+            self.drain(now, &mut run);
+            if self.finished(&mut run) {
+                break;
+            }
+            let wake = self.wake_at(&run);
+            tokio::select! {
+                biased;
+                Some(ended) = self.ends.recv() => self.ended(ended),
+                Some(joined) = run.calls.join_next() => match joined {
+                    Ok(answer) => self.answer(answer, &mut run),
+                    // A panicked store call: its op is answered by the
+                    // policy's own retry of nothing; read again.
+                    Err(_) => self.relay.handle_wakeup(self.shared.now()),
+                },
+                Ok(()) = self.owned.changed() => {}
+                Ok(()) = self.phase.changed() => {}
+                woke = next(&mut run.listener) => match woke {
+                    Ok(()) => self.relay.handle_wakeup(self.shared.now()),
+                    Err(_) => {
+                        run.listener = None;
+                        run.listen_at = Some(Instant::now());
+                    }
+                },
+                () = sleep_until(wake) => self.relay.handle_timeout(self.shared.now()),
+            }
+        }
+    }
+
+    fn ended(&mut self, (id, done): Ended) {
+        let now = self.shared.now();
+        self.relay.handle_done(now, id, done);
+        while let Ok((id, done)) = self.ends.try_recv() {
+            self.relay.handle_done(now, id, done);
+        }
+    }
+
+    /// The next instant anything is due: the policy's timer, a listener
+    /// to open again, the end of the shutdown's grace.
+    fn wake_at(&self, run: &Run<St::Listener>) -> Option<Instant> {
+        let policy = self.relay.poll_timeout().map(|t| self.shared.instant(t));
+        let grace = run.closed_at.map(|t| t + REMOVAL_GRACE);
+        // While shutting down, the engine's close is looked for often:
+        // the policy's poll stops with the reads.
+        let closing = self.closing().then(|| Instant::now() + CLOSE_CHECK);
+        [policy, run.listen_at, grace, closing]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Whether the shutdown's work is done: the engine closed, and every
+    /// row it held removed or the grace passed.
+    fn finished(&self, run: &mut Run<St::Listener>) -> bool {
+        // The engine itself, not only the writer's last word on it: the
+        // writer may exit right after the input that closed the engine.
+        // The loop comes here at least every `poll_interval`.
+        if Phase::of(&self.shared.lock().engine) != Phase::Closed {
+            return false;
+        }
+        let closed_at = *run.closed_at.get_or_insert_with(Instant::now);
+        self.relay.held() == 0 || Instant::now() >= closed_at + REMOVAL_GRACE
+    }
+
+    /// Whether a shutdown began.
+    fn closing(&self) -> bool {
+        *self.phase.borrow() != Phase::Open || self.shared.lock().engine.is_shutting_down()
+    }
+
+    fn open_listener(&mut self, run: &mut Run<St::Listener>) {
+        if run.listen_at.is_some_and(|t| t <= Instant::now()) {
+            run.listen_at = None;
+            let store = Arc::clone(&self.store);
+            run.calls
+                .spawn(async move { Answer::Listener(store.listen().await) });
+        }
+    }
+
+    /// Tells the policy the partitions gained and lost since last time.
+    fn sync_owned(&mut self, now: Time, run: &mut Run<St::Listener>) {
+        let owned = self.owned.borrow_and_update().clone();
+        if owned == run.known {
+            return;
+        }
+        for (&p, &e) in &run.known {
+            if owned.get(&p) != Some(&e) {
+                self.relay.handle_partition_lost(now, p);
+                run.awaiting.retain(|(_, rows)| rows[0].partition != p);
+            }
+        }
+        for (&p, &e) in &owned {
+            if run.known.get(&p) != Some(&e) {
+                self.relay.handle_partition_gained(now, p, e);
+            }
+        }
+        run.known = owned;
+    }
+
+    /// Runs the policy's store calls, sends its deliveries on their way,
+    /// acts on its events.
+    fn drain(&mut self, now: Time, run: &mut Run<St::Listener>) {
+        while let Some(op) = self.relay.poll_op(now) {
+            self.spawn_op(op, run);
+        }
+        let mut groups: Vec<Vec<Row>> = Vec::new();
+        while let Some(row) = self.relay.poll_delivery() {
+            self.metrics.read.increment(1);
+            match groups.last_mut() {
+                Some(g) if g[0].tenant == row.tenant => g.push(row),
+                _ => groups.push(vec![row]),
+            }
+        }
+        for rows in groups {
+            let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+            run.awaiting.push_back((false, rows));
+            self.relay.handle_write_started(now, ids);
+        }
+        while let Some(event) = self.relay.poll_event() {
+            self.event(now, event, run);
+        }
+        // The events may have asked for more calls.
+        while let Some(op) = self.relay.poll_op(now) {
+            self.spawn_op(op, run);
+        }
+    }
+
+    fn event(&mut self, now: Time, event: RelayEvent, run: &mut Run<St::Listener>) {
+        match event {
+            RelayEvent::AttemptRecorded { first_id } => {
+                if let Some(g) = run.awaiting.iter_mut().find(|g| g.1[0].id == first_id) {
+                    g.0 = true;
+                }
+                self.feed_recorded(now, run);
+            }
+            RelayEvent::PartitionStale { partition } => {
+                run.awaiting
+                    .retain(|(_, rows)| rows[0].partition != partition);
+                if let Some(epoch) = run.known.remove(&partition) {
+                    let _ = self.stale.send((partition, epoch));
+                }
+            }
+            RelayEvent::UnknownVersion {
+                id,
+                partition,
+                version,
+            } => {
+                self.metrics.unknown_version.increment(1);
+                tracing::warn!(outbox = %self.shared.sink.name(), row = id, partition, version,
+                    "outbox table: a row's codec version is unknown here; it stays in the table");
+            }
+            RelayEvent::StoreFailed { kind } => {
+                tracing::debug!(outbox = %self.shared.sink.name(), ?kind, "outbox table: a store call failed; it is tried again");
+            }
+            _ => {}
+        }
+    }
+
+    fn spawn_op(&mut self, op: StoreOp, run: &mut Run<St::Listener>) {
+        if matches!(op, StoreOp::ReadPage { .. }) && self.closing() {
+            // A shutdown began: nothing more is read (the read stays
+            // unanswered; the task ends before it would matter).
+            return;
+        }
+        let store = Arc::clone(&self.store);
+        match op {
+            StoreOp::ReadPage { op, request } => run
+                .calls
+                .spawn(async move { Answer::Page(op, store.read_page(&request).await) }),
+            StoreOp::Remove { op, fence, removal } => run.calls.spawn(async move {
+                let out = store.remove(&fence, &removal).await;
+                Answer::Removed(op, removal, out)
+            }),
+            StoreOp::RecordCrashes {
+                op,
+                fence,
+                partition,
+            } => run.calls.spawn(async move {
+                Answer::Crashes(op, store.record_crashes(&fence, partition).await)
+            }),
+            StoreOp::RecordAttempt { op, fence, record } => run.calls.spawn(async move {
+                Answer::Attempt(op, store.record_attempt(&fence, &record).await)
+            }),
+        };
+    }
+
+    fn answer(&mut self, answer: Answer<St::Listener>, run: &mut Run<St::Listener>) {
+        let now = self.shared.now();
+        match answer {
+            Answer::Page(op, page) => {
+                if let Ok(page) = &page {
+                    let rows: usize = page
+                        .partitions
+                        .iter()
+                        .chain(&page.tenants)
+                        .map(Vec::len)
+                        .sum();
+                    self.metrics.fetched.increment(rows as u64);
+                }
+                self.relay.handle_page(now, op, page);
+            }
+            Answer::Removed(op, removal, removed) => {
+                if let Ok(removed) = &removed {
+                    self.metrics.removed(&removal, removed);
+                }
+                self.relay.handle_removed(now, op, removed);
+            }
+            Answer::Crashes(op, r) => self.relay.handle_crashes_recorded(now, op, r),
+            Answer::Attempt(op, r) => self.relay.handle_attempt_recorded(now, op, r),
+            Answer::Listener(Ok(listener)) => {
+                run.listener = Some(listener);
+                // Notifications sent while it was away are lost (S-T15).
+                self.relay.handle_wakeup(now);
+            }
+            Answer::Listener(Err(e)) => {
+                tracing::debug!(outbox = %self.shared.sink.name(), error = %e, "outbox table: the listener cannot connect; polling meanwhile");
+                run.listen_at = Some(Instant::now() + LISTEN_RETRY);
+            }
+        }
+    }
+
+    /// Feeds every delivery whose record is durable and that no earlier
+    /// delivery of its tenant still waits before.
+    fn feed_recorded(&mut self, now: Time, run: &mut Run<St::Listener>) {
+        let mut waiting: BTreeSet<Vec<u8>> = BTreeSet::new();
+        let mut i = 0;
+        while i < run.awaiting.len() {
+            let (recorded, rows) = &run.awaiting[i];
+            if *recorded && !waiting.contains(&rows[0].tenant) {
+                if let Some((_, rows)) = run.awaiting.remove(i) {
+                    self.feed_engine(now, rows);
+                }
+            } else {
+                waiting.insert(rows[0].tenant.clone());
+                i += 1;
+            }
+        }
+    }
+
+    /// Decodes one delivery and hands it to the engine, keyed by row id;
+    /// after a shutdown began, hands it over instead (it stays in the
+    /// table, S-T33).
+    fn feed_engine(&mut self, now: Time, rows: Vec<Row>) {
+        let mut decoded = Vec::with_capacity(rows.len());
+        let mut ends = Vec::new();
+        for row in rows {
+            let tenant = self.codec.decode_tenant(&row.tenant);
+            let item = self.codec.decode_item(&row.item);
+            match (tenant, item) {
+                (Ok(tenant), Ok(item)) => decoded.push((row.id, row.age, tenant, item)),
+                (Err(e), _) | (_, Err(e)) => {
+                    tracing::error!(outbox = %self.shared.sink.name(), row = row.id, error = %e,
+                        "outbox table: a row of a known codec version cannot be decoded; dead-lettered as terminal");
+                    let dead = Done::GivenUp {
+                        reason: DeadReason::Terminal,
+                        attempts: 0,
+                    };
+                    ends.push((row.id, dead));
+                }
+            }
+        }
+        let feed = Arc::clone(&self.feed);
+        self.shared.engine_input(|st| {
+            for (row_id, age, tenant, item) in decoded {
+                if st.engine.is_shutting_down() {
+                    ends.push((row_id, Done::HandedOver));
+                    continue;
+                }
+                // The input for items already durable (S-W22), with the
+                // row's age on the database's clock (S-R3).
+                let durable = Durable {
+                    tenant: tenant.clone(),
+                    item: Relayed { row_id, item },
+                    age,
+                    key: None,
+                };
+                let intake = st.engine.stage_durable(now, [durable], 0);
+                if intake.accepted == 1 {
+                    feed.push(&tenant, row_id);
+                } else {
+                    ends.push((row_id, Done::HandedOver));
+                }
+            }
+        });
+        self.shared.wake();
+        for (id, done) in ends {
+            self.relay.handle_done(now, id, done);
+        }
+    }
+}
+
+async fn next<L: Listener>(listener: &mut Option<L>) -> Result<(), StoreError> {
+    match listener {
+        Some(l) => l.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
