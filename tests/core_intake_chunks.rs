@@ -90,7 +90,8 @@ fn config() -> impl Strategy<Value = (Config, bool, bool)> {
                 b = b.linger(Duration::from_millis(ms));
             }
             if let Some(ms) = age {
-                b = b.max_item_age(Duration::from_millis(ms));
+                // An age limit is never below the linger (a config error).
+                b = b.max_item_age(Duration::from_millis(ms + linger.unwrap_or(0)));
             }
             (b.build().expect("a valid config"), weighs, stamped)
         })

@@ -38,6 +38,7 @@ pub mod lease;
 pub mod relay;
 mod schedule;
 mod shrink;
+mod tenants;
 mod time;
 mod wait;
 mod write;

@@ -34,6 +34,8 @@ pub(crate) fn vec<T>(v: &mut Vec<T>) {
 }
 
 /// Shrinks a map that a burst left mostly empty.
+// The journal's ledger keeps one; the engine's tenants have their own table.
+#[cfg_attr(not(feature = "journal"), allow(dead_code))]
 pub(crate) fn map<K: Eq + Hash, V, S: BuildHasher>(m: &mut HashMap<K, V, S>) {
     if let Some(to) = target(m.len(), m.capacity()) {
         m.shrink_to(to);
