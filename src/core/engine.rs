@@ -689,7 +689,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// `shutdown`. O(1) per item.
     ///
     /// The chunk's decisions are those of its items taken one by one
-    /// (S-C10); from [`PREFETCH_FROM`] tenants on, a window of items has
+    /// (S-C10); from 4,096 tenants on, a window of items has
     /// its tenants hashed and their state prefetched before any is taken
     /// in, so that their memory loads overlap instead of waiting in turn.
     pub fn stage_batch(&mut self, batch: impl IntoIterator<Item = Handoff<K, I>>) -> Intake {
