@@ -167,3 +167,31 @@ impl Executed {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// S-J10: the bound reserves exactly the bytes the done records of `n`
+    /// marks take: a framing per record of at most `marks_per_record`
+    /// marks, and each mark.
+    #[test]
+    fn s_j10_done_records_take_a_framing_per_record_and_each_mark() {
+        let sizes = Sizes {
+            header: 32,
+            seal: 16,
+            done: 10,
+            mark: 3,
+            marks_per_record: 4,
+        };
+        assert_eq!(sizes.done_len(0), 0);
+        assert_eq!(sizes.done_len(1), 10 + 3);
+        assert_eq!(sizes.done_len(4), 10 + 4 * 3);
+        assert_eq!(sizes.done_len(5), 2 * 10 + 5 * 3);
+        let one = Sizes {
+            marks_per_record: 0,
+            ..sizes
+        };
+        assert_eq!(one.done_len(2), 2 * 10 + 2 * 3, "0 taken as 1 a record");
+    }
+}
