@@ -299,9 +299,15 @@ impl DiskFaults {
 /// The bytes at a segment's end a rotten byte lands in half the time.
 const TAIL: usize = 512;
 
-/// The crash world's item record: frame, kind, sequence, tenant length,
-/// a 16-byte tenant and a 16-byte item (see [`super::codec`]).
-const ITEM_BODY: usize = 1 + 8 + 4 + 16 + 16;
+/// The crash world's item record in format version 2 (S-J14): kind,
+/// sequence, staging time (ms), codec version, tenant length, a 16-byte
+/// tenant and a 16-byte item (see [`super::codec`]). The item's id is the
+/// item's first 8 bytes.
+const ITEM_BODY: usize = 1 + 8 + 8 + 4 + 4 + 16 + 16;
+/// Where the item starts in that body.
+const ITEM_AT: usize = 1 + 8 + 8 + 4 + 4 + 16;
+/// The kind byte of a version-2 item record.
+const KIND_ITEM: u8 = 5;
 
 /// The id of the item whose record holds byte `at` of the segment
 /// `bytes` (pristine), if a valid item record does. Walks the records
@@ -324,9 +330,8 @@ fn item_hit(bytes: &[u8], at: usize) -> Option<u64> {
         }
         if at < end {
             let body = &bytes[o + format::FRAME_LEN..end];
-            return (body[0] == 1 && len == ITEM_BODY).then(|| {
-                u64::from_le_bytes(body[1 + 8 + 4 + 16..][..8].try_into().expect("8 bytes"))
-            });
+            return (body[0] == KIND_ITEM && len == ITEM_BODY)
+                .then(|| u64::from_le_bytes(body[ITEM_AT..][..8].try_into().expect("8 bytes")));
         }
         o = end;
     }
