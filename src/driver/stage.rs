@@ -222,7 +222,9 @@ fn append<K: Ord + std::hash::Hash + Clone, I>(
 
 /// Lets the journal's lock go (a record not appended): before the
 /// engine's lock is taken, never under it (S-W19).
-fn unlock<K, I>(_admitted: Option<Admitted<'_, K, I>>) {}
+fn unlock<K, I>(admitted: Option<Admitted<'_, K, I>>) {
+    drop(admitted);
+}
 
 impl<S: Sink> Outbox<S> {
     /// Stages `item` for `tenant` (S-W1): never waits, never fails, never
