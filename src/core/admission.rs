@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::accounting::{DropReason, LostReason};
 use super::config::Config;
-use super::engine::{Engine, LazyStaged, Staged};
+use super::engine::{Engine, Intake, LazyStaged, Staged};
 use super::time::Time;
 
 /// Why a stage was refused: one vocabulary for every way in (S-W21).
@@ -418,29 +418,9 @@ impl Stager {
         // every input of the driver.
         self.admission
             .follow(&mut self.held, engine.pending(), engine.pending_bytes());
-        let config = engine.config();
-        let stamps = !config.linger().is_zero() || config.max_item_age().is_some();
-        // As the driver's lanes (S-W19): the weight travels only when
-        // something reads it before the intake.
-        let full = stamps || config.capacity_bytes().is_some();
-        let weight = engine.weigh_item(&item);
-        let verdict = decide(&mut Facts {
-            engine,
-            admission: &self.admission,
-            tenant: &tenant,
-            weight,
-        });
-        let handoff = Handoff {
-            tenant,
-            item,
-            weight: full.then_some(weight),
-            at: stamps.then_some(now),
-            refusal: verdict.err(),
-        };
-        let intake = engine.stage_batch([handoff]);
-        self.held.0 += intake.accepted;
-        self.held.1 = self.held.1.saturating_add(intake.accepted_bytes);
-        self.admission.release(intake.refused, intake.refused_bytes);
+        let handoff = self.decided(engine, now, tenant, item);
+        let verdict = handoff.refusal.map_or(Ok(()), Err);
+        let intake = self.take_in(engine, [handoff]);
         let staged = match verdict {
             Err(refusal) => refusal.staged(),
             Ok(()) if intake.accepted > 0 => Staged::Accepted,
@@ -450,6 +430,50 @@ impl Stager {
             staged,
             wake: intake.wake,
         }
+    }
+
+    /// `item` decided at `now` as the driver's request path decides it
+    /// (S-W21), on its way to the engine's intake: the weight travels only
+    /// when something reads it before the intake, the stamp only when the
+    /// engine reads it (S-W19).
+    fn decided<K: Ord + Hash + Clone, I>(
+        &self,
+        engine: &Engine<K, I>,
+        now: Time,
+        tenant: K,
+        item: I,
+    ) -> Handoff<K, I> {
+        let config = engine.config();
+        let stamps = !config.linger().is_zero() || config.max_item_age().is_some();
+        let full = stamps || config.capacity_bytes().is_some();
+        let weight = engine.weigh_item(&item);
+        let verdict = decide(&mut Facts {
+            engine,
+            admission: &self.admission,
+            tenant: &tenant,
+            weight,
+        });
+        Handoff {
+            tenant,
+            item,
+            weight: full.then_some(weight),
+            at: stamps.then_some(now),
+            refusal: verdict.err(),
+        }
+    }
+
+    /// Hands `chunk` to the engine's intake and keeps the reservations in
+    /// step with what it took in.
+    fn take_in<K: Ord + Hash + Clone, I>(
+        &mut self,
+        engine: &mut Engine<K, I>,
+        chunk: impl IntoIterator<Item = Handoff<K, I>>,
+    ) -> Intake {
+        let intake = engine.stage_batch(chunk);
+        self.held.0 += intake.accepted;
+        self.held.1 = self.held.1.saturating_add(intake.accepted_bytes);
+        self.admission.release(intake.refused, intake.refused_bytes);
+        intake
     }
 
     /// Stages `items` at `now` as the driver does when they reach the
@@ -480,34 +504,14 @@ impl Stager {
         }
         self.admission
             .follow(&mut self.held, engine.pending(), engine.pending_bytes());
-        let stamps = !config.linger().is_zero() || config.max_item_age().is_some();
-        let full = stamps || config.capacity_bytes().is_some();
         let mut verdicts = Vec::with_capacity(items.len());
         let mut chunk = Vec::with_capacity(items.len());
         for (tenant, item) in items {
-            let weight = engine.weigh_item(&item);
-            let verdict = decide(&mut Facts {
-                engine,
-                admission: &self.admission,
-                tenant: &tenant,
-                weight,
-            });
-            verdicts.push(match verdict {
-                Err(refusal) => refusal.staged(),
-                Ok(()) => Staged::Accepted,
-            });
-            chunk.push(Handoff {
-                tenant,
-                item,
-                weight: full.then_some(weight),
-                at: stamps.then_some(now),
-                refusal: verdict.err(),
-            });
+            let handoff = self.decided(engine, now, tenant, item);
+            verdicts.push(handoff.refusal.map_or(Staged::Accepted, Refusal::staged));
+            chunk.push(handoff);
         }
-        let intake = engine.stage_batch(chunk);
-        self.held.0 += intake.accepted;
-        self.held.1 = self.held.1.saturating_add(intake.accepted_bytes);
-        self.admission.release(intake.refused, intake.refused_bytes);
+        let intake = self.take_in(engine, chunk);
         (verdicts, intake.wake)
     }
 }
