@@ -46,6 +46,11 @@ pub enum BuildError {
     /// The outbox table's relay settings are refused (S-T30).
     #[cfg(feature = "table")]
     Relay(crate::core::relay::RelayConfigError),
+    /// The outbox table's lease settings are refused (S-L6, S-L22,
+    /// S-L25; the bound on P is checked when the relay reads the table's
+    /// schema).
+    #[cfg(feature = "table")]
+    Lease(crate::core::lease::LeaseConfigError),
 }
 
 impl fmt::Display for BuildError {
@@ -65,6 +70,8 @@ impl fmt::Display for BuildError {
             BuildError::Journal(e) => fmt::Display::fmt(e, f),
             #[cfg(feature = "table")]
             BuildError::Relay(e) => fmt::Display::fmt(e, f),
+            #[cfg(feature = "table")]
+            BuildError::Lease(e) => write!(f, "outbox table: the lease settings are refused: {e}"),
         }
     }
 }
@@ -77,6 +84,8 @@ impl std::error::Error for BuildError {
             BuildError::Journal(e) => Some(e),
             #[cfg(feature = "table")]
             BuildError::Relay(e) => Some(e),
+            #[cfg(feature = "table")]
+            BuildError::Lease(e) => Some(e),
             _ => None,
         }
     }
@@ -105,10 +114,8 @@ pub struct OutboxBuilder<S: Sink> {
 
 /// Makes the outbox table's relay for the engine's configuration.
 #[cfg(feature = "table")]
-type TableSetup<S> = Box<
-    dyn FnOnce(&Config) -> Result<super::table::Relaying<S>, crate::core::relay::RelayConfigError>
-        + Send,
->;
+type TableSetup<S> =
+    Box<dyn FnOnce(&Config) -> Result<super::table::Relaying<S>, BuildError> + Send>;
 
 /// A journal to open at build: where, and with which codec.
 #[cfg(feature = "journal")]
@@ -284,7 +291,7 @@ impl<S: Sink> OutboxBuilder<S> {
         };
         #[cfg(feature = "table")]
         let table = match self.table {
-            Some(setup) => Some(setup(engine.config()).map_err(BuildError::Relay)?),
+            Some(setup) => Some(setup(engine.config())?),
             None => None,
         };
         let sink = Arc::new(self.sink);
