@@ -313,7 +313,7 @@ pub struct Engine<K, I> {
     /// Per stage-time refusal reason (see [`slot_of`]), its last event:
     /// while that event is queued, later refusals for the same reason add
     /// to it (S-B8).
-    refusals: [Option<Coalesced>; 5],
+    refusals: [Option<Coalesced>; 6],
     /// Items let go of and not handed back by a return value (see
     /// [`Engine::take_released`]): the engine never drops an item itself.
     released: Vec<I>,
@@ -367,6 +367,7 @@ fn slot_of(refusal: Refusal) -> usize {
         Refusal::ShuttingDown => 2,
         Refusal::Unencodable => 3,
         Refusal::JournalFull => 4,
+        Refusal::TableOnly => 5,
     }
 }
 
@@ -380,6 +381,10 @@ struct Own<'a, K, I> {
 }
 
 impl<K: Ord + Hash + Clone, I> super::admission::Checks for Own<'_, K, I> {
+    fn table_only(&mut self) -> bool {
+        self.engine.config.table_only
+    }
+
     fn fenced(&mut self) -> bool {
         self.engine.life != Life::Open
     }
@@ -537,7 +542,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             shutdown: None,
             events: VecDeque::new(),
             popped: 0,
-            refusals: [None; 5],
+            refusals: [None; 6],
             released: Vec::new(),
             last_written: None,
             keys: Keys::default(),

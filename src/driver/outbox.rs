@@ -268,6 +268,11 @@ impl<S: Sink> OutboxBuilder<S> {
         if self.dead_letters.is_some() {
             config.dead_letters = true;
         }
+        // S-T32: an outbox table is the only way in.
+        #[cfg(feature = "table")]
+        if self.table.is_some() {
+            config.table_only = true;
+        }
         // One contained weigher, for the engine and the request path.
         let weigher = self.weigher.map(|weigher| {
             Arc::new(move |item: &S::Item| contain::call(|| weigher(item)).unwrap_or(0))

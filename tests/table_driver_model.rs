@@ -1,8 +1,10 @@
-//! Writes gated by the lease (S-T37), against the outbox table's
-//! in-memory model on tokio's paused clock: every write carries its
-//! lease's epoch to the sink; once the lease's deadline passed (the store
-//! unreachable, no renewal) no write starts, and the items it held are
-//! handed over, never lost; bad lease settings are a build error.
+//! An outbox with an outbox table, against the table's in-memory model on
+//! tokio's paused clock. Writes gated by the lease (S-T37): every write
+//! carries its lease's epoch to the sink; once the lease's deadline passed
+//! (the store unreachable, no renewal) no write starts, and the items it
+//! held are handed over, never lost; bad lease settings are a build
+//! error. No second way in (S-T32): every stage is refused, typed and
+//! counted.
 #![cfg(all(feature = "table", feature = "testkit"))]
 
 use std::sync::{Arc, Mutex};
@@ -11,7 +13,10 @@ use std::time::Duration;
 use outbox::codec::{Codec, Postcard};
 use outbox::table::model::{Model, ModelConfig};
 use outbox::table::{Relayed, TableRelay};
-use outbox::{BuildError, Config, Outbox, Sink, WriteEpoch, WriteError, Written};
+use outbox::{
+    BuildError, Config, DropReason, Outbox, Sink, StageError, Staged, WriteEpoch, WriteError,
+    Written,
+};
 use tokio::sync::Semaphore;
 
 /// One write as the sink saw it: its epoch and its items.
@@ -175,4 +180,47 @@ async fn refused_lease_settings_are_a_build_error() {
         Err(e) => panic!("another error: {e}"),
         Ok(_) => panic!("built with a renewal period at the ttl"),
     }
+}
+
+/// S-T32: an outbox built with an outbox table refuses every stage with
+/// a typed answer, counted dropped under `table_only` (never lost
+/// silently, never a panic), and never waits; the table's rows still go
+/// through.
+#[tokio::test(start_paused = true)]
+async fn every_stage_on_a_table_outbox_is_refused_typed_and_counted() {
+    let model = Model::new(ModelConfig::default());
+    let sink = Recording::new();
+    sink.permits.add_permits(1_000);
+    let outbox = outbox(&model, sink.clone());
+    let relayed = |n| Relayed {
+        row_id: -1,
+        item: n,
+    };
+    assert_eq!(
+        outbox.stage(1, relayed(1)),
+        Staged::Dropped(DropReason::TableOnly)
+    );
+    match outbox.try_stage(1, relayed(2)) {
+        Err(e @ StageError::TableOnly(_)) => {
+            assert!(e.to_string().contains("outbox table"), "{e}");
+            assert_eq!(e.into_item().item, 2);
+        }
+        other => panic!("try_stage answered {other:?}"),
+    }
+    let waited = outbox
+        .stage_wait(1, relayed(3), Duration::from_secs(3600))
+        .await;
+    assert!(
+        matches!(waited, Err(StageError::TableOnly(_))),
+        "{waited:?}"
+    );
+    let many = outbox.stage_many([(1, relayed(4)), (2, relayed(5))]);
+    assert_eq!((many.accepted, many.dropped, many.refused), (0, 2, 0));
+    stage(&model, 1, &[6]);
+    until("the table's row written", || sink.writes().len() == 1).await;
+    let c = outbox.counters();
+    assert_eq!(c.dropped(DropReason::TableOnly), 3, "{c:?}");
+    assert_eq!((c.staged, c.written, c.lost_total()), (3, 1, 0), "{c:?}");
+    assert!(sink.writes().iter().all(|(_, items)| items == &[6]));
+    assert!(c.balanced(), "{c:?}");
 }
