@@ -224,3 +224,35 @@ async fn every_stage_on_a_table_outbox_is_refused_typed_and_counted() {
     assert!(sink.writes().iter().all(|(_, items)| items == &[6]));
     assert!(c.balanced(), "{c:?}");
 }
+
+/// S-T38: relayed items left at a shutdown's deadline, the one in flight
+/// and those waiting, are counted `handed_over` (their rows stay in the
+/// table), not lost, and are not in `unwritten`.
+#[tokio::test(start_paused = true)]
+async fn items_left_at_the_shutdown_deadline_are_handed_over() {
+    let model = Model::new(ModelConfig {
+        partitions: 1,
+        ..ModelConfig::default()
+    });
+    // No permit: every write hangs.
+    let sink = Recording::new();
+    let outbox = outbox(&model, sink.clone());
+    stage(&model, 3, &[1, 2, 3]);
+    until("the first write", || sink.writes().len() == 1).await;
+    until("all three rows in the engine", || {
+        outbox.counters().pending == 3
+    })
+    .await;
+    let report = outbox.shutdown(Duration::from_millis(200)).await;
+    assert!(report.deadline_passed, "{report:?}");
+    assert_eq!((report.handed_over, report.lost), (3, 0), "{report:?}");
+    assert!(report.unwritten.is_empty(), "{report:?}");
+    let c = outbox.counters();
+    assert_eq!(
+        (c.handed_over, c.lost_total(), c.pending),
+        (3, 0, 0),
+        "{c:?}"
+    );
+    assert!(c.balanced(), "{c:?}");
+    assert_eq!(model.rows().len(), 3, "every row stays in the table");
+}

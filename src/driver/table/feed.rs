@@ -217,6 +217,9 @@ enum End {
 /// over instead of lost: the rows stay in the table, S-T33).
 fn ends<K, I>(event: &Event<K, I>) -> Option<(&K, u64, End)> {
     match event {
+        // A write given up at a deadline that committed after all: its
+        // rows were ended (handed over) when it was given up.
+        Event::Written { given_up: true, .. } => None,
         Event::Written { tenant, items, .. } => Some((tenant, *items as u64, End::Written)),
         // A stale epoch, or a write the lease refused (S-E7, S-T37).
         Event::HandedOver { tenant, items } => Some((tenant, *items, End::HandedOver)),
