@@ -88,16 +88,20 @@ pub enum DropReason {
     EncodeFailed,
     /// The journal's `max_bytes` was reached, refused at stage (S-J4).
     JournalFull,
+    /// A stage on an outbox built with an outbox table, which takes items
+    /// only from the table (S-T32).
+    TableOnly,
 }
 
 impl DropReason {
     /// Every reason, in a fixed order; the array grows with new reasons.
-    pub const ALL: [DropReason; 5] = [
+    pub const ALL: [DropReason; 6] = [
         DropReason::BufferFull,
         DropReason::TenantFull,
         DropReason::SinkError,
         DropReason::EncodeFailed,
         DropReason::JournalFull,
+        DropReason::TableOnly,
     ];
 
     /// The `reason` label of `outbox_items_dropped_total`.
@@ -108,6 +112,7 @@ impl DropReason {
             DropReason::SinkError => "sink_error",
             DropReason::EncodeFailed => "encode_failed",
             DropReason::JournalFull => "journal_full",
+            DropReason::TableOnly => "table_only",
         }
     }
 

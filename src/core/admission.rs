@@ -53,6 +53,9 @@ pub enum Refusal {
     BufferFull,
     /// The tenant's `tenant_capacity` is reached (S-B7): `tenant_full`.
     TenantFull,
+    /// The outbox takes items only from its outbox table (S-T32):
+    /// `table_only`.
+    TableOnly,
 }
 
 impl Refusal {
@@ -66,6 +69,7 @@ impl Refusal {
             Refusal::JournalFull => Some(DropReason::JournalFull),
             Refusal::BufferFull => Some(DropReason::BufferFull),
             Refusal::TenantFull => Some(DropReason::TenantFull),
+            Refusal::TableOnly => Some(DropReason::TableOnly),
         }
     }
 
@@ -77,6 +81,7 @@ impl Refusal {
             DropReason::JournalFull => Some(Refusal::JournalFull),
             DropReason::BufferFull => Some(Refusal::BufferFull),
             DropReason::TenantFull => Some(Refusal::TenantFull),
+            DropReason::TableOnly => Some(Refusal::TableOnly),
             _ => None,
         }
     }
@@ -125,7 +130,11 @@ impl OnRefusal {
     /// fence is up, never for an item the journal cannot encode (S-R5,
     /// S-W21).
     pub fn waits(self, refusal: Refusal) -> bool {
-        self == OnRefusal::Wait && !matches!(refusal, Refusal::ShuttingDown | Refusal::Unencodable)
+        self == OnRefusal::Wait
+            && !matches!(
+                refusal,
+                Refusal::ShuttingDown | Refusal::Unencodable | Refusal::TableOnly
+            )
     }
 }
 
@@ -133,6 +142,10 @@ impl OnRefusal {
 /// each at most once and only while nothing refused yet. A path that
 /// cannot refuse for a reason keeps its default (`true`: room).
 pub trait Checks {
+    /// Whether the outbox takes items only from its outbox table (S-T32).
+    fn table_only(&mut self) -> bool {
+        false
+    }
     /// Whether the shutdown fence is up (S-W9).
     fn fenced(&mut self) -> bool;
     /// Whether the item was encoded (with a journal, S-J8).
@@ -158,7 +171,8 @@ pub trait Checks {
     fn unreserve(&mut self) {}
 }
 
-/// The refusal order, written once (S-W21): the fence (S-W9), the
+/// The refusal order, written once (S-W21): an outbox that takes items
+/// only from its outbox table (S-T32, always refused), the fence (S-W9), the
 /// journal's encoding (S-J8) and room (S-J4), the buffer's capacities
 /// (S-A1, S-B5), the tenant's quota (S-B7). The first that refuses is
 /// the answer; the later ones are not asked.
@@ -166,6 +180,9 @@ pub trait Checks {
 /// # Errors
 /// The first refusal; a buffer reservation made before it is given back.
 pub fn decide(checks: &mut impl Checks) -> Result<(), Refusal> {
+    if checks.table_only() {
+        return Err(Refusal::TableOnly);
+    }
     if checks.fenced() {
         return Err(Refusal::ShuttingDown);
     }
@@ -192,6 +209,9 @@ pub fn decide(checks: &mut impl Checks) -> Result<(), Refusal> {
 pub fn recheck(decided: Result<(), Refusal>, fenced: bool) -> Result<(), Refusal> {
     struct Again(bool, Result<(), Refusal>);
     impl Checks for Again {
+        fn table_only(&mut self) -> bool {
+            self.1 == Err(Refusal::TableOnly)
+        }
         fn fenced(&mut self) -> bool {
             self.0
         }
@@ -242,6 +262,9 @@ pub struct Handoff<K, I> {
 pub struct Admission {
     capacity: Option<u64>,
     capacity_bytes: Option<u64>,
+    /// Every stage is refused: the outbox takes items only from its
+    /// outbox table (S-T32).
+    table_only: bool,
     /// Items admitted and not yet settled.
     items: AtomicU64,
     /// Their clamped weights, in bytes, saturating.
@@ -254,9 +277,16 @@ impl Admission {
         Admission {
             capacity: config.capacity.map(|c| c as u64),
             capacity_bytes: config.capacity_bytes,
+            table_only: config.table_only,
             items: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
         }
+    }
+
+    /// Whether every stage is refused: the outbox takes items only from
+    /// its outbox table (S-T32).
+    pub fn table_only(&self) -> bool {
+        self.table_only
     }
 
     /// Whether a capacity is configured: without one, nothing is counted.

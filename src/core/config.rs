@@ -126,6 +126,9 @@ pub struct Config {
     pub(crate) breaker: Option<BreakerConfig>,
     pub(crate) max_item_age: Option<Duration>,
     pub(crate) dead_letters: bool,
+    /// The engine takes items only through its durable input (an outbox
+    /// with an outbox table, S-T32): every other stage is refused.
+    pub(crate) table_only: bool,
     pub(crate) seed: u64,
     /// Slices of distinct tenants per write at most (S-F1); at least 1.
     pub(crate) max_slices_per_write: usize,
@@ -153,6 +156,7 @@ impl Default for Config {
             breaker: None,
             max_item_age: None,
             dead_letters: false,
+            table_only: false,
             seed: 0,
             max_slices_per_write: 1,
             max_group_items: None,

@@ -324,7 +324,7 @@ pub struct Engine<K, I> {
     /// Per stage-time refusal reason (see [`slot_of`]), its last event:
     /// while that event is queued, later refusals for the same reason add
     /// to it (S-B8).
-    refusals: [Option<Coalesced>; 5],
+    refusals: [Option<Coalesced>; 6],
     /// Items let go of and not handed back by a return value (see
     /// [`Engine::take_released`]): the engine never drops an item itself.
     released: Vec<I>,
@@ -378,6 +378,7 @@ fn slot_of(refusal: Refusal) -> usize {
         Refusal::ShuttingDown => 2,
         Refusal::Unencodable => 3,
         Refusal::JournalFull => 4,
+        Refusal::TableOnly => 5,
     }
 }
 
@@ -391,6 +392,10 @@ struct Own<'a, K, I> {
 }
 
 impl<K: Ord + Hash + Clone, I> super::admission::Checks for Own<'_, K, I> {
+    fn table_only(&mut self) -> bool {
+        self.engine.config.table_only
+    }
+
     fn fenced(&mut self) -> bool {
         self.engine.life != Life::Open
     }
@@ -548,7 +553,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             shutdown: None,
             events: VecDeque::new(),
             popped: 0,
-            refusals: [None; 5],
+            refusals: [None; 6],
             released: Vec::new(),
             last_written: None,
             keys: Keys::default(),
@@ -1888,6 +1893,9 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// tenant by tenant in key order, when there is none. Tenants left
     /// with nothing are forgotten.
     fn give_up_all(&mut self, reason: LostReason) -> Vec<HeldRun<K, I>> {
+        // An outbox table still holds every item given up here: handed
+        // over to the next start or owner, not lost, not unwritten (S-T38).
+        let hand_over = self.config.table_only;
         let mut held = Vec::new();
         // Per tenant, oldest first: in flight, then retry, then backlog.
         let mut settle: Vec<(K, usize, u64)> = Vec::new();
@@ -1927,12 +1935,24 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         }
         self.sched.clear_ready();
         // Dead letters are filed before settling, which may answer the shutdown.
-        if let Some(sd) = self.shutdown.as_mut().filter(|sd| !sd.reported) {
+        if hand_over {
+            self.released
+                .extend(held.drain(..).flat_map(|run| run.items));
+        } else if let Some(sd) = self.shutdown.as_mut().filter(|sd| !sd.reported) {
             sd.unwritten.append(&mut held);
         }
         for (tenant, n, bytes) in settle {
-            self.count_lost(&tenant, reason, n as u64);
-            self.settle_slice(&tenant, n, bytes, |_| SettledAs::Lost);
+            if hand_over {
+                self.counters.handed_over += n as u64;
+                self.events.push_back(Event::HandedOver {
+                    tenant: tenant.clone(),
+                    items: n as u64,
+                });
+                self.settle_slice(&tenant, n, bytes, |_| SettledAs::HandedOver);
+            } else {
+                self.count_lost(&tenant, reason, n as u64);
+                self.settle_slice(&tenant, n, bytes, |_| SettledAs::Lost);
+            }
         }
         for tenant in &keys {
             self.forget_if_empty(tenant);
@@ -1943,6 +1963,11 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// Files items that came back from a given-up write: dead letters of a
     /// shutdown still to be answered, else released (already counted lost).
     fn dead_letter(&mut self, tenant: K, items: Vec<I>) {
+        if self.config.table_only {
+            // Handed over, still in the outbox table (S-T38).
+            self.released.extend(items);
+            return;
+        }
         match self.shutdown.as_mut().filter(|sd| !sd.reported) {
             Some(sd) => sd.unwritten.push(HeldRun {
                 tenant,

@@ -44,6 +44,11 @@ pub enum BuildError {
     /// The outbox table's relay settings are refused (S-T30).
     #[cfg(feature = "table")]
     Relay(crate::core::relay::RelayConfigError),
+    /// The outbox table's lease settings are refused (S-L6, S-L22,
+    /// S-L25; the bound on P is checked when the relay reads the table's
+    /// schema).
+    #[cfg(feature = "table")]
+    Lease(crate::core::lease::LeaseConfigError),
 }
 
 impl fmt::Display for BuildError {
@@ -63,6 +68,8 @@ impl fmt::Display for BuildError {
             BuildError::Journal(e) => fmt::Display::fmt(e, f),
             #[cfg(feature = "table")]
             BuildError::Relay(e) => fmt::Display::fmt(e, f),
+            #[cfg(feature = "table")]
+            BuildError::Lease(e) => write!(f, "outbox table: the lease settings are refused: {e}"),
         }
     }
 }
@@ -75,6 +82,8 @@ impl std::error::Error for BuildError {
             BuildError::Journal(e) => Some(e),
             #[cfg(feature = "table")]
             BuildError::Relay(e) => Some(e),
+            #[cfg(feature = "table")]
+            BuildError::Lease(e) => Some(e),
             _ => None,
         }
     }
@@ -103,10 +112,8 @@ pub struct OutboxBuilder<S: Sink> {
 
 /// Makes the outbox table's relay for the engine's configuration.
 #[cfg(feature = "table")]
-type TableSetup<S> = Box<
-    dyn FnOnce(&Config) -> Result<super::table::Relaying<S>, crate::core::relay::RelayConfigError>
-        + Send,
->;
+type TableSetup<S> =
+    Box<dyn FnOnce(&Config) -> Result<super::table::Relaying<S>, BuildError> + Send>;
 
 impl<S: Sink> fmt::Debug for OutboxBuilder<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -206,7 +213,7 @@ impl<S: Sink> OutboxBuilder<S> {
         let opened = super::journal::open(self.journal, self.sink.name(), &mut engine)?;
         #[cfg(feature = "table")]
         let table = match self.table {
-            Some(setup) => Some(setup(engine.config()).map_err(BuildError::Relay)?),
+            Some(setup) => Some(setup(engine.config())?),
             None => None,
         };
         let sink = Arc::new(self.sink);
@@ -272,6 +279,11 @@ impl<S: Sink> OutboxBuilder<S> {
         };
         if self.dead_letters.is_some() {
             config.dead_letters = true;
+        }
+        // S-T32: an outbox table is the only way in.
+        #[cfg(feature = "table")]
+        if self.table.is_some() {
+            config.table_only = true;
         }
         // One contained weigher, for the engine and the request path.
         let weigher = self.weigher.take().map(|weigher| {

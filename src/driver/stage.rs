@@ -40,6 +40,10 @@ pub enum StageError<I> {
     TimedOut(I),
     /// The journal could not encode the item (S-J8).
     Unencodable(I),
+    /// The outbox was built with an outbox table and takes items only
+    /// from it (S-T32): stage in the caller's transaction instead
+    /// ([`OutboxTable`](crate::table::OutboxTable)).
+    TableOnly(I),
 }
 
 impl<I> StageError<I> {
@@ -49,7 +53,8 @@ impl<I> StageError<I> {
             StageError::Full { item, .. }
             | StageError::ShuttingDown(item)
             | StageError::TimedOut(item)
-            | StageError::Unencodable(item) => item,
+            | StageError::Unencodable(item)
+            | StageError::TableOnly(item) => item,
         }
     }
 
@@ -57,6 +62,7 @@ impl<I> StageError<I> {
     fn refused(refusal: Refusal, item: I) -> Self {
         match (refusal, refusal.drop_reason()) {
             (Refusal::Unencodable, _) => StageError::Unencodable(item),
+            (Refusal::TableOnly, _) => StageError::TableOnly(item),
             (_, Some(reason)) => StageError::Full { reason, item },
             (_, None) => StageError::ShuttingDown(item),
         }
@@ -70,6 +76,10 @@ impl<I> fmt::Display for StageError<I> {
             StageError::ShuttingDown(_) => f.write_str("outbox: shutting down"),
             StageError::TimedOut(_) => f.write_str("outbox: no room before the timeout"),
             StageError::Unencodable(_) => f.write_str("outbox: the journal cannot encode the item"),
+            StageError::TableOnly(_) => f.write_str(
+                "outbox: built with an outbox table, it takes items only from the table; \
+                 stage in the caller's transaction with OutboxTable",
+            ),
         }
     }
 }
@@ -132,6 +142,10 @@ pub(super) enum Room<'a, 'r, K, I> {
 impl<K: Ord + std::hash::Hash + Clone + Send + 'static, I: Send + 'static> Checks
     for Facts<'_, '_, K, I>
 {
+    fn table_only(&mut self) -> bool {
+        self.admission.table_only()
+    }
+
     fn fenced(&mut self) -> bool {
         self.fenced
     }

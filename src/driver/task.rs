@@ -91,19 +91,11 @@ pub(crate) async fn run_with_epoch<S: Sink>(
 /// with that outcome; otherwise each slice takes its own outcome from the
 /// sink's list, as [`run_with_epoch`] maps one (S-F3). A list shorter than the group
 /// fails the slices it leaves out, retryably.
-pub(crate) async fn run_group<S: Sink>(
-    sink: Arc<S>,
-    writes: Vec<Write<S::Tenant, S::Item>>,
-    deadline: Option<Instant>,
-    cancel: CancellationToken,
-) -> Vec<Finished<S::Tenant, S::Item>> {
-    run_group_with_epochs(sink, writes, None, deadline, cancel).await
-}
-
-/// [`run_group`], each write carrying its epoch (`epochs[i]` for
-/// `writes[i]`) when the outbox relays a table under leases (S-E8): the
-/// sink's `write_group_with_epochs` (or `write_with_epoch` for a group of
-/// one), else its `write_group`.
+///
+/// Each write carries its epoch (`epochs[i]` for `writes[i]`) when the
+/// outbox relays a table under leases (S-E8, S-T37): the sink's
+/// `write_group_with_epochs` (or `write_with_epoch` for a group of one),
+/// else its `write_group`.
 pub(crate) async fn run_group_with_epochs<S: Sink>(
     sink: Arc<S>,
     mut writes: Vec<Write<S::Tenant, S::Item>>,

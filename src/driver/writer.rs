@@ -274,6 +274,10 @@ impl<S: Sink> Writer<S> {
             Ok((task, group)) => {
                 self.running.remove(&task);
                 for finished in group {
+                    #[cfg(feature = "table")]
+                    if let Some(feed) = &self.shared.relay_feed {
+                        feed.write_ended(finished.write.id, Some(finished.outcome));
+                    }
                     if let Some(error) = finished.error {
                         self.errors.insert(finished.write.id, error);
                     }
@@ -286,6 +290,10 @@ impl<S: Sink> Writer<S> {
                     return;
                 };
                 for id in ids {
+                    #[cfg(feature = "table")]
+                    if let Some(feed) = &self.shared.relay_feed {
+                        feed.write_ended(id, None);
+                    }
                     tracing::error!(
                         outbox = self.log.name(),
                         write = %id,
@@ -416,7 +424,6 @@ impl<S: Sink> Writer<S> {
         if let Some(journal) = &self.shared.journal {
             journal.on_spawn(&group);
         }
-        let ids: Vec<_> = group.iter().map(|w| w.id).collect();
         // One span per attempt (S-R6), the sink's own logs nesting in it;
         // under fan-in one per group, named by its first slice.
         let span = match group.first() {
@@ -430,9 +437,33 @@ impl<S: Sink> Writer<S> {
             ),
             None => tracing::Span::none(),
         };
-        let run = write_task::run_group(
+        // With an outbox table, the lease lets each write go, with its
+        // epoch (S-T37).
+        #[cfg(feature = "table")]
+        let (group, epochs) = match &self.shared.relay_feed {
+            Some(feed) => {
+                let admitted = feed.admit(group);
+                if !admitted.refused.is_empty() {
+                    for write in admitted.refused {
+                        self.ended
+                            .push(TaskEnd::Finished(write, Outcome::StaleEpoch));
+                    }
+                    self.shared.wake();
+                }
+                if admitted.writes.is_empty() {
+                    return;
+                }
+                (admitted.writes, admitted.epochs)
+            }
+            None => (group, None),
+        };
+        #[cfg(not(feature = "table"))]
+        let epochs = None;
+        let ids: Vec<_> = group.iter().map(|w| w.id).collect();
+        let run = write_task::run_group_with_epochs(
             Arc::clone(&self.shared.sink),
             group,
+            epochs,
             deadline,
             self.cancel.clone(),
         );

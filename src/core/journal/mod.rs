@@ -93,7 +93,8 @@ pub fn done_by<K, I>(event: &EngineEvent<K, I>) -> Option<(&K, u64)> {
             DropReason::BufferFull
             | DropReason::TenantFull
             | DropReason::EncodeFailed
-            | DropReason::JournalFull => None,
+            | DropReason::JournalFull
+            | DropReason::TableOnly => None,
         },
         EngineEvent::Lost {
             tenant,

@@ -10,8 +10,11 @@ use std::sync::{Mutex, PoisonError};
 
 use tokio::sync::{mpsc, watch};
 
+use super::gate::Gate;
+use crate::core::lease::WriteGrant;
 use crate::core::relay::{DeadReason, Done};
-use crate::core::{DropReason, Event, LostReason};
+use crate::core::{DropReason, Event, LostReason, Outcome, Write, WriteId};
+use crate::sink::WriteEpoch;
 
 /// A row's end, for the relay task.
 pub(crate) type Ended = (i64, Done);
@@ -22,6 +25,20 @@ pub(crate) struct Feed<K> {
     ends: mpsc::UnboundedSender<Ended>,
     /// Where the engine's life stands, for the relay task.
     pub(crate) phase: watch::Sender<Phase>,
+    /// The lease policy the writer asks before each write (S-T37).
+    pub(crate) gate: std::sync::Arc<Gate>,
+}
+
+/// A group of writes (S-F1) as the lease lets it go: the writes granted,
+/// with their epochs for the sink, and those refused.
+pub(crate) struct Admitted<K, I> {
+    /// The writes to start.
+    pub(crate) writes: Vec<Write<K, I>>,
+    /// Their epochs, one per write, when every one of them is relayed.
+    pub(crate) epochs: Option<Vec<WriteEpoch>>,
+    /// The writes the lease refuses: they end as a stale epoch without
+    /// reaching the sink (S-T37).
+    pub(crate) refused: Vec<Write<K, I>>,
 }
 
 /// Where the engine's life stands, as the relay task needs it.
@@ -52,27 +69,91 @@ impl Phase {
 
 struct Inner<K> {
     ids: BTreeMap<K, VecDeque<i64>>,
+    /// The partition of each tenant with rows in the engine.
+    partitions: BTreeMap<K, u32>,
+    /// The lease's grant of each write in flight (S-T37).
+    grants: BTreeMap<WriteId, WriteGrant>,
     /// The last attempt number seen failing, per tenant: a slice given up
     /// next goes to the dead-letter table with it.
     attempts: BTreeMap<K, u32>,
 }
 
 impl<K: Ord + Clone> Feed<K> {
-    pub(crate) fn new(ends: mpsc::UnboundedSender<Ended>, phase: watch::Sender<Phase>) -> Self {
+    pub(crate) fn new(
+        ends: mpsc::UnboundedSender<Ended>,
+        phase: watch::Sender<Phase>,
+        gate: std::sync::Arc<Gate>,
+    ) -> Self {
         Feed {
             inner: Mutex::new(Inner {
                 ids: BTreeMap::new(),
+                partitions: BTreeMap::new(),
+                grants: BTreeMap::new(),
                 attempts: BTreeMap::new(),
             }),
             ends,
             phase,
+            gate,
         }
     }
 
-    /// The row `id` of `tenant` went into the engine (under its lock).
-    pub(crate) fn push(&self, tenant: &K, id: i64) {
+    /// The row `id` of `tenant`, in `partition`, went into the engine
+    /// (under its lock).
+    pub(crate) fn push(&self, tenant: &K, partition: u32, id: i64) {
         let mut g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         g.ids.entry(tenant.clone()).or_default().push_back(id);
+        g.partitions.insert(tenant.clone(), partition);
+    }
+
+    /// Asks the lease for each write of `group` (S-T37): a relayed
+    /// tenant's write starts only under a grant, and carries its epoch. A
+    /// write of a tenant with no relayed row in the engine (not from the
+    /// table) is not gated and carries no epoch.
+    pub(crate) fn admit<I>(&self, group: Vec<Write<K, I>>) -> Admitted<K, I> {
+        let mut g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut admitted = Admitted {
+            writes: Vec::with_capacity(group.len()),
+            epochs: Some(Vec::with_capacity(group.len())),
+            refused: Vec::new(),
+        };
+        for write in group {
+            let Some(&partition) = g.partitions.get(&write.tenant) else {
+                admitted.epochs = None;
+                admitted.writes.push(write);
+                continue;
+            };
+            match self.gate.begin(partition) {
+                Ok(grant) => {
+                    if let Some(epochs) = &mut admitted.epochs {
+                        epochs.push(WriteEpoch::new(partition, grant.epoch.0));
+                    }
+                    g.grants.insert(write.id, grant);
+                    admitted.writes.push(write);
+                }
+                Err(why) => {
+                    tracing::debug!(write = %write.id, partition, %why, "outbox table: the lease refuses the write; its items are handed over");
+                    admitted.refused.push(write);
+                }
+            }
+        }
+        if admitted.writes.is_empty() {
+            admitted.epochs = None;
+        }
+        admitted
+    }
+
+    /// The write `id` ended with `outcome` (`None`: its task was lost):
+    /// its grant goes back to the lease (S-L17), a stale epoch with it
+    /// (S-L15).
+    pub(crate) fn write_ended(&self, id: WriteId, outcome: Option<Outcome>) {
+        let grant = {
+            let mut g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+            g.grants.remove(&id)
+        };
+        if let Some(grant) = grant {
+            self.gate
+                .end(grant, matches!(outcome, Some(Outcome::StaleEpoch)));
+        }
     }
 
     /// Under the engine's lock, with its events in order: sends each row's
@@ -113,6 +194,7 @@ impl<K: Ord + Clone> Feed<K> {
             }
             if queue.is_empty() {
                 g.ids.remove(tenant);
+                g.partitions.remove(tenant);
             }
         }
         drop(g);
@@ -135,7 +217,12 @@ enum End {
 /// over instead of lost: the rows stay in the table, S-T33).
 fn ends<K, I>(event: &Event<K, I>) -> Option<(&K, u64, End)> {
     match event {
+        // A write given up at a deadline that committed after all: its
+        // rows were ended (handed over) when it was given up.
+        Event::Written { given_up: true, .. } => None,
         Event::Written { tenant, items, .. } => Some((tenant, *items as u64, End::Written)),
+        // A stale epoch, or a write the lease refused (S-E7, S-T37).
+        Event::HandedOver { tenant, items } => Some((tenant, *items, End::HandedOver)),
         Event::Dropped {
             tenant,
             items,

@@ -13,6 +13,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use super::gate::Gate;
+
 use crate::core::lease::{
     Departure, Epoch, InstanceId, LeaseEvent, LeasePolicy, Partition, Reply, Request, RequestId,
     StoreError as LeaseError, StoreOp,
@@ -29,39 +31,42 @@ pub(crate) type Owned = BTreeMap<u32, u64>;
 /// partition's lease taken under this epoch (S-T11).
 pub(crate) type Stale = (u32, u64);
 
-/// The lease task's state: the policy and the store it runs against.
+/// The lease task's state: the policy (in the gate the writer asks
+/// before each write, S-T37) and the store it runs against.
 pub(crate) struct LeaseTask<St: Store> {
     store: Arc<St>,
-    policy: LeasePolicy,
-    origin: Instant,
+    gate: Arc<Gate>,
     owned: watch::Sender<Owned>,
     stale: mpsc::UnboundedReceiver<Stale>,
     closing: watch::Receiver<bool>,
 }
 
 impl<St: Store> LeaseTask<St> {
-    /// A task running `policy` against `store`; it publishes into `owned`,
+    /// A task running `policy` against `store`, installed in `gate` (its
+    /// clock starts at the gate's making); it publishes into `owned`,
     /// takes stale partitions from `stale`, and shuts down (releasing its
     /// leases, S-L28) once `closing` turns `true` or its sender is gone.
     pub(crate) fn new(
         store: Arc<St>,
+        gate: Arc<Gate>,
         policy: LeasePolicy,
         owned: watch::Sender<Owned>,
         stale: mpsc::UnboundedReceiver<Stale>,
         closing: watch::Receiver<bool>,
     ) -> Self {
+        gate.install(policy);
         LeaseTask {
             store,
-            policy,
-            origin: Instant::now(),
+            gate,
             owned,
             stale,
             closing,
         }
     }
 
-    fn now(&self) -> Time {
-        Time::from_elapsed(self.origin.elapsed())
+    /// Runs `f` on the policy (installed at `new`).
+    fn policy<R: Default>(&self, f: impl FnOnce(&mut LeasePolicy, Time) -> R) -> R {
+        self.gate.with(f).unwrap_or_default()
     }
 
     /// Runs until the policy has shut down; then nothing is owned.
@@ -69,49 +74,53 @@ impl<St: Store> LeaseTask<St> {
         let mut calls: JoinSet<(RequestId, Result<Reply, LeaseError>)> = JoinSet::new();
         let mut closing = *self.closing.borrow();
         if closing {
-            self.policy.shutdown(self.now(), Departure::Rejoin);
+            self.policy(|p, now| p.shutdown(now, Departure::Rejoin));
         }
         loop {
             self.drain(&mut calls);
-            if self.policy.is_shut_down() {
+            if self.gate.with(|p, _| p.is_shut_down()).unwrap_or(true) {
                 break;
             }
-            let wake = self.policy.poll_timeout().map(|t| self.instant(t));
+            let wake = self
+                .policy(|p, _| p.poll_timeout())
+                .map(|t| self.gate.instant(t));
             tokio::select! {
                 biased;
                 Some(joined) = calls.join_next() => {
                     let (id, result) = joined.unwrap_or((RequestId(u64::MAX), Err(LeaseError::Unknown)));
                     // A reply the policy no longer waits for changes nothing (S-L10).
-                    let _ = self.policy.handle_reply(self.now(), id, result);
+                    self.policy(|p, now| drop(p.handle_reply(now, id, result)));
                 }
                 changed = self.closing.changed(), if !closing => {
                     if changed.is_err() || *self.closing.borrow() {
                         closing = true;
-                        self.policy.shutdown(self.now(), Departure::Rejoin);
+                        self.policy(|p, now| p.shutdown(now, Departure::Rejoin));
                     }
                 }
                 Some((partition, epoch)) = self.stale.recv() => {
-                    self.policy.handle_stale_epoch(self.now(), Partition(partition), Epoch(epoch));
+                    self.policy(|p, now| p.handle_stale_epoch(now, Partition(partition), Epoch(epoch)));
                 }
-                () = sleep_until(wake) => self.policy.handle_timeout(self.now()),
+                // The writer ended a write or met a stale epoch (S-T37).
+                () = self.gate.changed.notified() => {}
+                () = sleep_until(wake) => self.policy(|p, now| p.handle_timeout(now)),
             }
         }
         self.owned.send_replace(Owned::new());
     }
 
-    fn instant(&self, at: Time) -> Instant {
-        crate::driver::deadline(self.origin, at.elapsed())
-    }
-
     /// Sends every request due and publishes every event (the policy's
     /// output order, S-L2).
     fn drain(&mut self, calls: &mut JoinSet<(RequestId, Result<Reply, LeaseError>)>) {
-        let now = self.now();
-        while let Some(Request { id, op }) = self.policy.poll_request(now) {
+        let (requests, events) = self.policy(|p, now| {
+            let requests: Vec<Request> = std::iter::from_fn(|| p.poll_request(now)).collect();
+            let events: Vec<LeaseEvent> = std::iter::from_fn(|| p.poll_event()).collect();
+            (requests, events)
+        });
+        for Request { id, op } in requests {
             let store = Arc::clone(&self.store);
             calls.spawn(async move { (id, run(&*store, op).await) });
         }
-        while let Some(event) = self.policy.poll_event() {
+        for event in events {
             self.owned.send_modify(|owned| match event {
                 LeaseEvent::Writable { partition, epoch } => {
                     owned.insert(partition.0, epoch.0);
@@ -293,8 +302,17 @@ mod tests {
         let (_stale, stale_rx) = mpsc::unbounded_channel();
         let (stop, stop_rx) = watch::channel(false);
         let policy = LeasePolicy::new(config, Time::ZERO);
+        let gate = Arc::new(Gate::new());
         let task = tokio::spawn(
-            LeaseTask::new(Arc::clone(&store), policy, owned_tx, stale_rx, stop_rx).run(),
+            LeaseTask::new(
+                Arc::clone(&store),
+                gate,
+                policy,
+                owned_tx,
+                stale_rx,
+                stop_rx,
+            )
+            .run(),
         );
         while owned.borrow_and_update().len() < 4 {
             owned.changed().await.unwrap();

@@ -4,6 +4,7 @@
 //! bookkeeping that ties the engine's outcomes back to rows ([`feed`]).
 
 pub(crate) mod feed;
+pub(crate) mod gate;
 pub(crate) mod lease;
 pub(crate) mod metrics;
 pub(crate) mod relay;
@@ -19,6 +20,7 @@ use crate::core::lease::{LeaseConfig, LeaseConfigBuilder, LeasePolicy};
 use crate::core::relay::{Relay, RelayConfig};
 use crate::core::Config;
 use crate::driver::shared::Shared;
+use crate::driver::BuildError;
 use crate::sink::Sink;
 use crate::table::{check, Relayed, Store};
 
@@ -169,16 +171,18 @@ pub(crate) fn spawner<S, St, I>(
     store: St,
     options: TableRelay<S::Tenant, I>,
     config: &Config,
-) -> Result<Relaying<S>, crate::core::relay::RelayConfigError>
+) -> Result<Relaying<S>, BuildError>
 where
     S: Sink<Item = Relayed<I>>,
     St: Store,
     I: Send + 'static,
 {
-    let relay = Relay::new(options.relay_config(config))?;
+    let relay = Relay::new(options.relay_config(config)).map_err(BuildError::Relay)?;
+    check_lease(&options)?;
     let (ends_tx, ends) = mpsc::unbounded_channel();
     let (phase_tx, phase) = watch::channel(Phase::Open);
-    let feed = Arc::new(Feed::new(ends_tx, phase_tx));
+    let gate = Arc::new(gate::Gate::new());
+    let feed = Arc::new(Feed::new(ends_tx, phase_tx, Arc::clone(&gate)));
     let feed_out = Arc::clone(&feed);
     let spawn = move |shared: &Arc<Shared<S>>| {
         let store = Arc::new(store);
@@ -194,8 +198,8 @@ where
                 let Some(config) = lease_config(&*store, &instance, &*lease, &name).await else {
                     return;
                 };
-                let policy = LeasePolicy::new(config, crate::core::Time::ZERO);
-                LeaseTask::new(store, policy, owned_tx, stale_rx, stop_rx)
+                let policy = LeasePolicy::new(config, gate.now());
+                LeaseTask::new(store, gate, policy, owned_tx, stale_rx, stop_rx)
                     .run()
                     .await;
             }
@@ -218,6 +222,17 @@ where
         drop(shared.tasks.spawn_on(task.run(), shared.runtime()));
     };
     Ok((Box::new(spawn), feed_out))
+}
+
+/// The lease settings, checked at build (S-L6, S-L22, S-L25): every rule
+/// but P's bound, which waits for the table's schema (the smallest P, 1,
+/// stands in for it here).
+fn check_lease<K, I>(options: &TableRelay<K, I>) -> Result<(), BuildError> {
+    let builder = LeaseConfig::builder(options.relay.owner.clone()).partitions(1);
+    match (options.lease)(builder).partitions(1).build() {
+        Ok(_) => Ok(()),
+        Err(e) => Err(BuildError::Lease(e)),
+    }
 }
 
 /// Reads the table's schema (retrying while the store is unreachable)

@@ -360,7 +360,9 @@ where
             let tenant = self.codec.decode_tenant(&row.tenant);
             let item = self.codec.decode_item(&row.item);
             match (tenant, item) {
-                (Ok(tenant), Ok(item)) => decoded.push((row.id, row.age, tenant, item)),
+                (Ok(tenant), Ok(item)) => {
+                    decoded.push((row.id, row.partition, row.age, tenant, item));
+                }
                 (Err(e), _) | (_, Err(e)) => {
                     tracing::error!(outbox = %self.shared.sink.name(), row = row.id, error = %e,
                         "outbox table: a row of a known codec version cannot be decoded; dead-lettered as terminal");
@@ -374,7 +376,7 @@ where
         }
         let feed = Arc::clone(&self.feed);
         self.shared.engine_input(|st| {
-            for (row_id, age, tenant, item) in decoded {
+            for (row_id, partition, age, tenant, item) in decoded {
                 if st.engine.is_shutting_down() {
                     ends.push((row_id, Done::HandedOver));
                     continue;
@@ -389,7 +391,7 @@ where
                 };
                 let intake = st.engine.stage_durable(now, [durable], 0);
                 if intake.accepted == 1 {
-                    feed.push(&tenant, row_id);
+                    feed.push(&tenant, partition, row_id);
                 } else {
                     ends.push((row_id, Done::HandedOver));
                 }

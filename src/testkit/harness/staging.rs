@@ -59,6 +59,8 @@ impl Harness {
             // The engine alone has no journal: it never refuses
             // for one.
             DropReason::SinkError | DropReason::EncodeFailed | DropReason::JournalFull => false,
+            // An outbox with an outbox table refuses every stage (S-T32).
+            DropReason::TableOnly => self.config.table_only,
         };
         self.expect(cause, "I5", || {
             format!("item {id} dropped under {reason} without its cause")
