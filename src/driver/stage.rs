@@ -38,8 +38,9 @@ pub enum StageError<I> {
     ShuttingDown(I),
     /// [`stage_wait`](Outbox::stage_wait)'s timeout passed with no room.
     TimedOut(I),
-    /// The journal could not encode the item (S-J8).
-    Unencodable(I),
+    /// The journal could not encode the item (S-J8), as `stage` would
+    /// have dropped it under `encode_failed`.
+    EncodeFailed(I),
 }
 
 impl<I> StageError<I> {
@@ -49,14 +50,14 @@ impl<I> StageError<I> {
             StageError::Full { item, .. }
             | StageError::ShuttingDown(item)
             | StageError::TimedOut(item)
-            | StageError::Unencodable(item) => item,
+            | StageError::EncodeFailed(item) => item,
         }
     }
 
     /// The error of a refusal handed back (S-W21).
     fn refused(refusal: Refusal, item: I) -> Self {
         match (refusal, refusal.drop_reason()) {
-            (Refusal::Unencodable, _) => StageError::Unencodable(item),
+            (Refusal::EncodeFailed, _) => StageError::EncodeFailed(item),
             (_, Some(reason)) => StageError::Full { reason, item },
             (_, None) => StageError::ShuttingDown(item),
         }
@@ -69,7 +70,9 @@ impl<I> fmt::Display for StageError<I> {
             StageError::Full { reason, .. } => write!(f, "outbox: no room ({})", reason.as_str()),
             StageError::ShuttingDown(_) => f.write_str("outbox: shutting down"),
             StageError::TimedOut(_) => f.write_str("outbox: no room before the timeout"),
-            StageError::Unencodable(_) => f.write_str("outbox: the journal cannot encode the item"),
+            StageError::EncodeFailed(_) => {
+                f.write_str("outbox: the journal cannot encode the item")
+            }
         }
     }
 }
@@ -244,7 +247,7 @@ impl<S: Sink> Outbox<S> {
     /// counted anywhere: the caller still holds the item and decides.
     ///
     /// # Errors
-    /// [`StageError::ShuttingDown`], [`StageError::Unencodable`],
+    /// [`StageError::ShuttingDown`], [`StageError::EncodeFailed`],
     /// [`StageError::Full`], each with the item.
     pub fn try_stage(&self, tenant: S::Tenant, item: S::Item) -> Result<(), StageError<S::Item>> {
         match self.stage_one(tenant, item, OnRefusal::HandBack) {
@@ -264,7 +267,7 @@ impl<S: Sink> Outbox<S> {
     /// # Errors
     /// [`StageError::TimedOut`] when the timeout passes with no room;
     /// [`StageError::ShuttingDown`] at once when a shutdown begins, also
-    /// while waiting; [`StageError::Unencodable`] with a journal that cannot
+    /// while waiting; [`StageError::EncodeFailed`] with a journal that cannot
     /// encode it. Each hands the item back, uncounted.
     ///
     /// # Cancellation
