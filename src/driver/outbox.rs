@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 
 use super::answer::Answer;
 use super::shared::{Shared, SinkWaiter, State, Waiter};
-use crate::core::{Counters, Report, ShutdownReport, Time, WaitId};
+use crate::core::{Counters, Report, ShutdownReport, Time, Unwritten, WaitId};
 use crate::sink::Sink;
 
 /// The outbox: stage items from the request path; one writer task writes
@@ -204,8 +204,10 @@ impl<S: Sink> Outbox<S> {
     /// engine held, per tenant in staging order (those in flight are not
     /// among them). While a shutdown is still to answer, they go to its
     /// dead letters instead ([`ShutdownReport::unwritten`]) and this returns
-    /// nothing: each item is handed back once.
-    pub fn abandon(&self) -> Vec<(S::Tenant, Vec<S::Item>)> {
+    /// nothing: each item is handed back once. Each run says whether an
+    /// attempt of it started ([`Unwritten::attempted`], S-J16): such items
+    /// may already be in the store, so a replay of them must be idempotent.
+    pub fn abandon(&self) -> Vec<Unwritten<S::Tenant, S::Item>> {
         let shared = self.shared();
         let now = shared.now();
         let held = shared.engine_input(|st| {

@@ -208,9 +208,8 @@ fn append<K: Ord + std::hash::Hash + Clone, I>(
 }
 
 /// Lets the journal's lock go (a record not appended): before the
-/// engine's lock is taken, never under it (S-W19). (Without the `journal`
-/// feature there is no lock to let go, hence the allowance.)
-#[allow(clippy::drop_non_drop)]
+/// engine's lock is taken, never under it (S-W19).
+#[allow(clippy::drop_non_drop)] // without the journal it holds no lock
 fn unlock<K, I>(admitted: Option<Admitted<'_, K, I>>) {
     drop(admitted);
 }
