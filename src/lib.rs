@@ -88,7 +88,7 @@
 //! let report = outbox.shutdown(Duration::from_secs(10)).await;
 //! assert_eq!(report.lost, 0);
 //! assert!(report.unwritten.is_empty());
-//! assert_eq!(outbox.stage(tenant, Usage { id: 9, units: 1 }), Staged::Refused);
+//! assert_eq!(outbox.stage(tenant, Usage { id: 9, units: 1 }), Staged::ShuttingDown);
 //! # Ok(())
 //! # }
 //! ```

@@ -180,7 +180,7 @@ fn s_b8_refusals_coalesce_per_reason_while_their_event_is_queued() {
     let _ = e.shutdown(Time::ZERO, Time::from_millis(10));
     while e.poll_event().is_some() {}
     for i in 8..11 {
-        assert_eq!(stage(&mut e, 7, i).0, Staged::Refused);
+        assert_eq!(stage(&mut e, 7, i).0, Staged::ShuttingDown);
     }
     assert_eq!(refusal_events(&mut e), [(7, 3, "shutdown", true)]);
     let c = e.counters();

@@ -175,7 +175,7 @@ fn s_w9_fence_releases_lingering_batches_and_refuses_late_stages() {
     assert!(!w.e.is_shutting_down());
     let sd = w.shutdown(1_000);
     assert!(w.e.is_shutting_down() && !w.e.is_closed());
-    assert_eq!(w.stage(1, 2), Staged::Refused);
+    assert_eq!(w.stage(1, 2), Staged::ShuttingDown);
     assert!(w.events.iter().any(|e| matches!(
         e,
         Event::Lost {
@@ -370,7 +370,7 @@ fn s_a7_abandon_answers_waits_and_refuses_later_stages() {
             ..Report::default()
         })
     );
-    assert_eq!(w.stage(1, 3), Staged::Refused);
+    assert_eq!(w.stage(1, 3), Staged::ShuttingDown);
     assert_eq!(w.lost(LostReason::Shutdown), 1);
     assert!(w.abandon().is_empty(), "a second abandon changes nothing");
     assert_eq!(w.lost(LostReason::Abandoned), 2);

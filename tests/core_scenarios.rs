@@ -138,7 +138,7 @@ fn s05_shutdown_keeps_retrying_until_the_deadline() {
     );
     assert!(r.first && r.unwritten.is_empty());
     assert_eq!(w.written_of(1), [1]);
-    assert_eq!(w.stage(1, 2), Staged::Refused);
+    assert_eq!(w.stage(1, 2), Staged::ShuttingDown);
     assert_eq!(w.e.pending(), 0);
     assert_eq!(w.lost(LostReason::Shutdown), 1);
     assert!(w.e.is_closed());
@@ -244,7 +244,7 @@ fn s09_shutdown_fences_admission() {
     let hung = w.poll_one();
     w.stage_ok(1, [2]);
     let sd = w.shutdown(60_000);
-    assert_eq!(w.stage(1, 3), Staged::Refused);
+    assert_eq!(w.stage(1, 3), Staged::ShuttingDown);
     assert_eq!(w.lost(LostReason::Shutdown), 1);
     assert_eq!(w.e.pending(), 2);
     w.at(10_000);
@@ -515,7 +515,7 @@ fn s23_every_drop_path_is_counted() {
     assert_eq!(w.lost(LostReason::RetriesExhausted), 2);
     w.stage_ok(4, [8]);
     let sd = w.shutdown(1_000);
-    assert_eq!(w.stage(4, 9), Staged::Refused);
+    assert_eq!(w.stage(4, 9), Staged::ShuttingDown);
     assert_eq!(w.lost(LostReason::Shutdown), 1);
     let t4 = w.poll_one();
     w.ok(t4);

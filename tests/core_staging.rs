@@ -289,7 +289,7 @@ fn staged_and_wake(
     let staged = if intake.accepted == 1 {
         Staged::Accepted
     } else {
-        Staged::Refused
+        Staged::ShuttingDown
     };
     (staged, intake.wake)
 }

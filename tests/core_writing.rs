@@ -357,7 +357,7 @@ fn s_w13_items_let_go_of_are_released_not_dropped() {
     assert!(w.e.take_released().is_empty(), "taken once");
     let [a, b] = <[_; 2]>::try_from(w.poll()).unwrap();
     assert!(w.e.abandon(w.now).is_empty(), "everything is in flight");
-    assert_eq!(w.stage(1, 5), Staged::Refused);
+    assert_eq!(w.stage(1, 5), Staged::ShuttingDown);
     assert_eq!(w.e.take_released(), [5]);
     w.finish(a, Outcome::Failed);
     w.finish(b, Outcome::Failed);

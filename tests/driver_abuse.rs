@@ -369,7 +369,7 @@ async fn abuse_everything_after_shutdown() {
     let r = o.shutdown(SEC).await;
     assert!(r.first);
     assert_eq!(r.written, 1);
-    assert_eq!(o.stage(1, 2), Staged::Refused);
+    assert_eq!(o.stage(1, 2), Staged::ShuttingDown);
     assert!(matches!(
         o.try_stage(1, 3),
         Err(outbox::StageError::ShuttingDown(3))
@@ -553,7 +553,7 @@ async fn abuse_item_whose_drop_panics_dropped_alone() {
     }
     let r = o.shutdown(SEC).await;
     assert_eq!(r.lost, 0);
-    assert_eq!(o.stage(1, boom(9)), Staged::Refused);
+    assert_eq!(o.stage(1, boom(9)), Staged::ShuttingDown);
     assert_eq!(*sink.0.lock().unwrap(), [1, 3, 4, 5, 6]);
     let c = o.counters();
     assert_eq!((c.written, c.dropped_total(), c.lost_total()), (5, 1, 1));
@@ -773,7 +773,7 @@ mod journal_abuse {
         stage_all(&o, 1, [1, 2]);
         o.sync().await.unwrap();
         assert_eq!(o.shutdown(5 * SEC).await.lost, 0);
-        assert_eq!(o.stage(1, 3), Staged::Refused);
+        assert_eq!(o.stage(1, 3), Staged::ShuttingDown);
         let r = tokio::time::timeout(5 * SEC, o.sync()).await;
         assert!(r.is_ok(), "sync after shutdown hangs");
         let late = o.sync();
@@ -1000,7 +1000,7 @@ mod reentrant_drop {
         let r = o.shutdown(SEC).await;
         assert_eq!(r.lost, 0);
         // Refused after the fence: its drop is refused too.
-        assert_eq!(o.stage(1, Re(4)), Staged::Refused);
+        assert_eq!(o.stage(1, Re(4)), Staged::ShuttingDown);
         let mut got = sink.0.lock().unwrap().clone();
         got.sort();
         assert_eq!(got, [1, 2, 1001, 1002]);

@@ -51,7 +51,7 @@ fn stager(
         match o.stage(tenant, item) {
             Staged::Accepted => list.push(item),
             Staged::Dropped(DropReason::BufferFull) => seen.dropped += 1,
-            Staged::Refused => seen.refused += 1,
+            Staged::ShuttingDown => seen.refused += 1,
             other => panic!("unexpected {other:?}"),
         }
         progress.store(i + 1, Ordering::Release);
@@ -157,7 +157,7 @@ fn stages_from_many_threads_race_flushes_and_a_shutdown_exactly() {
         assert_eq!(shared, s.shared);
     }
     // After the fence nothing more is accepted.
-    assert_eq!(o.stage(t(1), u32::MAX), Staged::Refused);
+    assert_eq!(o.stage(t(1), u32::MAX), Staged::ShuttingDown);
 }
 
 /// S-A1, S-W19: with a capacity and a sink that holds every write, threads

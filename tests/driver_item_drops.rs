@@ -168,7 +168,7 @@ fn a_refused_item_that_panics_in_drop_does_not_panic_stage() {
         let o = Outbox::new(BoomSink::default(), Config::default()).unwrap();
         let _ = o.shutdown(Duration::from_secs(1)).await;
         let staged = catch_unwind(AssertUnwindSafe(|| o.stage(t(1), boom(1))));
-        assert_eq!(staged.ok(), Some(Staged::Refused));
+        assert_eq!(staged.ok(), Some(Staged::ShuttingDown));
         o.counters()
     });
     assert_eq!(counters.lost(LostReason::Shutdown), 1);
@@ -230,7 +230,7 @@ fn an_item_dropped_at_stage_time_may_read_the_outbox() {
         (
             Staged::Accepted,
             Staged::Dropped(outbox::DropReason::BufferFull),
-            Staged::Refused
+            Staged::ShuttingDown
         )
     );
 }

@@ -248,7 +248,7 @@ async fn s_r5_a_shutdown_ends_a_waiting_stage_at_once() {
     sink.release();
     let report = shutdown.await;
     assert_eq!(report.written, 1);
-    assert_eq!(outbox.stage(t(3), 3), Staged::Refused);
+    assert_eq!(outbox.stage(t(3), 3), Staged::ShuttingDown);
 }
 
 // ----- S-R6: the health snapshot -----------------------------------------------

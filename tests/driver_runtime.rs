@@ -320,7 +320,7 @@ async fn a_dropped_answer_does_not_cancel_the_call() {
     sink.set(t(1), Act::Fail);
     let _ = o.stage(t(1), 1);
     drop(o.shutdown(Duration::from_millis(500)));
-    assert_eq!(o.stage(t(1), 2), Staged::Refused, "the fence is up");
+    assert_eq!(o.stage(t(1), 2), Staged::ShuttingDown, "the fence is up");
     let report = o.settle(Duration::from_secs(5)).await;
     assert_eq!(report.pending, 0);
     let c = o.counters();
@@ -341,7 +341,7 @@ async fn dropped_answers_change_nothing() {
     drop(o.flush(Duration::from_secs(10)));
     drop(o.settle(Duration::from_secs(10)));
     drop(o.shutdown(Duration::from_millis(1500)));
-    assert_eq!(o.stage(t(9), 9), Staged::Refused);
+    assert_eq!(o.stage(t(9), 9), Staged::ShuttingDown);
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(o.pending(), 0);
     let c = o.counters();
@@ -483,7 +483,7 @@ fn a_runtime_dropped_under_the_writer_accounts_for_everything() {
     );
     let r = other.block_on(o.settle(Duration::from_secs(3600)));
     assert_eq!((r.pending, r.deadline_passed), (0, true));
-    assert_eq!(o.stage(t(1), 3), Staged::Refused);
+    assert_eq!(o.stage(t(1), 3), Staged::ShuttingDown);
     assert!(o.counters().balanced());
 }
 
@@ -810,7 +810,7 @@ fn staging_from_a_plain_thread_after_the_runtime_is_gone() {
     drop(rt);
     let o2 = o.clone();
     std::thread::spawn(move || {
-        assert_eq!(o2.stage(t(1), 99), Staged::Refused);
+        assert_eq!(o2.stage(t(1), 99), Staged::ShuttingDown);
         let c = o2.counters();
         assert_eq!(c.lost(LostReason::Shutdown), 1);
         assert_eq!(c.pending, 0);

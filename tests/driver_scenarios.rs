@@ -143,7 +143,7 @@ async fn scenario_05_shutdown_keeps_retrying_until_the_deadline() {
     );
     assert!(r.unwritten.is_empty());
     assert_eq!(sink.stored(t(1)), [1]);
-    assert_eq!(o.stage(t(1), 2), Staged::Refused);
+    assert_eq!(o.stage(t(1), 2), Staged::ShuttingDown);
     assert_eq!(o.pending(), 0);
     assert_eq!(o.counters().lost(LostReason::Shutdown), 1);
 }
@@ -225,7 +225,7 @@ async fn scenario_09_shutdown_fences_admission() {
     stage_all(&o, t(1), [2]);
     let shutdown = o.shutdown(Duration::from_secs(10));
     // S-W9: refused and counted lost at once.
-    assert_eq!(o.stage(t(1), 3), Staged::Refused);
+    assert_eq!(o.stage(t(1), 3), Staged::ShuttingDown);
     assert_eq!(o.counters().lost(LostReason::Shutdown), 1);
     assert_eq!(o.pending(), 2);
     sink.release();
@@ -377,7 +377,7 @@ async fn scenario_15_abandon_counts_every_queued_item() {
             ..Report::default()
         }
     );
-    assert_eq!(o.stage(t(3), 5), Staged::Refused);
+    assert_eq!(o.stage(t(3), 5), Staged::ShuttingDown);
     let r = o.shutdown(Duration::from_secs(1)).await;
     assert_eq!(r.report(), Report::default(), "nothing left to report");
     assert!(sink.store().is_empty());
@@ -612,7 +612,7 @@ fn scenario_23_every_drop_path_is_counted() {
         check(&o);
         let r = r.report();
         assert_eq!(r.written + r.dropped + r.lost + r.pending, pending_at_fence);
-        assert_eq!(o.stage(t(5), 99), Staged::Refused);
+        assert_eq!(o.stage(t(5), 99), Staged::ShuttingDown);
         check(&o);
         (o.counters(), ob.counters())
     });

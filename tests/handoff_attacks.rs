@@ -445,7 +445,7 @@ fn try_stage_decides_as_stage_with_every_capacity() {
                 Err(StageError::ShuttingDown(5)) => {}
                 other => panic!("{other:?}"),
             }
-            assert_eq!(b.stage(t(1), 5), Staged::Refused);
+            assert_eq!(b.stage(t(1), 5), Staged::ShuttingDown);
             drop((s1, s2));
         }
     });
@@ -532,7 +532,7 @@ fn full_lane_stages_race_a_shutdown_exactly() {
                                 assert_eq!(refused, 0, "accepted after a refusal");
                                 accepted.push(item);
                             }
-                            Staged::Refused => {
+                            Staged::ShuttingDown => {
                                 refused += 1;
                                 if refused > 100 {
                                     break;

@@ -512,10 +512,10 @@ fn stages_after_the_runtime_is_gone_leave_nothing_behind() {
     };
     drop(rt);
     let tenant = TenantId::from_u128(2);
-    assert_eq!(o.stage(tenant, 0), Staged::Refused);
+    assert_eq!(o.stage(tenant, 0), Staged::ShuttingDown);
     let start = held();
     for i in 1..100_000 {
-        assert_eq!(o.stage(tenant, i), Staged::Refused);
+        assert_eq!(o.stage(tenant, i), Staged::ShuttingDown);
     }
     let grown = held() - start;
     assert!(grown <= 1_024, "{grown} bytes held for 99,999 refusals");

@@ -484,7 +484,7 @@ impl Model {
         if self.life != Life::Open {
             self.lose(t, LostReason::Shutdown, 1);
             self.fate.insert(item, Fate::Lost);
-            self.out.staged.push(Staged::Refused);
+            self.out.staged.push(Staged::ShuttingDown);
             return;
         }
         let tenant_pending = self.tenant_pending(t);

@@ -114,9 +114,9 @@ fn s_w21_stage_counts_a_refusal_past_the_fence_under_shutdown() {
             let sink = TestSink::new("refusal_order");
             let outbox = build(&sink, quota);
             shutting_down(&sink, &outbox).await;
-            assert_eq!(outbox.stage(t(2), 101), Staged::Refused);
+            assert_eq!(outbox.stage(t(2), 101), Staged::ShuttingDown);
             let outcomes = outbox.stage_many_outcomes([(t(2), 102), (t(3), 3)]);
-            assert_eq!(outcomes, [Staged::Refused, Staged::Refused]);
+            assert_eq!(outcomes, [Staged::ShuttingDown, Staged::ShuttingDown]);
             let c = outbox.counters();
             assert_eq!(c.lost(LostReason::Shutdown), 3, "quota {quota}");
             assert_eq!(c.dropped(DropReason::JournalFull), 0, "quota {quota}");

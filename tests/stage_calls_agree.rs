@@ -216,8 +216,8 @@ fn run(case: &Case, call: Option<Call>) -> (Option<Answer>, Tally) {
 fn handed_back(staged: Staged, item: u32) -> Option<StageError<u32>> {
     match staged {
         Staged::Accepted => None,
-        Staged::Refused => Some(StageError::ShuttingDown(item)),
-        Staged::Dropped(DropReason::EncodeFailed) => Some(StageError::Unencodable(item)),
+        Staged::ShuttingDown => Some(StageError::ShuttingDown(item)),
+        Staged::Dropped(DropReason::EncodeFailed) => Some(StageError::EncodeFailed(item)),
         Staged::Dropped(reason) => Some(StageError::Full { reason, item }),
         other => panic!("an outcome this test does not know: {other:?}"),
     }
@@ -234,7 +234,7 @@ fn check(case: &Case) -> Result<(), TestCaseError> {
     match staged {
         Staged::Accepted => tally.accepted = 1,
         Staged::Dropped(_) => tally.dropped = 1,
-        Staged::Refused => tally.refused = 1,
+        Staged::ShuttingDown => tally.shutting_down = 1,
         other => panic!("an outcome this test does not know: {other:?}"),
     }
     let expected = [Answer::Tally(tally), Answer::Staged(staged)];

@@ -80,7 +80,7 @@ fn tally(outcomes: &[Staged]) -> StagedMany {
         match o {
             Staged::Accepted => tally.accepted += 1,
             Staged::Dropped(_) => tally.dropped += 1,
-            _ => tally.refused += 1,
+            _ => tally.shutting_down += 1,
         }
     }
     tally
@@ -221,7 +221,7 @@ fn s_w20_every_limit_refuses_part_of_a_long_run_and_counts_it() {
         let tally = by_many[0].0;
         let held_n: usize = held.iter().map(|(_, v)| v.len()).sum();
         assert_eq!(
-            tally.accepted + tally.dropped + tally.refused,
+            tally.accepted + tally.dropped + tally.shutting_down,
             200,
             "{limit:?}"
         );
@@ -246,7 +246,10 @@ fn s_w20_a_run_after_the_fence_is_refused_whole_and_counted_lost() {
         let report = o.shutdown(Duration::from_secs(5)).await;
         assert_eq!(report.written, 3);
         let tally = o.stage_many((10..15).map(|i| (t(2), i)));
-        assert_eq!((tally.accepted, tally.dropped, tally.refused), (0, 0, 5));
+        assert_eq!(
+            (tally.accepted, tally.dropped, tally.shutting_down),
+            (0, 0, 5)
+        );
         let c = o.counters();
         assert_eq!(c.staged, 8);
         assert_eq!(c.lost(LostReason::Shutdown), 5);

@@ -32,7 +32,7 @@ fn tally(outcomes: &[Staged]) -> StagedMany {
         match o {
             Staged::Accepted => tally.accepted += 1,
             Staged::Dropped(_) => tally.dropped += 1,
-            _ => tally.refused += 1,
+            _ => tally.shutting_down += 1,
         }
     }
     tally
@@ -202,7 +202,7 @@ fn an_iterator_that_raises_the_fence_midway_gets_the_whole_run_refused() {
         assert_eq!(&by_one[..2], &[Staged::Accepted; 2]);
         assert_eq!(
             by_many,
-            vec![Staged::Refused; 5],
+            vec![Staged::ShuttingDown; 5],
             "S-W20: decided once the iterator is used up, past the fence"
         );
         assert_eq!(o.counters().lost(outbox::LostReason::Shutdown), 5);
@@ -630,7 +630,7 @@ fn a_shutdown_racing_runs_falls_before_or_after_each_whole_run() {
                             }
                             let tl = tally(&out);
                             acc += tl.accepted;
-                            refd += tl.refused;
+                            refd += tl.shutting_down;
                         }
                         (mixed, acc, refd)
                     }));
@@ -747,7 +747,7 @@ fn refused_items_whose_drop_panics_are_contained_and_counted() {
         assert_eq!(disarm(held), 3);
         let second =
             catch_unwind(AssertUnwindSafe(|| o.stage_many(run(100)))).expect("S-W20: never panics");
-        assert_eq!((second.accepted, second.refused), (0, 10));
+        assert_eq!((second.accepted, second.shutting_down), (0, 10));
         let c = o.counters();
         assert!(c.balanced(), "S-W14: {c:?}");
         assert_eq!(c.staged, 20);
@@ -816,7 +816,7 @@ fn a_very_large_run_is_counted_exactly() {
             .unwrap();
         let tally = o.stage_many((0..250_000u32).map(|i| (t(u128::from(i % 1_000)), i)));
         assert_eq!(
-            (tally.accepted, tally.dropped, tally.refused),
+            (tally.accepted, tally.dropped, tally.shutting_down),
             (100_000, 150_000, 0)
         );
         let c = o.counters();

@@ -53,7 +53,10 @@ async fn newcomer_s09_fence_refuses_a_run() {
     assert_eq!(o.stage_many([(t(1), 2)]).accepted, 1);
     let shutdown = o.shutdown(Duration::from_secs(10));
     let tally = o.stage_many([(t(1), 3), (t(2), 4), (t(1), 5)]);
-    assert_eq!((tally.accepted, tally.dropped, tally.refused), (0, 0, 3));
+    assert_eq!(
+        (tally.accepted, tally.dropped, tally.shutting_down),
+        (0, 0, 3)
+    );
     assert_eq!(o.counters().lost(LostReason::Shutdown), 3);
     assert_eq!(o.pending(), 2);
     sink.release();
@@ -162,7 +165,10 @@ mod journaled {
                     covered.entry(*k).or_default().push(*v);
                 }
                 let tally = o.stage_many(run);
-                assert_eq!((tally.accepted, tally.dropped, tally.refused), (40, 0, 0));
+                assert_eq!(
+                    (tally.accepted, tally.dropped, tally.shutting_down),
+                    (40, 0, 0)
+                );
             }
             assert_eq!(o.sync().await, Ok(()));
             // unsynced extra, may be lost
@@ -221,7 +227,7 @@ mod journaled {
             assert_eq!(o.sync().await, Ok(()));
             let shutdown = o.shutdown(Duration::from_secs(60));
             let tally = o.stage_many((10..14).map(|i| (t(2), i)));
-            assert_eq!(tally.refused, 4);
+            assert_eq!(tally.shutting_down, 4);
             // give the journal task time to commit anything it would
             tokio::time::sleep(Duration::from_millis(50)).await;
             std::mem::forget(shutdown);

@@ -215,7 +215,7 @@ async fn every_stage_on_a_table_outbox_is_refused_typed_and_counted() {
         "{waited:?}"
     );
     let many = outbox.stage_many([(1, relayed(4)), (2, relayed(5))]);
-    assert_eq!((many.accepted, many.dropped, many.refused), (0, 2, 0));
+    assert_eq!((many.accepted, many.dropped, many.shutting_down), (0, 2, 0));
     stage(&model, 1, &[6]);
     until("the table's row written", || sink.writes().len() == 1).await;
     let c = outbox.counters();

@@ -45,7 +45,7 @@ pub enum Refusal {
     /// under `shutdown`.
     ShuttingDown,
     /// The journal could not encode the item (S-J8): `encode_failed`.
-    Unencodable,
+    EncodeFailed,
     /// The journal has no room for its record (S-J4): `journal_full`.
     JournalFull,
     /// `capacity` or `capacity_bytes` is reached (S-A1, S-B5):
@@ -65,7 +65,7 @@ impl Refusal {
     pub fn drop_reason(self) -> Option<DropReason> {
         match self {
             Refusal::ShuttingDown => None,
-            Refusal::Unencodable => Some(DropReason::EncodeFailed),
+            Refusal::EncodeFailed => Some(DropReason::EncodeFailed),
             Refusal::JournalFull => Some(DropReason::JournalFull),
             Refusal::BufferFull => Some(DropReason::BufferFull),
             Refusal::TenantFull => Some(DropReason::TenantFull),
@@ -77,7 +77,7 @@ impl Refusal {
     /// under it (`sink_error` cannot).
     pub fn of_drop(reason: DropReason) -> Option<Refusal> {
         match reason {
-            DropReason::EncodeFailed => Some(Refusal::Unencodable),
+            DropReason::EncodeFailed => Some(Refusal::EncodeFailed),
             DropReason::JournalFull => Some(Refusal::JournalFull),
             DropReason::BufferFull => Some(Refusal::BufferFull),
             DropReason::TenantFull => Some(Refusal::TenantFull),
@@ -90,7 +90,7 @@ impl Refusal {
     pub fn staged(self) -> Staged {
         match self.drop_reason() {
             Some(reason) => Staged::Dropped(reason),
-            None => Staged::Refused,
+            None => Staged::ShuttingDown,
         }
     }
 
@@ -133,7 +133,7 @@ impl OnRefusal {
         self == OnRefusal::Wait
             && !matches!(
                 refusal,
-                Refusal::ShuttingDown | Refusal::Unencodable | Refusal::TableOnly
+                Refusal::ShuttingDown | Refusal::EncodeFailed | Refusal::TableOnly
             )
     }
 }
@@ -187,7 +187,7 @@ pub fn decide(checks: &mut impl Checks) -> Result<(), Refusal> {
         return Err(Refusal::ShuttingDown);
     }
     if !checks.encoded() {
-        return Err(Refusal::Unencodable);
+        return Err(Refusal::EncodeFailed);
     }
     if !checks.journal_room() {
         return Err(Refusal::JournalFull);
@@ -216,7 +216,7 @@ pub fn recheck(decided: Result<(), Refusal>, fenced: bool) -> Result<(), Refusal
             self.0
         }
         fn encoded(&mut self) -> bool {
-            self.1 != Err(Refusal::Unencodable)
+            self.1 != Err(Refusal::EncodeFailed)
         }
         fn journal_room(&mut self) -> bool {
             self.1 != Err(Refusal::JournalFull)
@@ -456,7 +456,7 @@ impl Stager {
         let staged = match verdict {
             Err(refusal) => refusal.staged(),
             Ok(()) if intake.accepted > 0 => Staged::Accepted,
-            Ok(()) => Staged::Refused,
+            Ok(()) => Staged::ShuttingDown,
         };
         LazyStaged {
             staged,
@@ -572,7 +572,7 @@ mod tests {
             !self.room(Refusal::ShuttingDown)
         }
         fn encoded(&mut self) -> bool {
-            self.room(Refusal::Unencodable)
+            self.room(Refusal::EncodeFailed)
         }
         fn journal_room(&mut self) -> bool {
             self.room(Refusal::JournalFull)
@@ -593,7 +593,7 @@ mod tests {
         use Refusal::*;
         let order = [
             ShuttingDown,
-            Unencodable,
+            EncodeFailed,
             JournalFull,
             BufferFull,
             TenantFull,

@@ -47,8 +47,16 @@ pub enum Staged {
     /// Refused by a capacity policy; counted dropped.
     Dropped(DropReason),
     /// Refused because the outbox is shutting down or shut down; counted
-    /// lost under `shutdown` (S-W9).
-    Refused,
+    /// lost under `shutdown` (S-W9). The same name as
+    /// [`StageError::ShuttingDown`](crate::StageError::ShuttingDown).
+    ShuttingDown,
+}
+
+impl Staged {
+    /// The old name of [`Staged::ShuttingDown`]; works in patterns too.
+    #[deprecated(note = "renamed `Staged::ShuttingDown` (the name `StageError` uses)")]
+    #[allow(non_upper_case_globals)]
+    pub const Refused: Staged = Staged::ShuttingDown;
 }
 
 /// What a [`Stager`](super::Stager)'s stage decided, and whether the
@@ -376,7 +384,7 @@ fn slot_of(refusal: Refusal) -> usize {
         Refusal::BufferFull => 0,
         Refusal::TenantFull => 1,
         Refusal::ShuttingDown => 2,
-        Refusal::Unencodable => 3,
+        Refusal::EncodeFailed => 3,
         Refusal::JournalFull => 4,
         Refusal::TableOnly => 5,
     }

@@ -158,7 +158,7 @@ impl<S: Sink> OutboxBuilder<S> {
     /// and reason, instead of dropping them (S-R4). Turns on
     /// [`ConfigBuilder::dead_letters`](crate::ConfigBuilder::dead_letters).
     /// Items given up by a shutdown deadline still come back in its
-    /// [`ShutdownReport`], and those of an abandon from
+    /// [`ShutdownReport`](crate::ShutdownReport), and those of an abandon from
     /// [`Outbox::abandon`]. Off by default.
     pub fn dead_letters(mut self, dead_letters: super::DeadLetters<S::Tenant, S::Item>) -> Self {
         self.dead_letters = Some(dead_letters);

@@ -7,8 +7,11 @@
 //!   (S-W21);
 //! - `stage_many`: staging a run of items under one lock (S-W20);
 //! - `shared`: the engine and waiting callers behind one short lock;
-//! - `journal`: the one journal adapter (a stub without the `journal`
-//!   feature): the only driver room that knows whether a journal is built;
+//! - `lane`: the request path's hand-off to the engine's intake (S-W19);
+//! - `journal`: the one journal adapter (a stub of the same names without
+//!   the `journal` feature); outside it only `BuildError::Journal` and the
+//!   `SyncError` re-export name the feature;
+//! - `table`: the outbox table's lease and relay tasks (feature `table`);
 //! - `writer`: the one writer task (drain, spawn, join, timer);
 //! - `task`: one write attempt with timeout and cancellation;
 //! - `contain`: panic containment for sink code;

@@ -19,7 +19,7 @@ use crate::sink::Sink;
 /// Cheap to clone (`Send + Sync`); every clone is the same outbox. When the
 /// last clone is dropped without a [`shutdown`](Self::shutdown), the writer
 /// shuts down by itself with the builder's
-/// [`drop_timeout`](OutboxBuilder::drop_timeout) (default 30 s), then
+/// [`drop_timeout`](crate::OutboxBuilder::drop_timeout) (default 30 s), then
 /// exits (S-W16). Dropping the runtime drops the writer: items still
 /// pending then cannot be written any more and are counted lost under
 /// `abandoned` (S-A7, S-W14), waiting callers are answered, and later

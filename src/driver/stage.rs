@@ -38,8 +38,9 @@ pub enum StageError<I> {
     ShuttingDown(I),
     /// [`stage_wait`](Outbox::stage_wait)'s timeout passed with no room.
     TimedOut(I),
-    /// The journal could not encode the item (S-J8).
-    Unencodable(I),
+    /// The journal could not encode the item (S-J8), as `stage` would
+    /// have dropped it under `encode_failed`.
+    EncodeFailed(I),
     /// The outbox was built with an outbox table and takes items only
     /// from it (S-T32): stage in the caller's transaction instead
     /// ([`OutboxTable`](crate::table::OutboxTable)).
@@ -53,7 +54,7 @@ impl<I> StageError<I> {
             StageError::Full { item, .. }
             | StageError::ShuttingDown(item)
             | StageError::TimedOut(item)
-            | StageError::Unencodable(item)
+            | StageError::EncodeFailed(item)
             | StageError::TableOnly(item) => item,
         }
     }
@@ -61,7 +62,7 @@ impl<I> StageError<I> {
     /// The error of a refusal handed back (S-W21).
     fn refused(refusal: Refusal, item: I) -> Self {
         match (refusal, refusal.drop_reason()) {
-            (Refusal::Unencodable, _) => StageError::Unencodable(item),
+            (Refusal::EncodeFailed, _) => StageError::EncodeFailed(item),
             (Refusal::TableOnly, _) => StageError::TableOnly(item),
             (_, Some(reason)) => StageError::Full { reason, item },
             (_, None) => StageError::ShuttingDown(item),
@@ -75,7 +76,7 @@ impl<I> fmt::Display for StageError<I> {
             StageError::Full { reason, .. } => write!(f, "outbox: no room ({})", reason.as_str()),
             StageError::ShuttingDown(_) => f.write_str("outbox: shutting down"),
             StageError::TimedOut(_) => f.write_str("outbox: no room before the timeout"),
-            StageError::Unencodable(_) => f.write_str("outbox: the journal cannot encode the item"),
+            StageError::EncodeFailed(_) => f.write_str("outbox: the journal cannot encode the item"),
             StageError::TableOnly(_) => f.write_str(
                 "outbox: built with an outbox table, it takes items only from the table; \
                  stage in the caller's transaction with OutboxTable",
@@ -219,9 +220,8 @@ fn append<K: Ord + std::hash::Hash + Clone, I>(
 }
 
 /// Lets the journal's lock go (a record not appended): before the
-/// engine's lock is taken, never under it (S-W19). (Without the `journal`
-/// feature there is no lock to let go, hence the allowance.)
-#[allow(clippy::drop_non_drop)]
+/// engine's lock is taken, never under it (S-W19).
+#[allow(clippy::drop_non_drop)] // without the journal it holds no lock
 fn unlock<K, I>(admitted: Option<Admitted<'_, K, I>>) {
     drop(admitted);
 }
@@ -258,7 +258,7 @@ impl<S: Sink> Outbox<S> {
     /// counted anywhere: the caller still holds the item and decides.
     ///
     /// # Errors
-    /// [`StageError::ShuttingDown`], [`StageError::Unencodable`],
+    /// [`StageError::ShuttingDown`], [`StageError::EncodeFailed`],
     /// [`StageError::Full`], each with the item.
     pub fn try_stage(&self, tenant: S::Tenant, item: S::Item) -> Result<(), StageError<S::Item>> {
         match self.stage_one(tenant, item, OnRefusal::HandBack) {
@@ -278,7 +278,7 @@ impl<S: Sink> Outbox<S> {
     /// # Errors
     /// [`StageError::TimedOut`] when the timeout passes with no room;
     /// [`StageError::ShuttingDown`] at once when a shutdown begins, also
-    /// while waiting; [`StageError::Unencodable`] with a journal that cannot
+    /// while waiting; [`StageError::EncodeFailed`] with a journal that cannot
     /// encode it. Each hands the item back, uncounted.
     ///
     /// # Cancellation

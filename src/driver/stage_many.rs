@@ -34,8 +34,8 @@ pub struct StagedMany {
     /// reason ([`Staged::Dropped`]).
     pub dropped: u64,
     /// Items refused because a shutdown began, counted lost under
-    /// `shutdown` ([`Staged::Refused`], S-W9).
-    pub refused: u64,
+    /// `shutdown` ([`Staged::ShuttingDown`], S-W9).
+    pub shutting_down: u64,
 }
 
 /// The outcomes of a run as they are decided: the tally, and each one in
@@ -50,7 +50,7 @@ impl Outcomes {
         match staged {
             Staged::Accepted => self.tally.accepted += 1,
             Staged::Dropped(_) => self.tally.dropped += 1,
-            Staged::Refused => self.tally.refused += 1,
+            Staged::ShuttingDown => self.tally.shutting_down += 1,
         }
         if let Some(each) = &mut self.each {
             each.push(staged);

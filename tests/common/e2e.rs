@@ -212,7 +212,7 @@ pub async fn lost_past_the_deadline<W: World>(w: &W, second: &PerTenant<W::Row>)
     let late = TenantId::new_v7();
     assert_eq!(
         w.outbox().stage(late, Envelope::new(b"late".to_vec())),
-        Staged::Refused
+        Staged::ShuttingDown
     );
     let sd = shutdown.await;
     let took = start.elapsed();

@@ -281,7 +281,7 @@ fn admitted(ctx: &Ctx, tenant: u32, id: u64, staged: Staged) -> Option<u64> {
     let admit = match staged {
         Staged::Accepted => Admit::Accepted,
         Staged::Dropped(r) => Admit::Dropped(r.as_str()),
-        Staged::Refused => Admit::Refused,
+        Staged::ShuttingDown => Admit::Refused,
         // A new outcome must be taught to the crash world before it runs.
         other => unimplemented!("the crash world does not know the stage outcome {other:?}"),
     };

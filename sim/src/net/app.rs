@@ -234,7 +234,7 @@ fn stage<K: NetKey>(outbox: &Net<K>, book: &SharedBook, tenant: u32, size: u32) 
     let admit = match staged {
         Staged::Accepted => Admit::Accepted,
         Staged::Dropped(r) => Admit::Dropped(r.as_str()),
-        Staged::Refused => Admit::Refused,
+        Staged::ShuttingDown => Admit::Refused,
         // A new outcome must be taught to the net world before it runs.
         other => unimplemented!("the net world does not know the stage outcome {other:?}"),
     };
@@ -570,7 +570,7 @@ async fn shut_down<K: NetKey>(
     let before = c.lost(LostReason::Shutdown);
     let staged = stage(&outbox, &book, 0, 1);
     let after = outbox.counters().lost(LostReason::Shutdown);
-    if staged != Staged::Refused || after != before + 1 {
+    if staged != Staged::ShuttingDown || after != before + 1 {
         book::lock(&book).fail(
             "I8",
             format!(

@@ -191,7 +191,7 @@ mod tests {
                 item,
                 weight: None,
                 at: None,
-                refusal: Some(Refusal::Unencodable),
+                refusal: Some(Refusal::EncodeFailed),
             };
             assert_eq!(e.stage_batch([refused]).counted, 1);
         }

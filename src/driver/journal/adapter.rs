@@ -41,7 +41,7 @@ pub(crate) type Record = crate::journal::format::EncodedItem;
 pub(crate) type Run = crate::journal::format::EncodedRun;
 
 /// Why an item was refused by the journal at stage: the stage's own
-/// vocabulary (`Unencodable`, `JournalFull`, S-W21).
+/// vocabulary (`EncodeFailed`, `JournalFull`, S-W21).
 pub(crate) use crate::core::Refusal;
 
 /// The journal's metrics (label `outbox`).
@@ -490,8 +490,8 @@ mod tests {
         }
         let config = JournalConfig::with_storage(MemStorage::new());
         let j = J::open(config, Box::new(Bad), "test").unwrap().journal;
-        assert_eq!(j.encode(&1, &0).err(), Some(Refusal::Unencodable));
-        assert_eq!(j.encode(&1, &1).err(), Some(Refusal::Unencodable));
+        assert_eq!(j.encode(&1, &0).err(), Some(Refusal::EncodeFailed));
+        assert_eq!(j.encode(&1, &1).err(), Some(Refusal::EncodeFailed));
         assert!(j.encode(&1, &2).is_ok());
     }
 

@@ -114,9 +114,9 @@ where
             Ok(Ok(record)) => Ok(record),
             Ok(Err((EncodeFailure::Codec(_) | EncodeFailure::TooLarge, buffer))) => {
                 keep_scratch(buffer);
-                Err(Refusal::Unencodable)
+                Err(Refusal::EncodeFailed)
             }
-            Err(_) => Err(Refusal::Unencodable),
+            Err(_) => Err(Refusal::EncodeFailed),
         }
     }
 

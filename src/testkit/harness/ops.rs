@@ -195,7 +195,7 @@ impl Harness {
                 )?;
                 self.ledger_settle_at_stage(id, Fate::Dropped);
             }
-            Staged::Refused => {
+            Staged::ShuttingDown => {
                 self.check_i5_refused_only_after_the_fence(id)?;
                 self.ledger_settle_at_stage(id, Fate::Lost);
             }
