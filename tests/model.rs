@@ -1541,7 +1541,12 @@ impl StateMachineTest for ModelTest {
                 s.engine.shutdown(s.now, d);
             }
             Op::Abandon => {
-                let held = s.engine.abandon(s.now);
+                let held = s
+                    .engine
+                    .abandon(s.now)
+                    .into_iter()
+                    .map(outbox::core::Unwritten::into_parts)
+                    .collect();
                 out.held = Some(held);
             }
         }
