@@ -145,9 +145,12 @@ async fn s_r4_expired_items_are_dead_letters_too() {
     sink.until_attempts(t(1), 1).await;
     let _ = outbox.stage(t(2), 2);
     tokio::time::sleep(Duration::from_millis(150)).await;
+    // Given up at its age deadline by the timer, while tenant 1's write
+    // still holds the only slot (S-R3).
+    assert_eq!(outbox.counters().lost(LostReason::Expired), 1);
     sink.release();
     let r = outbox.flush(Duration::from_secs(1)).await;
-    assert_eq!(r.lost, 1);
+    assert_eq!(r.lost, 0, "given up before the flush");
     assert_eq!(
         letters.lock().unwrap().clone(),
         [(t(2), vec![2], DeadReason::Expired)]
@@ -295,4 +298,39 @@ async fn s_r6_health_shows_the_breaker_the_failures_and_the_oldest_item() {
     assert_eq!(h.oldest_pending, None);
     assert!(h.since_last_written.is_some());
     assert_eq!(sink.attempts().len(), 6, "one probe, then the other two");
+}
+
+#[tokio::test(start_paused = true)]
+async fn s_r3_items_are_given_up_at_their_age_while_the_breaker_is_open() {
+    // The sink is down, the breaker open with its probe a minute away:
+    // `pending` and the counters tell the truth at each item's age
+    // deadline, not at the probe.
+    let sink = TestSink::new("age-timer");
+    sink.set_all(Act::Fail);
+    let config = Config::builder()
+        .max_item_age(Duration::from_secs(1))
+        .breaker(
+            BreakerConfig::new()
+                .failures(1)
+                .probe_interval(Duration::from_secs(60))
+                .max_probe_interval(Duration::from_secs(60)),
+        )
+        .build()
+        .unwrap();
+    let outbox = Outbox::new(sink.clone(), config).unwrap();
+    let _ = outbox.stage(t(1), 1);
+    sink.until_attempts(t(1), 1).await;
+    assert!(matches!(outbox.health().breaker, BreakerState::Open { .. }));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for i in 2..5 {
+        assert_eq!(outbox.stage(t(2), i), Staged::Accepted);
+    }
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let c = outbox.counters();
+    assert_eq!((c.lost(LostReason::Expired), c.pending), (1, 3), "{c:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let c = outbox.counters();
+    assert_eq!((c.lost(LostReason::Expired), c.pending), (4, 0), "{c:?}");
+    assert_eq!(sink.attempts().len(), 1, "no probe yet");
+    assert!(matches!(outbox.health().breaker, BreakerState::Open { .. }));
 }

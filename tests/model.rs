@@ -430,10 +430,13 @@ impl Model {
             Op::Finish { pick, outcome } => {
                 self.fire_due();
                 self.finish(pick, Some(outcome));
+                // An age deadline already past when the write ended (S-R3).
+                self.fire_due();
             }
             Op::FinishLost { pick } => {
                 self.fire_due();
                 self.finish(pick, None);
+                self.fire_due();
             }
             Op::Advance { ms } => {
                 self.now = self.now + Duration::from_millis(u64::from(ms));
@@ -661,6 +664,11 @@ impl Model {
         let Some(age) = self.k.max_item_age else {
             return false;
         };
+        if self.tenants[&t].retry.is_none() && self.tenants[&t].queue.is_empty() {
+            // Emptied by its age timer while it was ready.
+            self.after_write(t);
+            return true;
+        }
         let Some(cutoff) = self.now.as_nanos().checked_sub(age.as_nanos() as u64) else {
             return false;
         };
@@ -1105,8 +1113,97 @@ impl Model {
         held
     }
 
+    /// The earliest age deadline (S-R3) of a tenant not in flight: just
+    /// past its oldest item's staging time plus `max_item_age`; ties in
+    /// tenant order.
+    fn next_expiry(&self) -> Option<(Time, u8)> {
+        let age = self.k.max_item_age?;
+        let age = u64::try_from(age.as_nanos()).unwrap_or(u64::MAX);
+        self.tenants
+            .iter()
+            .filter(|(_, mt)| mt.phase != Phase::InFlight)
+            .filter_map(|(&t, mt)| {
+                let oldest = mt
+                    .retry
+                    .as_ref()
+                    .map(|r| r.items[0])
+                    .or(mt.queue.front().copied())?;
+                let at = self.staged_at[oldest as usize].as_nanos();
+                Some((
+                    Time::from_nanos(at.saturating_add(age).saturating_add(1)),
+                    t,
+                ))
+            })
+            .min()
+    }
+
+    /// At a tenant's age deadline (S-R3), breaker open or not, what it
+    /// holds older than `max_item_age` is lost under `expired` as at a
+    /// write's start; a ready tenant stays in the queue (an empty one is
+    /// passed over there), any other is placed again or left idle.
+    fn expire_by_timer(&mut self, t: u8) {
+        let age = self.k.max_item_age.expect("armed only with an age");
+        let Some(cutoff) = self.now.as_nanos().checked_sub(age.as_nanos() as u64) else {
+            return;
+        };
+        let old = |m: &Model, i: u64| m.staged_at[i as usize].as_nanos() < cutoff;
+        let mut runs = Vec::new();
+        let retry_expired = self.tenants[&t]
+            .retry
+            .as_ref()
+            .is_some_and(|r| old(self, r.items[0]));
+        if retry_expired {
+            runs.push(self.tenant(t).retry.take().expect("checked").items);
+        }
+        if self.tenants[&t].retry.is_none() {
+            let n = self.tenants[&t]
+                .queue
+                .iter()
+                .take_while(|i| old(self, **i))
+                .count();
+            let items: Vec<u64> = self.tenant(t).queue.drain(..n).collect();
+            let bytes: u64 = items.iter().map(|i| self.weight(*i)).sum();
+            self.tenant(t).bytes -= bytes;
+            if !items.is_empty() {
+                runs.push(items);
+            }
+        }
+        if runs.is_empty() {
+            return;
+        }
+        let placed = self.tenants[&t].phase == Phase::Ready;
+        if !placed {
+            match self.tenants[&t].phase {
+                Phase::Lingering(key) | Phase::BackingOff(key) => {
+                    self.timers.remove(&key);
+                }
+                _ => {}
+            }
+            self.tenant(t).phase = Phase::Idle;
+        }
+        for items in runs {
+            self.lose(t, LostReason::Expired, items.len() as u64);
+            self.settle(&items, |_| Fate::Lost);
+            self.dead_letter(t, &items, DeadReason::Expired);
+        }
+        if !placed {
+            self.after_write(t);
+        }
+    }
+
     fn fire_due(&mut self) {
-        while let Some((&key, &timer)) = self.timers.iter().next() {
+        loop {
+            let timer = self.timers.iter().next().map(|(&k, &t)| (k, t));
+            let expiry = self.next_expiry().filter(|e| e.0 <= self.now);
+            if let Some((at, t)) = expiry {
+                if timer.is_none_or(|(k, _)| at < k.0) {
+                    self.expire_by_timer(t);
+                    continue;
+                }
+            }
+            let Some((key, timer)) = timer else {
+                return;
+            };
             if key.0 > self.now {
                 return;
             }
@@ -1137,6 +1234,10 @@ impl Model {
     /// for it and a slot is free (S-R2).
     fn poll_timeout(&self) -> Option<Time> {
         let timer = self.timers.keys().next().map(|k| k.0);
+        let timer = match (timer, self.next_expiry().map(|e| e.0)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let probe = self
             .breaker
             .open
@@ -1588,7 +1689,16 @@ const CANARIES: [(&str, &[&str]); 4] = [
     // The breaker stays closed (or its run short) after a timeout (S-R1).
     ("breaker_timeout", &["breaker", "failures in a row"]),
     // A retry slice older than max_item_age goes out (S-R3, I12).
-    ("expired_retry", &["writes handed out", "losses and drops"]),
+    // Its age timer (S-R3) stops too: what waits on it is not answered.
+    (
+        "expired_retry",
+        &[
+            "writes handed out",
+            "losses and drops",
+            "wait answers",
+            "poll_timeout",
+        ],
+    ),
     // A commit on the last allowed attempt is dead-lettered (S-R4, I13).
     ("written_dead_letter", &["dead letters"]),
     // A retry joining a group carries its mate's items (S-W5, S-F3).

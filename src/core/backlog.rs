@@ -114,6 +114,9 @@ pub(crate) struct Tenant<I> {
     pub(crate) retry: Option<Box<Retry<I>>>,
     /// Which waits cover which of its items (S-A4).
     pub(crate) wait_marks: WaitMarks,
+    /// When its age timer is armed (S-R3): just past the age deadline of
+    /// its oldest item, while no write of it is in flight.
+    pub(crate) expiry: Option<Time>,
 }
 
 impl<I> Tenant<I> {
@@ -127,6 +130,7 @@ impl<I> Tenant<I> {
             phase: Phase::Idle,
             retry: None,
             wait_marks: WaitMarks::default(),
+            expiry: None,
         }
     }
 
@@ -137,6 +141,21 @@ impl<I> Tenant<I> {
 }
 
 impl<I> Tenant<I> {
+    /// When the age timer is due (S-R3): just past the age deadline of the
+    /// oldest item not in flight (its retry slice's or its backlog's);
+    /// `None` when it holds none, or keeps no stamps.
+    pub(crate) fn expiry_due(&self, age_ns: u64) -> Option<Time> {
+        let retry = self.retry.as_ref().map(|r| r.oldest);
+        let oldest = match (retry, self.stamps.front()) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b)?,
+        };
+        // Expired means staged before `now - age`: one nanosecond past.
+        Some(Time::from_nanos(
+            oldest.as_nanos().saturating_add(age_ns).saturating_add(1),
+        ))
+    }
+
     /// When the oldest waiting item was staged (`now` without stamps).
     pub(crate) fn oldest_waiting(&self, now: Time) -> Time {
         self.stamps.front().unwrap_or(now)

@@ -978,13 +978,21 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             t.waiting_since = at;
         }
         t.items.push_back(item);
-        if config.max_item_age.is_some() {
+        // A first age timer earlier than every other timer moves the next
+        // timeout earlier: the driver must know (S-R3).
+        let mut armed_earlier = false;
+        if let Some(age) = config.max_item_age {
             t.stamps.push_back(at);
+            if t.expiry.is_none() {
+                let before = sched.next_timeout();
+                set_expiry(sched, t, &tenant, age);
+                armed_earlier = t.expiry.is_some_and(|at| before.is_none_or(|b| at < b));
+            }
         }
         t.bytes = t.bytes.saturating_add(weight);
         t.pending += 1;
         let first_ready = slot_free && !sched.has_ready();
-        match t.phase {
+        let wake = match t.phase {
             Phase::Idle => {
                 // An idle tenant had nothing pending, so this item is its
                 // only one: staged after every flush, never skipping linger (and
@@ -1003,7 +1011,8 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                 first_ready
             }
             _ => false,
-        }
+        };
+        wake || armed_earlier
     }
 
     /// Hands out the next write to start, if a concurrency slot is free and
@@ -1120,6 +1129,10 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         };
         debug_assert!(!items.is_empty());
         t.phase = Phase::InFlight(id);
+        if let Some(at) = t.expiry.take() {
+            // Decided when the write ends (S-R3).
+            self.sched.move_expiry(&tenant, Some(at), None);
+        }
         self.counters.attempts += 1;
         self.breaker.started(id);
         self.groups.join(group);
@@ -1156,6 +1169,12 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         let Some(age) = self.config.max_item_age else {
             return false;
         };
+        let t = self.tenants.get(tenant).expect("ready tenant exists");
+        if t.retry.is_none() && t.items.is_empty() {
+            // Emptied by its age timer while it was ready.
+            self.schedule_after_write(tenant.clone());
+            return true;
+        }
         // Staged before the cutoff: older than `age` now.
         let age = u64::try_from(age.as_nanos()).unwrap_or(u64::MAX);
         let Some(cutoff) = self.now.as_nanos().checked_sub(age) else {
@@ -1201,6 +1220,68 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         }
     }
 
+    /// A tenant's age timer fell due (S-R3): unless a write of it is in
+    /// flight, what it holds that is older than `max_item_age` is given
+    /// up now, breaker open or not, as [`expire`](Self::expire) does at a
+    /// write's start (a retry slice whole, the backlog from its oldest).
+    /// With a write in flight, its items and those behind it are decided
+    /// when it ends. The timer is armed again for what is left.
+    fn expire_by_timer(&mut self, tenant: K) {
+        let Some(age) = self.config.max_item_age else {
+            return;
+        };
+        let Some(t) = self.tenants.get_mut(&tenant) else {
+            return;
+        };
+        // Popped from the schedule: disarmed.
+        t.expiry = None;
+        let age_ns = u64::try_from(age.as_nanos()).unwrap_or(u64::MAX);
+        let Some(cutoff) = self.now.as_nanos().checked_sub(age_ns) else {
+            set_expiry(&mut self.sched, t, &tenant, age);
+            return;
+        };
+        let cutoff = Time::from_nanos(cutoff);
+        let weigher = self.weigher.as_deref();
+        let mut runs = Vec::new();
+        let retry_expired = t.retry.as_ref().is_some_and(|r| r.oldest < cutoff);
+        if retry_expired && canary::on(canary::EXPIRED_RETRY) {
+            // Canary (issue 26): a retry slice that never expires (and its
+            // timer, not armed again, never fires again).
+            return;
+        }
+        if retry_expired {
+            let r = t.retry.take().expect("just checked");
+            runs.push((r.items, r.bytes, true));
+        }
+        if t.retry.is_none() {
+            let (items, bytes) = t.take_staged_before(cutoff, |i| weight(weigher, i));
+            if !items.is_empty() {
+                runs.push((items, bytes, false));
+            }
+        }
+        let expired = !runs.is_empty();
+        // Lingering, backing off (its retry slice gone) or idle: placed
+        // again below for what is left, or forgotten.
+        let placed = t.phase == Phase::Ready;
+        if expired && !placed {
+            self.sched.unschedule(&mut t.phase);
+        }
+        for (items, bytes, attempted) in runs {
+            let n = items.len();
+            self.count_lost(&tenant, LostReason::Expired, n as u64);
+            self.settle_slice(&tenant, n, bytes, |_| SettledAs::Lost);
+            let items =
+                self.dead_letter_at_run_time(&tenant, items, DeadReason::Expired, attempted);
+            self.released.extend(items);
+        }
+        if expired && !placed {
+            self.schedule_after_write(tenant.clone());
+        }
+        if let Some(t) = self.tenants.get_mut(&tenant) {
+            set_expiry(&mut self.sched, t, &tenant, age);
+        }
+    }
+
     /// Takes back a write with its outcome (S-C2): the items are settled,
     /// kept for a retry with the identical slice (S-W5), dropped (S-A5) or
     /// lost (S-A5, S-B2, S-W12).
@@ -1238,10 +1319,13 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         if rec.given_up {
             return Ok(self.finish_given_up(write, &rec, outcome));
         }
-        Ok(match Failure::of(outcome) {
+        let items = match Failure::of(outcome) {
             None => self.finish_written(write, rec, outcome.discarded()),
             Some(failure) => self.finish_failed(write, rec, failure),
-        })
+        };
+        // The tenant's age timer, armed again, may be due already (S-R3).
+        self.advance(self.now);
+        Ok(items)
     }
 
     /// A write committed, `discarded` of its items refused by the store
@@ -1302,7 +1386,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             AfterFailure::RetryIn(wait) => {
                 let t = self.tenants.get_mut(&rec.tenant).expect("tenant in flight");
                 self.sched
-                    .backoff(rec.tenant, &mut t.phase, self.now + wait);
+                    .backoff(rec.tenant.clone(), &mut t.phase, self.now + wait);
                 t.retry = Some(Box::new(Retry {
                     id: write.id,
                     items: write.items,
@@ -1311,6 +1395,9 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                     first_started: rec.first_started,
                     oldest: rec.oldest,
                 }));
+                if let Some(age) = self.config.max_item_age {
+                    set_expiry(&mut self.sched, t, &rec.tenant, age);
+                }
                 return Vec::new();
             }
             AfterFailure::Dropped => SettledAs::Dropped,
@@ -1441,6 +1528,8 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         self.attempt_failed(id, &rec, Failure::TaskLost, AfterFailure::Lost);
         self.settle_slice(&rec.tenant, rec.len, rec.bytes, |_| SettledAs::Lost);
         self.schedule_after_write(rec.tenant);
+        // The tenant's age timer, armed again, may be due already (S-R3).
+        self.advance(self.now);
         true
     }
 
@@ -1683,6 +1772,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         while let Some(due) = self.sched.pop_due(self.now) {
             match due {
                 Due::Tenant(tenant) => self.make_ready(tenant),
+                Due::Expiry(tenant) => self.expire_by_timer(tenant),
                 Due::Deadline(id) => {
                     if self.shutdown.as_ref().is_some_and(|sd| sd.first == id) {
                         self.waits.mark_deadline_passed(id);
@@ -1721,6 +1811,10 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             // Nothing waits, or given up already and nothing may start (I8).
             self.forget_if_empty(&tenant);
             return;
+        }
+        if let Some(age) = self.config.max_item_age {
+            // Its timer waited for the write's end (S-R3).
+            set_expiry(&mut self.sched, t, &tenant, age);
         }
         self.waits.catch_up(&mut t.wait_marks, t.pending as u64);
         let skip_linger = self.life != Life::Open || self.waits.skips_linger(&t.wait_marks);
@@ -1885,7 +1979,10 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// one place a tenant leaves the table, so it holds only tenants
     /// with items or a write in flight (S-B8).
     fn forget_if_empty(&mut self, tenant: &K) {
-        self.tenants.remove_if(tenant, Tenant::is_empty);
+        let gone = self.tenants.remove_if(tenant, Tenant::is_empty);
+        if let Some(at) = gone.and_then(|t| t.expiry) {
+            self.sched.move_expiry(tenant, Some(at), None);
+        }
     }
 
     /// Closes the engine: no write starts from now on (I8).
@@ -2026,6 +2123,25 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             });
         }
     }
+}
+
+/// Sets `tenant`'s age timer (S-R3) to the age deadline of the oldest
+/// item it holds (its retry slice's or its backlog's), or disarms it while
+/// a write of it is in flight (what waits behind a write is decided when
+/// it ends: a tenant's items settle in staging order) or it holds none.
+fn set_expiry<K: Ord + Clone, I>(
+    sched: &mut Schedule<K>,
+    t: &mut Tenant<I>,
+    tenant: &K,
+    age: std::time::Duration,
+) {
+    let age_ns = u64::try_from(age.as_nanos()).unwrap_or(u64::MAX);
+    let due = match t.phase {
+        Phase::InFlight(_) => None,
+        _ => t.expiry_due(age_ns),
+    };
+    sched.move_expiry(tenant, t.expiry, due);
+    t.expiry = due;
 }
 
 /// An item's weight (S-B5): 0 without a weigher, else the weigher's

@@ -8,7 +8,7 @@
 //! deadlines so a flush can release them without looking at the rest.
 //! Every operation is O(log n) or O(1).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use super::backlog::{Phase, TimerKey};
 use super::time::Time;
@@ -28,6 +28,9 @@ pub(crate) enum Due<K> {
     Tenant(K),
     /// A flush, settle or shutdown deadline passed.
     Deadline(WaitId),
+    /// A tenant's oldest item not in flight may be past `max_item_age`
+    /// (S-R3).
+    Expiry(K),
 }
 
 #[derive(Debug)]
@@ -35,6 +38,9 @@ pub(crate) struct Schedule<K> {
     ready: VecDeque<K>,
     lingering: BTreeMap<TimerKey, K>,
     timers: BTreeMap<TimerKey, Timer<K>>,
+    /// Age timers (S-R3), by (instant, tenant): at one instant, in tenant
+    /// order, after every other timer due then.
+    expiries: BTreeSet<(Time, K)>,
     seq: u64,
 }
 
@@ -44,6 +50,7 @@ impl<K> Default for Schedule<K> {
             ready: VecDeque::new(),
             lingering: BTreeMap::new(),
             timers: BTreeMap::new(),
+            expiries: BTreeSet::new(),
             seq: 0,
         }
     }
@@ -131,8 +138,8 @@ impl<K> Schedule<K> {
         std::mem::take(&mut self.lingering).into_values()
     }
 
-    /// The earliest timer due at `now`, removed; each fires once (S-W17).
-    pub(crate) fn pop_due(&mut self, now: Time) -> Option<Due<K>> {
+    /// The earliest timer but an age timer due at `now`, removed.
+    fn pop_due_other(&mut self, now: Time) -> Option<Due<K>> {
         let linger = self.lingering.first_key_value().map(|(k, _)| *k);
         let timer = self.timers.first_key_value().map(|(k, _)| *k);
         let due = |k: Option<TimerKey>| k.filter(|k| k.0 <= now);
@@ -147,11 +154,48 @@ impl<K> Schedule<K> {
         }
     }
 
-    /// When the next timer falls due.
-    pub(crate) fn next_timeout(&self) -> Option<Time> {
+    /// When the next timer but an age timer falls due.
+    fn next_other(&self) -> Option<Time> {
         let a = self.lingering.first_key_value().map(|(k, _)| k.0);
         let b = self.timers.first_key_value().map(|(k, _)| k.0);
         match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+impl<K: Ord + Clone> Schedule<K> {
+    /// Moves `tenant`'s age timer (S-R3) from `from` to `to` (either
+    /// `None`: not armed).
+    pub(crate) fn move_expiry(&mut self, tenant: &K, from: Option<Time>, to: Option<Time>) {
+        if from == to {
+            return;
+        }
+        if let Some(at) = from {
+            self.expiries.remove(&(at, tenant.clone()));
+        }
+        if let Some(at) = to {
+            self.expiries.insert((at, tenant.clone()));
+        }
+    }
+
+    /// The earliest timer due at `now`, removed; each fires once (S-W17).
+    /// An age timer goes after the other timers of its instant.
+    pub(crate) fn pop_due(&mut self, now: Time) -> Option<Due<K>> {
+        let expiry = self.expiries.first().map(|e| e.0).filter(|&at| at <= now);
+        match (expiry, self.next_other()) {
+            (Some(e), other) if other.is_none_or(|o| e < o) => {
+                self.expiries.pop_first().map(|(_, t)| Due::Expiry(t))
+            }
+            _ => self.pop_due_other(now),
+        }
+    }
+
+    /// When the next timer falls due.
+    pub(crate) fn next_timeout(&self) -> Option<Time> {
+        let e = self.expiries.first().map(|e| e.0);
+        match (self.next_other(), e) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }

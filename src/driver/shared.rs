@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use std::task::{Context, Poll};
 
@@ -100,8 +101,11 @@ pub(crate) struct Shared<S: Sink> {
     ///
     /// [`Outbox::closed`]: crate::Outbox::closed
     pub(crate) tasks: tokio_util::task::TaskTracker,
-    /// The origin of the engine's [`Time`].
+    /// The origin of the engine's [`Time`], less its head start: the
+    /// engine's clock reads [`head_start`] at `origin`.
     origin: Instant,
+    /// See [`head_start`].
+    head_start: Duration,
     /// The write-ahead journal, if configured (D1-D6). Its lock is taken
     /// inside the state's, or alone by a stage (which takes no other lock
     /// under it, S-W19); never the other way round.
@@ -110,6 +114,17 @@ pub(crate) struct Shared<S: Sink> {
     /// With an outbox table, which rows the engine's outcomes end (S-T31).
     #[cfg(feature = "table")]
     pub(crate) relay_feed: Option<Arc<super::table::feed::Feed<S::Tenant>>>,
+}
+
+/// Where the engine's clock starts at build (S-R3): `max_item_age` (at
+/// most a century), so that an item staged in an earlier life, given to
+/// the engine with its age (at most `max_item_age`), keeps it rather than
+/// being stamped at the clock's zero.
+pub(crate) fn head_start(config: &crate::Config) -> Duration {
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 86_400);
+    config
+        .max_item_age()
+        .map_or(Duration::ZERO, |a| a.min(CENTURY))
 }
 
 impl<S: Sink> Shared<S> {
@@ -125,6 +140,7 @@ impl<S: Sink> Shared<S> {
             Instant::now()
         };
         let config = engine.config();
+        let head = head_start(config);
         let admission = Admission::new(config);
         // A recovery's items are pending already (D4).
         let admitted = (engine.pending(), engine.pending_bytes());
@@ -159,6 +175,7 @@ impl<S: Sink> Shared<S> {
             runtime,
             tasks: tokio_util::task::TaskTracker::new(),
             origin,
+            head_start: head,
             journal: None,
             #[cfg(feature = "table")]
             relay_feed: None,
@@ -411,13 +428,14 @@ impl<S: Sink> Shared<S> {
                 Instant::now()
             }
         };
-        Time::from_elapsed(at.saturating_duration_since(self.origin))
+        let elapsed = at.saturating_duration_since(self.origin);
+        Time::from_elapsed(elapsed.saturating_add(self.head_start))
     }
 
     /// The instant of a [`Time`] on this clock (a "never" far away, not
     /// an overflow).
     pub(crate) fn instant(&self, at: Time) -> Instant {
-        super::deadline(self.origin, at.elapsed())
+        super::deadline(self.origin, at.elapsed().saturating_sub(self.head_start))
     }
 
     /// Wakes the writer.

@@ -2,7 +2,8 @@
 
 use std::fmt;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use super::storage::Storage;
 
@@ -44,7 +45,12 @@ pub struct JournalConfig {
     pub(crate) max_buffered_bytes: usize,
     pub(crate) inline_io: bool,
     pub(crate) other_version: OtherVersion,
+    pub(crate) wall_clock: WallClock,
 }
+
+/// The wall clock records are stamped with and recovered ages are
+/// measured on (S-R3): the system's, or a test's.
+pub(crate) type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
 
 /// What a recovery does with items of another codec version than the
 /// recovering outbox's (S-J14): [`JournalConfig::other_version`]. They
@@ -132,6 +138,7 @@ impl JournalConfig {
             max_buffered_bytes: DEFAULT_MAX_BUFFERED_BYTES,
             inline_io: false,
             other_version: OtherVersion::Refuse,
+            wall_clock: Arc::new(SystemTime::now),
         }
     }
 
@@ -219,6 +226,17 @@ impl JournalConfig {
     /// as about 30 years.
     pub fn retry_interval(mut self, interval: Duration) -> Self {
         self.retry_interval = interval.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The wall clock each record is stamped with at stage, and against
+    /// which a recovery measures a recovered item's age (S-R3): the
+    /// system's by default. For tests and simulations that stage "long
+    /// ago" without waiting (feature `testkit`); the outbox's own timers
+    /// never read it.
+    #[cfg(any(test, feature = "testkit"))]
+    pub fn wall_clock(mut self, clock: impl Fn() -> SystemTime + Send + Sync + 'static) -> Self {
+        self.wall_clock = Arc::new(clock);
         self
     }
 

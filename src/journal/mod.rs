@@ -116,6 +116,7 @@ pub use crate::codec::{Codec, Postcard, Versioned};
 pub use committer::Committer;
 #[cfg(not(feature = "testkit"))]
 pub(crate) use committer::Committer;
+pub(crate) use config::WallClock;
 pub use config::{
     JournalConfig, OtherRecord, OtherVersion, DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_RETRY_INTERVAL,
     DEFAULT_SEGMENT_BYTES, DEFAULT_SYNC_BYTES, DEFAULT_SYNC_INTERVAL, MIN_MAX_BYTES,

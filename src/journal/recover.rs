@@ -53,6 +53,10 @@ pub struct Recovered<K, I> {
     pub report: RecoveryReport,
     /// Items not known done, in staging order: `(sequence, tenant, item)`.
     pub items: Vec<(Seq, K, I)>,
+    /// When each of `items` was staged (same order, same length), in
+    /// milliseconds since the Unix epoch on the staging process's wall
+    /// clock; 0 when unknown (a record of the previous format, S-R3).
+    pub staged_ms: Vec<u64>,
     /// The refused records of another codec version, in staging order,
     /// when [`OtherVersion::Hand`] asked for them (S-J14).
     pub other: Vec<OtherRecord>,
@@ -93,6 +97,8 @@ pub(super) struct Read<K, I> {
     pub(super) other: Vec<(Seq, OtherRecord)>,
     /// The first other codec version its items are of.
     pub(super) met: Option<u32>,
+    /// The staging time of each decoded item, by sequence number (S-R3).
+    pub(super) staged: Vec<(Seq, u64)>,
 }
 
 /// Reads segment `id`'s file into what the plan needs: its header, its
@@ -129,6 +135,7 @@ where
         schema: None,
         other: Vec::new(),
         met: None,
+        staged: Vec::new(),
     };
     let file = &mut read.file;
     for record in scan.records {
@@ -152,12 +159,18 @@ where
                 }
             }
             Record::Item {
-                seq, tenant, item, ..
+                seq,
+                stamp,
+                tenant,
+                item,
             } => {
                 let decoded =
                     contain::call(|| (codec.decode_tenant(tenant), codec.decode_item(item)));
                 match decoded {
-                    Ok((Ok(t), Ok(it))) => file.items.push((seq, t, it)),
+                    Ok((Ok(t), Ok(it))) => {
+                        file.items.push((seq, t, it));
+                        read.staged.push((seq, stamp.staged_ms));
+                    }
                     Ok(partial) => {
                         contain::drop_quietly(partial);
                         file.undecodable.push(seq);
@@ -299,9 +312,11 @@ where
     }
     let mut raws = Vec::new();
     let mut met = Vec::new();
+    let mut staged = Vec::new();
     let mut files = Vec::with_capacity(reads.len());
     for r in reads {
         raws.extend(r.other);
+        staged.extend(r.staged);
         if let Some(v) = r.met {
             met.push((r.file.id, v, r.file.other.clone()));
         }
@@ -331,12 +346,28 @@ where
         damaged_headers: found.damaged_headers,
         empty_segments: found.empty_segments,
     };
+    let staged_ms = staging_times(staged, &recovery.items);
     Ok(Recovered {
         report,
         items: recovery.items,
+        staged_ms,
         other,
         ledger,
     })
+}
+
+/// The staging time of each of `items`, from the `(sequence, time)` pairs
+/// read (0 for an item none names).
+fn staging_times<K, I>(mut staged: Vec<(Seq, u64)>, items: &[(Seq, K, I)]) -> Vec<u64> {
+    staged.sort_unstable_by_key(|&(seq, _)| seq);
+    items
+        .iter()
+        .map(|(seq, _, _)| {
+            staged
+                .binary_search_by_key(seq, |&(s, _)| s)
+                .map_or(0, |i| staged[i].1)
+        })
+        .collect()
 }
 
 /// The schema `codec` writes (S-J14).

@@ -12,6 +12,7 @@
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, UNIX_EPOCH};
 
 use metrics::{Counter, Gauge, Histogram};
 use tokio::sync::{oneshot, Notify};
@@ -20,6 +21,7 @@ pub use crate::core::journal::SyncError;
 use crate::core::journal::{self as plan, Bounds, Limits, Machine, Settings};
 use crate::core::Event;
 use crate::journal::format::{Schema, Stamp};
+use crate::journal::WallClock;
 use crate::journal::{
     recover_with, Codec, Committer, FsStorage, JournalConfig, JournalError, OtherVersion,
     RecoveryReport, Storage,
@@ -108,6 +110,8 @@ pub(crate) struct Journal<K, I> {
     /// What each record carries besides its item: the codec's version
     /// (S-J14).
     stamp: Stamp,
+    /// The wall clock records are stamped with (S-R3).
+    wall: WallClock,
     /// Commit now: `sync_bytes` reached, a sync caller, closing.
     now: Notify,
     /// Something was buffered: commit within `sync_interval`.
@@ -143,7 +147,28 @@ pub(crate) struct Opened<K, I> {
     pub(crate) journal: Arc<Journal<K, I>>,
     pub(crate) committer: Committer<Box<dyn Storage>>,
     pub(crate) items: Vec<(K, I)>,
+    /// How long before the open each of `items` was staged, on the wall
+    /// clock (zero when unknown or in the future, S-R3): not yet clamped
+    /// to `max_item_age`.
+    pub(crate) ages: Vec<Duration>,
     pub(crate) report: RecoveryReport,
+}
+
+/// Milliseconds since the Unix epoch on `wall` (0 before it: unknown).
+fn wall_ms(wall: &WallClock) -> u64 {
+    wall()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// How long before `now_ms` an item stamped `staged_ms` was staged: zero
+/// when unknown (0, a record of the previous format) or after `now_ms`
+/// (a clock set back), S-R3.
+pub(crate) fn age_at(now_ms: u64, staged_ms: u64) -> Duration {
+    if staged_ms == 0 {
+        return Duration::ZERO;
+    }
+    Duration::from_millis(now_ms.saturating_sub(staged_ms))
 }
 
 impl<K, I> Journal<K, I>
@@ -192,6 +217,10 @@ where
         }
         let report = recovered.report;
         let schema = Schema::new(codec.version(), codec.item_type());
+        let now_ms = wall_ms(&config.wall_clock);
+        let ages = (recovered.staged_ms.iter())
+            .map(|&staged| age_at(now_ms, staged))
+            .collect();
         let items = recovered
             .items
             .into_iter()
@@ -215,6 +244,7 @@ where
             }),
             codec,
             stamp,
+            wall: config.wall_clock,
             now: Notify::new(),
             soon: Notify::new(),
             sync_bytes: config.sync_bytes,
@@ -229,8 +259,18 @@ where
             journal: Arc::new(journal),
             committer: Committer::new(storage, schema),
             items,
+            ages,
             report,
         })
+    }
+
+    /// The stamp of a record staged now: the codec's version and the wall
+    /// clock's time (S-J14, S-R3).
+    pub(crate) fn stamp_now(&self) -> Stamp {
+        Stamp {
+            staged_ms: wall_ms(&self.wall),
+            ..self.stamp
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner<K>> {

@@ -3,7 +3,6 @@
 //! spawning its commit task, and [`Outbox::sync`].
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::Journal;
 use crate::core::{Engine, Time};
@@ -98,22 +97,26 @@ pub(crate) fn open<K: crate::TenantKey, I: Send + 'static>(
     let dir = config.dir.display().to_string();
     let opened = Journal::open(config, codec, name).map_err(BuildError::Journal)?;
     let r = &opened.report;
-    let mut items = opened.items;
+    // S-R3: an item keeps the age it had on the wall clock, at most
+    // `max_item_age`, on an engine clock that starts that far in.
+    let max_age = crate::driver::shared::head_start(engine.config());
+    let mut items: Vec<_> = (opened.items.into_iter())
+        .zip(opened.ages.iter().map(|age| (*age).min(max_age)))
+        .collect();
     if crate::journal::canary::on(crate::journal::canary::REORDER) {
         items.reverse();
     }
     let durable = items
         .into_iter()
-        .map(|(tenant, item)| crate::core::Durable {
+        .map(|((tenant, item), age)| crate::core::Durable {
             tenant,
             item,
-            // The journal keeps no stamps: a recovered item is stamped now.
-            age: Duration::ZERO,
+            age,
             // The journal's marks count each tenant's items: no keys needed.
             key: None,
         });
     // Logged below, with the recovery's report.
-    let _ = engine.stage_durable(Time::ZERO, durable, r.unreadable);
+    let _ = engine.stage_durable(Time::from_elapsed(max_age), durable, r.unreadable);
     engine.recover_other_version(r.other_version);
     log_recovery(r, name, &dir);
     Ok(Some((opened.journal, opened.committer)))

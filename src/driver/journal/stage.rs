@@ -101,11 +101,12 @@ where
     /// the record back with [`recycle`](Self::recycle) once appended.
     pub(crate) fn encode(&self, tenant: &K, item: &I) -> Result<EncodedItem, Refusal> {
         let codec = &*self.codec;
+        let stamp = self.stamp_now();
         let buffer = SCRATCH.try_with(Cell::take).unwrap_or_default();
         let encoded = contain::call(|| {
             EncodedItem::new_in(
                 buffer,
-                self.stamp,
+                stamp,
                 |b| codec.encode_tenant(tenant, b),
                 |b| codec.encode_item(item, b),
             )
@@ -125,9 +126,10 @@ where
     /// `None` when the codec failed or the record would be too large.
     pub(crate) fn encode_into(&self, run: &mut EncodedRun, tenant: &K, item: &I) -> Option<usize> {
         let codec = &*self.codec;
+        let stamp = self.stamp_now();
         let encoded = contain::call(|| {
             run.push(
-                self.stamp,
+                stamp,
                 |b| codec.encode_tenant(tenant, b),
                 |b| codec.encode_item(item, b),
             )
