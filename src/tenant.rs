@@ -24,6 +24,16 @@ use uuid::Uuid;
 /// integer, a UUID, `Arc<str>` rather than `String`) keeps
 /// [`stage`](crate::Outbox::stage) cheap; `Debug` renders it in logs (the
 /// `tenant` field).
+///
+/// # Panics
+/// The key's `Hash`, `Eq`, `Ord` and `Clone` must not panic, and must agree
+/// with each other (equal keys hash equal), as for any std collection's key
+/// (contract: Terms, *tenant*). The outbox contains panics in the code it
+/// calls on items and writes (sink, weigher, codec, destructors: S-W5,
+/// S-W13) but not in the key's comparisons: the engine's tables are
+/// updated between them, and a panic half-way would leave them
+/// inconsistent, so such a panic unwinds through the caller of the
+/// stage, flush or shutdown that took the item in, or ends the writer.
 pub trait TenantKey: Ord + Hash + Clone + Send + Sync + fmt::Debug + 'static {}
 
 impl<T: Ord + Hash + Clone + Send + Sync + fmt::Debug + 'static> TenantKey for T {}

@@ -367,6 +367,9 @@ fn s15_abandon_counts_every_queued_item() {
     assert_eq!(w.lost(LostReason::Abandoned), 6);
     assert_eq!(w.e.pending(), 0);
     assert_eq!(held, [(1, vec![3]), (2, vec![4, 5]), (3, vec![6])]);
+    // S-J16: only the run that failed and waited for its retry was tried.
+    let attempted: Vec<bool> = held.iter().map(|run| run.attempted).collect();
+    assert_eq!(attempted, [false, true, false]);
     assert!(w.events.iter().any(|e| matches!(e, Event::CancelInFlight)));
     assert!(w.e.is_closed());
     let before = w.c().clone();

@@ -1440,7 +1440,12 @@ impl StateMachineTest for ModelTest {
                 s.engine.shutdown(s.now, d);
             }
             Op::Abandon => {
-                let held = s.engine.abandon(s.now);
+                let held = s
+                    .engine
+                    .abandon(s.now)
+                    .into_iter()
+                    .map(outbox::core::Unwritten::into_parts)
+                    .collect();
                 out.held = Some(held);
             }
         }

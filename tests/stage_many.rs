@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use outbox::{Config, Counters, LostReason, Outbox, Staged, StagedMany, TenantId};
 use proptest::prelude::*;
-use support::{t, TestSink};
+use support::{parts, t, TestSink};
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -146,13 +146,16 @@ fn both(limit: Limit, runs: &[Vec<(u8, u32)>], fence_before: Option<usize>) -> [
             assert_eq!(many.sync().await, Ok(()));
             // Nothing commits before the crash: no await follows, and
             // the handles are never dropped (no shutdown).
-            let held = [one.abandon(), many.abandon()];
+            let held = [parts(one.abandon()), parts(many.abandon())];
             std::mem::forget(one);
             std::mem::forget(many);
             let [h1, h2] = held;
             return [(by_one, c1, h1), (by_many, c2, h2)];
         }
-        [(by_one, c1, one.abandon()), (by_many, c2, many.abandon())]
+        [
+            (by_one, c1, parts(one.abandon())),
+            (by_many, c2, parts(many.abandon())),
+        ]
     });
     #[cfg(feature = "journal")]
     if crash {
@@ -160,7 +163,7 @@ fn both(limit: Limit, runs: &[Vec<(u8, u32)>], fence_before: Option<usize>) -> [
             disk.crash();
             let recovered = rt().block_on(async {
                 let o = holding(limit, disk);
-                let recovered = o.abandon();
+                let recovered = parts(o.abandon());
                 std::mem::forget(o);
                 recovered
             });

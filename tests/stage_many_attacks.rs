@@ -16,7 +16,7 @@ use outbox::{
     WriteError, Written,
 };
 use proptest::prelude::*;
-use support::{t, TestSink};
+use support::{parts, t, TestSink};
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -152,7 +152,7 @@ fn child_iterator_panic_with_bombs() {
         // Still alive, and the two items pulled before the panic are
         // staged (accepted), beside the first one.
         assert_eq!(o.counters().pending, 3);
-        disarm(o.abandon());
+        disarm(parts(o.abandon()));
     });
 }
 
@@ -464,7 +464,7 @@ fn differential(
                         tokio::time::sleep(Duration::from_millis(20)).await;
                     }
                     let _ = o.sync().await;
-                    let held = o.abandon();
+                    let held = parts(o.abandon());
                     std::mem::forget(o);
                     return (
                         Side {
@@ -481,7 +481,7 @@ fn differential(
                     Side {
                         said,
                         counters,
-                        held: o.abandon(),
+                        held: parts(o.abandon()),
                         recovered: None,
                     },
                     None,
@@ -498,7 +498,7 @@ fn differential(
             disk.crash();
             s.recovered = Some(rt().block_on(async {
                 let o = build(combo, disk);
-                let recovered = o.abandon();
+                let recovered = parts(o.abandon());
                 std::mem::forget(o);
                 recovered
             }));
@@ -743,7 +743,7 @@ fn refused_items_whose_drop_panics_are_contained_and_counted() {
             .expect("S-W20: never panics");
         assert_eq!(tally(&first).accepted, 3);
         assert_eq!(tally(&first).dropped, 7);
-        let held = o.abandon();
+        let held = parts(o.abandon());
         assert_eq!(disarm(held), 3);
         let second =
             catch_unwind(AssertUnwindSafe(|| o.stage_many(run(100)))).expect("S-W20: never panics");

@@ -186,6 +186,17 @@ struct HeldRun<K, I> {
     items: Vec<I>,
 }
 
+impl<K, I> HeldRun<K, I> {
+    /// As handed back: attempted unless it is a backlog never tried (S-J16).
+    fn into_unwritten(self) -> Unwritten<K, I> {
+        Unwritten {
+            attempted: self.held_in != HeldIn::Backlog,
+            tenant: self.tenant,
+            items: self.items,
+        }
+    }
+}
+
 /// The tenant table, hashed with foldhash with a fixed seed: a few
 /// instructions per 16-byte key where SipHash takes about a hundred, and
 /// the same every run. Lookups only; nothing ever iterates the table to
@@ -1568,14 +1579,14 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// unless a shutdown is waiting for them). During
     /// a shutdown that has not answered yet, the held items go to that
     /// shutdown's dead letters instead and this returns nothing: each item
-    /// is handed back once, to one caller.
-    pub fn abandon(&mut self, now: Time) -> Vec<(K, Vec<I>)> {
+    /// is handed back once, to one caller. Each run says whether an
+    /// attempt of it started ([`Unwritten::attempted`], S-J16): a run that
+    /// failed and waited for its retry may be in the store.
+    pub fn abandon(&mut self, now: Time) -> Vec<Unwritten<K, I>> {
         self.advance(now);
         let held = self.give_up_all(LostReason::Abandoned);
         self.close();
-        held.into_iter()
-            .map(|run| (run.tenant, run.items))
-            .collect()
+        held.into_iter().map(HeldRun::into_unwritten).collect()
     }
 
     // ----- outputs ------------------------------------------------------
@@ -1965,14 +1976,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             report: ShutdownReport::new(
                 report,
                 true,
-                unwritten
-                    .into_iter()
-                    .map(|run| Unwritten {
-                        attempted: run.held_in != HeldIn::Backlog,
-                        tenant: run.tenant,
-                        items: run.items,
-                    })
-                    .collect(),
+                unwritten.into_iter().map(HeldRun::into_unwritten).collect(),
             ),
         });
         for id in later {

@@ -13,7 +13,7 @@ use super::contain;
 use super::shared::{Shared, SinkWaiter, State, Waiter};
 use super::writer::Writer;
 use crate::core::{
-    Config, ConfigError, Counters, Engine, Report, ShutdownReport, Time, WaitId, Weigher,
+    Config, ConfigError, Counters, Engine, Report, ShutdownReport, Time, Unwritten, WaitId, Weigher,
 };
 use crate::sink::Sink;
 use crate::telemetry;
@@ -634,8 +634,10 @@ impl<S: Sink> Outbox<S> {
     /// engine held, per tenant in staging order (those in flight are not
     /// among them). While a shutdown is still to answer, they go to its
     /// dead letters instead ([`ShutdownReport::unwritten`]) and this returns
-    /// nothing: each item is handed back once.
-    pub fn abandon(&self) -> Vec<(S::Tenant, Vec<S::Item>)> {
+    /// nothing: each item is handed back once. Each run says whether an
+    /// attempt of it started ([`Unwritten::attempted`], S-J16): such items
+    /// may already be in the store, so a replay of them must be idempotent.
+    pub fn abandon(&self) -> Vec<Unwritten<S::Tenant, S::Item>> {
         let shared = self.shared();
         let now = shared.now();
         let held = shared.engine_input(|st| {

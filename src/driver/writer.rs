@@ -149,7 +149,7 @@ impl<S: Sink> Drop for Writer<S> {
             // an unknown write is not worth a log line here.
             hand_back(&mut st.engine, now, ended, &mut done, &mut Vec::new());
             let before = st.engine.counters().lost(LostReason::Abandoned);
-            done.extend(st.engine.abandon(now).into_iter().map(|(_, items)| items));
+            done.extend(st.engine.abandon(now).into_iter().map(|run| run.items));
             for id in self.running.values().flatten() {
                 // Given up by the abandon: this only lets a waiting shutdown
                 // answer with its dead letters.

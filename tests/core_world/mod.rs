@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use outbox::core::{
     Config, ConfigBuilder, Counters, DropReason, Engine, Event, LostReason, Outcome, Report,
-    ShutdownReport, Staged, Time, WaitId, Write,
+    ShutdownReport, Staged, Time, Unwritten, WaitId, Write,
 };
 
 pub type Tenant = u32;
@@ -179,7 +179,7 @@ impl World {
         id
     }
 
-    pub fn abandon(&mut self) -> Vec<(Tenant, Vec<Item>)> {
+    pub fn abandon(&mut self) -> Vec<Unwritten<Tenant, Item>> {
         let held = self.e.abandon(self.now);
         self.after();
         held

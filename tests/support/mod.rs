@@ -451,3 +451,11 @@ pub fn multi_thread() -> tokio::runtime::Runtime {
         .build()
         .unwrap()
 }
+
+/// Abandoned or unwritten runs as `(tenant, items)` pairs, for comparing
+/// contents where the `attempted` flag is not what a test checks.
+pub fn parts<K, I>(runs: Vec<outbox::Unwritten<K, I>>) -> Vec<(K, Vec<I>)> {
+    runs.into_iter()
+        .map(outbox::Unwritten::into_parts)
+        .collect()
+}

@@ -405,8 +405,8 @@ async fn controls<K: NetKey>(
             for id in running {
                 b.items[id as usize].handed_back = true;
             }
-            for (_, items) in &held {
-                for i in items {
+            for run in &held {
+                for i in &run.items {
                     b.items[i.id as usize].handed_back = true;
                 }
             }

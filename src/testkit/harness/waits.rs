@@ -5,7 +5,7 @@
 
 use super::ledger::{Fate, WaitCheck};
 use super::{Harness, Violation};
-use crate::core::{Counters, LostReason, Report, Time, WaitId, WriteId};
+use crate::core::{Counters, LostReason, Report, Time, Unwritten, WaitId, WriteId};
 
 impl Harness {
     /// S-B6: a given-up write that did not come back written (`kept`)
@@ -29,12 +29,12 @@ impl Harness {
     /// tenant.
     pub(super) fn check_s_a7_abandon_hands_back_lost_items(
         &self,
-        held: &[(u8, Vec<u64>)],
+        held: &[Unwritten<u8, u64>],
     ) -> Result<(), Violation> {
-        for (tenant, items) in held {
-            for &i in items {
+        for run in held {
+            for &i in &run.items {
                 self.expect(
-                    self.fate(i) == Some(Fate::Lost) && self.tenant_of(i) == Some(*tenant),
+                    self.fate(i) == Some(Fate::Lost) && self.tenant_of(i) == Some(run.tenant),
                     "S-A7",
                     || format!("abandon handed back item {i} not counted lost"),
                 )?;
