@@ -238,34 +238,28 @@ impl Log {
                 tenant,
                 items,
                 reason,
-                log,
-            } => {
-                if *log {
-                    tracing::warn!(
-                        outbox,
-                        ?tenant,
-                        items,
-                        reason = reason.as_str(),
-                        "items dropped (logged for the first, then every 1000th per reason)"
-                    );
-                }
-            }
+                log: true,
+            } => tracing::warn!(
+                outbox,
+                ?tenant,
+                items,
+                reason = reason.as_str(),
+                "items dropped (logged for the first, then every 1000th per reason)"
+            ),
             Event::Lost {
                 tenant,
                 items,
                 reason,
-                log,
-            } => {
-                if *log {
-                    tracing::error!(
-                        outbox,
-                        ?tenant,
-                        items,
-                        reason = reason.as_str(),
-                        "items lost (logged for the first, then every 1000th per reason)"
-                    );
-                }
-            }
+                log: true,
+            } => tracing::error!(
+                outbox,
+                ?tenant,
+                items,
+                reason = reason.as_str(),
+                "items lost (logged for the first, then every 1000th per reason)"
+            ),
+            // Counted; logged only now and then (S-A6).
+            Event::Dropped { .. } | Event::Lost { .. } => {}
             Event::DeadLetter(dl) => {
                 tracing::debug!(
                     outbox,

@@ -121,9 +121,11 @@ impl OnRefusal {
     }
 
     /// Whether the caller waits for room after `refusal`: only a waiting
-    /// stage, and never once the fence is up (S-R5, S-W21).
+    /// stage, only for room (a full journal or capacity), never once the
+    /// fence is up, never for an item the journal cannot encode (S-R5,
+    /// S-W21).
     pub fn waits(self, refusal: Refusal) -> bool {
-        self == OnRefusal::Wait && refusal != Refusal::ShuttingDown
+        self == OnRefusal::Wait && !matches!(refusal, Refusal::ShuttingDown | Refusal::Unencodable)
     }
 }
 

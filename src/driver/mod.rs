@@ -1,11 +1,14 @@
 //! The tokio driver (S-C3): a thin layer that feeds the engine
 //! inputs and time, runs sink writes, and exports what the engine decided.
 //!
-//! - `outbox`: the [`Outbox`] handle and its builder;
+//! - `build`: the [`OutboxBuilder`] and [`BuildError`];
+//! - `outbox`: the [`Outbox`] handle: control calls and reads;
 //! - `stage`: the staging pipeline: `stage`, `try_stage`, `stage_wait`
 //!   (S-W21);
 //! - `stage_many`: staging a run of items under one lock (S-W20);
 //! - `shared`: the engine and waiting callers behind one short lock;
+//! - `journal`: the one journal adapter (a stub without the `journal`
+//!   feature): the only driver room that knows whether a journal is built;
 //! - `writer`: the one writer task (drain, spawn, join, timer);
 //! - `task`: one write attempt with timeout and cancellation;
 //! - `contain`: panic containment for sink code;
@@ -19,9 +22,9 @@
 
 mod answer;
 pub(crate) use crate::contain;
+mod build;
 mod dead_letters;
 mod health;
-#[cfg(feature = "journal")]
 pub(crate) mod journal;
 mod lane;
 mod outbox;
@@ -34,11 +37,12 @@ mod task;
 mod writer;
 
 pub use answer::Answer;
+pub use build::{BuildError, OutboxBuilder, DEFAULT_DROP_TIMEOUT};
 pub use dead_letters::DeadLetters;
 pub use health::Health;
 #[cfg(feature = "journal")]
 pub use journal::SyncError;
-pub use outbox::{BuildError, Outbox, OutboxBuilder, DEFAULT_DROP_TIMEOUT};
+pub use outbox::Outbox;
 pub use stage::StageError;
 pub use stage_many::StagedMany;
 #[cfg(feature = "table")]

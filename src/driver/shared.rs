@@ -14,6 +14,7 @@ use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
 use super::contain;
+use super::journal::{Journal, Record};
 use super::lane::{lane, LaneRx, LaneTx};
 use crate::core::{Admission, Engine, Handoff, Intake, Report, ShutdownReport, Time, WaitId};
 use crate::sink::Sink;
@@ -60,13 +61,6 @@ impl<K: Ord + std::hash::Hash + Clone, I> State<K, I> {
     }
 }
 
-/// The journal a stage appends to (D1-D6); without the `journal` feature,
-/// a type with no journal in it.
-#[cfg(feature = "journal")]
-pub(crate) type SharedJournal<K, I> = super::journal::Journal<K, I>;
-#[cfg(not(feature = "journal"))]
-pub(crate) type SharedJournal<K, I> = std::marker::PhantomData<(K, I)>;
-
 /// An item's weight on the request path: the same contained weigher the
 /// engine holds, clamped as the engine clamps (S-B5).
 pub(crate) type SharedWeigher<I> = Arc<dyn Fn(&I) -> u64 + Send + Sync>;
@@ -111,8 +105,8 @@ pub(crate) struct Shared<S: Sink> {
     /// The write-ahead journal, if configured (D1-D6). Its lock is taken
     /// inside the state's, or alone by a stage (which takes no other lock
     /// under it, S-W19); never the other way round.
-    #[cfg(feature = "journal")]
-    pub(crate) journal: Option<Arc<super::journal::Journal<S::Tenant, S::Item>>>,
+    /// Always `None` without the `journal` feature.
+    pub(crate) journal: Option<Arc<Journal<S::Tenant, S::Item>>>,
     /// With an outbox table, which rows the engine's outcomes end (S-T31).
     #[cfg(feature = "table")]
     pub(crate) relay_feed: Option<Arc<super::table::feed::Feed<S::Tenant>>>,
@@ -165,7 +159,6 @@ impl<S: Sink> Shared<S> {
             runtime,
             tasks: tokio_util::task::TaskTracker::new(),
             origin,
-            #[cfg(feature = "journal")]
             journal: None,
             #[cfg(feature = "table")]
             relay_feed: None,
@@ -374,11 +367,8 @@ impl<S: Sink> Shared<S> {
     }
 
     /// The journal, if configured.
-    pub(crate) fn journal(&self) -> Option<&SharedJournal<S::Tenant, S::Item>> {
-        #[cfg(feature = "journal")]
-        return self.journal.as_deref();
-        #[cfg(not(feature = "journal"))]
-        None
+    pub(crate) fn journal(&self) -> Option<&Journal<S::Tenant, S::Item>> {
+        self.journal.as_deref()
     }
 
     /// The item's record, if a journal is configured (S-J8), encoded in
@@ -388,24 +378,15 @@ impl<S: Sink> Shared<S> {
         &self,
         tenant: &S::Tenant,
         item: &S::Item,
-    ) -> Option<Result<super::stage::Record, crate::core::Refusal>> {
-        #[cfg(feature = "journal")]
-        return self.journal().map(|j| j.encode(tenant, item));
-        #[cfg(not(feature = "journal"))]
-        {
-            let _ = (tenant, item);
-            None
-        }
+    ) -> Option<Result<Record, crate::core::Refusal>> {
+        self.journal().map(|j| j.encode(tenant, item))
     }
 
     /// Hands a record's buffer back to this thread.
-    pub(crate) fn recycle(&self, record: Option<super::stage::Record>) {
-        #[cfg(feature = "journal")]
+    pub(crate) fn recycle(&self, record: Option<Record>) {
         if let Some(record) = record {
-            super::journal::Journal::<S::Tenant, S::Item>::recycle(record);
+            Journal::<S::Tenant, S::Item>::recycle(record);
         }
-        #[cfg(not(feature = "journal"))]
-        let _ = record;
     }
 
     /// The item's weight as the engine measures it (S-B5).

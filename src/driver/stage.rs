@@ -13,6 +13,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use super::journal::{Admitted, Journal, Record};
 use crate::core::{decide, Admission, Checks, Engine, Handoff, OnRefusal, Refusal, Staged, Time};
 use crate::sink::Sink;
 use crate::Outbox;
@@ -75,16 +76,6 @@ impl<I> fmt::Display for StageError<I> {
 
 impl<I: fmt::Debug> std::error::Error for StageError<I> {}
 
-/// A stage's journal record (S-J8); none without the `journal` feature.
-#[cfg(feature = "journal")]
-pub(super) type Record = crate::journal::format::EncodedItem;
-#[cfg(feature = "journal")]
-pub(super) type Admitted<'a, K, I> = super::journal::Admitted<'a, K, I>;
-#[cfg(not(feature = "journal"))]
-pub(super) type Record = std::convert::Infallible;
-#[cfg(not(feature = "journal"))]
-pub(super) struct Admitted<'a, K, I>(std::marker::PhantomData<&'a (K, I)>);
-
 /// What the pipeline did with an item: `Ok`, what [`Outbox::stage`]
 /// answers (accepted, or a refusal counted); `Err`, a refusal handed back
 /// with the item.
@@ -133,8 +124,7 @@ pub(super) enum Room<'a, 'r, K, I> {
     /// No journal, or nothing to check.
     Any,
     /// One record: its room is checked and kept under the journal's lock.
-    #[cfg_attr(not(feature = "journal"), allow(dead_code))]
-    One(&'a super::shared::SharedJournal<K, I>, &'r Record),
+    One(&'a Journal<K, I>, &'r Record),
     /// Checked already, under the run's lock (S-W20).
     Fits(bool),
 }
@@ -154,13 +144,10 @@ impl<K: Ord + std::hash::Hash + Clone + Send + 'static, I: Send + 'static> Check
         match self.room {
             Room::Any => true,
             Room::Fits(fits) => fits,
-            #[cfg(feature = "journal")]
             Room::One(journal, record) => {
                 self.admitted = journal.admit(record).ok();
                 self.admitted.is_some()
             }
-            #[cfg(not(feature = "journal"))]
-            Room::One(_, record) => match *record {},
         }
     }
 
@@ -183,7 +170,7 @@ impl<K, I> Prepared<K, I> {
     /// lock, the engine's quota.
     fn facts<'a, 'r>(
         &'r self,
-        journal: Option<&'a super::shared::SharedJournal<K, I>>,
+        journal: Option<&'a Journal<K, I>>,
         admission: &'r Admission,
         fenced: bool,
         engine: Option<&'r Engine<K, I>>,
@@ -212,17 +199,15 @@ fn append<K: Ord + std::hash::Hash + Clone, I>(
     key: Option<K>,
     record: Option<&Record>,
 ) {
-    #[cfg(feature = "journal")]
     if let (Some(admitted), Some(key), Some(record)) = (admitted, key, record) {
         admitted.append(key, record);
     }
-    #[cfg(not(feature = "journal"))]
-    let _ = (admitted, key, record);
 }
 
 /// Lets the journal's lock go (a record not appended): before the
-/// engine's lock is taken, never under it (S-W19).
-#[allow(clippy::drop_non_drop)] // without the journal it holds no lock
+/// engine's lock is taken, never under it (S-W19). (Without the `journal`
+/// feature there is no lock to let go, hence the allowance.)
+#[allow(clippy::drop_non_drop)]
 fn unlock<K, I>(admitted: Option<Admitted<'_, K, I>>) {
     drop(admitted);
 }

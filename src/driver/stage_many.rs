@@ -14,6 +14,7 @@
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 
+use super::journal::{Journal, Run};
 use super::stage::{Facts, Room};
 use crate::core::{decide, Handoff, Refusal, Staged, Time};
 use crate::sink::Sink;
@@ -66,7 +67,7 @@ struct Ready<K, I> {
     tenant: K,
     item: I,
     weight: u64,
-    #[cfg(feature = "journal")]
+    /// Always `None` without a journal.
     record: Option<usize>,
 }
 
@@ -122,11 +123,9 @@ impl<S: Sink> Outbox<S> {
         each: bool,
     ) -> Outcomes {
         let shared = self.shared();
-        #[cfg(feature = "journal")]
-        let journal = shared.journal.as_deref();
+        let journal = shared.journal();
         let at = shared.stamp();
-        #[cfg(feature = "journal")]
-        let mut run = journal.map(|_| super::journal::Journal::<S::Tenant, S::Item>::new_run());
+        let mut run = journal.map(Journal::new_run);
         let mut ready: Vec<Ready<S::Tenant, S::Item>> = Vec::new();
         // The caller's iterator is the caller's code: if it panics, the
         // items it yielded before are staged and counted as usual, then
@@ -139,7 +138,6 @@ impl<S: Sink> Outbox<S> {
             for (tenant, item) in items {
                 ready.push(Ready {
                     weight: shared.weigh(&item),
-                    #[cfg(feature = "journal")]
                     record: journal
                         .zip(run.as_mut())
                         .and_then(|(j, run)| j.encode_into(run, &tenant, &item)),
@@ -153,17 +151,10 @@ impl<S: Sink> Outbox<S> {
             each: each.then(|| Vec::with_capacity(ready.len())),
         };
         if !ready.is_empty() {
-            self.stage_ready(
-                ready,
-                at,
-                &mut outcomes,
-                #[cfg(feature = "journal")]
-                run.as_ref(),
-            );
+            self.stage_ready(ready, at, &mut outcomes, run.as_ref());
         }
-        #[cfg(feature = "journal")]
         if let Some(run) = run {
-            super::journal::Journal::<S::Tenant, S::Item>::recycle_run(run);
+            Journal::<S::Tenant, S::Item>::recycle_run(run);
         }
         if let Err(panic) = iterated {
             resume_unwind(panic);
@@ -179,12 +170,11 @@ impl<S: Sink> Outbox<S> {
         ready: Vec<Ready<S::Tenant, S::Item>>,
         at: Option<Time>,
         outcomes: &mut Outcomes,
-        #[cfg(feature = "journal")] run: Option<&crate::journal::format::EncodedRun>,
+        run: Option<&Run>,
     ) {
         let shared = self.shared();
         let mut wake = false;
         let ((), took) = shared.input(|st| {
-            #[cfg(feature = "journal")]
             let mut appender = shared.journal().map(|j| {
                 let appender = j.appender();
                 // Every queued stage appended its record under the
@@ -198,15 +188,11 @@ impl<S: Sink> Outbox<S> {
             let fenced = st.engine.is_shutting_down();
             let mut batch = Vec::with_capacity(ready.len());
             for r in ready {
-                #[cfg(feature = "journal")]
                 let record = r.record.and_then(|i| run.and_then(|run| run.get(i)));
-                #[cfg(feature = "journal")]
                 let (encoded, fits) = match &appender {
                     None => (true, true),
                     Some(a) => (record.is_some(), record.is_some_and(|rec| a.fits(rec))),
                 };
-                #[cfg(not(feature = "journal"))]
-                let (encoded, fits) = (true, true);
                 let verdict = decide(&mut Facts {
                     fenced,
                     encoded,
@@ -217,7 +203,6 @@ impl<S: Sink> Outbox<S> {
                     quota: shared.locked_stage.then_some((&st.engine, &r.tenant)),
                 });
                 outcomes.note(verdict.map_or_else(Refusal::staged, |()| Staged::Accepted));
-                #[cfg(feature = "journal")]
                 if let (Ok(()), Some(appender), Some(record)) = (verdict, &mut appender, record) {
                     appender.append(r.tenant.clone(), record);
                 }
@@ -239,7 +224,6 @@ impl<S: Sink> Outbox<S> {
             let intake = shared.stage_admitted(st, batch);
             debug_assert_eq!(intake.refused, 0);
             wake |= intake.wake;
-            #[cfg(feature = "journal")]
             if let Some(appender) = appender {
                 appender.finish();
             }

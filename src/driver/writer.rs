@@ -232,7 +232,6 @@ impl<S: Sink> Writer<S> {
             let Pumped { timeout, exit } = self.pump();
             if exit {
                 tracing::debug!(outbox = self.log.name(), "writer exits");
-                #[cfg(feature = "journal")]
                 if let Some(journal) = &self.shared.journal {
                     journal.close();
                 }
@@ -330,7 +329,6 @@ impl<S: Sink> Writer<S> {
             st.engine.handle_timeout(now);
             let drained = Drained::take(st, now);
             // Done marks, in the engine's order, under its lock (S-J3).
-            #[cfg(feature = "journal")]
             if let Some(journal) = &self.shared.journal {
                 journal.mark_done(&drained.events);
             }
@@ -356,6 +354,23 @@ impl<S: Sink> Writer<S> {
             // Callers waiting for capacity try again (S-R5).
             self.shared.capacity.notify_waiters();
         }
+        self.let_go(done, unknown);
+        for group in drained.writes {
+            self.spawn(group);
+        }
+        for event in drained.events {
+            self.handle_event(event, &mut drained.waiters);
+        }
+        self.errors.clear();
+        Pumped {
+            timeout,
+            exit: handles_gone && closed && self.tasks.is_empty(),
+        }
+    }
+
+    /// After the lock: drops the items of finished writes and logs the
+    /// writes the engine did not know.
+    fn let_go(&self, done: Vec<Vec<S::Item>>, unknown: Vec<WriteId>) {
         // An item's `Drop` is application code: run it outside the lock and
         // contain a panic, so one bad item never stops the writer (S-W13).
         // One item at a time: two panicking destructors in one drop abort.
@@ -378,17 +393,6 @@ impl<S: Sink> Writer<S> {
                 "a finished write was not in flight"
             );
         }
-        for group in drained.writes {
-            self.spawn(group);
-        }
-        for event in drained.events {
-            self.handle_event(event, &mut drained.waiters);
-        }
-        self.errors.clear();
-        Pumped {
-            timeout,
-            exit: handles_gone && closed && self.tasks.is_empty(),
-        }
     }
 
     /// S-W16: the last handle is gone without a shutdown: shut down with
@@ -409,13 +413,8 @@ impl<S: Sink> Writer<S> {
             .first()
             .and_then(|w| w.deadline)
             .map(|at| self.shared.instant(at));
-        #[cfg(feature = "journal")]
-        if crate::journal::canary::on(crate::journal::canary::EARLY_MARK) {
-            if let Some(journal) = &self.shared.journal {
-                for write in group.iter().filter(|w| w.attempt == 1) {
-                    journal.mark_early(&write.tenant, write.items.len() as u64);
-                }
-            }
+        if let Some(journal) = &self.shared.journal {
+            journal.on_spawn(&group);
         }
         let ids: Vec<_> = group.iter().map(|w| w.id).collect();
         // One span per attempt (S-R6), the sink's own logs nesting in it;
@@ -513,26 +512,13 @@ impl<S: Sink> Writer<S> {
                 contain::drop_report(report);
             }
         };
-        #[cfg(feature = "journal")]
         if let Some(journal) = &self.shared.journal {
-            let synced = journal.sync();
-            let name = self.log.name().to_owned();
             // The shutdown's deadline bounds this wait too (S-W15): a slow
             // or hung disk does not hold the answer.
             let deadline = self.shared.lock().engine.shutdown_deadline();
             let deadline = deadline.map(|at| self.shared.instant(at));
-            drop(self.shared.runtime().spawn(async move {
-                let synced = match deadline {
-                    Some(at) => tokio::time::timeout_at(at, synced).await.ok(),
-                    None => Some(synced.await),
-                };
-                match synced {
-                    Some(Ok(())) => {}
-                    Some(Err(e)) => tracing::warn!(outbox = %name, error = %e, "shutdown: the journal's last marks are not durable; a restart may write some items again"),
-                    None => tracing::warn!(outbox = %name, "shutdown: the deadline came before the journal's last marks were on disk; a restart may write some items again"),
-                }
-                send(report);
-            }));
+            let name = self.log.name().to_owned();
+            journal.after_sync(self.shared.runtime(), deadline, name, move || send(report));
             return;
         }
         send(report);

@@ -139,7 +139,7 @@ where
 
     /// A run for [`encode_into`](Self::encode_into), in this thread's
     /// reused buffer: hand it back with [`recycle_run`](Self::recycle_run).
-    pub(crate) fn new_run() -> EncodedRun {
+    pub(crate) fn new_run(&self) -> EncodedRun {
         EncodedRun::new_in(SCRATCH.try_with(Cell::take).unwrap_or_default())
     }
 

@@ -1,0 +1,140 @@
+//! The journal adapter of a build without the `journal` feature: the same
+//! names as [`adapter`](super), each uninhabited, so that the staging
+//! pipeline, the writer and the build carry no `cfg`. An outbox of this
+//! build never holds a [`Journal`] (its field is always `None`), so no
+//! method here can be called: each body is an empty `match` on a value
+//! that cannot exist.
+
+use std::convert::Infallible;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use crate::core::{Engine, Event, Refusal, Write};
+use crate::driver::shared::Shared;
+use crate::driver::BuildError;
+use crate::sink::Sink;
+
+/// No journal: a value of this type cannot be made.
+pub(crate) struct Journal<K, I> {
+    never: Infallible,
+    _of: PhantomData<fn() -> (K, I)>,
+}
+
+/// No record: none is ever encoded.
+pub(crate) type Record = Infallible;
+/// No run of records.
+pub(crate) struct Run(Infallible);
+/// No record of a run.
+pub(crate) type Piece<'a> = &'a Infallible;
+/// No journal to open.
+pub(crate) type Setup<K, I> = Journal<K, I>;
+/// No commit task.
+pub(crate) type CommitTask = Infallible;
+/// No journal opened.
+pub(crate) type OpenedJournal<K, I> = (Arc<Journal<K, I>>, CommitTask);
+
+/// No record admitted.
+pub(crate) struct Admitted<'a, K, I>(Infallible, PhantomData<&'a Journal<K, I>>);
+/// No journal's lock.
+pub(crate) struct Appender<'a, K, I>(Infallible, PhantomData<&'a Journal<K, I>>);
+
+impl Run {
+    pub(crate) fn get(&self, _: usize) -> Option<Piece<'_>> {
+        match self.0 {}
+    }
+}
+
+impl<K, I> Admitted<'_, K, I> {
+    pub(crate) fn append(self, _: K, _: &Record) {
+        match self.0 {}
+    }
+}
+
+impl<K, I> Appender<'_, K, I> {
+    pub(crate) fn fits(&self, _: Piece<'_>) -> bool {
+        match self.0 {}
+    }
+
+    pub(crate) fn append(&mut self, _: K, _: Piece<'_>) {
+        match self.0 {}
+    }
+
+    pub(crate) fn finish(self) {
+        match self.0 {}
+    }
+}
+
+impl<K, I> Journal<K, I> {
+    pub(crate) fn encode(&self, _: &K, _: &I) -> Result<Record, Refusal> {
+        match self.never {}
+    }
+
+    pub(crate) fn encode_into(&self, _: &mut Run, _: &K, _: &I) -> Option<usize> {
+        match self.never {}
+    }
+
+    pub(crate) fn new_run(&self) -> Run {
+        match self.never {}
+    }
+
+    pub(crate) fn recycle_run(run: Run) {
+        match run.0 {}
+    }
+
+    pub(crate) fn recycle(record: Record) {
+        match record {}
+    }
+
+    pub(crate) fn admit(&self, _: &Record) -> Result<Admitted<'_, K, I>, Refusal> {
+        match self.never {}
+    }
+
+    pub(crate) fn appender(&self) -> Appender<'_, K, I> {
+        match self.never {}
+    }
+
+    pub(crate) fn mark_done<'a>(&self, _: impl IntoIterator<Item = &'a Event<K, I>>)
+    where
+        K: 'a,
+        I: 'a,
+    {
+        match self.never {}
+    }
+
+    pub(crate) fn on_spawn(&self, _: &[Write<K, I>]) {
+        match self.never {}
+    }
+
+    pub(crate) fn close(&self) {
+        match self.never {}
+    }
+
+    pub(crate) fn after_sync(
+        &self,
+        _: &tokio::runtime::Handle,
+        _: Option<tokio::time::Instant>,
+        _: String,
+        _: impl FnOnce() + Send + 'static,
+    ) {
+        match self.never {}
+    }
+}
+
+/// Nothing to open: `setup` is always `None` in this build.
+pub(crate) fn open<K, I>(
+    setup: Option<Setup<K, I>>,
+    _: &str,
+    _: &mut Engine<K, I>,
+) -> Result<Option<OpenedJournal<K, I>>, BuildError> {
+    match setup {
+        None => Ok(None),
+        Some(journal) => match journal.never {},
+    }
+}
+
+/// Nothing to spawn: `committer` is always `None` in this build.
+pub(crate) fn spawn<S: Sink>(_: &Shared<S>, committer: Option<CommitTask>) {
+    if let Some(never) = committer {
+        match never {}
+    }
+}
