@@ -21,6 +21,7 @@ pub mod campaign;
 pub mod crash;
 pub mod draw;
 pub mod fast;
+pub mod fleet;
 pub mod net;
 pub mod regressions;
 pub mod report;

@@ -27,8 +27,9 @@ enum Command {
         #[arg(long, default_value_t = 1_000)]
         seeds: u64,
         /// The world: `fast` (the core alone), `net` (the tokio driver
-        /// and a network sink over turmoil) or `crash` (a journaled outbox
-        /// on a simulated disk, crashed and restarted).
+        /// and a network sink over turmoil), `crash` (a journaled outbox
+        /// on a simulated disk, crashed and restarted) or `fleet` (several
+        /// hosts relaying one outbox table under leases).
         #[arg(long, default_value = "fast")]
         world: WorldKind,
         /// The first seed.
@@ -47,7 +48,7 @@ enum Command {
     Replay {
         /// The seed.
         seed: u64,
-        /// The world: `fast`, `net` or `crash`.
+        /// The world: `fast`, `net`, `crash` or `fleet`.
         #[arg(long, default_value = "fast")]
         world: WorldKind,
         /// Steps of the faulty phase (fast world).

@@ -51,6 +51,19 @@ pub fn summary(s: &Summary) -> String {
     for (k, n) in &s.faults {
         row(&mut o, &format!("  {k}"), num(*n));
     }
+    if s.world == WorldKind::Fleet && s.seeds > 0 {
+        let per_seed = |k: &str| {
+            let n = s.faults.get(k).copied().unwrap_or(0);
+            format!("{:.2}", n as f64 / s.seeds as f64)
+        };
+        let _ = writeln!(o, "fleet, per seed");
+        row(&mut o, "  handovers", per_seed("handover"));
+        row(
+            &mut o,
+            "  pauses longer than the ttl",
+            per_seed("long_pause"),
+        );
+    }
     if s.world == WorldKind::Crash {
         // A crash takes a life's counters with it: only the last life's
         // survive (the items staged and the faults count every life).

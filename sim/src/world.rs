@@ -24,6 +24,9 @@ pub enum WorldKind {
     /// The net world with a journaled outbox on a simulated disk, the
     /// application crashing and restarting (`crash/`).
     Crash,
+    /// Several hosts running the driver's outbox-table relay under
+    /// leases against one store (`fleet/`).
+    Fleet,
 }
 
 impl WorldKind {
@@ -33,6 +36,7 @@ impl WorldKind {
             WorldKind::Fast => "fast",
             WorldKind::Net => "net",
             WorldKind::Crash => "crash",
+            WorldKind::Fleet => "fleet",
         }
     }
 }
@@ -50,8 +54,9 @@ impl FromStr for WorldKind {
             "fast" => Ok(WorldKind::Fast),
             "net" => Ok(WorldKind::Net),
             "crash" => Ok(WorldKind::Crash),
+            "fleet" => Ok(WorldKind::Fleet),
             other => Err(format!(
-                "unknown world `{other}` (expected `fast`, `net` or `crash`)"
+                "unknown world `{other}` (expected `fast`, `net`, `crash` or `fleet`)"
             )),
         }
     }
@@ -154,6 +159,7 @@ pub fn run_seed(
         WorldKind::Fast => run_fast(seed, opts),
         WorldKind::Net => crate::net::run(seed, opts),
         WorldKind::Crash => crate::crash::run(seed, opts),
+        WorldKind::Fleet => crate::fleet::run(seed, opts),
     };
     let mut result = run(seed, opts);
     if check_determinism && result.failure.is_none() {

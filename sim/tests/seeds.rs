@@ -171,3 +171,30 @@ fn a_traced_crash_replay_shows_crashes_recoveries_and_syncs() {
     let svg = outbox_sim::svg::render(&timeline, "crash 3");
     assert!(svg.contains("crash</title>") || svg.contains(" crash</title>"));
 }
+
+/// The fleet world (S-FW1..S-FW7): a few seeds, each run twice (the
+/// trace hashes must match), pass; between them they hand partitions over
+/// and pause a host longer than the lease ttl.
+#[test]
+fn fleet_seeds_pass_with_handovers_and_long_pauses() {
+    let opts = RunOptions {
+        net_secs: 30,
+        ..RunOptions::default()
+    };
+    let (mut handovers, mut long_pauses, mut delivered) = (0, 0, 0);
+    for seed in 100..103 {
+        let r = run_seed(WorldKind::Fleet, seed, &opts, true).unwrap();
+        if let Some(f) = r.failure {
+            panic!(
+                "fleet seed {seed} fails: {f}\n  replay: {}",
+                outbox_sim::replay_command(seed, WorldKind::Fleet)
+            );
+        }
+        handovers += r.faults["handover"];
+        long_pauses += r.faults["long_pause"];
+        delivered += r.counters.written;
+    }
+    assert!(handovers >= 3, "{handovers} handovers in 3 seeds");
+    assert!(long_pauses >= 3, "{long_pauses} long pauses in 3 seeds");
+    assert!(delivered > 100, "{delivered} rows delivered in 3 seeds");
+}

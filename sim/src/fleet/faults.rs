@@ -1,0 +1,88 @@
+//! The fleet's faults, drawn from the seed: a schedule of timed events
+//! over the faulty phase, at least one pause longer than the lease ttl.
+
+use std::time::Duration;
+
+use rand::Rng;
+
+use super::Setup;
+use crate::draw::SimRng;
+
+/// One fault event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// The host's process dies (its transactions end, its leases lapse).
+    Crash(usize),
+    /// The host starts again (next incarnation).
+    Restart(usize),
+    /// The host's link to the store is cut.
+    Cut(usize),
+    /// The host's link to the store is back.
+    Mend(usize),
+    /// The host freezes (its links held).
+    Pause(usize),
+    /// The host resumes.
+    Resume(usize),
+    /// The host's link gets this one-way latency.
+    Latency(usize, Duration),
+}
+
+/// The schedule, in time order (ties in draw order).
+#[derive(Clone, Debug, Default)]
+pub struct Schedule {
+    /// `(at, fault)`.
+    pub events: Vec<(Duration, Fault)>,
+    /// Pauses longer than the lease ttl.
+    pub long_pauses: u64,
+    /// Lost replies, per mille of calls.
+    pub lose_per_mille: u32,
+}
+
+fn window(rng: &mut SimRng, phase: Duration, lo: Duration, hi: Duration) -> (Duration, Duration) {
+    let len =
+        Duration::from_millis(rng.random_range(lo.as_millis() as u64..=hi.as_millis() as u64));
+    let latest = phase.saturating_sub(len).as_millis().max(1) as u64;
+    let at = Duration::from_millis(rng.random_range(0..latest));
+    (at, at + len)
+}
+
+impl Schedule {
+    /// Draws the schedule of `setup`.
+    pub fn draw(rng: &mut SimRng, s: &Setup) -> Schedule {
+        let mut out = Schedule {
+            lose_per_mille: rng.random_range(0..=20),
+            ..Schedule::default()
+        };
+        let ms = Duration::from_millis;
+        for _ in 0..rng.random_range(1..=3) {
+            let h = rng.random_range(0..s.hosts);
+            let (at, until) = window(rng, s.phase, ms(200), s.ttl * 3);
+            out.events.push((at, Fault::Crash(h)));
+            out.events.push((until, Fault::Restart(h)));
+        }
+        for _ in 0..rng.random_range(1..=4) {
+            let h = rng.random_range(0..s.hosts);
+            let (at, until) = window(rng, s.phase, ms(100), s.ttl * 3);
+            out.events.push((at, Fault::Cut(h)));
+            out.events.push((until, Fault::Mend(h)));
+        }
+        for i in 0..rng.random_range(1..=3) {
+            let h = rng.random_range(0..s.hosts);
+            // The first pause outlasts the ttl.
+            let lo = if i == 0 { s.ttl + ms(100) } else { ms(50) };
+            let (at, until) = window(rng, s.phase, lo, s.ttl * 3);
+            out.long_pauses += u64::from(until - at > s.ttl);
+            out.events.push((at, Fault::Pause(h)));
+            out.events.push((until, Fault::Resume(h)));
+        }
+        for _ in 0..rng.random_range(0..=3) {
+            let h = rng.random_range(0..s.hosts);
+            let (at, until) = window(rng, s.phase, ms(500), ms(5_000));
+            let slow = ms(rng.random_range(5..=150));
+            out.events.push((at, Fault::Latency(h, slow)));
+            out.events.push((until, Fault::Latency(h, ms(1))));
+        }
+        out.events.sort_by_key(|e| e.0);
+        out
+    }
+}

@@ -1,0 +1,96 @@
+//! The fleet world (`--world fleet`): three to five application hosts,
+//! each running the real driver with the outbox table's relay and lease
+//! policy (`OutboxBuilder::table`) over the store interface, against one
+//! store host's database (the model the conformance suite checks against
+//! PostgreSQL, `outbox::table::model`, on the store's own clock), and a
+//! datastore that logs every accepted write with its epoch
+//! ([`sink`]). Stagers on every host commit and roll back transactions,
+//! some long.
+//!
+//! Faults from the seed ([`faults`]): host crashes and restarts,
+//! partitions between a host and the store, pauses (some longer than the
+//! lease ttl), slow links, lost replies after a call took effect; then a
+//! healed phase. A pause holds the host's links ([`link`]): every call it
+//! sends and every reply it waits for is held until it resumes, then goes
+//! on, so its writes in flight land late; its runtime keeps running
+//! (turmoil 0.7 cannot freeze one host's clock).
+//!
+//! Checks (docs/contract.md): S-FW1 every committed row delivered once or
+//! dead-lettered, never both; S-FW2 no rolled-back row delivered; S-FW3
+//! per-tenant causal order across hosts; S-FW4 no write of epoch e commits
+//! once another epoch is installed; S-FW5 no write starts after the
+//! store's expiry of its lease (store's clock); S-FW6 after the heal every
+//! partition owned within one ttl plus one renewal plus one acquire poll,
+//! and the table drained within a bound.
+
+pub mod book;
+pub mod canary;
+pub mod check;
+pub mod faults;
+pub mod host;
+pub mod link;
+pub mod sink;
+pub mod world;
+
+use std::time::Duration;
+
+pub use world::run;
+
+/// Whether S-FW5 (no write starts after the store's expiry of its lease)
+/// fails a seed: it needs the driver to gate each write by the lease
+/// policy's grant (S-L8).
+pub const ENFORCE_S_F5: bool = false;
+
+/// Whether a write without an epoch fails S-FW4: it needs the driver's
+/// writer to pass every write's epoch (S-E8).
+pub const EPOCHS_REQUIRED: bool = false;
+
+/// What a seed draws for the fleet.
+#[derive(Clone, Debug)]
+pub struct Setup {
+    /// The seed.
+    pub seed: u64,
+    /// Application hosts.
+    pub hosts: usize,
+    /// P.
+    pub partitions: u32,
+    /// Tenants.
+    pub tenants: u64,
+    /// Stagers per host.
+    pub stagers: u64,
+    /// The mean gap between a stager's transactions.
+    pub stage_gap: Duration,
+    /// The faulty phase.
+    pub phase: Duration,
+    /// The lease ttl.
+    pub ttl: Duration,
+    /// The renewal period.
+    pub renew: Duration,
+    /// The drift the policy allows for.
+    pub drift: Duration,
+    /// The acquire poll.
+    pub acquire_poll: Duration,
+    /// The heartbeat period.
+    pub heartbeat: Duration,
+    /// The rejoin grace.
+    pub grace: Duration,
+    /// The relay's poll interval.
+    pub poll: Duration,
+}
+
+/// The answer of a call to the model, which answers when called (its
+/// futures are ready); `None` on an error.
+pub(crate) fn now<T, E>(fut: impl std::future::Future<Output = Result<T, E>>) -> Option<T> {
+    let mut fut = std::pin::pin!(fut);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match fut.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(r) => r.ok(),
+        std::task::Poll::Pending => None,
+    }
+}
+
+/// The lease table now.
+pub(crate) fn lease_rows(model: &outbox::table::model::Model) -> Vec<outbox::table::LeaseRow> {
+    use outbox::table::Store;
+    now(model.store().leases()).unwrap_or_default()
+}

@@ -1,0 +1,365 @@
+//! One run of the fleet world: draws the setup and the faults, builds the
+//! turmoil simulation (a host per application instance; the store's
+//! database shared by the links), steps it while applying the schedule
+//! and advancing the store's clock, heals everything at the end of the
+//! faulty phase, waits for ownership and the drain (S-FW6), and runs the
+//! end checks.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, UNIX_EPOCH};
+
+use outbox::core::{Counters, Time};
+use outbox::table::model::{Model, ModelConfig};
+use rand::{Rng, RngCore};
+
+use super::book::{self, Book, SharedBook};
+use super::check;
+use super::faults::{Fault, Schedule};
+use super::host::{self, HostPlan};
+use super::link::{Links, SharedLinks};
+use super::Setup;
+use crate::draw::rng;
+use crate::world::{self, RunOptions, RunResult};
+
+/// Turmoil's tick and the store clock's step.
+pub const TICK: Duration = Duration::from_millis(2);
+
+/// How long the drain may take after every partition is owned.
+pub const DRAIN_BOUND: Duration = Duration::from_secs(20);
+
+/// Fault and control kinds, in report order.
+pub const FAULT_KINDS: [&str; 10] = [
+    "crash",
+    "restart",
+    "partition",
+    "pause",
+    "long_pause",
+    "slow_link",
+    "lost_reply",
+    "handover",
+    "late_write_start",
+    "write_without_epoch",
+];
+
+/// Runs `seed` in the fleet world; a panic becomes a failure.
+pub fn run(seed: u64, opts: &RunOptions) -> RunResult {
+    world::catching_panics(seed, || run_inner(seed, opts))
+}
+
+fn draw_setup(seed: u64, opts: &RunOptions) -> (Setup, Schedule, u64, u64) {
+    let mut r = rng(seed);
+    let ms = Duration::from_millis;
+    let ttl = ms(r.random_range(1_500..=4_000));
+    let renew = ttl / 4;
+    let setup = Setup {
+        seed,
+        hosts: r.random_range(3..=5),
+        partitions: r.random_range(2..=8),
+        tenants: r.random_range(2..=16),
+        stagers: r.random_range(1..=2),
+        stage_gap: ms(r.random_range(50..=400)),
+        phase: Duration::from_secs(opts.net_secs.max(1)).min(Duration::from_secs(3_600)),
+        ttl,
+        renew,
+        drift: ttl / 10,
+        acquire_poll: ms(
+            r.random_range(renew.as_millis() as u64 / 6..=renew.as_millis() as u64 * 2 / 3)
+        ),
+        heartbeat: renew / 3,
+        grace: ttl,
+        poll: ms(r.random_range(100..=500)),
+    };
+    let schedule = Schedule::draw(&mut r, &setup);
+    let turmoil_seed = r.next_u64();
+    let link_seed = r.next_u64();
+    (setup, schedule, turmoil_seed, link_seed)
+}
+
+/// Per-host depth of overlapping faults of one kind: the fault applies
+/// from 0 to 1 and lifts from 1 to 0.
+#[derive(Default)]
+struct Depth(Vec<u32>);
+
+impl Depth {
+    fn up(&mut self, h: usize) -> bool {
+        self.0[h] += 1;
+        self.0[h] == 1
+    }
+    fn down(&mut self, h: usize) -> bool {
+        if self.0[h] == 0 {
+            return false;
+        }
+        self.0[h] -= 1;
+        self.0[h] == 0
+    }
+}
+
+struct Run {
+    sim: turmoil::Sim<'static>,
+    model: Model,
+    links: SharedLinks,
+    book: SharedBook,
+    setup: Setup,
+    crashed: Depth,
+    cut: Depth,
+    paused: Depth,
+    owners: BTreeMap<u32, (Option<String>, u64)>,
+}
+
+fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
+    let (setup, schedule, turmoil_seed, link_seed) = draw_setup(seed, opts);
+    if let Err(e) = host::lease_config(&setup, 0, 0).build() {
+        panic!("the fleet drew lease settings the policy refuses: {e}");
+    }
+    let line = format!(
+        "{setup:?} | {} fault events, lost replies {}/1000",
+        schedule.events.len(),
+        schedule.lose_per_mille
+    );
+    let model = Model::new(ModelConfig {
+        partitions: setup.partitions,
+        ..ModelConfig::default()
+    });
+    let links: SharedLinks = Arc::new(Mutex::new(Links {
+        cut: vec![false; setup.hosts],
+        paused: vec![false; setup.hosts],
+        latency: vec![Duration::from_millis(1); setup.hosts],
+        lose_per_mille: schedule.lose_per_mille,
+        rng: rng(link_seed),
+        lost: 0,
+    }));
+    let book: SharedBook = Arc::new(Mutex::new(Book::new(opts.trace)));
+    {
+        let mut b = book::lock(&book);
+        for k in FAULT_KINDS {
+            b.faults.insert(k, 0);
+        }
+        b.faults.insert("long_pause", schedule.long_pauses);
+    }
+    let mut sim = turmoil::Builder::new()
+        .rng_seed(turmoil_seed)
+        .epoch(UNIX_EPOCH)
+        .tick_duration(TICK)
+        .simulation_duration(Duration::from_secs(365 * 24 * 3600))
+        .build();
+    for h in 0..setup.hosts {
+        let plan = HostPlan {
+            host: h,
+            setup: setup.clone(),
+            model: model.clone(),
+            links: Arc::clone(&links),
+            book: Arc::clone(&book),
+            starts: Arc::new(AtomicU64::new(0)),
+        };
+        sim.host(host::instance(h).as_str(), move || host::run(plan.clone()));
+    }
+    let mut run = Run {
+        sim,
+        model,
+        links,
+        book,
+        crashed: Depth(vec![0; setup.hosts]),
+        cut: Depth(vec![0; setup.hosts]),
+        paused: Depth(vec![0; setup.hosts]),
+        setup,
+        owners: BTreeMap::new(),
+    };
+    let steps = run.faulty_phase(&schedule);
+    let steps = steps + run.healed_phase();
+    let end = Time::from_elapsed(run.sim.elapsed());
+    let lost = run.links.lock().unwrap_or_else(|e| e.into_inner()).lost;
+    drop(run.sim);
+    let mut b = book::lock(&run.book);
+    *b.faults.entry("lost_reply").or_default() += lost;
+    if b.failure.is_none() {
+        check::end(&mut b, &run.model);
+    }
+    let mut counters = Counters::default();
+    counters.staged = b.rows.len() as u64;
+    counters.written = b.delivered.len() as u64;
+    counters.writes = b.accepted_writes;
+    RunResult {
+        seed,
+        steps,
+        items: b.rows.len() as u64,
+        counters,
+        faults: b.faults.clone(),
+        failure: b.failure.clone(),
+        trace_hash: b.hash(),
+        trace: b.trace.take().unwrap_or_default(),
+        timeline: None,
+        setup: line,
+        end,
+    }
+}
+
+impl Run {
+    fn step(&mut self) -> bool {
+        if let Err(e) = self.sim.step() {
+            book::lock(&self.book).fail("panic", format!("the simulation stopped: {e}"));
+            return false;
+        }
+        self.model.advance(TICK);
+        let mut b = book::lock(&self.book);
+        b.now = self.model.now();
+        b.step += 1;
+        let step = b.step;
+        drop(b);
+        if step.is_multiple_of(8) {
+            self.watch_owners();
+        }
+        book::lock(&self.book).failure.is_none()
+    }
+
+    /// Counts handovers: a partition's lease taken by another owner.
+    fn watch_owners(&mut self) {
+        let rows = super::lease_rows(&self.model);
+        let mut b = book::lock(&self.book);
+        for row in rows {
+            let seen = self.owners.entry(row.partition).or_insert((None, 0));
+            if row.epoch != seen.1 {
+                if seen.0.is_some() && seen.0 != row.owner {
+                    b.count("handover");
+                }
+                b.note("epoch", u64::from(row.partition), row.epoch, 0);
+                *seen = (row.owner.clone(), row.epoch);
+            }
+        }
+    }
+
+    fn apply(&mut self, fault: Fault) {
+        let mut b = book::lock(&self.book);
+        let mut links = self.links.lock().unwrap_or_else(|e| e.into_inner());
+        let name = |h: usize| host::instance(h);
+        match fault {
+            Fault::Crash(h) if self.crashed.up(h) => {
+                b.count("crash");
+                b.note("crash", h as u64, 0, 0);
+                // Its connections close: the server rolls its stagers'
+                // transactions back, oldest first.
+                for (key, session) in b.open_of(h) {
+                    self.model.rollback(session);
+                    b.end_tx(key, false);
+                }
+                drop((b, links));
+                // Not under the book's lock: the host's open transactions
+                // end (into the book) as its tasks drop.
+                self.sim.crash(name(h).as_str());
+            }
+            Fault::Restart(h) if self.crashed.down(h) => {
+                b.count("restart");
+                b.note("restart", h as u64, 0, 0);
+                drop((b, links));
+                self.sim.bounce(name(h).as_str());
+            }
+            Fault::Cut(h) if self.cut.up(h) => {
+                b.count("partition");
+                b.note("cut", h as u64, 0, 0);
+                links.cut[h] = true;
+            }
+            Fault::Mend(h) if self.cut.down(h) => {
+                b.note("mend", h as u64, 0, 0);
+                links.cut[h] = false;
+            }
+            Fault::Pause(h) if self.paused.up(h) => {
+                b.count("pause");
+                b.note("pause", h as u64, 0, 0);
+                links.paused[h] = true;
+            }
+            Fault::Resume(h) if self.paused.down(h) => {
+                b.note("resume", h as u64, 0, 0);
+                links.paused[h] = false;
+            }
+            Fault::Latency(h, d) => {
+                if d > Duration::from_millis(1) {
+                    b.count("slow_link");
+                }
+                b.note("latency", h as u64, d.as_millis() as u64, 0);
+                links.latency[h] = d;
+            }
+            _ => {}
+        }
+    }
+
+    fn faulty_phase(&mut self, schedule: &Schedule) -> u64 {
+        let mut steps = 0;
+        let mut next = 0;
+        while self.model.now() < self.setup.phase {
+            while next < schedule.events.len() && schedule.events[next].0 <= self.model.now() {
+                self.apply(schedule.events[next].1);
+                next += 1;
+            }
+            steps += 1;
+            if !self.step() {
+                break;
+            }
+        }
+        steps
+    }
+
+    /// Heals every fault, then runs until every partition is owned and
+    /// the table drained (S-FW6), within their bounds.
+    fn healed_phase(&mut self) -> u64 {
+        if book::lock(&self.book).failure.is_some() {
+            return 0;
+        }
+        for h in 0..self.setup.hosts {
+            {
+                let mut links = self.links.lock().unwrap_or_else(|e| e.into_inner());
+                links.cut[h] = false;
+                links.paused[h] = false;
+                links.latency[h] = Duration::from_millis(1);
+                links.lose_per_mille = 0;
+            }
+            if self.crashed.0[h] > 0 {
+                self.crashed.0[h] = 0;
+                self.sim.bounce(host::instance(h).as_str());
+            }
+        }
+        let healed = self.model.now();
+        let s = &self.setup;
+        let own_bound = s.ttl + s.renew + s.acquire_poll;
+        let mut owned_at = None;
+        let mut steps = 0;
+        loop {
+            steps += 1;
+            if !self.step() {
+                return steps;
+            }
+            let now = self.model.now();
+            if owned_at.is_none()
+                && super::lease_rows(&self.model)
+                    .iter()
+                    .all(|r| !r.expires_in.is_zero())
+            {
+                owned_at = Some(now);
+            }
+            if owned_at.is_none() && now > healed + own_bound {
+                let rows = super::lease_rows(&self.model);
+                book::lock(&self.book).fail(
+                    "S-FW6",
+                    format!(
+                        "{:?} after the heal some partition is still unowned: {rows:?}",
+                        own_bound
+                    ),
+                );
+                return steps;
+            }
+            if let Some(at) = owned_at {
+                if check::drained(&book::lock(&self.book), &self.model) {
+                    return steps;
+                }
+                if now > at + DRAIN_BOUND {
+                    let left = self.model.rows().len();
+                    book::lock(&self.book).fail(
+                        "S-FW6",
+                        format!("the table is not drained {DRAIN_BOUND:?} after every partition was owned ({left} rows left)"),
+                    );
+                    return steps;
+                }
+            }
+        }
+    }
+}
