@@ -43,7 +43,7 @@ pub enum StageError<I> {
     EncodeFailed(I),
     /// The outbox was built with an outbox table and takes items only
     /// from it (S-T32): stage in the caller's transaction instead
-    /// ([`OutboxTable`](crate::table::OutboxTable)).
+    /// (`outbox::table::OutboxTable`, feature `table`).
     TableOnly(I),
 }
 
@@ -76,7 +76,9 @@ impl<I> fmt::Display for StageError<I> {
             StageError::Full { reason, .. } => write!(f, "outbox: no room ({})", reason.as_str()),
             StageError::ShuttingDown(_) => f.write_str("outbox: shutting down"),
             StageError::TimedOut(_) => f.write_str("outbox: no room before the timeout"),
-            StageError::EncodeFailed(_) => f.write_str("outbox: the journal cannot encode the item"),
+            StageError::EncodeFailed(_) => {
+                f.write_str("outbox: the journal cannot encode the item")
+            }
             StageError::TableOnly(_) => f.write_str(
                 "outbox: built with an outbox table, it takes items only from the table; \
                  stage in the caller's transaction with OutboxTable",

@@ -39,11 +39,11 @@ pub use world::run;
 /// Whether S-FW5 (no write starts after the store's expiry of its lease)
 /// fails a seed: it needs the driver to gate each write by the lease
 /// policy's grant (S-L8).
-pub const ENFORCE_S_F5: bool = false;
+pub const ENFORCE_S_F5: bool = true;
 
 /// Whether a write without an epoch fails S-FW4: it needs the driver's
 /// writer to pass every write's epoch (S-E8).
-pub const EPOCHS_REQUIRED: bool = false;
+pub const EPOCHS_REQUIRED: bool = true;
 
 /// What a seed draws for the fleet.
 #[derive(Clone, Debug)]
