@@ -260,7 +260,8 @@ impl<S: Sink> Outbox<S> {
     /// counted anywhere: the caller still holds the item and decides.
     ///
     /// # Errors
-    /// [`StageError::ShuttingDown`], [`StageError::EncodeFailed`],
+    /// [`StageError::TableOnly`] on an outbox built with an outbox table
+    /// (S-T32), [`StageError::ShuttingDown`], [`StageError::EncodeFailed`],
     /// [`StageError::Full`], each with the item.
     pub fn try_stage(&self, tenant: S::Tenant, item: S::Item) -> Result<(), StageError<S::Item>> {
         match self.stage_one(tenant, item, OnRefusal::HandBack) {
@@ -281,7 +282,8 @@ impl<S: Sink> Outbox<S> {
     /// [`StageError::TimedOut`] when the timeout passes with no room;
     /// [`StageError::ShuttingDown`] at once when a shutdown begins, also
     /// while waiting; [`StageError::EncodeFailed`] with a journal that cannot
-    /// encode it. Each hands the item back, uncounted.
+    /// encode it; [`StageError::TableOnly`] at once on an outbox built with
+    /// an outbox table (S-T32). Each hands the item back, uncounted.
     ///
     /// # Cancellation
     /// Cancel safe: dropping the future before it completes drops the
