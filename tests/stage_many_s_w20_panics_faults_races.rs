@@ -1,7 +1,7 @@
-//! Attacks on `stage_many` / `stage_many_outcomes` (S-W20): a run must get
-//! exactly the outcome, counters and per-tenant order of one `stage` per
-//! item, never panic, never wait on a disk, and keep the journal's
-//! per-tenant order equal to the engine's (D2).
+//! Panics, faults and races against `stage_many` / `stage_many_outcomes`
+//! (S-W20): a run must get exactly the outcome, counters and per-tenant
+//! order of one `stage` per item, never panic, never wait on a disk, and
+//! keep the journal's per-tenant order equal to the engine's (D2).
 //! Rule ids refer to docs/contract.md.
 
 mod support;

@@ -1,4 +1,4 @@
-//! Abuse a newcomer would try, through the public API only, with a sink
+//! Misuse a newcomer would try, through the public API only, with a sink
 //! of its own, on tokio's paused clock: extreme and zero config values,
 //! items whose `Drop` panics, dropped handles, many tenants, a journal on a
 //! file, a locked directory, a failing disk. Each test asserts what must

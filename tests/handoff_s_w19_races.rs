@@ -1,4 +1,4 @@
-//! Attacks (from a review) on the chunked intake (S-W19) and on `try_stage`'s
+//! Races (a review's attacks) on the chunked intake (S-W19) and on `try_stage`'s
 //! weighing before the lock (S-R5, S-B5). No sleeps as synchronisation:
 //! threads publish progress through atomics; the only waits are bounded
 //! polling loops that assert (a lost wake-up shows as a loop that times
