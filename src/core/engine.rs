@@ -1183,33 +1183,16 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         let cutoff = Time::from_nanos(cutoff);
         let weigher = self.weigher.as_deref();
         let t = self.tenants.get_mut(tenant).expect("ready tenant exists");
-        let mut runs = Vec::new();
         // Canary (issue 26): a retry slice that never expires.
         let retry_expired = t.retry.as_ref().is_some_and(|r| r.oldest < cutoff)
             && !canary::on(canary::EXPIRED_RETRY);
-        // A retry slice was attempted; staged items never were (S-J16).
-        if retry_expired {
-            let r = t.retry.take().expect("just checked");
-            runs.push((r.items, r.bytes, true));
-        }
-        if t.retry.is_none() {
-            let (items, bytes) = t.take_staged_before(cutoff, |i| weight(weigher, i));
-            if !items.is_empty() {
-                runs.push((items, bytes, false));
-            }
-        }
+        let runs = take_expired(t, cutoff, weigher, retry_expired);
         if runs.is_empty() {
             return false;
         }
         let nothing_left = retry_expired || t.items.is_empty();
         t.phase = Phase::Idle;
-        for (items, bytes, attempted) in runs {
-            let n = items.len();
-            self.count_lost(tenant, LostReason::Expired, n as u64);
-            self.settle_slice(tenant, n, bytes, |_| SettledAs::Lost);
-            let items = self.dead_letter_at_run_time(tenant, items, DeadReason::Expired, attempted);
-            self.released.extend(items);
-        }
+        self.give_up_expired(tenant, runs);
         if nothing_left {
             self.schedule_after_write(tenant.clone());
             true
@@ -1217,6 +1200,24 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             // Still ready, at the front: it starts now with what is left.
             self.tenants.get_mut(tenant).expect("holds items").phase = Phase::Ready;
             false
+        }
+    }
+
+    /// Counts `runs` (taken by [`take_expired`]) lost under `expired`
+    /// (S-R3), settles them, and hands them back as dead letters or keeps
+    /// them for `take_released`.
+    fn give_up_expired(&mut self, tenant: &K, runs: Vec<ExpiredRun<I>>) {
+        for ExpiredRun {
+            items,
+            bytes,
+            attempted,
+        } in runs
+        {
+            let n = items.len();
+            self.count_lost(tenant, LostReason::Expired, n as u64);
+            self.settle_slice(tenant, n, bytes, |_| SettledAs::Lost);
+            let items = self.dead_letter_at_run_time(tenant, items, DeadReason::Expired, attempted);
+            self.released.extend(items);
         }
     }
 
@@ -1242,23 +1243,13 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         };
         let cutoff = Time::from_nanos(cutoff);
         let weigher = self.weigher.as_deref();
-        let mut runs = Vec::new();
         let retry_expired = t.retry.as_ref().is_some_and(|r| r.oldest < cutoff);
         if retry_expired && canary::on(canary::EXPIRED_RETRY) {
             // Canary (issue 26): a retry slice that never expires (and its
             // timer, not armed again, never fires again).
             return;
         }
-        if retry_expired {
-            let r = t.retry.take().expect("just checked");
-            runs.push((r.items, r.bytes, true));
-        }
-        if t.retry.is_none() {
-            let (items, bytes) = t.take_staged_before(cutoff, |i| weight(weigher, i));
-            if !items.is_empty() {
-                runs.push((items, bytes, false));
-            }
-        }
+        let runs = take_expired(t, cutoff, weigher, retry_expired);
         let expired = !runs.is_empty();
         // Lingering, backing off (its retry slice gone) or idle: placed
         // again below for what is left, or forgotten.
@@ -1266,14 +1257,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         if expired && !placed {
             self.sched.unschedule(&mut t.phase);
         }
-        for (items, bytes, attempted) in runs {
-            let n = items.len();
-            self.count_lost(&tenant, LostReason::Expired, n as u64);
-            self.settle_slice(&tenant, n, bytes, |_| SettledAs::Lost);
-            let items =
-                self.dead_letter_at_run_time(&tenant, items, DeadReason::Expired, attempted);
-            self.released.extend(items);
-        }
+        self.give_up_expired(&tenant, runs);
         if expired && !placed {
             self.schedule_after_write(tenant.clone());
         }
@@ -2142,6 +2126,45 @@ fn set_expiry<K: Ord + Clone, I>(
     };
     sched.move_expiry(tenant, t.expiry, due);
     t.expiry = due;
+}
+
+/// One run of a tenant's items past `max_item_age` (S-R3), with its
+/// weight in bytes and whether an attempt of it started (S-J16).
+struct ExpiredRun<I> {
+    items: Vec<I>,
+    bytes: u64,
+    attempted: bool,
+}
+
+/// Takes what `t` holds that was staged before `cutoff` (S-R3): its retry
+/// slice whole when `retry_expired` (attempted, S-J16), then, with no
+/// retry slice left, its backlog from the oldest (never attempted).
+fn take_expired<I>(
+    t: &mut Tenant<I>,
+    cutoff: Time,
+    weigher: Option<&(dyn Fn(&I) -> u64 + Send + Sync)>,
+    retry_expired: bool,
+) -> Vec<ExpiredRun<I>> {
+    let mut runs = Vec::new();
+    if retry_expired {
+        let r = t.retry.take().expect("just checked");
+        runs.push(ExpiredRun {
+            items: r.items,
+            bytes: r.bytes,
+            attempted: true,
+        });
+    }
+    if t.retry.is_none() {
+        let (items, bytes) = t.take_staged_before(cutoff, |i| weight(weigher, i));
+        if !items.is_empty() {
+            runs.push(ExpiredRun {
+                items,
+                bytes,
+                attempted: false,
+            });
+        }
+    }
+    runs
 }
 
 /// An item's weight (S-B5): 0 without a weigher, else the weigher's
