@@ -35,6 +35,9 @@ use crate::core::relay::{
     Fence, Fenced, InFlight, Page, PageRequest, Removal, Removed, StoreError,
 };
 pub use crate::sinks::postgres::epochs::{Installed, SinkEpoch};
+pub use epoch_tx::EpochTx;
+
+mod epoch_tx;
 
 /// The schema a store's tables are at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,30 +153,6 @@ pub trait Listener: Send {
     /// # Cancel safety
     /// Cancel safe: a notification not yet returned stays queued.
     fn next(&mut self) -> impl Future<Output = Result<(), StoreError>> + Send;
-}
-
-/// A sink transaction fenced by epochs (S-T23): the sink's own statements
-/// run in it, then [`check_epochs`](EpochTx::check_epochs) as the last
-/// statement before [`commit`](EpochTx::commit).
-pub trait EpochTx: Send {
-    /// Checks under a shared lock on each partition's epoch row, taken in
-    /// partition order, that every `(partition, epoch)` is the one
-    /// installed; the locks hold until the transaction ends, so no
-    /// takeover's install commits in between.
-    ///
-    /// # Errors
-    /// A store error; the transaction is then rolled back.
-    fn check_epochs(
-        &mut self,
-        epochs: &[(u32, u64)],
-    ) -> impl Future<Output = Result<Fenced<()>, StoreError>> + Send;
-
-    /// Commits. An error of kind `Unknown` means the reply was lost: it
-    /// may have committed.
-    fn commit(self) -> impl Future<Output = Result<(), StoreError>> + Send;
-
-    /// Rolls back.
-    fn rollback(self) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
 /// The store interface: see the [module docs](self).
