@@ -26,7 +26,7 @@ use uuid::Uuid;
 /// `tenant` field).
 ///
 /// # Panics
-/// The key's `Hash`, `Eq`, `Ord` and `Clone` must not panic, and must agree
+/// The key's `Hash`, `Eq`, `Ord`, `Clone` and `Debug` must not panic, and must agree
 /// with each other (equal keys hash equal), as for any std collection's key
 /// (contract: Terms, *tenant*). The outbox contains panics in the code it
 /// calls on items and writes (sink, weigher, codec, destructors: S-W5,
@@ -34,6 +34,10 @@ use uuid::Uuid;
 /// updated between them, and a panic half-way would leave them
 /// inconsistent, so such a panic unwinds through the caller of the
 /// stage, flush or shutdown that took the item in, or ends the writer.
+/// `Debug` runs inside the writer's log calls (when a subscriber renders
+/// the `tenant` field): a panic there ends the writer too, and the items
+/// it held are counted lost as `abandoned` (S-A7); it never aborts the
+/// process.
 pub trait TenantKey: Ord + Hash + Clone + Send + Sync + fmt::Debug + 'static {}
 
 impl<T: Ord + Hash + Clone + Send + Sync + fmt::Debug + 'static> TenantKey for T {}

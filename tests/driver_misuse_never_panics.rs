@@ -1207,3 +1207,13 @@ async fn abuse_a_terminal_error_that_panics_when_rendered_or_dropped_stays_termi
         o.shutdown(SEC).await;
     }
 }
+
+/// A dead-letter channel larger than tokio's channel can hold is taken as
+/// the largest one (its doc), not a panic in library code.
+#[test]
+fn abuse_dead_letter_channel_of_the_largest_capacity() {
+    let (_letters, rx) = outbox::DeadLetters::<u64, u32>::channel(usize::MAX);
+    assert_eq!(rx.max_capacity(), tokio::sync::Semaphore::MAX_PERMITS);
+    let (_letters, rx) = outbox::DeadLetters::<u64, u32>::channel(0);
+    assert_eq!(rx.max_capacity(), 1);
+}

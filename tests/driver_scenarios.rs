@@ -787,3 +787,302 @@ async fn until_dead<T>(weak: &std::sync::Weak<T>) {
     }
     panic!("the writer still holds the sink");
 }
+
+// ----- variants of the scenarios in other shapes -------------------------------
+
+const SEC: Duration = Duration::from_secs(1);
+
+/// Scenario 20 with truly fast staging (no yield between stages): the
+/// capacity fills, the rest is dropped, and the full batches still go at
+/// once, not one per 5 s linger.
+#[tokio::test(start_paused = true)]
+async fn scenario_20_staged_without_a_yield_fills_the_capacity_and_full_batches_still_go_at_once() {
+    let sink = TestSink::new("rv-s20a");
+    let config = Config::builder()
+        .capacity(2_048)
+        .max_batch(512)
+        .linger(5 * SEC)
+        .build()
+        .unwrap();
+    let o = Outbox::new(sink.clone(), config).unwrap();
+    for i in 0..10_000 {
+        let _ = o.stage(t(1), i);
+    }
+    let start = Instant::now();
+    let r = o.settle(30 * SEC).await;
+    assert_eq!(r.pending, 0);
+    let c = o.counters();
+    assert_eq!(c.written + c.dropped_total(), 10_000, "{c:?}");
+    assert_eq!(c.dropped(DropReason::BufferFull), 10_000 - 2_048);
+    assert_eq!(
+        start.elapsed(),
+        Duration::ZERO,
+        "a full batch waited for the linger"
+    );
+    for a in sink.attempts() {
+        assert_eq!(a.items.len(), 512);
+        assert_eq!(a.at, Duration::ZERO);
+    }
+}
+
+/// Scenario 20 with a yield every 100 stages: partial batches may wait
+/// for the linger, but every full batch goes at once; staging order kept.
+#[tokio::test(start_paused = true)]
+async fn scenario_20_staged_in_chunks_sends_full_batches_at_once_and_one_partial_at_most() {
+    let sink = TestSink::new("rv-s20b");
+    let config = Config::builder()
+        .capacity(2_048)
+        .max_batch(512)
+        .linger(5 * SEC)
+        .build()
+        .unwrap();
+    let o = Outbox::new(sink.clone(), config).unwrap();
+    for chunk in 0..100u32 {
+        for i in 0..100 {
+            let _ = o.stage(t(1), chunk * 100 + i);
+        }
+        tokio::task::yield_now().await;
+    }
+    let r = o.settle(30 * SEC).await;
+    assert_eq!(r.pending, 0);
+    let c = o.counters();
+    assert_eq!(c.written + c.dropped_total(), 10_000);
+    let a = sink.attempts();
+    let full: Vec<_> = a.iter().filter(|w| w.items.len() == 512).collect();
+    let partial: Vec<_> = a.iter().filter(|w| w.items.len() != 512).collect();
+    assert!(full.iter().all(|w| w.at == Duration::ZERO));
+    assert!(partial.len() <= 1, "more than the last batch was partial");
+    let stored = sink.stored(t(1));
+    assert!(stored.windows(2).all(|w| w[0] < w[1]));
+}
+
+/// Scenario 25 step by step: max_batch 2, max_attempts 3, five items.
+/// Each exhausted batch grows the lost counter by exactly its size, at the
+/// moment its third attempt fails.
+#[tokio::test(start_paused = true)]
+async fn scenario_25_lost_grows_by_exactly_each_batch_at_its_last_attempt() {
+    let sink = TestSink::new("rv-s25");
+    sink.set_all(Act::Fail);
+    let config = Config::builder()
+        .max_attempts(3)
+        .max_batch(2)
+        .build()
+        .unwrap();
+    let o = Outbox::new(sink.clone(), config).unwrap();
+    for i in 0..5 {
+        assert_eq!(o.stage(t(1), i), Staged::Accepted);
+    }
+    let mut seen = Vec::new();
+    for n in [3usize, 6, 9] {
+        sink.until_attempts(t(1), n).await;
+        // The failure is joined by the writer after the attempt's record.
+        tokio::task::yield_now().await;
+        let _ = o.flush(Duration::ZERO).await;
+        seen.push(o.counters().lost(LostReason::RetriesExhausted));
+    }
+    let _ = o.settle(10 * SEC).await;
+    assert_eq!(seen, [2, 4, 5], "lost after each batch's third failure");
+    let slices: Vec<Vec<u32>> = sink.attempts().iter().map(|a| a.items.clone()).collect();
+    assert_eq!(
+        slices,
+        [
+            vec![0, 1],
+            vec![0, 1],
+            vec![0, 1],
+            vec![2, 3],
+            vec![2, 3],
+            vec![2, 3],
+            vec![4],
+            vec![4],
+            vec![4]
+        ]
+    );
+}
+
+/// Scenario 17 with B staged right after A's first failure and a longer
+/// backoff: B never starts while A waits, and B is never merged into A's
+/// retry (the retry is the identical slice).
+#[tokio::test(start_paused = true)]
+async fn scenario_17_a_flush_during_the_backoff_starts_nothing_and_b_waits_for_a() {
+    let sink = TestSink::new("rv-s17");
+    sink.script(t(1), [Act::Fail, Act::Fail]);
+    let config = Config::builder()
+        .initial_backoff(SEC)
+        .max_backoff(10 * SEC)
+        .concurrency(8)
+        .build()
+        .unwrap();
+    let o = Outbox::new(sink.clone(), config).unwrap();
+    assert_eq!(o.stage(t(1), 1), Staged::Accepted);
+    sink.until_attempts(t(1), 1).await;
+    for i in 2..10 {
+        assert_eq!(o.stage(t(1), i), Staged::Accepted);
+    }
+    // A flush during the backoff must not start B either (S-W6).
+    let f = o.flush(SEC / 2).await;
+    assert!(f.deadline_passed);
+    assert_eq!(
+        sink.attempts_of(t(1)).len(),
+        1,
+        "something started during the backoff"
+    );
+    assert_eq!(o.settle(60 * SEC).await.pending, 0);
+    let a = sink.attempts_of(t(1));
+    let slices: Vec<Vec<u32>> = a.iter().map(|a| a.items.clone()).collect();
+    assert_eq!(
+        slices,
+        [vec![1], vec![1], vec![1], (2..10).collect::<Vec<_>>()]
+    );
+    assert_eq!(sink.stored(t(1)), (1..10).collect::<Vec<_>>());
+}
+
+/// Scenario 21 with a global capacity as well: T1 failing fills its own
+/// quota; the global buffer keeps room for T2..T5, who never see a drop.
+#[tokio::test(start_paused = true)]
+async fn scenario_21_with_a_global_capacity_too_the_trickle_sees_no_drop() {
+    let sink = TestSink::new("rv-s21");
+    sink.set(t(1), Act::Fail);
+    let config = Config::builder()
+        .tenant_capacity(10)
+        .capacity(20)
+        .build()
+        .unwrap();
+    let o = Outbox::new(sink.clone(), config).unwrap();
+    let mut others = Vec::new();
+    for i in 0..500u32 {
+        let _ = o.stage(t(1), i);
+        if i % 5 == 0 {
+            others.push(o.stage(t(2 + u128::from(i / 5 % 4)), i));
+        }
+        if i % 50 == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+    let dropped = others.iter().filter(|s| **s != Staged::Accepted).count();
+    let c = o.counters();
+    assert_eq!(dropped, 0, "T2..T5 dropped {dropped}: {c:?}");
+    let _ = o.abandon();
+}
+
+/// Scenario 9 with `stage_many` and `try_stage` at the fence.
+#[tokio::test(start_paused = true)]
+async fn scenario_09_the_fence_holds_for_stage_many_and_try_stage() {
+    let sink = TestSink::new("rv-s09");
+    sink.script(t(1), [Act::Hang]);
+    let o = Outbox::new(sink.clone(), Config::default()).unwrap();
+    assert_eq!(o.stage(t(1), 1), Staged::Accepted);
+    sink.until_attempts(t(1), 1).await;
+    assert_eq!(o.stage(t(1), 2), Staged::Accepted);
+    let shutdown = o.shutdown(10 * SEC);
+    let tally = o.stage_many([(t(1), 3), (t(2), 4)]);
+    assert_eq!(tally.shutting_down, 2, "{tally:?}");
+    assert!(o.try_stage(t(1), 5).is_err());
+    assert_eq!(
+        o.counters().lost(LostReason::Shutdown),
+        2,
+        "try_stage is uncounted"
+    );
+    assert_eq!(o.pending(), 2);
+    sink.release();
+    let r = shutdown.await;
+    assert_eq!((r.written, r.lost), (2, 0), "{:?}", r.report());
+    assert_eq!(sink.stored(t(1)), [1, 2]);
+}
+
+/// Scenario 16 through the drop path (S-W16): every handle dropped with a
+/// hung write; the writer gives up at drop_timeout and releases the sink.
+#[tokio::test(start_paused = true)]
+async fn scenario_16_dropped_handles_give_a_hung_write_up_at_drop_timeout() {
+    let sink = TestSink::new("rv-s16");
+    sink.set_all(Act::Hang);
+    let weak = sink.weak();
+    let o = Outbox::builder(sink.clone())
+        .drop_timeout(500 * MS)
+        .build()
+        .unwrap();
+    assert_eq!(o.stage(t(1), 1), Staged::Accepted);
+    let closed = o.closed();
+    let start = Instant::now();
+    drop(o);
+    closed.await;
+    let took = start.elapsed();
+    assert!(took >= 500 * MS && took <= 502 * MS, "{took:?}");
+    drop(sink);
+    assert_eq!(weak.strong_count(), 0, "the writer still holds the sink");
+}
+
+/// S-W8 with the optional breaker on: T1 alone fails and opens the
+/// sink-wide breaker; healthy T2 waits for the next probe, no longer (the
+/// exception S-W8 states).
+#[tokio::test(start_paused = true)]
+async fn scenario_03_with_the_breaker_open_a_healthy_tenant_waits_for_the_probe() {
+    let sink = TestSink::new("rv-s03b");
+    sink.set(t(1), Act::Fail);
+    let config = Config::builder()
+        .breaker(
+            outbox::BreakerConfig::new()
+                .failures(3)
+                .probe_interval(5 * SEC)
+                .max_probe_interval(60 * SEC),
+        )
+        .build()
+        .unwrap();
+    let o = Outbox::new(sink.clone(), config).unwrap();
+    assert_eq!(o.stage(t(1), 1), Staged::Accepted);
+    sink.until_attempts(t(1), 3).await;
+    tokio::task::yield_now().await;
+    let staged_at = Instant::now();
+    assert_eq!(o.stage(t(2), 2), Staged::Accepted);
+    sink.until(|s| s.stored(t(2)) == [2]).await;
+    // S-W8's exception (S-R1): the open breaker holds every tenant until
+    // its probe, at most one probe interval; T2 is the probe.
+    let waited = staged_at.elapsed();
+    assert!(
+        waited > Duration::ZERO && waited <= 5 * SEC,
+        "T2 waited {waited:?}"
+    );
+    let _ = o.abandon();
+}
+
+/// Scenario 13 with a zero timeout: flush(0) answers at once (deadline
+/// passed), but it still sends the lingering batch at once (S-A4); the
+/// items must not wait for the 60 s linger.
+#[tokio::test(start_paused = true)]
+async fn scenario_13_a_flush_with_a_zero_timeout_still_sends_the_lingering_batch() {
+    let sink = TestSink::new("rv-s13");
+    let config = Config::builder().linger(60 * SEC).build().unwrap();
+    let o = Outbox::new(sink.clone(), config).unwrap();
+    for i in 0..2 {
+        assert_eq!(o.stage(t(1), i), Staged::Accepted);
+    }
+    let r = o.flush(Duration::ZERO).await;
+    assert!(r.deadline_passed && r.pending == 2, "{r:?}");
+    let start = Instant::now();
+    sink.until(|s| s.stored(t(1)).len() == 2).await;
+    assert!(
+        start.elapsed() < SEC,
+        "written after {:?}: the flush's release was undone",
+        start.elapsed()
+    );
+}
+
+/// A linger equal to `max_item_age` is accepted (only a longer one is
+/// rejected): the lingering partial batch is written at its linger, not
+/// expired (S-R3).
+#[tokio::test(start_paused = true)]
+async fn a_linger_equal_to_the_item_age_writes_the_partial_batch() {
+    let sink = TestSink::new("rv-age");
+    let config = Config::builder()
+        .linger(100 * MS)
+        .max_item_age(100 * MS)
+        .build()
+        .unwrap();
+    let o = Outbox::new(sink.clone(), config).unwrap();
+    assert_eq!(o.stage(t(1), 1), Staged::Accepted);
+    let r = o.settle(SEC).await;
+    assert_eq!(o.counters().lost(LostReason::Expired), 0);
+    assert_eq!(
+        r.written, 1,
+        "the partial batch expired while lingering: {r:?}"
+    );
+}

@@ -51,11 +51,13 @@ impl<K: Send + 'static, I: Send + 'static> DeadLetters<K, I> {
         }
     }
 
-    /// A bounded channel of `capacity` dead letters (0 is taken as 1): the
-    /// writer never waits for it; a letter that finds it full or closed is
-    /// dropped and counted in `dead_letters_dropped`.
+    /// A bounded channel of `capacity` dead letters (0 is taken as 1, and
+    /// more than tokio's channel can hold, `Semaphore::MAX_PERMITS`, as that
+    /// many): the writer never waits for it; a letter that finds it full or
+    /// closed is dropped and counted in `dead_letters_dropped`.
     pub fn channel(capacity: usize) -> (Self, mpsc::Receiver<DeadLetter<K, I>>) {
-        let (tx, rx) = mpsc::channel(capacity.max(1));
+        let capacity = capacity.clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
+        let (tx, rx) = mpsc::channel(capacity);
         (
             DeadLetters {
                 kind: Kind::Channel(tx),

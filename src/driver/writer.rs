@@ -188,22 +188,43 @@ impl<S: Sink> Drop for Writer<S> {
         for letter in letters {
             self.hand_dead_letter(letter);
         }
-        for event in &logged {
-            self.log.event(event, None);
-        }
-        if lost > 0 {
-            tracing::error!(
-                outbox = self.log.name(),
-                items = lost,
-                reason = LostReason::Abandoned.as_str(),
-                "the writer task was dropped (its runtime shut down) with items pending; \
-                 they are counted lost"
-            );
-        }
+        self.log_dropped(&logged, lost);
     }
 }
 
 impl<S: Sink> Writer<S> {
+    /// The drop's log lines: the events it took from the engine and, when
+    /// items were pending, why they are counted lost.
+    fn log_dropped(&self, logged: &[Event<S::Tenant, S::Item>], lost: u64) {
+        // Dropped while the writer unwinds from a panic (in a log
+        // subscriber, a metrics recorder or a tenant key's `Debug`): a
+        // second panic here would abort the process, so the logging is
+        // contained; the counts above are already settled.
+        let unwinding = std::thread::panicking();
+        let _ = contain::call(|| {
+            for event in logged {
+                self.log.event(event, None);
+            }
+            if lost == 0 {
+            } else if unwinding {
+                tracing::error!(
+                    outbox = self.log.name(),
+                    items = lost,
+                    reason = LostReason::Abandoned.as_str(),
+                    "the writer task ended by a panic with items pending; they are counted lost"
+                );
+            } else {
+                tracing::error!(
+                    outbox = self.log.name(),
+                    items = lost,
+                    reason = LostReason::Abandoned.as_str(),
+                    "the writer task was dropped (its runtime shut down) with items pending; \
+                     they are counted lost"
+                );
+            }
+        });
+    }
+
     pub(crate) fn new(shared: Arc<Shared<S>>, log: Log, drop_timeout: Duration) -> Self {
         Writer {
             shared,
