@@ -35,12 +35,11 @@ mod commit;
 #[path = "stage.rs"]
 mod stage;
 pub(crate) use build::{open, spawn, Setup};
-pub(crate) use stage::Admitted;
 
 /// A stage's record, encoded outside every lock (S-J8).
 pub(crate) type Record = crate::journal::format::EncodedItem;
-/// The records of a [`stage_many`](crate::Outbox::stage_many) run (S-W20).
-pub(crate) type Run = crate::journal::format::EncodedRun;
+/// One record of a stage or a run, as the journal appends it.
+pub(crate) type Piece<'a> = crate::journal::format::Unsealed<'a>;
 
 /// Why an item was refused by the journal at stage: the stage's own
 /// vocabulary (`EncodeFailed`, `JournalFull`, S-W21).
@@ -389,7 +388,10 @@ mod tests {
 
     fn stage(j: &J, tenant: u64, item: u64) {
         let record = j.encode(&tenant, &item).unwrap();
-        j.admit(&record).unwrap().append(tenant, &record);
+        let mut appender = j.appender();
+        assert!(appender.fits(record.unsealed()));
+        appender.append(tenant, record.unsealed());
+        appender.finish();
     }
 
     fn recovered(disk: &MemStorage) -> Vec<(u64, u64)> {
@@ -543,16 +545,13 @@ mod tests {
         let mut accepted = 0;
         loop {
             let record = j.encode(&1, &7).unwrap();
-            match j.admit(&record) {
-                Ok(admitted) => {
-                    admitted.append(1, &record);
-                    accepted += 1;
-                }
-                Err(r) => {
-                    assert_eq!(r, Refusal::JournalFull);
-                    break;
-                }
+            let mut appender = j.appender();
+            if !appender.fits(record.unsealed()) {
+                break;
             }
+            appender.append(1, record.unsealed());
+            appender.finish();
+            accepted += 1;
         }
         // 35-byte records (8 frame, 1 kind, 8 seq, 8 staging time, 4
         // version, 4 tenant length, 1 tenant, 1 item (postcard varints))
@@ -579,10 +578,12 @@ mod tests {
         let mut accepted = 0;
         loop {
             let record = j.encode(&1, &7).unwrap();
-            let Ok(admitted) = j.admit(&record) else {
+            let mut appender = j.appender();
+            if !appender.fits(record.unsealed()) {
                 break;
-            };
-            admitted.append(1, &record);
+            }
+            appender.append(1, record.unsealed());
+            appender.finish();
             accepted += 1;
         }
         assert!(j.lock().state.buffered() <= 1_000);

@@ -27,23 +27,9 @@ fn keep_scratch(buffer: Vec<u8>) {
     }
 }
 
-/// A record admitted by [`Journal::admit`]: the journal's lock, held from
-/// the check to the append.
-pub(crate) struct Admitted<'a, K, I>(Appender<'a, K, I>);
-
-impl<K: Ord + std::hash::Hash + Clone, I> Admitted<'_, K, I> {
-    /// Under the outbox's lock, after the engine accepted the item:
-    /// appends its record to the buffer (or, while the journal is down,
-    /// only keeps its place, S-J5).
-    pub(crate) fn append(self, tenant: K, record: &EncodedItem) {
-        let mut appender = self.0;
-        appender.append(tenant, record.unsealed());
-        appender.finish();
-    }
-}
-
-/// The journal's lock held for a run of records ([`Journal::appender`]):
-/// one lock and at most one wake of the commit task for a whole
+/// The journal's lock held from a stage's room check to its append
+/// ([`Journal::appender`], D2): one lock and at most one wake of the
+/// commit task for a stage or a whole
 /// [`stage_many`](crate::Outbox::stage_many) (S-W20).
 pub(crate) struct Appender<'a, K, I> {
     journal: &'a Journal<K, I>,
@@ -71,9 +57,9 @@ impl<K: Ord + std::hash::Hash + Clone, I> Appender<'_, K, I> {
         }
     }
 
-    /// Lets the lock go, then wakes the commit task: at once when
-    /// `sync_bytes` are buffered, else on its interval if this run was
-    /// the first to append to an empty buffer (S-J1).
+    /// Lets the lock go, then, if anything was appended, wakes the commit
+    /// task: at once when `sync_bytes` are buffered, else on its interval
+    /// if this run was the first to append to an empty buffer (S-J1).
     pub(crate) fn finish(self) {
         let Appender {
             journal,
@@ -83,9 +69,12 @@ impl<K: Ord + std::hash::Hash + Clone, I> Appender<'_, K, I> {
         } = self;
         let buffered = g.state.buffered();
         drop(g);
+        if !appended {
+            return;
+        }
         if buffered >= journal.sync_bytes {
             journal.now.notify_one();
-        } else if was_empty && appended {
+        } else if was_empty {
             journal.soon.notify_one();
         }
     }
@@ -154,20 +143,6 @@ where
     /// this thread, for its next stage.
     pub(crate) fn recycle(record: EncodedItem) {
         keep_scratch(record.into_buffer());
-    }
-
-    /// Under the outbox's lock, before the engine takes the item: whether
-    /// `max_bytes` leaves room for it on disk (S-J4) and
-    /// `max_buffered_bytes` in memory (S-B8). The journal's lock stays
-    /// held until the item is appended (or refused by the engine), so a
-    /// stage takes it once.
-    pub(crate) fn admit(&self, record: &EncodedItem) -> Result<Admitted<'_, K, I>, Refusal> {
-        let appender = self.appender();
-        if appender.fits(record.unsealed()) {
-            Ok(Admitted(appender))
-        } else {
-            Err(Refusal::JournalFull)
-        }
     }
 
     /// Under the outbox's lock: the journal's lock, for a run of

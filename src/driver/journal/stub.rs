@@ -21,7 +21,7 @@ pub(crate) struct Journal<K, I> {
 }
 
 /// No record: none is ever encoded.
-pub(crate) type Record = Infallible;
+pub(crate) struct Record(Infallible);
 /// No run of records.
 pub(crate) struct Run(Infallible);
 /// No record of a run.
@@ -33,8 +33,6 @@ pub(crate) type CommitTask = Infallible;
 /// No journal opened.
 pub(crate) type OpenedJournal<K, I> = (Arc<Journal<K, I>>, CommitTask);
 
-/// No record admitted.
-pub(crate) struct Admitted<'a, K, I>(Infallible, PhantomData<&'a Journal<K, I>>);
 /// No journal's lock.
 pub(crate) struct Appender<'a, K, I>(Infallible, PhantomData<&'a Journal<K, I>>);
 
@@ -44,8 +42,8 @@ impl Run {
     }
 }
 
-impl<K, I> Admitted<'_, K, I> {
-    pub(crate) fn append(self, _: K, _: &Record) {
+impl Record {
+    pub(crate) fn unsealed(&self) -> Piece<'_> {
         match self.0 {}
     }
 }
@@ -82,11 +80,7 @@ impl<K, I> Journal<K, I> {
     }
 
     pub(crate) fn recycle(record: Record) {
-        match record {}
-    }
-
-    pub(crate) fn admit(&self, _: &Record) -> Result<Admitted<'_, K, I>, Refusal> {
-        match self.never {}
+        match record.0 {}
     }
 
     pub(crate) fn appender(&self) -> Appender<'_, K, I> {
