@@ -15,7 +15,7 @@
 
 use std::time::Duration;
 
-use super::journal::{Journal, Piece, Record};
+use super::journal::{Journal, Piece};
 use crate::core::{decide, Facts, Handoff, OnRefusal, Refusal, Staged, Time, Verdict};
 use crate::sink::Sink;
 use crate::Outbox;
@@ -128,14 +128,16 @@ impl<S: Sink> Outbox<S> {
         // Step 1, outside every lock: application code and the clock.
         let weight = crate::core::weight(shared.weigher.as_deref(), &item);
         let at = shared.stamps.then(|| shared.now());
-        let record = (shared.journal.as_deref()).map(|j| j.encode(&tenant, &item));
+        let journal = shared.journal.as_deref();
+        let mut run = journal.map(Journal::new_run);
+        let record = journal
+            .zip(run.as_mut())
+            .and_then(|(j, run)| j.encode_into(run, &tenant, &item));
         let prepared = Prepared {
             tenant,
             item,
             weight,
-            record: record
-                .as_ref()
-                .map(|r| r.as_ref().ok().map(Record::unsealed)),
+            record: run.as_ref().map(|run| record.and_then(|i| run.get(i))),
         };
         let verdict = if shared.locked_stage {
             // Overwritten: the commit answers once per item.
@@ -145,8 +147,8 @@ impl<S: Sink> Outbox<S> {
         } else {
             self.commit_handed_off(prepared, at, on)
         };
-        if let Some(Ok(record)) = record {
-            Journal::<S::Tenant, S::Item>::recycle(record);
+        if let Some(run) = run {
+            Journal::<S::Tenant, S::Item>::recycle_run(run);
         }
         verdict
     }

@@ -36,14 +36,8 @@ mod commit;
 mod stage;
 pub(crate) use build::{open, spawn, Setup};
 
-/// A stage's record, encoded outside every lock (S-J8).
-pub(crate) type Record = crate::journal::format::EncodedItem;
 /// One record of a stage or a run, as the journal appends it.
 pub(crate) type Piece<'a> = crate::journal::format::Unsealed<'a>;
-
-/// Why an item was refused by the journal at stage: the stage's own
-/// vocabulary (`EncodeFailed`, `JournalFull`, S-W21).
-pub(crate) use crate::core::Refusal;
 
 /// The journal's metrics (label `outbox`).
 struct Metrics {
@@ -263,15 +257,6 @@ where
         })
     }
 
-    /// The stamp of a record staged now: the codec's version and the wall
-    /// clock's time (S-J14, S-R3).
-    pub(crate) fn stamp_now(&self) -> Stamp {
-        Stamp {
-            staged_ms: wall_ms(&self.wall),
-            ..self.stamp
-        }
-    }
-
     fn lock(&self) -> MutexGuard<'_, Inner<K>> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -387,10 +372,12 @@ mod tests {
     }
 
     fn stage(j: &J, tenant: u64, item: u64) {
-        let record = j.encode(&tenant, &item).unwrap();
+        let mut run = j.new_run();
+        let i = j.encode_into(&mut run, &tenant, &item).unwrap();
+        let record = run.get(i).unwrap();
         let mut appender = j.appender();
-        assert!(appender.fits(record.unsealed()));
-        appender.append(tenant, record.unsealed());
+        assert!(appender.fits(record));
+        appender.append(tenant, record);
         appender.finish();
     }
 
@@ -532,9 +519,10 @@ mod tests {
         }
         let config = JournalConfig::with_storage(MemStorage::new());
         let j = J::open(config, Box::new(Bad), "test").unwrap().journal;
-        assert_eq!(j.encode(&1, &0).err(), Some(Refusal::EncodeFailed));
-        assert_eq!(j.encode(&1, &1).err(), Some(Refusal::EncodeFailed));
-        assert!(j.encode(&1, &2).is_ok());
+        let mut run = j.new_run();
+        assert_eq!(j.encode_into(&mut run, &1, &0), None);
+        assert_eq!(j.encode_into(&mut run, &1, &1), None);
+        assert_eq!(j.encode_into(&mut run, &1, &2), Some(0));
     }
 
     #[test]
@@ -544,12 +532,14 @@ mod tests {
         let j = J::open(config, Box::new(Postcard), "test").unwrap().journal;
         let mut accepted = 0;
         loop {
-            let record = j.encode(&1, &7).unwrap();
+            let mut run = j.new_run();
+            let i = j.encode_into(&mut run, &1, &7).unwrap();
+            let record = run.get(i).unwrap();
             let mut appender = j.appender();
-            if !appender.fits(record.unsealed()) {
+            if !appender.fits(record) {
                 break;
             }
-            appender.append(1, record.unsealed());
+            appender.append(1, record);
             appender.finish();
             accepted += 1;
         }
@@ -577,12 +567,14 @@ mod tests {
         let j = J::open(config, Box::new(Postcard), "test").unwrap().journal;
         let mut accepted = 0;
         loop {
-            let record = j.encode(&1, &7).unwrap();
+            let mut run = j.new_run();
+            let i = j.encode_into(&mut run, &1, &7).unwrap();
+            let record = run.get(i).unwrap();
             let mut appender = j.appender();
-            if !appender.fits(record.unsealed()) {
+            if !appender.fits(record) {
                 break;
             }
-            appender.append(1, record.unsealed());
+            appender.append(1, record);
             appender.finish();
             accepted += 1;
         }

@@ -9,7 +9,7 @@ use std::convert::Infallible;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use crate::core::{Engine, Event, Refusal, Write};
+use crate::core::{Engine, Event, Write};
 use crate::driver::shared::Shared;
 use crate::driver::BuildError;
 use crate::sink::Sink;
@@ -20,8 +20,6 @@ pub(crate) struct Journal<K, I> {
     _of: PhantomData<fn() -> (K, I)>,
 }
 
-/// No record: none is ever encoded.
-pub(crate) struct Record(Infallible);
 /// No run of records.
 pub(crate) struct Run(Infallible);
 /// No record of a run.
@@ -42,12 +40,6 @@ impl Run {
     }
 }
 
-impl Record {
-    pub(crate) fn unsealed(&self) -> Piece<'_> {
-        match self.0 {}
-    }
-}
-
 impl<K, I> Appender<'_, K, I> {
     pub(crate) fn fits(&self, _: Piece<'_>) -> bool {
         match self.0 {}
@@ -63,10 +55,6 @@ impl<K, I> Appender<'_, K, I> {
 }
 
 impl<K, I> Journal<K, I> {
-    pub(crate) fn encode(&self, _: &K, _: &I) -> Result<Record, Refusal> {
-        match self.never {}
-    }
-
     pub(crate) fn encode_into(&self, _: &mut Run, _: &K, _: &I) -> Option<usize> {
         match self.never {}
     }
@@ -77,10 +65,6 @@ impl<K, I> Journal<K, I> {
 
     pub(crate) fn recycle_run(run: Run) {
         match run.0 {}
-    }
-
-    pub(crate) fn recycle(record: Record) {
-        match record.0 {}
     }
 
     pub(crate) fn appender(&self) -> Appender<'_, K, I> {
