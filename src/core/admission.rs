@@ -380,6 +380,24 @@ impl Admission {
         *held = (pending, pending_bytes);
     }
 
+    /// The engine takes in `batch`, each item decided by [`decide`] and,
+    /// if admitted, holding a reservation (S-W19, S-W21): the engine's
+    /// share of the reservations, `held` (items, bytes), grows by what it
+    /// took; what it refused after all (its fence was up, S-W9) is given
+    /// back. Refused items in `batch` are counted and held nothing.
+    pub(crate) fn intake<K: Ord + Hash + Clone, I>(
+        &self,
+        engine: &mut Engine<K, I>,
+        held: &mut (u64, u64),
+        batch: impl IntoIterator<Item = Handoff<K, I>>,
+    ) -> Intake {
+        let intake = engine.stage_batch(batch);
+        held.0 += intake.accepted;
+        held.1 = held.1.saturating_add(intake.accepted_bytes);
+        self.release(intake.refused, intake.refused_bytes);
+        intake
+    }
+
     /// Items admitted and not yet settled (0 when unbounded).
     pub fn items(&self) -> u64 {
         self.items.load(Ordering::Acquire)
@@ -399,17 +417,44 @@ pub struct Stager {
     held: (u64, u64),
 }
 
-/// The facts of a stage into one engine ([`Stager`]).
-struct Facts<'a, K, I> {
-    engine: &'a Engine<K, I>,
-    admission: &'a Admission,
-    tenant: &'a K,
-    weight: u64,
+/// What one stage's path sees, for [`decide`] (S-W21): read by the
+/// caller before the decision (the fence, the journal's encoding and
+/// room), or asked by it in its order (the buffer's reservation, the
+/// tenant's quota). The driver's request path, a stage decided under the
+/// engine's lock, a run (S-W20) and [`Stager`] all decide through it.
+pub(crate) struct Facts<'a, K, I> {
+    /// The outbox takes items only from its outbox table (S-T32).
+    pub(crate) table_only: bool,
+    /// The shutdown fence is up (S-W9).
+    pub(crate) fenced: bool,
+    /// The item was encoded (always, without a journal, S-J8).
+    pub(crate) encoded: bool,
+    /// The journal has room for its record (always, without one, S-J4).
+    pub(crate) journal_room: bool,
+    /// Where the buffer's room is reserved (S-A1, S-B5).
+    pub(crate) admission: &'a Admission,
+    /// The item's clamped weight.
+    pub(crate) weight: u64,
+    /// The engine and the tenant, for a `tenant_capacity` (S-B7); `None`
+    /// where the quota is not checked (the request path's hand-off).
+    pub(crate) quota: Option<(&'a Engine<K, I>, &'a K)>,
 }
 
 impl<K: Ord + Hash + Clone, I> Checks for Facts<'_, K, I> {
+    fn table_only(&mut self) -> bool {
+        self.table_only
+    }
+
     fn fenced(&mut self) -> bool {
-        self.engine.is_shutting_down()
+        self.fenced
+    }
+
+    fn encoded(&mut self) -> bool {
+        self.encoded
+    }
+
+    fn journal_room(&mut self) -> bool {
+        self.journal_room
     }
 
     fn buffer_room(&mut self) -> bool {
@@ -417,7 +462,8 @@ impl<K: Ord + Hash + Clone, I> Checks for Facts<'_, K, I> {
     }
 
     fn tenant_room(&mut self) -> bool {
-        self.engine.tenant_has_room(self.tenant)
+        self.quota
+            .is_none_or(|(e, tenant)| e.tenant_has_room(tenant))
     }
 
     fn unreserve(&mut self) {
@@ -480,10 +526,13 @@ impl Stager {
         let full = stamps || config.capacity_bytes().is_some();
         let weight = engine.weigh_item(&item);
         let verdict = decide(&mut Facts {
-            engine,
+            table_only: self.admission.table_only(),
+            fenced: engine.is_shutting_down(),
+            encoded: true,
+            journal_room: true,
             admission: &self.admission,
-            tenant: &tenant,
             weight,
+            quota: Some((engine, &tenant)),
         });
         Handoff {
             tenant,
@@ -501,11 +550,7 @@ impl Stager {
         engine: &mut Engine<K, I>,
         chunk: impl IntoIterator<Item = Handoff<K, I>>,
     ) -> Intake {
-        let intake = engine.stage_batch(chunk);
-        self.held.0 += intake.accepted;
-        self.held.1 = self.held.1.saturating_add(intake.accepted_bytes);
-        self.admission.release(intake.refused, intake.refused_bytes);
-        intake
+        self.admission.intake(engine, &mut self.held, chunk)
     }
 
     /// Stages `items` at `now` as the driver does when they reach the

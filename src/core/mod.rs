@@ -38,17 +38,20 @@ pub mod lease;
 pub mod relay;
 mod schedule;
 mod shrink;
+pub(crate) mod stage_answers;
 mod tenants;
 mod time;
 mod wait;
 mod write;
 
 pub use accounting::{Counters, DropReason, LostReason, LOG_EVERY};
+pub(crate) use admission::Facts;
 pub use admission::{decide, recheck, Admission, Checks, Handoff, OnRefusal, Refusal, Stager};
 pub use breaker::{BreakerConfig, BreakerState};
 pub use config::{Config, ConfigBuilder, ConfigError, ErrorPolicy};
 pub(crate) use engine::weight;
 pub use engine::{Durable, Engine, Intake, LazyStaged, Staged, UnknownWrite, Weigher, MAX_WEIGHT};
+pub(crate) use stage_answers::{Tally, Verdict};
 pub use time::Time;
 pub use write::{
     AfterFailure, DeadLetter, DeadReason, Event, Failure, Outcome, Report, ShutdownReport,

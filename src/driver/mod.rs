@@ -39,6 +39,7 @@ pub(crate) mod table;
 mod task;
 mod writer;
 
+pub use crate::core::stage_answers::{StageError, StagedMany};
 pub use answer::Answer;
 pub use build::{BuildError, OutboxBuilder, DEFAULT_DROP_TIMEOUT};
 pub use dead_letters::DeadLetters;
@@ -46,8 +47,6 @@ pub use health::Health;
 #[cfg(feature = "journal")]
 pub use journal::SyncError;
 pub use outbox::Outbox;
-pub use stage::StageError;
-pub use stage_many::StagedMany;
 #[cfg(feature = "table")]
 pub use table::TableRelay;
 

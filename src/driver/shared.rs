@@ -15,7 +15,7 @@ use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
 use super::contain;
-use super::journal::{Journal, Record};
+use super::journal::Journal;
 use super::lane::{lane, LaneRx, LaneTx};
 use crate::core::{Admission, Engine, Handoff, Intake, Report, ShutdownReport, Time, WaitId};
 use crate::sink::Sink;
@@ -52,7 +52,7 @@ pub(crate) struct State<K, I> {
     /// The engine's pending items and bytes as the admission counts them:
     /// the difference to the engine's own is given back (or added) after
     /// every input.
-    admitted: (u64, u64),
+    pub(crate) admitted: (u64, u64),
 }
 
 impl<K: Ord + std::hash::Hash + Clone, I> State<K, I> {
@@ -69,7 +69,7 @@ pub(crate) type SharedWeigher<I> = Arc<dyn Fn(&I) -> u64 + Send + Sync>;
 pub(crate) struct Shared<S: Sink> {
     state: Mutex<State<S::Tenant, S::Item>>,
     /// The request path's hand-off (S-W19, see [`super::lane`]).
-    handoff: LaneTx<S::Tenant, S::Item>,
+    pub(crate) handoff: LaneTx<S::Tenant, S::Item>,
     /// Admission by reservation against `capacity` and `capacity_bytes`.
     pub(crate) admission: Admission,
     /// Stages are decided under the lock (a `tenant_capacity` needs the
@@ -78,9 +78,9 @@ pub(crate) struct Shared<S: Sink> {
     pub(crate) locked_stage: bool,
     /// Items are stamped on the request path: the engine reads their time
     /// (a linger or a `max_item_age`, S-A3, S-R3).
-    stamps: bool,
+    pub(crate) stamps: bool,
     /// The weigher, contained, for the request path.
-    weigher: Option<SharedWeigher<S::Item>>,
+    pub(crate) weigher: Option<SharedWeigher<S::Item>>,
     /// Wakes the writer after an input (a stage, a control call).
     pub(crate) wake: Notify,
     /// Wakes the callers waiting for capacity (S-R5) when items settled
@@ -208,7 +208,10 @@ impl<S: Sink> Shared<S> {
         let mut st = self.lock();
         let wake = self.take_in(&mut st, false);
         let out = f(&mut st);
-        self.settle_admission(&mut st);
+        // What settled in the engine gives its reservations back (S-A1,
+        // S-B5).
+        let (pending, bytes) = (st.engine.pending(), st.engine.pending_bytes());
+        self.admission.follow(&mut st.admitted, pending, bytes);
         st.export();
         let released = st.engine.take_released();
         drop(st);
@@ -276,7 +279,7 @@ impl<S: Sink> Shared<S> {
         wake | self.take_in_batch(engine, admitted, batch)
     }
 
-    /// [`intake`](Self::intake) of hand-offs from the lane, each admitted
+    /// The engine's intake of hand-offs from the lane, each admitted
     /// with a reservation on the request path; checks (in debug builds)
     /// that the engine's share matches what was reserved.
     fn take_in_batch(
@@ -298,7 +301,7 @@ impl<S: Sink> Shared<S> {
             refused_bytes,
             wake,
             ..
-        } = self.intake(engine, admitted, batch);
+        } = self.admission.intake(engine, admitted, batch);
         debug_assert_eq!(reserved.0, accepted + refused);
         // A plain lane's items are weighed at the intake: no bytes were
         // reserved for them.
@@ -306,41 +309,6 @@ impl<S: Sink> Shared<S> {
             !self.handoff.is_full() || reserved.1 == accepted_bytes.saturating_add(refused_bytes)
         );
         wake
-    }
-
-    /// The engine takes in `batch`, items admitted with a reservation each
-    /// (S-W19): the engine's share of the reservations, `admitted`, grows
-    /// by what it took; what it refused (after its fence, S-W9) is given
-    /// back.
-    fn intake(
-        &self,
-        engine: &mut Engine<S::Tenant, S::Item>,
-        admitted: &mut (u64, u64),
-        batch: impl IntoIterator<Item = Handoff<S::Tenant, S::Item>>,
-    ) -> Intake {
-        let intake = engine.stage_batch(batch);
-        admitted.0 += intake.accepted;
-        admitted.1 = admitted.1.saturating_add(intake.accepted_bytes);
-        self.admission.release(intake.refused, intake.refused_bytes);
-        intake
-    }
-
-    /// [`intake`](Self::intake) of a batch admitted by the caller, who holds
-    /// the lock (S-W20): after the queued hand-offs were taken in.
-    pub(crate) fn stage_admitted(
-        &self,
-        st: &mut State<S::Tenant, S::Item>,
-        batch: impl IntoIterator<Item = Handoff<S::Tenant, S::Item>>,
-    ) -> Intake {
-        self.intake(&mut st.engine, &mut st.admitted, batch)
-    }
-
-    /// Gives the admission back what settled in the engine since the last
-    /// input, so it counts exactly what is pending and on its way (S-A1,
-    /// S-B5).
-    fn settle_admission(&self, st: &mut State<S::Tenant, S::Item>) {
-        let (pending, bytes) = (st.engine.pending(), st.engine.pending_bytes());
-        self.admission.follow(&mut st.admitted, pending, bytes);
     }
 
     /// The writer's wait for a hand-off: ready when one came (kept for the
@@ -359,56 +327,6 @@ impl<S: Sink> Shared<S> {
             }
             Poll::Ready(None) | Poll::Pending => Poll::Pending,
         }
-    }
-
-    /// Hands an admitted item to the engine's intake (S-W19); gives it
-    /// back if the hand-off is closed (the fence is up, S-W9).
-    pub(crate) fn hand_off_item(
-        &self,
-        tenant: S::Tenant,
-        item: S::Item,
-        weight: u64,
-        at: Option<Time>,
-    ) -> Result<(), (S::Tenant, S::Item)> {
-        self.handoff.send(tenant, item, weight, at)
-    }
-
-    /// Whether the hand-off is closed: the fence is up (S-W9).
-    pub(crate) fn is_fenced(&self) -> bool {
-        self.handoff.is_closed()
-    }
-
-    /// The item's stamp, if the engine reads it (S-A3, S-R3).
-    pub(crate) fn stamp(&self) -> Option<Time> {
-        self.stamps.then(|| self.now())
-    }
-
-    /// The journal, if configured.
-    pub(crate) fn journal(&self) -> Option<&Journal<S::Tenant, S::Item>> {
-        self.journal.as_deref()
-    }
-
-    /// The item's record, if a journal is configured (S-J8), encoded in
-    /// this thread's reused buffer; hand it back with
-    /// [`recycle`](Self::recycle).
-    pub(crate) fn encode(
-        &self,
-        tenant: &S::Tenant,
-        item: &S::Item,
-    ) -> Option<Result<Record, crate::core::Refusal>> {
-        self.journal().map(|j| j.encode(tenant, item))
-    }
-
-    /// Hands a record's buffer back to this thread.
-    pub(crate) fn recycle(&self, record: Option<Record>) {
-        if let Some(record) = record {
-            Journal::<S::Tenant, S::Item>::recycle(record);
-        }
-    }
-
-    /// The item's weight as the engine measures it (S-B5).
-    pub(crate) fn weigh(&self, item: &S::Item) -> u64 {
-        crate::core::weight(self.weigher.as_deref(), item)
     }
 
     /// Locks the state. The engine is never left half-changed by a panic

@@ -1,231 +1,34 @@
-//! The staging pipeline (S-W21): every one-item stage (`stage`,
-//! `try_stage`, `stage_wait`) in three steps.
+//! The staging pipeline (S-W21): every stage call (`stage`, `try_stage`,
+//! `stage_wait`, and a run's `stage_many`, S-W20) in three steps.
 //!
 //! 1. Prepare, outside every lock: weigh (S-B5), stamp (S-A3, S-R3) and,
 //!    with a journal, encode (S-J8): application code and the clock.
-//! 2. Ask the core: [`decide`] over the facts this path sees, in the one
-//!    refusal order (the fence, the journal, the capacities).
+//! 2. Ask the core: [`decide`] over the [`Facts`] this path sees, in the
+//!    one refusal order (the fence, the journal, the capacities).
 //! 3. Commit: the hand-off (S-W19), or the engine's intake under its lock
-//!    when a `tenant_capacity` needs the tenant's count (S-B7); then the
-//!    journal's append. A refusal is counted or handed back, as the call's
-//!    [`OnRefusal`] says.
+//!    when a `tenant_capacity` needs the tenant's count (S-B7) or a run is
+//!    staged at once (S-W20); then the journal's append. A refusal is
+//!    counted or handed back, as the call's [`OnRefusal`] says.
+//!
+//! The driver decides nothing here: which commit a stage takes is the
+//! outbox's setting (`locked_stage`), every verdict is the core's.
 
-use std::fmt;
 use std::time::Duration;
 
-use super::journal::{Admitted, Journal, Record};
-use crate::core::{decide, Admission, Checks, Engine, Handoff, OnRefusal, Refusal, Staged, Time};
+use super::journal::{Journal, Piece};
+use crate::core::{decide, Facts, Handoff, OnRefusal, Refusal, Staged, Time, Verdict};
 use crate::sink::Sink;
 use crate::Outbox;
+use crate::StageError;
 
-/// Why [`Outbox::try_stage`] or [`Outbox::stage_wait`] did not stage an
-/// item; each hands the item back, uncounted (S-R5).
-///
-/// Non-exhaustive: new causes may come (a match needs a `_` arm).
-#[derive(Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum StageError<I> {
-    /// A capacity is full (`buffer_full`, `tenant_full`, or with a journal
-    /// `journal_full`), as [`stage`](Outbox::stage) would have dropped it
-    /// under this reason.
-    Full {
-        /// The capacity that is full.
-        reason: crate::DropReason,
-        /// The item, handed back.
-        item: I,
-    },
-    /// A shutdown began (S-W9): nothing will be accepted any more.
-    ShuttingDown(I),
-    /// [`stage_wait`](Outbox::stage_wait)'s timeout passed with no room.
-    TimedOut(I),
-    /// The journal could not encode the item (S-J8), as `stage` would
-    /// have dropped it under `encode_failed`.
-    EncodeFailed(I),
-    /// The outbox was built with an outbox table and takes items only
-    /// from it (S-T32): stage in the caller's transaction instead
-    /// (`outbox::table::OutboxTable`, feature `table`).
-    TableOnly(I),
-}
-
-impl<I> StageError<I> {
-    /// The item handed back.
-    pub fn into_item(self) -> I {
-        match self {
-            StageError::Full { item, .. }
-            | StageError::ShuttingDown(item)
-            | StageError::TimedOut(item)
-            | StageError::EncodeFailed(item)
-            | StageError::TableOnly(item) => item,
-        }
-    }
-
-    /// The error of a refusal handed back (S-W21).
-    fn refused(refusal: Refusal, item: I) -> Self {
-        match (refusal, refusal.drop_reason()) {
-            (Refusal::EncodeFailed, _) => StageError::EncodeFailed(item),
-            (Refusal::TableOnly, _) => StageError::TableOnly(item),
-            (_, Some(reason)) => StageError::Full { reason, item },
-            (_, None) => StageError::ShuttingDown(item),
-        }
-    }
-}
-
-impl<I> fmt::Display for StageError<I> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StageError::Full { reason, .. } => write!(f, "outbox: no room ({})", reason.as_str()),
-            StageError::ShuttingDown(_) => f.write_str("outbox: shutting down"),
-            StageError::TimedOut(_) => f.write_str("outbox: no room before the timeout"),
-            StageError::EncodeFailed(_) => {
-                f.write_str("outbox: the journal cannot encode the item")
-            }
-            StageError::TableOnly(_) => f.write_str(
-                "outbox: built with an outbox table, it takes items only from the table; \
-                 stage in the caller's transaction with OutboxTable",
-            ),
-        }
-    }
-}
-
-impl<I: fmt::Debug> std::error::Error for StageError<I> {}
-
-/// What the pipeline did with an item: `Ok`, what [`Outbox::stage`]
-/// answers (accepted, or a refusal counted); `Err`, a refusal handed back
-/// with the item.
-type Outcome<I> = Result<Staged, (Refusal, I)>;
-
-/// An item prepared outside every lock (step 1): its weight, its stamp
-/// and, with a journal, its record (`Err`: the codec refused it).
-struct Prepared<K, I> {
-    tenant: K,
-    item: I,
-    weight: u64,
-    at: Option<Time>,
-    record: Option<Result<Record, Refusal>>,
-}
-
-impl<K, I> Prepared<K, I> {
-    /// The item on its way to the engine's intake, `refusal` as decided.
-    fn handoff(self, refusal: Option<Refusal>) -> (Handoff<K, I>, Option<Record>) {
-        let handoff = Handoff {
-            tenant: self.tenant,
-            item: self.item,
-            weight: Some(self.weight),
-            at: self.at,
-            refusal,
-        };
-        (handoff, self.record.and_then(Result::ok))
-    }
-}
-
-/// What one stage's path sees, for [`decide`] (step 2).
-pub(super) struct Facts<'a, 'r, K, I> {
-    pub(super) fenced: bool,
-    /// Not `false` without a journal.
-    pub(super) encoded: bool,
-    pub(super) room: Room<'a, 'r, K, I>,
-    /// The journal's lock, held from its room to the append.
-    pub(super) admitted: Option<Admitted<'a, K, I>>,
-    pub(super) admission: &'r Admission,
+/// An item prepared outside every lock (step 1): its weight and, with a
+/// journal, its record (`Some(None)`: the codec refused it; `None`: no
+/// journal).
+pub(super) struct Prepared<'r, K, I> {
+    pub(super) tenant: K,
+    pub(super) item: I,
     pub(super) weight: u64,
-    /// The engine and the tenant, for a `tenant_capacity` (S-B7).
-    pub(super) quota: Option<(&'r Engine<K, I>, &'r K)>,
-}
-
-/// How a path reads the journal's room (S-J4).
-pub(super) enum Room<'a, 'r, K, I> {
-    /// No journal, or nothing to check.
-    Any,
-    /// One record: its room is checked and kept under the journal's lock.
-    One(&'a Journal<K, I>, &'r Record),
-    /// Checked already, under the run's lock (S-W20).
-    Fits(bool),
-}
-
-impl<K: Ord + std::hash::Hash + Clone + Send + 'static, I: Send + 'static> Checks
-    for Facts<'_, '_, K, I>
-{
-    fn table_only(&mut self) -> bool {
-        self.admission.table_only()
-    }
-
-    fn fenced(&mut self) -> bool {
-        self.fenced
-    }
-
-    fn encoded(&mut self) -> bool {
-        self.encoded
-    }
-
-    fn journal_room(&mut self) -> bool {
-        match self.room {
-            Room::Any => true,
-            Room::Fits(fits) => fits,
-            Room::One(journal, record) => {
-                self.admitted = journal.admit(record).ok();
-                self.admitted.is_some()
-            }
-        }
-    }
-
-    fn buffer_room(&mut self) -> bool {
-        self.admission.reserve(self.weight).is_ok()
-    }
-
-    fn tenant_room(&mut self) -> bool {
-        self.quota
-            .is_none_or(|(e, tenant)| e.tenant_has_room(tenant))
-    }
-
-    fn unreserve(&mut self) {
-        self.admission.release(1, self.weight);
-    }
-}
-
-impl<K, I> Prepared<K, I> {
-    /// The facts of this stage, the fence as read and, under the engine's
-    /// lock, the engine's quota.
-    fn facts<'a, 'r>(
-        &'r self,
-        journal: Option<&'a Journal<K, I>>,
-        admission: &'r Admission,
-        fenced: bool,
-        engine: Option<&'r Engine<K, I>>,
-    ) -> Facts<'a, 'r, K, I> {
-        Facts {
-            fenced,
-            encoded: !matches!(self.record, Some(Err(_))),
-            room: match (journal, &self.record) {
-                (Some(journal), Some(Ok(record))) => Room::One(journal, record),
-                _ => Room::Any,
-            },
-            admitted: None,
-            admission,
-            weight: self.weight,
-            quota: engine.map(|e| (e, &self.tenant)),
-        }
-    }
-}
-
-/// An accepted item's record, appended under the journal's lock still
-/// held since its room was checked (the journal's order is the engine's,
-/// D2).
-#[allow(clippy::needless_pass_by_value)]
-fn append<K: Ord + std::hash::Hash + Clone, I>(
-    admitted: Option<Admitted<'_, K, I>>,
-    key: Option<K>,
-    record: Option<&Record>,
-) {
-    if let (Some(admitted), Some(key), Some(record)) = (admitted, key, record) {
-        admitted.append(key, record);
-    }
-}
-
-/// Lets the journal's lock go (a record not appended): before the
-/// engine's lock is taken, never under it (S-W19).
-#[allow(clippy::drop_non_drop)] // without the journal it holds no lock
-fn unlock<K, I>(admitted: Option<Admitted<'_, K, I>>) {
-    drop(admitted);
+    pub(super) record: Option<Option<Piece<'r>>>,
 }
 
 impl<S: Sink> Outbox<S> {
@@ -264,10 +67,9 @@ impl<S: Sink> Outbox<S> {
     /// (S-T32), [`StageError::ShuttingDown`], [`StageError::EncodeFailed`],
     /// [`StageError::Full`], each with the item.
     pub fn try_stage(&self, tenant: S::Tenant, item: S::Item) -> Result<(), StageError<S::Item>> {
-        match self.stage_one(tenant, item, OnRefusal::HandBack) {
-            Ok(_) => Ok(()),
-            Err((refusal, item)) => Err(StageError::refused(refusal, item)),
-        }
+        self.stage_one(tenant, item, OnRefusal::HandBack)
+            .map(drop)
+            .map_err(StageError::refused)
     }
 
     /// Stages `item`, waiting up to `timeout` for room when a capacity is
@@ -307,7 +109,7 @@ impl<S: Sink> Outbox<S> {
             match self.stage_one(tenant.clone(), item, OnRefusal::Wait) {
                 Ok(_) => return Ok(()),
                 Err((refusal, back)) if OnRefusal::Wait.waits(refusal) => item = back,
-                Err((refusal, back)) => return Err(StageError::refused(refusal, back)),
+                Err(back) => return Err(StageError::refused(back)),
             }
             tokio::select! {
                 biased;
@@ -319,136 +121,113 @@ impl<S: Sink> Outbox<S> {
         }
     }
 
-    /// The pipeline (S-W21): prepare, ask, commit. `Ok`: what
-    /// [`stage`](Self::stage) answers (accepted, or a refusal counted);
-    /// `Err`: a refusal handed back with the item, as `on` says.
-    fn stage_one(&self, tenant: S::Tenant, item: S::Item, on: OnRefusal) -> Outcome<S::Item> {
+    /// The pipeline for one item (S-W21): prepare, then ask and commit on
+    /// the outbox's one path for single stages.
+    fn stage_one(&self, tenant: S::Tenant, item: S::Item, on: OnRefusal) -> Verdict<S::Item> {
         let shared = self.shared();
         // Step 1, outside every lock: application code and the clock.
-        let weight = shared.weigh(&item);
-        let at = shared.stamp();
-        let record = shared.encode(&tenant, &item);
+        let weight = crate::core::weight(shared.weigher.as_deref(), &item);
+        let at = shared.stamps.then(|| shared.now());
+        let journal = shared.journal.as_deref();
+        let mut run = journal.map(Journal::new_run);
+        let record = journal
+            .zip(run.as_mut())
+            .and_then(|(j, run)| j.encode_into(run, &tenant, &item));
         let prepared = Prepared {
             tenant,
             item,
             weight,
-            at,
-            record,
+            record: run.as_ref().map(|run| record.and_then(|i| run.get(i))),
         };
-        let (staged, record) = if shared.locked_stage {
-            self.commit_locked(prepared, on)
+        let verdict = if shared.locked_stage {
+            // Overwritten: the commit answers once per item.
+            let mut verdict = Ok(Staged::Accepted);
+            self.commit_locked([prepared], at, on, &mut |v| verdict = v);
+            verdict
         } else {
-            self.commit_handed_off(prepared, on)
+            self.commit_handed_off(prepared, at, on)
         };
-        shared.recycle(record);
-        staged
+        if let Some(run) = run {
+            Journal::<S::Tenant, S::Item>::recycle_run(run);
+        }
+        verdict
     }
 
     /// Steps 2 and 3 on the request path (S-W19): the fence and the
     /// capacities without the engine's lock, the hand-off, then the
-    /// append under the journal's lock (taken alone).
+    /// append under the journal's lock (taken alone, held from its room
+    /// to the append, D2).
     fn commit_handed_off(
         &self,
-        prepared: Prepared<S::Tenant, S::Item>,
+        prepared: Prepared<'_, S::Tenant, S::Item>,
+        at: Option<Time>,
         on: OnRefusal,
-    ) -> (Outcome<S::Item>, Option<Record>) {
+    ) -> Verdict<S::Item> {
         let shared = self.shared();
-        let weight = prepared.weight;
-        let mut facts = prepared.facts(
-            shared.journal(),
-            &shared.admission,
-            shared.is_fenced(),
-            None,
-        );
-        let verdict = decide(&mut facts);
-        let admitted = facts.admitted.take();
-        let (handoff, record) = prepared.handoff(verdict.err());
-        if let Err(refusal) = verdict {
-            // The journal's lock goes before the engine's is taken (S-W19).
-            unlock(admitted);
-            return (self.refused(handoff, refusal, on), record);
-        }
-        let key = admitted.as_ref().map(|_| handoff.tenant.clone());
-        let Handoff {
-            tenant, item, at, ..
-        } = handoff;
-        match shared.hand_off_item(tenant, item, weight, at) {
-            Ok(()) => {
-                append(admitted, key, record.as_ref());
-                (Ok(Staged::Accepted), record)
-            }
-            // The fence went up since it was read (S-W9): not appended.
-            Err((tenant, item)) => {
-                unlock(admitted);
-                shared.admission.release(1, weight);
-                let handoff = Handoff {
-                    tenant,
-                    item,
-                    weight: Some(weight),
-                    at,
-                    refusal: Some(Refusal::ShuttingDown),
-                };
-                (self.refused(handoff, Refusal::ShuttingDown, on), record)
-            }
-        }
-    }
-
-    /// Steps 2 and 3 under the engine's lock, for a `tenant_capacity`
-    /// (S-B7): the engine's intake, then the append under the journal's
-    /// lock, taken inside the engine's.
-    fn commit_locked(
-        &self,
-        prepared: Prepared<S::Tenant, S::Item>,
-        on: OnRefusal,
-    ) -> (Outcome<S::Item>, Option<Record>) {
-        let shared = self.shared();
-        let (out, record) = shared.engine_input(|st| {
-            let mut facts = prepared.facts(
-                shared.journal(),
-                &shared.admission,
-                st.engine.is_shutting_down(),
-                Some(&st.engine),
-            );
-            let verdict = decide(&mut facts);
-            let admitted = facts.admitted.take();
-            let (handoff, record) = prepared.handoff(verdict.err());
-            let out = match verdict {
-                Ok(()) => {
-                    let key = admitted.as_ref().map(|_| handoff.tenant.clone());
-                    // The fence is down: checked under this lock.
-                    let intake = shared.stage_admitted(st, [handoff]);
-                    append(admitted, key, record.as_ref());
-                    Ok((Staged::Accepted, intake.wake))
-                }
-                Err(refusal) if on.counts(refusal) => {
-                    let intake = st.engine.stage_batch([handoff]);
-                    Ok((refusal.staged(), intake.wake))
-                }
-                Err(refusal) => Err((refusal, handoff.item)),
-            };
-            (out, record)
+        let Prepared {
+            tenant,
+            item,
+            weight,
+            record,
+        } = prepared;
+        let appender = (shared.journal.as_deref())
+            .filter(|_| matches!(record, Some(Some(_))))
+            .map(Journal::appender);
+        let verdict = decide(&mut Facts::<S::Tenant, S::Item> {
+            table_only: shared.admission.table_only(),
+            fenced: shared.handoff.is_closed(),
+            encoded: !matches!(record, Some(None)),
+            journal_room: (appender.as_ref().zip(record.flatten())).is_none_or(|(a, p)| a.fits(p)),
+            admission: &shared.admission,
+            weight,
+            quota: None,
         });
-        match out {
-            Ok((staged, wake)) => {
-                if wake {
-                    shared.wake();
+        let (tenant, item, refusal) = match verdict {
+            Err(refusal) => (tenant, item, refusal),
+            Ok(()) => {
+                let key = appender.as_ref().map(|_| tenant.clone());
+                match shared.handoff.send(tenant, item, weight, at) {
+                    Ok(()) => {
+                        if let (Some(mut a), Some(key), Some(Some(piece))) = (appender, key, record)
+                        {
+                            a.append(key, piece);
+                            a.finish();
+                        }
+                        return Ok(Staged::Accepted);
+                    }
+                    // The fence went up since it was read (S-W9): not
+                    // appended, its reservation given back.
+                    Err((tenant, item)) => {
+                        shared.admission.release(1, weight);
+                        (tenant, item, Refusal::ShuttingDown)
+                    }
                 }
-                (Ok(staged), record)
             }
-            Err(back) => (Err(back), record),
+        };
+        // The journal's lock goes before the engine's is taken (S-W19).
+        if let Some(appender) = appender {
+            appender.finish();
         }
+        let handoff = Handoff {
+            tenant,
+            item,
+            weight: Some(weight),
+            at,
+            refusal: Some(refusal),
+        };
+        self.count_refused(handoff, refusal, on)
     }
 
     /// A refusal decided on the request path: handed back, or counted
     /// under the engine's lock in O(1), no tenant lookup, its event
     /// coalescing with a queued one (S-B8), as the fence's if it went up
     /// since (S-W21). The item is dropped after the lock (S-W13).
-    fn refused(
+    fn count_refused(
         &self,
         handoff: Handoff<S::Tenant, S::Item>,
         refusal: Refusal,
         on: OnRefusal,
-    ) -> Outcome<S::Item> {
+    ) -> Verdict<S::Item> {
         if !on.counts(refusal) {
             return Err((refusal, handoff.item));
         }
@@ -462,5 +241,85 @@ impl<S: Sink> Outbox<S> {
         // Its event is drained by the writer.
         shared.wake();
         Ok(staged)
+    }
+
+    /// Steps 2 and 3 under the engine's lock (S-B7, S-W20), for `items`
+    /// stamped `at`, each answered through `answer` in order: the queued
+    /// hand-offs taken in first, then each item decided, taken in (at
+    /// once with a quota, which reads the engine's count) and its record
+    /// appended under the journal's lock, taken inside the engine's.
+    pub(super) fn commit_locked<'r>(
+        &self,
+        items: impl IntoIterator<Item = Prepared<'r, S::Tenant, S::Item>>,
+        at: Option<Time>,
+        on: OnRefusal,
+        answer: &mut impl FnMut(Verdict<S::Item>),
+    ) {
+        let shared = self.shared();
+        let wake = shared.engine_input(|st| {
+            let mut wake = false;
+            let mut appender = shared.journal.as_deref().map(|j| {
+                let appender = j.appender();
+                // Every queued stage appended its record under the
+                // journal's lock, now held: taking them in again puts each
+                // such item before these in the engine as in the journal
+                // (D2).
+                wake |= shared.take_in(st, false);
+                appender
+            });
+            // Under the lock: the fence cannot go up meanwhile.
+            let fenced = st.engine.is_shutting_down();
+            let mut batch = Vec::new();
+            for p in items {
+                let verdict = decide(&mut Facts {
+                    table_only: shared.admission.table_only(),
+                    fenced,
+                    encoded: !matches!(p.record, Some(None)),
+                    journal_room: (appender.as_ref().zip(p.record.flatten()))
+                        .is_none_or(|(a, piece)| a.fits(piece)),
+                    admission: &shared.admission,
+                    weight: p.weight,
+                    quota: shared.locked_stage.then_some((&st.engine, &p.tenant)),
+                });
+                match verdict {
+                    Err(refusal) if !on.counts(refusal) => {
+                        answer(Err((refusal, p.item)));
+                        continue;
+                    }
+                    Err(refusal) => answer(Ok(refusal.staged())),
+                    Ok(()) => answer(Ok(Staged::Accepted)),
+                }
+                if let (Ok(()), Some(a), Some(Some(piece))) = (verdict, &mut appender, p.record) {
+                    a.append(p.tenant.clone(), piece);
+                }
+                let handoff = Handoff {
+                    tenant: p.tenant,
+                    item: p.item,
+                    weight: Some(p.weight),
+                    at,
+                    refusal: verdict.err(),
+                };
+                if shared.locked_stage {
+                    // A quota reads the engine's count: each item goes in
+                    // before the next is decided.
+                    let intake =
+                        (shared.admission).intake(&mut st.engine, &mut st.admitted, [handoff]);
+                    wake |= intake.wake;
+                } else {
+                    batch.push(handoff);
+                }
+            }
+            // Accepted ones: the fence is down (read under this lock) and
+            // their room is reserved; refused ones are counted.
+            let intake = (shared.admission).intake(&mut st.engine, &mut st.admitted, batch);
+            debug_assert_eq!(intake.refused, 0);
+            if let Some(appender) = appender {
+                appender.finish();
+            }
+            wake | intake.wake
+        });
+        if wake {
+            shared.wake();
+        }
     }
 }

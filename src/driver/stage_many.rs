@@ -14,49 +14,12 @@
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 
-use super::journal::{Journal, Run};
-use super::stage::{Facts, Room};
-use crate::core::{decide, Handoff, Refusal, Staged, Time};
+use super::journal::Journal;
+use super::stage::Prepared;
+use crate::core::{OnRefusal, Staged, Tally};
 use crate::sink::Sink;
 use crate::Outbox;
-
-/// What [`Outbox::stage_many`] did with its items: each one is counted
-/// under exactly one field, as [`Staged`] would have said for it (S-W20).
-/// Every refusal is also counted in the outbox's counters and metrics, as
-/// for [`Outbox::stage`]; the caller need not look.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-#[must_use = "the tally is informational; use `let _ =` to ignore it"]
-pub struct StagedMany {
-    /// Items accepted: pending, and will be written ([`Staged::Accepted`]).
-    pub accepted: u64,
-    /// Items dropped by a capacity or the journal, counted under their
-    /// reason ([`Staged::Dropped`]).
-    pub dropped: u64,
-    /// Items refused because a shutdown began, counted lost under
-    /// `shutdown` ([`Staged::ShuttingDown`], S-W9).
-    pub shutting_down: u64,
-}
-
-/// The outcomes of a run as they are decided: the tally, and each one in
-/// order if the caller asked for them.
-struct Outcomes {
-    tally: StagedMany,
-    each: Option<Vec<Staged>>,
-}
-
-impl Outcomes {
-    fn note(&mut self, staged: Staged) {
-        match staged {
-            Staged::Accepted => self.tally.accepted += 1,
-            Staged::Dropped(_) => self.tally.dropped += 1,
-            Staged::ShuttingDown => self.tally.shutting_down += 1,
-        }
-        if let Some(each) = &mut self.each {
-            each.push(staged);
-        }
-    }
-}
+use crate::StagedMany;
 
 /// The most items reserved up front from an iterator's size hint.
 const MAX_RESERVE: usize = 1 << 16;
@@ -117,14 +80,17 @@ impl<S: Sink> Outbox<S> {
         self.stage_run(items, true).each.unwrap_or_default()
     }
 
+    /// Step 1 of the pipeline for a run (S-W21): the caller's iterator,
+    /// the weigher and the codec, outside every lock, one stamp for all;
+    /// then the locked commit, every refusal counted.
     fn stage_run(
         &self,
         items: impl IntoIterator<Item = (S::Tenant, S::Item)>,
         each: bool,
-    ) -> Outcomes {
+    ) -> Tally {
         let shared = self.shared();
-        let journal = shared.journal();
-        let at = shared.stamp();
+        let journal = shared.journal.as_deref();
+        let at = shared.stamps.then(|| shared.now());
         let mut run = journal.map(Journal::new_run);
         let mut ready: Vec<Ready<S::Tenant, S::Item>> = Vec::new();
         // The caller's iterator is the caller's code: if it panics, the
@@ -137,7 +103,7 @@ impl<S: Sink> Outbox<S> {
             ready.reserve(items.size_hint().0.min(MAX_RESERVE));
             for (tenant, item) in items {
                 ready.push(Ready {
-                    weight: shared.weigh(&item),
+                    weight: crate::core::weight(shared.weigher.as_deref(), &item),
                     record: journal
                         .zip(run.as_mut())
                         .and_then(|(j, run)| j.encode_into(run, &tenant, &item)),
@@ -146,12 +112,18 @@ impl<S: Sink> Outbox<S> {
                 });
             }
         }));
-        let mut outcomes = Outcomes {
-            tally: StagedMany::default(),
-            each: each.then(|| Vec::with_capacity(ready.len())),
-        };
+        let mut tally = Tally::new(ready.len(), each);
         if !ready.is_empty() {
-            self.stage_ready(ready, at, &mut outcomes, run.as_ref());
+            let prepared = ready.into_iter().map(|r| Prepared {
+                record: run.as_ref().map(|run| r.record.and_then(|i| run.get(i))),
+                tenant: r.tenant,
+                item: r.item,
+                weight: r.weight,
+            });
+            // `Count`: every verdict is `Ok`, a refusal counted.
+            self.commit_locked(prepared, at, OnRefusal::Count, &mut |verdict| {
+                tally.note(verdict.unwrap_or_else(|(refusal, _)| refusal.staged()));
+            });
         }
         if let Some(run) = run {
             Journal::<S::Tenant, S::Item>::recycle_run(run);
@@ -159,77 +131,6 @@ impl<S: Sink> Outbox<S> {
         if let Err(panic) = iterated {
             resume_unwind(panic);
         }
-        outcomes
-    }
-
-    /// The locked part of a run: `ready` items, stamped `at`, with their
-    /// records in `run` (with a journal), each decided as
-    /// [`stage`](Self::stage) decides it (S-W21), at this moment.
-    fn stage_ready(
-        &self,
-        ready: Vec<Ready<S::Tenant, S::Item>>,
-        at: Option<Time>,
-        outcomes: &mut Outcomes,
-        run: Option<&Run>,
-    ) {
-        let shared = self.shared();
-        let mut wake = false;
-        let ((), took) = shared.input(|st| {
-            let mut appender = shared.journal().map(|j| {
-                let appender = j.appender();
-                // Every queued stage appended its record under the
-                // journal's lock, now held: taking them in again puts
-                // each such item before this run in the engine as in the
-                // journal (D2).
-                wake |= shared.take_in(st, false);
-                appender
-            });
-            // Under the lock: the fence cannot go up meanwhile.
-            let fenced = st.engine.is_shutting_down();
-            let mut batch = Vec::with_capacity(ready.len());
-            for r in ready {
-                let record = r.record.and_then(|i| run.and_then(|run| run.get(i)));
-                let (encoded, fits) = match &appender {
-                    None => (true, true),
-                    Some(a) => (record.is_some(), record.is_some_and(|rec| a.fits(rec))),
-                };
-                let verdict = decide(&mut Facts {
-                    fenced,
-                    encoded,
-                    room: Room::Fits(fits),
-                    admitted: None,
-                    admission: &shared.admission,
-                    weight: r.weight,
-                    quota: shared.locked_stage.then_some((&st.engine, &r.tenant)),
-                });
-                outcomes.note(verdict.map_or_else(Refusal::staged, |()| Staged::Accepted));
-                if let (Ok(()), Some(appender), Some(record)) = (verdict, &mut appender, record) {
-                    appender.append(r.tenant.clone(), record);
-                }
-                batch.push(Handoff {
-                    tenant: r.tenant,
-                    item: r.item,
-                    weight: Some(r.weight),
-                    at,
-                    refusal: verdict.err(),
-                });
-                // A quota reads the engine's count: each item goes in
-                // before the next is decided.
-                if shared.locked_stage {
-                    wake |= shared.stage_admitted(st, batch.drain(..)).wake;
-                }
-            }
-            // Accepted ones: the fence is down (read under this lock) and
-            // their room is reserved; refused ones are counted.
-            let intake = shared.stage_admitted(st, batch);
-            debug_assert_eq!(intake.refused, 0);
-            wake |= intake.wake;
-            if let Some(appender) = appender {
-                appender.finish();
-            }
-        });
-        if wake || took {
-            shared.wake();
-        }
+        tally
     }
 }

@@ -519,6 +519,26 @@ impl EncodedRun {
         }
     }
 
+    /// An empty run that allocates nothing yet.
+    pub const fn new() -> Self {
+        EncodedRun {
+            bytes: Vec::new(),
+            spans: Vec::new(),
+        }
+    }
+
+    /// Empties the run, keeping its buffers for the next records.
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.spans.clear();
+    }
+
+    /// Bytes of memory the run's buffers hold, used or not.
+    pub fn held_bytes(&self) -> usize {
+        let span = std::mem::size_of::<(usize, usize)>();
+        self.bytes.capacity() + self.spans.capacity() * span
+    }
+
     /// The record of index `i`, if [`push`](Self::push) gave it.
     pub fn get(&self, i: usize) -> Option<Unsealed<'_>> {
         let &(start, end) = self.spans.get(i)?;

@@ -35,16 +35,9 @@ mod commit;
 #[path = "stage.rs"]
 mod stage;
 pub(crate) use build::{open, spawn, Setup};
-pub(crate) use stage::Admitted;
 
-/// A stage's record, encoded outside every lock (S-J8).
-pub(crate) type Record = crate::journal::format::EncodedItem;
-/// The records of a [`stage_many`](crate::Outbox::stage_many) run (S-W20).
-pub(crate) type Run = crate::journal::format::EncodedRun;
-
-/// Why an item was refused by the journal at stage: the stage's own
-/// vocabulary (`EncodeFailed`, `JournalFull`, S-W21).
-pub(crate) use crate::core::Refusal;
+/// One record of a stage or a run, as the journal appends it.
+pub(crate) type Piece<'a> = crate::journal::format::Unsealed<'a>;
 
 /// The journal's metrics (label `outbox`).
 struct Metrics {
@@ -264,15 +257,6 @@ where
         })
     }
 
-    /// The stamp of a record staged now: the codec's version and the wall
-    /// clock's time (S-J14, S-R3).
-    pub(crate) fn stamp_now(&self) -> Stamp {
-        Stamp {
-            staged_ms: wall_ms(&self.wall),
-            ..self.stamp
-        }
-    }
-
     fn lock(&self) -> MutexGuard<'_, Inner<K>> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -388,8 +372,13 @@ mod tests {
     }
 
     fn stage(j: &J, tenant: u64, item: u64) {
-        let record = j.encode(&tenant, &item).unwrap();
-        j.admit(&record).unwrap().append(tenant, &record);
+        let mut run = j.new_run();
+        let i = j.encode_into(&mut run, &tenant, &item).unwrap();
+        let record = run.get(i).unwrap();
+        let mut appender = j.appender();
+        assert!(appender.fits(record));
+        appender.append(tenant, record);
+        appender.finish();
     }
 
     fn recovered(disk: &MemStorage) -> Vec<(u64, u64)> {
@@ -530,9 +519,10 @@ mod tests {
         }
         let config = JournalConfig::with_storage(MemStorage::new());
         let j = J::open(config, Box::new(Bad), "test").unwrap().journal;
-        assert_eq!(j.encode(&1, &0).err(), Some(Refusal::EncodeFailed));
-        assert_eq!(j.encode(&1, &1).err(), Some(Refusal::EncodeFailed));
-        assert!(j.encode(&1, &2).is_ok());
+        let mut run = j.new_run();
+        assert_eq!(j.encode_into(&mut run, &1, &0), None);
+        assert_eq!(j.encode_into(&mut run, &1, &1), None);
+        assert_eq!(j.encode_into(&mut run, &1, &2), Some(0));
     }
 
     #[test]
@@ -542,17 +532,16 @@ mod tests {
         let j = J::open(config, Box::new(Postcard), "test").unwrap().journal;
         let mut accepted = 0;
         loop {
-            let record = j.encode(&1, &7).unwrap();
-            match j.admit(&record) {
-                Ok(admitted) => {
-                    admitted.append(1, &record);
-                    accepted += 1;
-                }
-                Err(r) => {
-                    assert_eq!(r, Refusal::JournalFull);
-                    break;
-                }
+            let mut run = j.new_run();
+            let i = j.encode_into(&mut run, &1, &7).unwrap();
+            let record = run.get(i).unwrap();
+            let mut appender = j.appender();
+            if !appender.fits(record) {
+                break;
             }
+            appender.append(1, record);
+            appender.finish();
+            accepted += 1;
         }
         // 35-byte records (8 frame, 1 kind, 8 seq, 8 staging time, 4
         // version, 4 tenant length, 1 tenant, 1 item (postcard varints))
@@ -578,11 +567,15 @@ mod tests {
         let j = J::open(config, Box::new(Postcard), "test").unwrap().journal;
         let mut accepted = 0;
         loop {
-            let record = j.encode(&1, &7).unwrap();
-            let Ok(admitted) = j.admit(&record) else {
+            let mut run = j.new_run();
+            let i = j.encode_into(&mut run, &1, &7).unwrap();
+            let record = run.get(i).unwrap();
+            let mut appender = j.appender();
+            if !appender.fits(record) {
                 break;
-            };
-            admitted.append(1, &record);
+            }
+            appender.append(1, record);
+            appender.finish();
             accepted += 1;
         }
         assert!(j.lock().state.buffered() <= 1_000);

@@ -1,49 +1,30 @@
-//! The journal's part of a stage (S-J1, S-J4, S-J8): the item is encoded
-//! on the caller's thread, outside every lock, into a buffer the thread
-//! reuses; its room is checked and its record appended under the
-//! journal's lock, taken inside the outbox's.
+//! The journal's part of a stage (S-J1, S-J4, S-J8), one step for a
+//! single stage and a run (S-W20) alike: the items are encoded on the
+//! caller's thread, outside every lock, into a run of records the thread
+//! reuses; each record's room is checked and the record appended under
+//! the journal's lock, taken inside the outbox's or alone.
 
 use std::cell::Cell;
 use std::sync::MutexGuard;
 
-use super::{Inner, Journal, Refusal};
+use super::{wall_ms, Inner, Journal};
 use crate::driver::contain;
-use crate::journal::format::{EncodeFailure, EncodedItem, EncodedRun, Unsealed};
+use crate::journal::format::{EncodedRun, Stamp, Unsealed};
 
 thread_local! {
-    /// The buffer `stage` encodes records into on this thread, reused from
-    /// one stage to the next (a stage allocates nothing for its record).
-    static SCRATCH: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+    /// The run a stage encodes its records into on this thread, reused
+    /// from one stage to the next (a stage allocates nothing for its
+    /// record).
+    static SCRATCH: Cell<EncodedRun> = const { Cell::new(EncodedRun::new()) };
 }
 
-/// A scratch buffer grown past this by a large item is let go, so that a
-/// thread does not hold on to a burst.
+/// A scratch run grown past this by a large item or a long run is let go,
+/// so that a thread does not hold on to a burst.
 const SCRATCH_KEEP: usize = 64 << 10;
 
-fn keep_scratch(buffer: Vec<u8>) {
-    if buffer.capacity() <= SCRATCH_KEEP {
-        // Gone only while the thread exits: the buffer is dropped then.
-        let _ = SCRATCH.try_with(|s| s.set(buffer));
-    }
-}
-
-/// A record admitted by [`Journal::admit`]: the journal's lock, held from
-/// the check to the append.
-pub(crate) struct Admitted<'a, K, I>(Appender<'a, K, I>);
-
-impl<K: Ord + std::hash::Hash + Clone, I> Admitted<'_, K, I> {
-    /// Under the outbox's lock, after the engine accepted the item:
-    /// appends its record to the buffer (or, while the journal is down,
-    /// only keeps its place, S-J5).
-    pub(crate) fn append(self, tenant: K, record: &EncodedItem) {
-        let mut appender = self.0;
-        appender.append(tenant, record.unsealed());
-        appender.finish();
-    }
-}
-
-/// The journal's lock held for a run of records ([`Journal::appender`]):
-/// one lock and at most one wake of the commit task for a whole
+/// The journal's lock held from a stage's room check to its append
+/// ([`Journal::appender`], D2): one lock and at most one wake of the
+/// commit task for a stage or a whole
 /// [`stage_many`](crate::Outbox::stage_many) (S-W20).
 pub(crate) struct Appender<'a, K, I> {
     journal: &'a Journal<K, I>,
@@ -71,9 +52,9 @@ impl<K: Ord + std::hash::Hash + Clone, I> Appender<'_, K, I> {
         }
     }
 
-    /// Lets the lock go, then wakes the commit task: at once when
-    /// `sync_bytes` are buffered, else on its interval if this run was
-    /// the first to append to an empty buffer (S-J1).
+    /// Lets the lock go, then, if anything was appended, wakes the commit
+    /// task: at once when `sync_bytes` are buffered, else on its interval
+    /// if this run was the first to append to an empty buffer (S-J1).
     pub(crate) fn finish(self) {
         let Appender {
             journal,
@@ -83,9 +64,12 @@ impl<K: Ord + std::hash::Hash + Clone, I> Appender<'_, K, I> {
         } = self;
         let buffered = g.state.buffered();
         drop(g);
+        if !appended {
+            return;
+        }
         if buffered >= journal.sync_bytes {
             journal.now.notify_one();
-        } else if was_empty && appended {
+        } else if was_empty {
             journal.soon.notify_one();
         }
     }
@@ -96,37 +80,16 @@ where
     K: Ord + std::hash::Hash + Clone + Send + 'static,
     I: Send + 'static,
 {
-    /// Encodes `item` of `tenant` into a record (outside any lock; a panic
-    /// in the codec is contained), in this thread's reused buffer: hand
-    /// the record back with [`recycle`](Self::recycle) once appended.
-    pub(crate) fn encode(&self, tenant: &K, item: &I) -> Result<EncodedItem, Refusal> {
-        let codec = &*self.codec;
-        let stamp = self.stamp_now();
-        let buffer = SCRATCH.try_with(Cell::take).unwrap_or_default();
-        let encoded = contain::call(|| {
-            EncodedItem::new_in(
-                buffer,
-                stamp,
-                |b| codec.encode_tenant(tenant, b),
-                |b| codec.encode_item(item, b),
-            )
-        });
-        match encoded {
-            Ok(Ok(record)) => Ok(record),
-            Ok(Err((EncodeFailure::Codec(_) | EncodeFailure::TooLarge, buffer))) => {
-                keep_scratch(buffer);
-                Err(Refusal::EncodeFailed)
-            }
-            Err(_) => Err(Refusal::EncodeFailed),
-        }
-    }
-
     /// Encodes `item` of `tenant` as one more record of `run` (outside any
     /// lock; a panic in the codec is contained): its index in the run, or
     /// `None` when the codec failed or the record would be too large.
     pub(crate) fn encode_into(&self, run: &mut EncodedRun, tenant: &K, item: &I) -> Option<usize> {
         let codec = &*self.codec;
-        let stamp = self.stamp_now();
+        // The codec's version and the wall clock's time (S-J14, S-R3).
+        let stamp = Stamp {
+            staged_ms: wall_ms(&self.wall),
+            ..self.stamp
+        };
         let encoded = contain::call(|| {
             run.push(
                 stamp,
@@ -139,34 +102,21 @@ where
         encoded.ok()?.ok()
     }
 
-    /// A run for [`encode_into`](Self::encode_into), in this thread's
-    /// reused buffer: hand it back with [`recycle_run`](Self::recycle_run).
+    /// An empty run for [`encode_into`](Self::encode_into), in this
+    /// thread's reused buffers: hand it back with
+    /// [`recycle_run`](Self::recycle_run).
     pub(crate) fn new_run(&self) -> EncodedRun {
-        EncodedRun::new_in(SCRATCH.try_with(Cell::take).unwrap_or_default())
+        let mut run = SCRATCH.try_with(Cell::take).unwrap_or_default();
+        run.clear();
+        run
     }
 
-    /// Hands the buffer of a [`new_run`](Self::new_run) back to this thread.
+    /// Hands the buffers of a [`new_run`](Self::new_run) back to this
+    /// thread, unless they grew past what a thread keeps.
     pub(crate) fn recycle_run(run: EncodedRun) {
-        keep_scratch(run.into_buffer());
-    }
-
-    /// Hands the buffer of a record [`encode`](Self::encode) made back to
-    /// this thread, for its next stage.
-    pub(crate) fn recycle(record: EncodedItem) {
-        keep_scratch(record.into_buffer());
-    }
-
-    /// Under the outbox's lock, before the engine takes the item: whether
-    /// `max_bytes` leaves room for it on disk (S-J4) and
-    /// `max_buffered_bytes` in memory (S-B8). The journal's lock stays
-    /// held until the item is appended (or refused by the engine), so a
-    /// stage takes it once.
-    pub(crate) fn admit(&self, record: &EncodedItem) -> Result<Admitted<'_, K, I>, Refusal> {
-        let appender = self.appender();
-        if appender.fits(record.unsealed()) {
-            Ok(Admitted(appender))
-        } else {
-            Err(Refusal::JournalFull)
+        if run.held_bytes() <= SCRATCH_KEEP {
+            // Gone only while the thread exits: the run is dropped then.
+            let _ = SCRATCH.try_with(|s| s.set(run));
         }
     }
 

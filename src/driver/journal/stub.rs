@@ -9,7 +9,7 @@ use std::convert::Infallible;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use crate::core::{Engine, Event, Refusal, Write};
+use crate::core::{Engine, Event, Write};
 use crate::driver::shared::Shared;
 use crate::driver::BuildError;
 use crate::sink::Sink;
@@ -20,8 +20,6 @@ pub(crate) struct Journal<K, I> {
     _of: PhantomData<fn() -> (K, I)>,
 }
 
-/// No record: none is ever encoded.
-pub(crate) type Record = Infallible;
 /// No run of records.
 pub(crate) struct Run(Infallible);
 /// No record of a run.
@@ -33,19 +31,11 @@ pub(crate) type CommitTask = Infallible;
 /// No journal opened.
 pub(crate) type OpenedJournal<K, I> = (Arc<Journal<K, I>>, CommitTask);
 
-/// No record admitted.
-pub(crate) struct Admitted<'a, K, I>(Infallible, PhantomData<&'a Journal<K, I>>);
 /// No journal's lock.
 pub(crate) struct Appender<'a, K, I>(Infallible, PhantomData<&'a Journal<K, I>>);
 
 impl Run {
     pub(crate) fn get(&self, _: usize) -> Option<Piece<'_>> {
-        match self.0 {}
-    }
-}
-
-impl<K, I> Admitted<'_, K, I> {
-    pub(crate) fn append(self, _: K, _: &Record) {
         match self.0 {}
     }
 }
@@ -65,10 +55,6 @@ impl<K, I> Appender<'_, K, I> {
 }
 
 impl<K, I> Journal<K, I> {
-    pub(crate) fn encode(&self, _: &K, _: &I) -> Result<Record, Refusal> {
-        match self.never {}
-    }
-
     pub(crate) fn encode_into(&self, _: &mut Run, _: &K, _: &I) -> Option<usize> {
         match self.never {}
     }
@@ -79,14 +65,6 @@ impl<K, I> Journal<K, I> {
 
     pub(crate) fn recycle_run(run: Run) {
         match run.0 {}
-    }
-
-    pub(crate) fn recycle(record: Record) {
-        match record {}
-    }
-
-    pub(crate) fn admit(&self, _: &Record) -> Result<Admitted<'_, K, I>, Refusal> {
-        match self.never {}
     }
 
     pub(crate) fn appender(&self) -> Appender<'_, K, I> {
