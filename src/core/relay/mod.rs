@@ -198,6 +198,18 @@ impl Relay {
         if self.partitions.remove(&partition).is_none() {
             return;
         }
+        // A suspect met in this partition is no longer this relay's to
+        // deliver: reads must not keep waiting for it (S-T18).
+        let draining_here = match &self.quarantine {
+            Quarantine::Draining(Source::Partition(p)) => *p == partition,
+            Quarantine::Draining(Source::Tenant(t)) => {
+                self.tenants.get(t).is_none_or(|t| t.partition == partition)
+            }
+            _ => false,
+        };
+        if draining_here {
+            self.quarantine = Quarantine::Off;
+        }
         for entry in self.tenants.drop_partition(partition) {
             self.forget_key(entry.id);
         }

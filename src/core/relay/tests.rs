@@ -287,6 +287,33 @@ fn a_suspect_waits_for_open_rows_then_is_read_first() {
     assert_eq!(delivered(&mut r), [2]);
 }
 
+/// S-T18: a suspect met in a partition that is then lost (released in a
+/// rebalance) no longer holds up the reads of the partitions still owned.
+/// (Found by tests/table_processes.rs: a late joiner that gave a dead
+/// owner's partition back read nothing again.)
+#[test]
+fn a_suspect_of_a_lost_partition_stops_holding_up_reads() {
+    let mut r = relay(RelayConfig::new("a"), &[0, 1]);
+    let (op, _) = expect_read(&mut r);
+    let mut suspect = row(2, 11, 1, b"s");
+    suspect.crashes = 1;
+    answer(
+        &mut r,
+        op,
+        vec![vec![row(1, 10, 0, b"h")], vec![suspect]],
+        vec![],
+    );
+    assert_eq!(delivered(&mut r), [1]);
+    r.handle_partition_lost(NOW, 1);
+    r.handle_done(NOW, 1, Done::Written);
+    let (_, _removal) = expect_removal(&mut r);
+    let (op, req) = expect_read(&mut r);
+    assert_eq!(req.partitions.len(), 1);
+    assert_eq!(req.partitions[0].partition, 0, "partition 0 is read again");
+    answer(&mut r, op, vec![vec![row(3, 12, 0, b"h")]], vec![]);
+    assert_eq!(delivered(&mut r), [3]);
+}
+
 #[test]
 fn unknown_versions_stay_and_hold_their_tenant_retired_ones_are_dead_lettered() {
     let config = RelayConfig::new("a")
