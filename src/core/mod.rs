@@ -26,7 +26,7 @@ mod admission;
 mod backlog;
 mod backoff;
 mod breaker;
-mod canary;
+pub(crate) mod canary;
 mod config;
 mod engine;
 mod group;

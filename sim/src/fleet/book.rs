@@ -25,6 +25,10 @@ pub enum Fate {
 pub struct StagedRow {
     /// The tenant.
     pub tenant: u64,
+    /// Its partition.
+    pub partition: u32,
+    /// The datastore refuses it (a terminal rejection).
+    pub poison: bool,
     /// The book's sequence number at its transaction's begin.
     pub begin: u64,
     /// The sequence number at its commit.
@@ -47,8 +51,9 @@ pub struct Book {
     pub repeats: u64,
     /// Writes the datastore accepted (one transaction each).
     pub accepted_writes: u64,
-    /// Writes a sink found stale (its epoch superseded).
-    pub stale_writes: u64,
+    /// Rows of writes the datastore refused (a dead letter's cause), with
+    /// the sequence number of the last refusal.
+    pub rejected: BTreeMap<i64, u64>,
     /// Faults and controls, by kind.
     pub faults: BTreeMap<&'static str, u64>,
     /// The first broken rule.

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use outbox::core::relay::DeadReason;
 use outbox::table::model::Model;
 use outbox::table::Store;
 
@@ -35,9 +36,13 @@ pub fn drained(b: &Book, model: &Model) -> bool {
 pub fn end(b: &mut Book, model: &Model) {
     let dead = dead(model);
     let mut problem = None;
+    let mut repeats_refused = 0;
     for (id, row) in &b.rows {
         let delivered = b.delivered.contains_key(id);
         match (row.fate, delivered, dead.contains(id)) {
+            (Fate::Committed, true, true) if refused_repeat(b, *id) => {
+                repeats_refused += 1;
+            }
             (Fate::Committed, true, true) => {
                 problem = Some(format!("row {id} both delivered and dead-lettered"));
             }
@@ -53,6 +58,10 @@ pub fn end(b: &mut Book, model: &Model) {
             break;
         }
     }
+    *b.faults.entry("refused_repeat").or_default() += repeats_refused;
+    if problem.is_none() {
+        problem = dead_cause(b, model, &dead);
+    }
     if let Some(p) = problem {
         b.fail("S-FW1", p);
         return;
@@ -60,6 +69,37 @@ pub fn end(b: &mut Book, model: &Model) {
     if let Some(p) = causal_order(b) {
         b.fail("S-FW3", p);
     }
+}
+
+/// S-FW1's one exception to "never both": the datastore refused
+/// (terminally, a whole write, S-A5) a repeat of row `id` after it had
+/// accepted the row (a new owner re-reads rows whose removal never took
+/// effect, and a refused write is dead-lettered whole).
+fn refused_repeat(b: &Book, id: i64) -> bool {
+    match (b.rejected.get(&id), b.delivered.get(&id)) {
+        (Some(&refused), Some(&(accepted, _, _))) => refused > accepted,
+        _ => false,
+    }
+}
+
+/// S-FW1's cause: a dead letter is the datastore's refusal of a write
+/// the row was in, or the relay's crash count (poisoned); nothing else
+/// in the fleet gives a row up.
+fn dead_cause(b: &Book, model: &Model, dead: &BTreeSet<i64>) -> Option<String> {
+    for id in dead {
+        let reason = model.dead_reason(*id);
+        let caused = match reason {
+            Some(DeadReason::Terminal) => b.rejected.contains_key(id),
+            Some(DeadReason::Poisoned) => true,
+            _ => false,
+        };
+        if !caused {
+            return Some(format!(
+                "row {id} dead-lettered as {reason:?} without that cause"
+            ));
+        }
+    }
+    None
 }
 
 /// S-FW3: of one tenant's rows, one whose transaction committed before

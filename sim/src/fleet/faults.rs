@@ -23,6 +23,10 @@ pub enum Fault {
     Pause(usize),
     /// The host resumes.
     Resume(usize),
+    /// The host freezes for this long at its next sink commit (its
+    /// commit held, its transaction open: a process paused mid-write),
+    /// or with `true` at its next removal that moves a dead letter.
+    PauseAt(usize, Duration, bool),
     /// The host's link gets this one-way latency.
     Latency(usize, Duration),
 }
@@ -72,8 +76,21 @@ impl Schedule {
             let lo = if i == 0 { s.ttl + ms(100) } else { ms(50) };
             let (at, until) = window(rng, s.phase, lo, s.ttl * 3);
             out.long_pauses += u64::from(until - at > s.ttl);
-            out.events.push((at, Fault::Pause(h)));
-            out.events.push((until, Fault::Resume(h)));
+            if rng.random_range(0..2) == 0 {
+                let at_dead = rng.random_range(0..2) == 0;
+                let mut len = until - at;
+                if at_dead && i == 0 {
+                    // Just past the lease: the zombie wakes while the
+                    // partition's new owner is taking over.
+                    let extra =
+                        rng.random_range(0..=(s.ttl / 2 + s.acquire_poll).as_millis() as u64);
+                    len = s.ttl + ms(extra);
+                }
+                out.events.push((at, Fault::PauseAt(h, len, at_dead)));
+            } else {
+                out.events.push((at, Fault::Pause(h)));
+                out.events.push((until, Fault::Resume(h)));
+            }
         }
         for _ in 0..rng.random_range(0..=3) {
             let h = rng.random_range(0..s.hosts);

@@ -11,7 +11,7 @@ use std::time::Duration;
 use outbox::codec::{Codec, Postcard};
 use outbox::core::lease::{LeaseConfig, LeaseConfigBuilder};
 use outbox::table::model::{Model, SessionId};
-use outbox::table::TableRelay;
+use outbox::table::{partition_of, TableRelay};
 use outbox::{Config, Outbox};
 use rand::Rng;
 
@@ -68,7 +68,12 @@ pub fn lease_config(s: &Setup, host: usize, incarnation: u64) -> LeaseConfigBuil
 pub async fn run(plan: HostPlan) -> turmoil::Result {
     let incarnation = plan.starts.fetch_add(1, Ordering::Relaxed);
     let s = plan.setup.clone();
-    let link = LinkStore::new(plan.host, plan.model.store(), Arc::clone(&plan.links));
+    let link = LinkStore::new(
+        plan.host,
+        plan.model.store(),
+        Arc::clone(&plan.links),
+        Arc::clone(&plan.book),
+    );
     let sink = FleetSink {
         host: plan.host,
         instance: instance(plan.host),
@@ -87,8 +92,14 @@ pub async fn run(plan: HostPlan) -> turmoil::Result {
     if super::canary::on("id_above_last_seen") {
         relay = relay.planted_id_above_last_seen();
     }
+    let skew = plan.setup.skews.get(plan.host).cloned().unwrap_or_default();
+    if !skew.is_none() {
+        // The lease clock starts with the gate, at this start (S-FW9).
+        let base = plan.model.now();
+        relay = relay.lease_clock(move |e| skew.at(base + e).saturating_sub(skew.at(base)));
+    }
     let config = Config::builder()
-        .write_timeout(Duration::from_secs(2))
+        .write_timeout(plan.setup.write_timeout)
         .build()
         .map_err(|e| e.to_string())?;
     let outbox = Outbox::builder(sink)
@@ -152,12 +163,13 @@ impl Stager {
     /// Waits while the host is paused.
     async fn held(&self) {
         loop {
+            let now = self.plan.model.now();
             let paused = self
                 .plan
                 .links
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .paused[self.plan.host];
+                .held(self.plan.host, now);
             if !paused {
                 return;
             }
@@ -183,7 +195,10 @@ impl Stager {
         };
         let mut tenant_bytes = Vec::new();
         let _ = Codec::<u64, u64>::encode_tenant(&Postcard, &tenant, &mut tenant_bytes);
+        let partition = partition_of(&tenant_bytes, self.plan.setup.partitions);
+        let poison_per_mille = self.plan.setup.poison_per_mille;
         for _ in 0..self.rng.random_range(1..=3u32) {
+            let poison = draw::chance(&mut self.rng, poison_per_mille, 1000);
             let item = book::lock(&self.plan.book).next_seq();
             let mut item_bytes = Vec::new();
             let _ = Codec::<u64, u64>::encode_item(&Postcard, &item, &mut item_bytes);
@@ -198,6 +213,8 @@ impl Stager {
                 id,
                 StagedRow {
                     tenant,
+                    partition,
+                    poison,
                     begin: key,
                     commit: 0,
                     fate: Fate::Open,

@@ -26,6 +26,7 @@ use outbox::table::{
 };
 use rand::Rng;
 
+use super::book::{self, Book, SharedBook};
 use crate::draw::SimRng;
 
 /// How long a call to a cut-off store waits before it fails.
@@ -38,6 +39,11 @@ pub struct Links {
     pub cut: Vec<bool>,
     /// Paused (calls and replies held), by host.
     pub paused: Vec<bool>,
+    /// A pause armed for the host's next sink commit (`false`) or
+    /// dead-letter move (`true`): its length.
+    pub armed: Vec<Option<(Duration, bool)>>,
+    /// Frozen (as paused) until this instant of the store's clock.
+    pub frozen_until: Vec<Duration>,
     /// One-way latency, by host.
     pub latency: Vec<Duration>,
     /// Chance, in thousandths, that a reply is lost after the call took
@@ -56,12 +62,21 @@ fn lock(links: &SharedLinks) -> MutexGuard<'_, Links> {
     links.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+impl Links {
+    /// Whether host `h`'s calls and replies are held when the store's
+    /// clock reads `now`.
+    pub fn held(&self, h: usize, now: Duration) -> bool {
+        self.paused[h] || self.frozen_until[h] > now
+    }
+}
+
 /// The store as one host reaches it.
 #[derive(Clone, Debug)]
 pub struct LinkStore {
     host: usize,
     inner: ModelStore,
     links: SharedLinks,
+    book: SharedBook,
 }
 
 fn unknown(why: &str) -> StoreError {
@@ -69,9 +84,50 @@ fn unknown(why: &str) -> StoreError {
 }
 
 impl LinkStore {
-    /// Host `host`'s link to `inner`.
-    pub fn new(host: usize, inner: ModelStore, links: SharedLinks) -> Self {
-        LinkStore { host, inner, links }
+    /// Host `host`'s link to `inner`; removals are checked into `book`
+    /// (S-FW8).
+    pub fn new(host: usize, inner: ModelStore, links: SharedLinks, book: SharedBook) -> Self {
+        LinkStore {
+            host,
+            inner,
+            links,
+            book,
+        }
+    }
+
+    /// A removal at the store, checked the instant it takes effect
+    /// (S-FW8): only rows of partitions whose lease row the fence names
+    /// (owner and epoch), and deleted only once the datastore accepted
+    /// them.
+    async fn checked_remove(
+        &self,
+        fence: &Fence,
+        removal: &Removal,
+    ) -> Result<Removed, StoreError> {
+        if !removal.dead.is_empty() {
+            self.freeze_if_armed(true);
+        }
+        self.send().await?;
+        // The model answers at once: the lease table and the removal are
+        // read and applied at one instant.
+        let leases = super::now(self.inner.leases()).unwrap_or_default();
+        let result = self.inner.remove(fence, removal).await;
+        if let Ok(removed) = &result {
+            let stale: Vec<u32> = fence
+                .epochs
+                .iter()
+                .filter(|(p, e)| {
+                    !leases.iter().any(|l| {
+                        l.partition == *p
+                            && l.epoch == *e
+                            && l.owner.as_deref() == Some(&fence.owner)
+                    })
+                })
+                .map(|(p, _)| *p)
+                .collect();
+            check_removed(&mut book::lock(&self.book), fence, &stale, removed);
+        }
+        self.reply(result).await
     }
 
     /// Waits one latency, then while the host is paused.
@@ -81,7 +137,8 @@ impl LinkStore {
             tokio::time::sleep(latency).await;
         }
         loop {
-            let paused = lock(&self.links).paused[self.host];
+            let now = self.inner.model().now();
+            let paused = lock(&self.links).held(self.host, now);
             if !paused {
                 break;
             }
@@ -123,10 +180,60 @@ impl LinkStore {
         self.reply(result).await
     }
 
+    /// A pause armed for this host's next sink commit (`at_dead`
+    /// false) or dead-letter move starts now.
+    fn freeze_if_armed(&self, at_dead: bool) {
+        let now = self.inner.model().now();
+        let mut links = lock(&self.links);
+        let armed = &mut links.armed[self.host];
+        if let Some((len, _)) = armed.take_if(|a| a.1 == at_dead) {
+            links.frozen_until[self.host] = now + len;
+            drop(links);
+            let mut b = book::lock(&self.book);
+            b.count(if at_dead {
+                "pause_at_dead_letter"
+            } else {
+                "pause_at_write"
+            });
+            b.note("freeze", self.host as u64, len.as_millis() as u64, 0);
+        }
+    }
+
     /// Whether the host is cut off now.
     pub fn is_cut(&self) -> bool {
         lock(&self.links).cut[self.host]
     }
+}
+
+/// S-FW8 of one removal that took effect: `stale`, the fence's
+/// partitions whose lease row it does not name.
+fn check_removed(b: &mut Book, fence: &Fence, stale: &[u32], removed: &Removed) {
+    let moved = removed.deleted.iter().chain(&removed.dead);
+    for id in moved {
+        let partition = b.rows.get(id).map(|r| r.partition);
+        if partition.is_none_or(|p| stale.contains(&p) || !fence.epochs.iter().any(|e| e.0 == p)) {
+            let detail = format!(
+                "{} removed row {id} (partition {partition:?}) under the fence {:?}, not the lease \
+                 the store holds for it",
+                fence.owner, fence.epochs
+            );
+            b.fail("S-FW8", detail);
+            return;
+        }
+    }
+    for id in &removed.deleted {
+        if !b.delivered.contains_key(id) {
+            let detail = format!(
+                "{} deleted row {id} before the datastore accepted it",
+                fence.owner
+            );
+            b.fail("S-FW8", detail);
+            return;
+        }
+    }
+    b.faults
+        .entry("dead_letter")
+        .and_modify(|n| *n += removed.dead.len() as u64);
 }
 
 /// A listener across the link: a cut closes it.
@@ -158,6 +265,7 @@ impl LinkTx {
     /// the reply crosses back (and may be lost).
     pub async fn commit_then(self, then: impl FnOnce()) -> Result<(), StoreError> {
         let LinkTx { inner, link } = self;
+        link.freeze_if_armed(false);
         if let Err(e) = link.send().await {
             drop(inner);
             return Err(e);
@@ -200,7 +308,7 @@ impl Store for LinkStore {
         self.call(|s| s.read_page(request)).await
     }
     async fn remove(&self, fence: &Fence, removal: &Removal) -> Result<Removed, StoreError> {
-        self.call(|s| s.remove(fence, removal)).await
+        self.checked_remove(fence, removal).await
     }
     async fn record_attempt(
         &self,

@@ -21,11 +21,15 @@
 //! once another epoch is installed; S-FW5 no write starts after the
 //! store's expiry of its lease (store's clock); S-FW6 after the heal every
 //! partition owned within one ttl plus one renewal plus one acquire poll,
-//! and the table drained within a bound.
+//! and the table drained within a bound; S-FW8 a removal takes effect
+//! only under the lease its fence names and deletes only rows the
+//! datastore accepted; S-FW9 each host's lease clock skewed against the
+//! store's within the drift bound ([`clock`]).
 
 pub mod book;
 pub mod canary;
 pub mod check;
+pub mod clock;
 pub mod faults;
 pub mod host;
 pub mod link;
@@ -76,6 +80,18 @@ pub struct Setup {
     pub grace: Duration,
     /// The relay's poll interval.
     pub poll: Duration,
+    /// Each host's lease clock against the store's (S-FW9).
+    pub skews: Vec<clock::Skew>,
+    /// Items the datastore refuses as malformed (a terminal rejection,
+    /// so they are dead-lettered), in thousandths.
+    pub poison_per_mille: u32,
+    /// The driver's write timeout: in half the seeds longer than any
+    /// pause, so a paused host's writes in flight land when it wakes.
+    pub write_timeout: Duration,
+    /// The store's `idle_in_transaction_timeout`: the default in half the
+    /// seeds, in the others a minute (a datastore that keeps a paused
+    /// session's transaction, and its share locks, until it wakes).
+    pub idle_timeout: Duration,
 }
 
 /// The answer of a call to the model, which answers when called (its

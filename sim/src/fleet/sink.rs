@@ -113,6 +113,48 @@ impl FleetSink {
     }
 }
 
+impl FleetSink {
+    /// A write with a poison item is refused terminally (the datastore
+    /// finds it malformed, before anything is sent); its rows are noted
+    /// as refused, the cause of their dead letters.
+    fn refuse_poison(&self, items: &[Relayed<u64>]) -> Option<WriteError> {
+        let mut b = book::lock(&self.book);
+        let poison = items
+            .iter()
+            .find(|i| b.rows.get(&i.row_id).is_some_and(|r| r.poison))?;
+        let id = poison.row_id;
+        b.count("rejected");
+        b.note("rejected", self.host as u64, id as u64, items.len() as u64);
+        let seq = b.next_seq();
+        b.rejected.extend(items.iter().map(|i| (i.row_id, seq)));
+        Some(WriteError::terminal(format!(
+            "fleet datastore: row {id} is malformed"
+        )))
+    }
+
+    /// The canary `epoch_check_at_start`: the epoch is read at the
+    /// transaction's start, not under the share lock held to its commit,
+    /// so an install (a takeover) can commit between the check and the
+    /// commit of a paused zombie.
+    async fn write_checked_at_start(
+        &self,
+        epoch: WriteEpoch,
+        items: &[Relayed<u64>],
+    ) -> Result<Written, WriteError> {
+        let epochs = self.link.sink_epochs().await.map_err(retryable)?;
+        let current = epochs.iter().find(|e| e.partition == epoch.partition);
+        if current.map(|e| e.epoch) != Some(epoch.epoch) {
+            book::lock(&self.book).count("stale_write");
+            return Err(WriteError::stale_epoch("superseded (read at the start)"));
+        }
+        let tx = self.link.begin_epoch_tx().await.map_err(retryable)?;
+        tx.commit_then(|| self.accept(epoch, Some(self.installed(epoch.partition)), items))
+            .await
+            .map_err(retryable)?;
+        Ok(Written::ALL)
+    }
+}
+
 fn retryable(e: impl std::fmt::Display) -> WriteError {
     WriteError::retryable(format!("fleet datastore: {e}"))
 }
@@ -161,12 +203,18 @@ impl Sink for FleetSink {
         items: &[Relayed<u64>],
     ) -> Result<Written, WriteError> {
         self.check_start(epoch);
+        if let Some(refused) = self.refuse_poison(items) {
+            return Err(refused);
+        }
+        if super::canary::on("epoch_check_at_start") {
+            return self.write_checked_at_start(epoch, items).await;
+        }
         let mut tx = self.link.begin_epoch_tx().await.map_err(retryable)?;
         if !super::canary::on("sink_no_epoch_check") {
             match tx.check_epochs(&[(epoch.partition, epoch.epoch)]).await {
                 Ok(Fenced::Done(())) => {}
                 Ok(Fenced::Stale) => {
-                    book::lock(&self.book).stale_writes += 1;
+                    book::lock(&self.book).count("stale_write");
                     let _ = tx.rollback().await;
                     return Err(WriteError::stale_epoch(format!(
                         "epoch {} of partition {} is superseded",

@@ -16,6 +16,7 @@ use rand::{Rng, RngCore};
 
 use super::book::{self, Book, SharedBook};
 use super::check;
+use super::clock::Skew;
 use super::faults::{Fault, Schedule};
 use super::host::{self, HostPlan};
 use super::link::{Links, SharedLinks};
@@ -30,7 +31,7 @@ pub const TICK: Duration = Duration::from_millis(2);
 pub const DRAIN_BOUND: Duration = Duration::from_secs(20);
 
 /// Fault and control kinds, in report order.
-pub const FAULT_KINDS: [&str; 10] = [
+pub const FAULT_KINDS: [&str; 19] = [
     "crash",
     "restart",
     "partition",
@@ -41,6 +42,15 @@ pub const FAULT_KINDS: [&str; 10] = [
     "handover",
     "late_write_start",
     "write_without_epoch",
+    "skewed_host",
+    "clock_stall",
+    "clock_jump",
+    "rejected",
+    "dead_letter",
+    "stale_write",
+    "pause_at_write",
+    "pause_at_dead_letter",
+    "refused_repeat",
 ];
 
 /// Runs `seed` in the fleet world; a panic becomes a failure.
@@ -70,10 +80,33 @@ fn draw_setup(seed: u64, opts: &RunOptions) -> (Setup, Schedule, u64, u64) {
         heartbeat: renew / 3,
         grace: ttl,
         poll: ms(r.random_range(100..=500)),
+        skews: Vec::new(),
+        poison_per_mille: 0,
+        write_timeout: Duration::from_secs(2),
+        idle_timeout: ModelConfig::default().idle_in_transaction_timeout,
     };
     let schedule = Schedule::draw(&mut r, &setup);
     let turmoil_seed = r.next_u64();
     let link_seed = r.next_u64();
+    // Drawn apart, so the faults of a seed stay what they were.
+    let mut more = rng(seed ^ 0x5eed_c10c_0000_0000);
+    let within = !super::canary::on("skew_beyond_bound");
+    let skews = (0..setup.hosts)
+        .map(|_| Skew::draw(&mut more, &setup, within))
+        .collect();
+    let mut setup = setup;
+    setup.skews = skews;
+    setup.poison_per_mille = if more.random_range(0..4) == 0 {
+        0
+    } else {
+        more.random_range(2..=15)
+    };
+    if more.random_range(0..2) == 1 {
+        setup.write_timeout = setup.ttl * 3 + Duration::from_secs(1);
+    }
+    if more.random_range(0..2) == 1 {
+        setup.idle_timeout = Duration::from_secs(60);
+    }
     (setup, schedule, turmoil_seed, link_seed)
 }
 
@@ -120,11 +153,14 @@ fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
     );
     let model = Model::new(ModelConfig {
         partitions: setup.partitions,
+        idle_in_transaction_timeout: setup.idle_timeout,
         ..ModelConfig::default()
     });
     let links: SharedLinks = Arc::new(Mutex::new(Links {
         cut: vec![false; setup.hosts],
         paused: vec![false; setup.hosts],
+        armed: vec![None; setup.hosts],
+        frozen_until: vec![Duration::ZERO; setup.hosts],
         latency: vec![Duration::from_millis(1); setup.hosts],
         lose_per_mille: schedule.lose_per_mille,
         rng: rng(link_seed),
@@ -137,6 +173,11 @@ fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
             b.faults.insert(k, 0);
         }
         b.faults.insert("long_pause", schedule.long_pauses);
+        for skew in &setup.skews {
+            *b.faults.entry("skewed_host").or_default() += u64::from(!skew.is_none());
+            *b.faults.entry("clock_stall").or_default() += skew.stalls.len() as u64;
+            *b.faults.entry("clock_jump").or_default() += skew.jumps.len() as u64;
+        }
     }
     let mut sim = turmoil::Builder::new()
         .rng_seed(turmoil_seed)
@@ -272,6 +313,11 @@ impl Run {
                 b.note("resume", h as u64, 0, 0);
                 links.paused[h] = false;
             }
+            Fault::PauseAt(h, len, at_dead) => {
+                b.count("pause");
+                b.note("arm", h as u64, len.as_millis() as u64, u64::from(at_dead));
+                links.armed[h] = Some((len, at_dead));
+            }
             Fault::Latency(h, d) => {
                 if d > Duration::from_millis(1) {
                     b.count("slow_link");
@@ -310,6 +356,8 @@ impl Run {
                 let mut links = self.links.lock().unwrap_or_else(|e| e.into_inner());
                 links.cut[h] = false;
                 links.paused[h] = false;
+                links.armed[h] = None;
+                links.frozen_until[h] = Duration::ZERO;
                 links.latency[h] = Duration::from_millis(1);
                 links.lose_per_mille = 0;
             }
@@ -352,10 +400,24 @@ impl Run {
                     return steps;
                 }
                 if now > at + DRAIN_BOUND {
-                    let left = self.model.rows().len();
+                    let left = self.model.rows();
+                    let mut by_partition = BTreeMap::<u32, (usize, i64)>::new();
+                    for r in &left {
+                        let e = by_partition.entry(r.partition).or_insert((0, r.id));
+                        e.0 += 1;
+                    }
+                    let leases = super::lease_rows(&self.model);
+                    let epochs = super::now(outbox::table::Store::sink_epochs(&self.model.store()))
+                        .unwrap_or_default();
+                    let epochs: Vec<(u32, u64)> =
+                        epochs.iter().map(|e| (e.partition, e.epoch)).collect();
                     book::lock(&self.book).fail(
                         "S-FW6",
-                        format!("the table is not drained {DRAIN_BOUND:?} after every partition was owned ({left} rows left)"),
+                        format!(
+                            "the table is not drained {DRAIN_BOUND:?} after every partition was owned \
+                             ({} rows left; by partition (rows, first id): {by_partition:?}; sink epochs {epochs:?}; leases {leases:?})",
+                            left.len()
+                        ),
                     );
                     return steps;
                 }

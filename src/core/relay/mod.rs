@@ -230,9 +230,30 @@ impl Relay {
         let Some(partition) = self.keys.get(&first).map(|k| k.partition) else {
             return;
         };
+        if crate::core::canary::on(crate::core::canary::DELETE_BEFORE_WRITTEN) {
+            self.plant_delete_at_start(&ids);
+        }
         let fence = self.fence_for([partition]);
         self.ops
             .record_attempt(now, fence, InFlight { partition, ids });
+    }
+
+    /// The canary `delete_before_written`: the rows of a write that starts
+    /// count as written at once, so they go into the next removal.
+    fn plant_delete_at_start(&mut self, ids: &[i64]) {
+        let Some(tenant) = ids
+            .first()
+            .and_then(|id| self.keys.get(id))
+            .map(|k| k.tenant.clone())
+        else {
+            return;
+        };
+        if let Some(t) = self.tenants.get_mut(&tenant) {
+            for e in t.queue.iter_mut().filter(|e| ids.contains(&e.id)) {
+                e.ended.get_or_insert(Ended::Written);
+            }
+        }
+        self.collect_removable(&tenant);
     }
 
     /// The engine ended the row `id` (the key it was delivered with).

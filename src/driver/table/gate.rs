@@ -10,7 +10,8 @@
 //! engine hands its items and its tenant's waiting ones over (S-E7; the
 //! rows stay in the table for the partition's owner).
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -18,11 +19,17 @@ use tokio::time::Instant;
 use crate::core::lease::{Epoch, LeasePolicy, NotWritable, Partition, WriteGrant};
 use crate::core::Time;
 
+/// A lease clock: the policy's time for the time elapsed on the
+/// runtime's clock since the gate was made (non-decreasing). The
+/// simulation's hook to skew one host's lease clock (S-L7).
+pub(crate) type LeaseClock = Arc<dyn Fn(Duration) -> Duration + Send + Sync>;
+
 /// The lease policy once the lease task made it, and the clock both
 /// sides read it with.
 pub(crate) struct Gate {
     policy: Mutex<Option<LeasePolicy>>,
     origin: Instant,
+    clock: Option<LeaseClock>,
     /// Wakes the lease task after the writer changed the policy (a write
     /// ended, a stale epoch): a release may be due.
     pub(crate) changed: Notify,
@@ -31,21 +38,30 @@ pub(crate) struct Gate {
 impl Gate {
     /// A gate with no policy yet: nothing is granted until the lease task
     /// installs one.
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(clock: Option<LeaseClock>) -> Self {
         Gate {
             policy: Mutex::new(None),
             origin: Instant::now(),
+            clock,
             changed: Notify::new(),
         }
     }
 
-    /// The policy's clock: time since the gate was made.
+    /// The policy's clock: time since the gate was made (through the
+    /// lease clock, if one is set).
     pub(crate) fn now(&self) -> Time {
-        Time::from_elapsed(self.origin.elapsed())
+        let elapsed = self.origin.elapsed();
+        Time::from_elapsed(self.clock.as_ref().map_or(elapsed, |c| c(elapsed)))
     }
 
-    /// The instant of the policy's time `at`.
+    /// The instant of the policy's time `at`. With a lease clock: now plus
+    /// the policy time still to go (a skewed clock's timer may fire a
+    /// little early or late; the policy re-checks its own time).
     pub(crate) fn instant(&self, at: Time) -> Instant {
+        if self.clock.is_some() {
+            let ahead = at.elapsed().saturating_sub(self.now().elapsed());
+            return crate::driver::deadline(Instant::now(), ahead);
+        }
         crate::driver::deadline(self.origin, at.elapsed())
     }
 
@@ -98,7 +114,7 @@ mod tests {
             .build()
             .unwrap();
         let _in = rt.enter();
-        let gate = Gate::new();
+        let gate = Gate::new(None);
         assert_eq!(gate.begin(0), Err(NotWritable::NotHeld));
         let config = LeaseConfig::builder("a").partitions(2).build().unwrap();
         gate.install(LeasePolicy::new(config, Time::ZERO));

@@ -302,7 +302,7 @@ mod tests {
         let (_stale, stale_rx) = mpsc::unbounded_channel();
         let (stop, stop_rx) = watch::channel(false);
         let policy = LeasePolicy::new(config, Time::ZERO);
-        let gate = Arc::new(Gate::new());
+        let gate = Arc::new(Gate::new(None));
         let task = tokio::spawn(
             LeaseTask::new(
                 Arc::clone(&store),

@@ -43,6 +43,7 @@ pub struct TableRelay<K, I> {
     pub(crate) relay: RelayConfig,
     pub(crate) lease: Arc<dyn Fn(LeaseConfigBuilder) -> LeaseConfigBuilder + Send + Sync>,
     pub(crate) listen: bool,
+    pub(crate) lease_clock: Option<gate::LeaseClock>,
 }
 
 impl<K, I> fmt::Debug for TableRelay<K, I> {
@@ -78,6 +79,7 @@ impl<K, I> TableRelay<K, I> {
             relay: RelayConfig::new(instance),
             lease: Arc::new(|b| b),
             listen: true,
+            lease_clock: None,
         }
     }
 
@@ -140,6 +142,19 @@ impl<K, I> TableRelay<K, I> {
         self
     }
 
+    /// The lease policy's clock as a function of the time elapsed on the
+    /// runtime's clock (non-decreasing): for the simulation, which skews
+    /// each host's lease clock against the store's within
+    /// `max_clock_drift` (S-L7).
+    #[cfg(feature = "testkit")]
+    pub fn lease_clock(
+        mut self,
+        clock: impl Fn(Duration) -> Duration + Send + Sync + 'static,
+    ) -> Self {
+        self.lease_clock = Some(Arc::new(clock));
+        self
+    }
+
     /// The relay's configuration with the outbox's capacities as its
     /// read-ahead (S-T8, S-T9): never more rows held than `capacity`, nor
     /// more of one tenant than `tenant_capacity`.
@@ -181,7 +196,7 @@ where
     check_lease(&options)?;
     let (ends_tx, ends) = mpsc::unbounded_channel();
     let (phase_tx, phase) = watch::channel(Phase::Open);
-    let gate = Arc::new(gate::Gate::new());
+    let gate = Arc::new(gate::Gate::new(options.lease_clock.clone()));
     let feed = Arc::new(Feed::new(ends_tx, phase_tx, Arc::clone(&gate)));
     let feed_out = Arc::clone(&feed);
     let spawn = move |shared: &Arc<Shared<S>>| {

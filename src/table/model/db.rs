@@ -367,14 +367,16 @@ impl Db {
     pub(crate) fn remove(&mut self, fence: &Fence, removal: &Removal) -> Removed {
         let held = self.held(fence);
         let mut out = Removed::default();
-        for &id in &removal.delete {
+        let delete = self.planted_delete_range(&removal.delete, &held);
+        for &id in delete.as_ref().unwrap_or(&removal.delete) {
             if self.take_row(id, &held).is_some() {
                 self.crashes.remove(&id);
                 out.deleted.push(id);
             }
         }
+        let everyone = self.planted_unfenced_dead(fence);
         for d in &removal.dead {
-            if let Some(row) = self.take_row(d.id, &held) {
+            if let Some(row) = self.take_row(d.id, everyone.as_ref().unwrap_or(&held)) {
                 let dead = Dead {
                     epoch: held.get(&row.row.partition).copied().unwrap_or(0),
                     row,
@@ -398,6 +400,29 @@ impl Db {
         out.stale.sort_unstable();
         out.stale.dedup();
         out
+    }
+
+    /// The canary `delete_by_id_range`: every row of the held partitions
+    /// with an id from the lowest to the highest of `ids`.
+    fn planted_delete_range(&self, ids: &[i64], held: &BTreeMap<u32, u64>) -> Option<Vec<i64>> {
+        use crate::core::canary;
+        if !canary::on(canary::DELETE_BY_ID_RANGE) {
+            return None;
+        }
+        let (lo, hi) = (ids.iter().min()?, ids.iter().max()?);
+        let range = self.by_id.range(lo..=hi);
+        let rows = range.filter(|(_, at)| {
+            let partition = self.rows.get(at).map(|r| r.row.partition);
+            partition.is_some_and(|p| held.contains_key(&p))
+        });
+        Some(rows.map(|(id, _)| *id).collect())
+    }
+
+    /// The canary `dead_letter_no_epoch`: every partition of the fence
+    /// counts as held for the dead-letter move, at the epoch it names.
+    fn planted_unfenced_dead(&self, fence: &Fence) -> Option<BTreeMap<u32, u64>> {
+        use crate::core::canary;
+        canary::on(canary::DEAD_LETTER_NO_EPOCH).then(|| fence.epochs.iter().copied().collect())
     }
 
     pub(crate) fn record_attempt(&mut self, fence: &Fence, record: &InFlight) -> Fenced<()> {
