@@ -101,11 +101,7 @@ fn attempts_equal_writes_plus_failures_by_kind_at_a_quiet_point() {
 fn an_attempt_in_flight_when_the_runtime_is_dropped_is_counted_failed() {
     let recorder = metrics_util::debugging::DebuggingRecorder::new();
     let snap = recorder.snapshotter();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap();
+    let rt = support::rt::paused();
     let (o, sink) = {
         let _in = rt.enter();
         let sink = TestSink::new("w18-rt");

@@ -10,14 +10,6 @@ use outbox::telemetry::names::PENDING;
 use outbox::{BuildError, Config, ConfigError, Outbox};
 use support::{gauge, snapshot, t, TestSink};
 
-fn paused() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap()
-}
-
 #[test]
 fn build_errors_render_and_chain_their_cause() {
     let err = BuildError::Config(ConfigError::Zero { field: "capacity" });
@@ -49,7 +41,7 @@ fn write_errors_render_their_kind_and_chain_their_cause() {
 
 #[test]
 fn an_outbox_names_itself_and_says_when_the_fence_is_up() {
-    paused().block_on(async {
+    support::rt::paused().block_on(async {
         let builder = Outbox::builder(TestSink::new("api-name"));
         assert!(format!("{builder:?}").contains("OutboxBuilder"));
         let o = builder.build().unwrap();
@@ -70,7 +62,7 @@ fn the_pending_gauge_is_exact_once_the_stages_are_taken_in() {
     // exports under the lock; the writer need not run.
     let recorder = DebuggingRecorder::new();
     let snap = recorder.snapshotter();
-    let rt = paused();
+    let rt = support::rt::paused();
     metrics::with_local_recorder(&recorder, || {
         rt.block_on(async {
             let o = Outbox::new(TestSink::new("api-gauge"), Config::default()).unwrap();

@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use outbox::{Config, DropReason, LostReason, Outbox, Staged};
 use support::*;
-use tokio::runtime::Builder;
 
 const THREADS: u32 = 4;
 
@@ -220,7 +219,7 @@ fn the_capacity_reservation_is_exact_under_contention() {
 /// by polling, so it must fall back to receiving one by one).
 #[test]
 fn a_counter_read_from_a_task_with_its_budget_spent_takes_in_every_stage() {
-    let rt = Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = support::rt::current();
     rt.block_on(async {
         let o = Outbox::new(TestSink::new("budget"), Config::default()).unwrap();
         spend_coop_budget().await;

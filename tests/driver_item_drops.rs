@@ -204,10 +204,7 @@ fn an_item_dropped_at_stage_time_may_read_the_outbox() {
     }
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = support::rt::current();
         let _in = rt.enter();
         let cell = Arc::new(OnceLock::new());
         let config = Config::builder().capacity(1).build().unwrap();

@@ -19,15 +19,7 @@ use tokio::runtime::{Builder, Runtime};
 use tokio::time::Instant;
 
 fn current_thread() -> Runtime {
-    Builder::new_current_thread().enable_all().build().unwrap()
-}
-
-fn multi_thread_one_worker() -> Runtime {
-    Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap()
+    support::rt::current()
 }
 
 async fn until_dead<T>(weak: &std::sync::Weak<T>) {
@@ -93,7 +85,7 @@ fn flush_and_shutdown_on_a_current_thread_runtime() {
 
 #[test]
 fn flush_and_shutdown_on_a_multi_thread_runtime_with_one_worker() {
-    flush_and_shutdown_on(multi_thread_one_worker(), "mt1");
+    flush_and_shutdown_on(support::rt::multi_thread(1), "mt1");
 }
 
 /// S-W1, S-W3, S-W14: 8 OS threads (outside the runtime) stage at once;
@@ -143,7 +135,7 @@ async fn staging_from_eight_os_threads_on_a_paused_clock() {
 
 #[test]
 fn staging_from_eight_os_threads_on_a_multi_thread_runtime() {
-    let rt = multi_thread_one_worker();
+    let rt = support::rt::multi_thread(1);
     let sink = TestSink::new("threads-mt");
     let o = rt.block_on(async { Outbox::new(sink.clone(), Config::default()).unwrap() });
     rt.block_on(stage_from_eight_threads(o, sink));
@@ -531,11 +523,7 @@ fn a_runtime_dropped_under_an_idle_writer_logs_no_loss() {
 #[test]
 fn staging_from_another_clock_lingers_on_the_outboxs_clock() {
     fn paused() -> Runtime {
-        Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .unwrap()
+        support::rt::paused()
     }
     const LINGER: Duration = Duration::from_secs(10);
     let config = || Config::builder().linger(LINGER).build().unwrap();
@@ -710,11 +698,7 @@ mod capture {
 #[test]
 fn drops_are_logged_rate_limited_and_failures_with_their_context() {
     let capture = capture::Capture::default();
-    let rt = Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap();
+    let rt = support::rt::paused();
     let counters = tracing::subscriber::with_default(capture.clone(), || {
         rt.block_on(async {
             let sink = TestSink::new("logs");
@@ -791,11 +775,7 @@ fn staging_from_a_plain_thread_after_the_runtime_is_gone() {
     // under `abandoned`); later calls from any thread are refused/answered.
     let sink = TestSink::new("rt-gone");
     sink.set_all(Act::Hang);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = support::rt::multi_thread(1);
     let config = Config::builder()
         .linger(Duration::from_millis(5))
         .build()
@@ -849,11 +829,7 @@ fn futures_block_on<F: std::future::Future>(f: F) -> F::Output {
 #[test]
 fn concurrent_stage_flush_shutdown_abandon_stay_balanced() {
     for round in 0..20u64 {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = support::rt::multi_thread(2);
         rt.block_on(async move {
             let sink = TestSink::new("race");
             if round % 3 == 0 {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use outbox::{Config, DropReason, Outbox, StageError, Staged};
 use support::*;
-use tokio::runtime::{Builder, Runtime};
+use tokio::runtime::Runtime;
 
 /// A runtime driven by a thread of its own (a current-thread one, or a
 /// multi-thread one whose `block_on` thread idles), so that the stagers
@@ -27,7 +27,7 @@ struct Driven {
 impl Driven {
     fn new(current_thread: bool) -> Driven {
         let rt = Arc::new(if current_thread {
-            Builder::new_current_thread().enable_all().build().unwrap()
+            support::rt::current()
         } else {
             multi_thread()
         });
@@ -585,7 +585,7 @@ fn full_lane_stages_race_a_shutdown_exactly() {
 fn journaled_try_stage_decides_as_stage() {
     use outbox::journal::{JournalConfig, MemStorage};
     quiet_sink_panics();
-    let rt = Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = support::rt::current();
     rt.block_on(async {
         let mk = |name: &str, disk: &MemStorage| {
             let sink = TestSink::new(name);

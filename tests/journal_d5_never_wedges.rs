@@ -101,10 +101,7 @@ fn rebuild_on(storage: impl Storage + 'static) -> Result<u64, String> {
     std::thread::spawn(move || {
         let sink = TestSink::new("probe");
         sink.set_all(Act::Hang);
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = support::rt::current();
         rt.block_on(async {
             match Outbox::builder(sink.clone())
                 .journal(config(storage, S))
@@ -362,23 +359,12 @@ fn hung_sync_at_shutdown_on(rt: tokio::runtime::Runtime) {
 
 #[test]
 fn hung_sync_at_shutdown_multi_thread() {
-    hung_sync_at_shutdown_on(
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap(),
-    );
+    hung_sync_at_shutdown_on(support::rt::multi_thread(2));
 }
 
 #[test]
 fn hung_sync_at_shutdown_current_thread() {
-    hung_sync_at_shutdown_on(
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap(),
-    );
+    hung_sync_at_shutdown_on(support::rt::current());
 }
 
 /// S-J5 "a long outage never fills the journal" / D6: the failed commit
@@ -435,10 +421,7 @@ async fn failed_resumes_pile_up_files_with_redo_marks() {
 fn rebuild_with_torn_last_segment_and_refused_deletions() {
     let mem = MemStorage::new();
     // A healthy journal with one pending item, then a crash mid-create.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = support::rt::current();
     rt.block_on(async {
         let sink = TestSink::new("torn");
         sink.set_all(Act::Hang);
@@ -526,11 +509,7 @@ fn rebuild_and_write(mem: &MemStorage) -> Result<Vec<u32>, String> {
     let mem = mem.clone();
     std::thread::spawn(move || {
         let sink = TestSink::new("probe-w");
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .unwrap();
+        let rt = support::rt::paused();
         rt.block_on(async {
             match Outbox::builder(sink.clone())
                 .journal(config(mem.clone(), S))
@@ -594,11 +573,7 @@ fn random_faults_then_crash_loses_nothing_synced() {
     for seed in 0..seeds {
         let mem = MemStorage::new();
         let (disk, mode) = seeded_faults(&mem, seed * 7919 + 1);
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .unwrap();
+        let rt = support::rt::paused();
         let mut r = Lcg(seed ^ 0xdead_beef);
         let covered: Vec<u32> = rt.block_on(async {
             let sink = TestSink::new("rand");
@@ -763,11 +738,7 @@ fn random_faults_then_heal_and_clean_shutdown() {
     for seed in 0..seeds {
         let mem = MemStorage::new();
         let (disk, mode) = seeded_faults(&mem, seed * 104_729 + 3);
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .unwrap();
+        let rt = support::rt::paused();
         let mut r = Lcg(seed ^ 0x5eed);
         let (pending, closed_ok) = rt.block_on(async {
             let sink = TestSink::new("rand2");

@@ -16,13 +16,6 @@ use support::{t, Act, TestSink};
 
 const S: Duration = Duration::from_secs(1);
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 fn journal(disk: &MemStorage) -> JournalConfig {
     JournalConfig::with_storage(disk.clone())
         .sync_interval(Duration::from_millis(1))
@@ -54,7 +47,7 @@ fn stage(o: &Outbox<TestSink>, tenants: u128, from: u32, n: u32) -> BTreeMap<Ten
 fn crashed_run(disk: &MemStorage, synced: u32, unsynced: u32) -> BTreeMap<TenantId, Vec<u32>> {
     let sink = TestSink::new("crashed");
     sink.set_all(Act::Hang);
-    let covered = rt().block_on(async {
+    let covered = support::rt::current().block_on(async {
         let o = build(&sink, disk);
         let covered = stage(&o, 5, 0, synced);
         assert_eq!(o.sync().await, Ok(()));
@@ -76,7 +69,7 @@ fn what_a_sync_covered_is_written_after_a_crash_per_tenant_in_order() {
     let disk = MemStorage::new();
     let covered = crashed_run(&disk, 100, 20);
     let sink = TestSink::new("after");
-    rt().block_on(async {
+    support::rt::current().block_on(async {
         let o = build(&sink, &disk);
         let c = o.counters();
         assert!(c.recovered >= 100, "{c:?}");
@@ -101,7 +94,7 @@ fn what_a_sync_covered_is_written_after_a_crash_per_tenant_in_order() {
     });
     // A clean shutdown leaves nothing pending in the journal (S-J3).
     let sink = TestSink::new("third");
-    rt().block_on(async {
+    support::rt::current().block_on(async {
         let o = build(&sink, &disk);
         assert_eq!(o.counters().recovered, 0);
         o.shutdown(S).await;
@@ -125,7 +118,7 @@ fn dead_letters_handed_back_at_shutdown_are_not_recovered() {
     let disk = MemStorage::new();
     let sink = TestSink::new("hang");
     sink.set_all(Act::Hang);
-    rt().block_on(async {
+    support::rt::current().block_on(async {
         let o = build(&sink, &disk);
         stage(&o, 3, 0, 9);
         let report = o.shutdown(Duration::from_millis(20)).await;
@@ -135,7 +128,7 @@ fn dead_letters_handed_back_at_shutdown_are_not_recovered() {
     });
     disk.crash();
     let sink = TestSink::new("after");
-    rt().block_on(async {
+    support::rt::current().block_on(async {
         let o = build(&sink, &disk);
         assert_eq!(o.counters().recovered, 0, "{:?}", o.counters());
         o.shutdown(S).await;
@@ -149,7 +142,7 @@ fn recovered_items_ignore_capacity_and_come_before_new_stages() {
     crashed_run(&disk, 30, 0);
     let sink = TestSink::new("after");
     sink.set_all(Act::Hang);
-    rt().block_on(async {
+    support::rt::current().block_on(async {
         let o = Outbox::builder(sink.clone())
             .config(outbox::Config::builder().capacity(10).build().unwrap())
             .journal(journal(&disk))
@@ -169,7 +162,7 @@ fn a_failing_disk_keeps_items_in_memory_counted_and_sync_says_so() {
     // item is on no disk; the journal resumes after the fault.
     let disk = MemStorage::new();
     let sink = TestSink::new("sink");
-    rt().block_on(async {
+    support::rt::current().block_on(async {
         let o = build(&sink, &disk);
         stage(&o, 2, 0, 4);
         assert_eq!(o.sync().await, Ok(()));
@@ -223,7 +216,7 @@ fn an_item_the_codec_cannot_encode_is_dropped_and_counted() {
     }
     let disk = MemStorage::new();
     let sink = TestSink::new("sink");
-    rt().block_on(async {
+    support::rt::current().block_on(async {
         let o = Outbox::builder(sink.clone())
             .journal_with_codec(journal(&disk), OddFails)
             .build()
@@ -266,7 +259,7 @@ fn a_codec_that_panics_at_recovery_loses_only_the_records_it_panics_on() {
         .map(|(t, items)| (t, items.into_iter().filter(|i| i % 2 == 0).collect()))
         .collect();
     let sink = TestSink::new("after");
-    rt().block_on(async {
+    support::rt::current().block_on(async {
         let o = Outbox::builder(sink.clone())
             .journal_with_codec(journal(&disk), PanicsOnOdd)
             .build()
@@ -294,7 +287,7 @@ fn a_full_journal_drops_at_stage() {
     let disk = MemStorage::new();
     let sink = TestSink::new("sink");
     sink.set_all(Act::Hang);
-    rt().block_on(async {
+    support::rt::current().block_on(async {
         let o = Outbox::builder(sink.clone())
             .journal(journal(&disk).segment_bytes(500).max_bytes(Some(1_000)))
             .build()
@@ -316,7 +309,7 @@ fn build_refuses_a_locked_or_foreign_journal() {
     // S-J6, S-J7.
     let disk = MemStorage::new();
     let sink = TestSink::new("sink");
-    rt().block_on(async {
+    support::rt::current().block_on(async {
         let first = build(&sink, &disk);
         let second = Outbox::builder(sink.clone())
             .journal(journal(&disk))
@@ -331,7 +324,7 @@ fn build_refuses_a_locked_or_foreign_journal() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("README"), b"not a journal").unwrap();
-    rt().block_on(async {
+    support::rt::current().block_on(async {
         let r = Outbox::builder(sink.clone())
             .journal(JournalConfig::new(&dir))
             .build();
@@ -346,7 +339,7 @@ fn build_refuses_a_locked_or_foreign_journal() {
 #[test]
 fn sync_without_a_journal_says_so() {
     let sink = TestSink::new("sink");
-    rt().block_on(async {
+    support::rt::current().block_on(async {
         let o = Outbox::builder(sink).build().unwrap();
         assert_eq!(o.sync().await, Err(SyncError::NoJournal));
     });

@@ -39,10 +39,7 @@ fn config(disk: &MemStorage) -> JournalConfig {
 fn an_explicit_segment_above_half_of_max_bytes_is_a_build_error_naming_both() {
     // Issue 25: with `segment_bytes(4096)` and `max_bytes(Some(1000))`, 25
     // items were accepted, then every stage was dropped for good.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = support::rt::current();
     rt.block_on(async {
         let disk = MemStorage::new();
         let built = Outbox::builder(TestSink::new("half"))

@@ -33,10 +33,7 @@ fn child() {
     let Ok(dir) = std::env::var(CHILD) else {
         return;
     };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = support::rt::current();
     rt.block_on(async {
         let sink = TestSink::new("fds");
         sink.set_all(Act::Hang);

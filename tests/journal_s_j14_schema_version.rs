@@ -21,13 +21,6 @@ use support::{t, Act, TestSink};
 
 const S: Duration = Duration::from_secs(1);
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 fn journal(disk: &MemStorage) -> JournalConfig {
     JournalConfig::with_storage(disk.clone())
         .sync_interval(Duration::from_millis(1))
@@ -39,7 +32,7 @@ fn journal(disk: &MemStorage) -> JournalConfig {
 fn crashed_run(disk: &MemStorage, version: u32, items: std::ops::Range<u32>) {
     let sink = TestSink::new("before");
     sink.set_all(Act::Hang);
-    rt().block_on(async {
+    support::rt::current().block_on(async {
         let o = Outbox::builder(sink.clone())
             .journal_with_codec(journal(disk), Versioned::new(Postcard, version))
             .build()
@@ -61,7 +54,7 @@ fn records_of_another_version_are_refused_counted_and_never_decoded() {
     let disk = MemStorage::new();
     crashed_run(&disk, 1, 0..5);
     let sink = TestSink::new("after");
-    rt().block_on(async {
+    support::rt::current().block_on(async {
         let o = Outbox::builder(sink.clone())
             .journal_with_codec(journal(&disk), Versioned::new(Postcard, 2))
             .build()
@@ -79,7 +72,7 @@ fn records_of_another_version_are_refused_counted_and_never_decoded() {
     // The clean shutdown deleted the refused records' segments: the next
     // life counts nothing again.
     let sink = TestSink::new("third");
-    rt().block_on(async {
+    support::rt::current().block_on(async {
         let o = Outbox::builder(sink.clone())
             .journal_with_codec(journal(&disk), Versioned::new(Postcard, 2))
             .build()
@@ -94,7 +87,7 @@ fn the_same_version_recovers_and_the_default_is_zero() {
     let disk = MemStorage::new();
     crashed_run(&disk, 0, 0..4);
     let sink = TestSink::new("after");
-    rt().block_on(async {
+    support::rt::current().block_on(async {
         // `journal` (Postcard, version 0) reads what version 0 wrote.
         let o = Outbox::builder(sink.clone())
             .journal(journal(&disk))
@@ -115,7 +108,7 @@ fn refused_records_are_handed_over_as_their_bytes_if_asked() {
     let handed: Arc<Mutex<Vec<OtherRecord>>> = Arc::default();
     let seen = Arc::clone(&handed);
     let sink = TestSink::new("after");
-    rt().block_on(async {
+    support::rt::current().block_on(async {
         let config =
             journal(&disk).other_version(OtherVersion::hand(move |r| seen.lock().unwrap().push(r)));
         let o = Outbox::builder(sink.clone())
@@ -146,7 +139,7 @@ fn another_version_fails_the_build_if_configured_and_changes_nothing() {
     crashed_run(&disk, 1, 0..3);
     let before = disk.files();
     let sink = TestSink::new("after");
-    let err = rt().block_on(async {
+    let err = support::rt::current().block_on(async {
         let built = Outbox::builder(sink.clone())
             .journal(journal(&disk).other_version(OtherVersion::Fail))
             .build();
@@ -176,7 +169,7 @@ fn another_version_fails_the_build_if_configured_and_changes_nothing() {
     assert_eq!(after, before, "nothing cut, sealed or deleted");
     // The older build still recovers them.
     let sink = TestSink::new("older");
-    rt().block_on(async {
+    support::rt::current().block_on(async {
         let o = Outbox::builder(sink.clone())
             .journal_with_codec(journal(&disk), Versioned::new(Postcard, 1))
             .build()
@@ -221,7 +214,7 @@ fn a_journal_of_the_previous_format_recovers_at_version_zero() {
     }
     disk.put(&format::segment_name(1), seg);
     let sink = TestSink::new("upgraded");
-    rt().block_on(async {
+    support::rt::current().block_on(async {
         let o = Outbox::builder(sink.clone())
             .journal(journal(&disk))
             .build()
@@ -241,7 +234,7 @@ fn a_journal_of_the_previous_format_recovers_at_version_zero() {
     let mut seg = format::header_of(format::V1, 1, 1).to_vec();
     seg.extend(v1_item(1, &tenant, &postcard::to_allocvec(&5u32).unwrap()));
     disk2.put(&format::segment_name(1), seg);
-    rt().block_on(async {
+    support::rt::current().block_on(async {
         let o = Outbox::builder(TestSink::new("v1"))
             .journal_with_codec(journal(&disk2), Versioned::new(Postcard, 1))
             .build()
@@ -255,7 +248,7 @@ fn a_journal_of_the_previous_format_recovers_at_version_zero() {
 fn the_inspector_shows_the_version_and_the_type_name_of_each_segment() {
     let dir = std::env::temp_dir().join(format!("outbox-s-j14-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    rt().block_on(async {
+    support::rt::current().block_on(async {
         let sink = TestSink::new("fs");
         sink.set_all(Act::Hang);
         let o = Outbox::builder(sink)

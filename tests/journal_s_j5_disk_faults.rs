@@ -65,10 +65,7 @@ fn recovered_on(mem: &MemStorage) -> u64 {
 fn recovered_on_thread(mem: &MemStorage) -> u64 {
     let sink = TestSink::new("probe");
     sink.set_all(Act::Hang);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = support::rt::current();
     rt.block_on(async {
         let o = build(&sink, mem.clone(), S);
         let n = o.counters().recovered;

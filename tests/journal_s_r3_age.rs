@@ -45,10 +45,7 @@ fn config() -> Config {
 /// A life that stages items of tenant 1 at wall time `old`, items of
 /// tenant 2 at `fresh`, syncs, and crashes with nothing written.
 fn first_life(disk: &MemStorage, wall: &Wall, old: Duration, fresh: Duration) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = support::rt::current();
     let sink = TestSink::new("first-life");
     sink.set_all(Act::Hang);
     rt.block_on(async {
@@ -81,11 +78,7 @@ fn s_r3_a_journal_staged_long_ago_recovers_its_items_with_their_age() {
     // tenant 2's one minute before; the sink fails every write meanwhile.
     first_life(&disk, &wall, t0, t0 + 3 * HOUR - Duration::from_secs(60));
     wall.set(t0 + 3 * HOUR);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap();
+    let rt = support::rt::paused();
     let sink = TestSink::new("second-life");
     sink.set_all(Act::Fail);
     rt.block_on(async {

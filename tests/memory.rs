@@ -8,6 +8,8 @@
 //! thread, and so does a current-thread runtime with its writer, so other
 //! tests running in parallel do not disturb the count.
 
+mod support;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::time::Duration;
@@ -453,13 +455,6 @@ impl Sink for Instant {
     }
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 /// Issue 10, input 1: `capacity(1)`, a current-thread runtime, 200,000
 /// items for one tenant staged before the writer has run once. The heap
 /// does not grow with the refusals (it grew about 80 bytes each), and once
@@ -467,7 +462,7 @@ fn runtime() -> tokio::runtime::Runtime {
 /// outbox's.
 #[test]
 fn a_producer_outrunning_a_stalled_writer_stays_bounded() {
-    let rt = runtime();
+    let rt = support::rt::current();
     let _in = rt.enter();
     let start = held();
     let o = Outbox::new(Instant, Config::builder().capacity(1).build().unwrap()).unwrap();
@@ -505,7 +500,7 @@ fn a_producer_outrunning_a_stalled_writer_stays_bounded() {
 /// it (it held about 80 bytes per stage, forever).
 #[test]
 fn stages_after_the_runtime_is_gone_leave_nothing_behind() {
-    let rt = runtime();
+    let rt = support::rt::current();
     let o = {
         let _in = rt.enter();
         Outbox::new(Instant, Config::builder().capacity(10).build().unwrap()).unwrap()
@@ -585,11 +580,7 @@ proptest! {
         capacity in prop_oneof![Just(1usize), Just(64), Just(500)],
         calls in proptest::collection::vec(call(), 1..40),
     ) {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .unwrap();
+        let rt = support::rt::paused();
         let _in = rt.enter();
         let config = Config::builder()
             .capacity(capacity)

@@ -20,14 +20,6 @@ use tokio::time::Instant;
 
 const S: Duration = Duration::from_secs(1);
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap()
-}
-
 /// The case, on `paths`: a journal whose buffer holds no record of
 /// an item above 100 (each gets 200 bytes of padding: the journal is
 /// full for it), with or without a `tenant_capacity`; tenant 1's first
@@ -66,7 +58,7 @@ async fn shutting_down(sink: &TestSink, outbox: &Outbox<TestSink>) {
 fn s_w21_before_the_fence_a_full_journal_refuses() {
     // The journal is full for item 101 on both paths: the case below is
     // about the order, not a journal that has room.
-    rt().block_on(async {
+    support::rt::paused().block_on(async {
         for quota in [false, true] {
             let sink = TestSink::new("refusal_order");
             let outbox = build(&sink, quota);
@@ -87,7 +79,7 @@ fn s_w21_before_the_fence_a_full_journal_refuses() {
 
 #[test]
 fn s_w21_try_stage_answers_shutting_down_whatever_else_is_full() {
-    rt().block_on(async {
+    support::rt::paused().block_on(async {
         for quota in [false, true] {
             let sink = TestSink::new("refusal_order");
             let outbox = build(&sink, quota);
@@ -109,7 +101,7 @@ fn s_w21_try_stage_answers_shutting_down_whatever_else_is_full() {
 fn s_w21_stage_counts_a_refusal_past_the_fence_under_shutdown() {
     // The counter that moved: with a full journal past the fence, the item
     // is lost under `shutdown`, no longer dropped under `journal_full`.
-    rt().block_on(async {
+    support::rt::paused().block_on(async {
         for quota in [false, true] {
             let sink = TestSink::new("refusal_order");
             let outbox = build(&sink, quota);
@@ -128,7 +120,7 @@ fn s_w21_stage_counts_a_refusal_past_the_fence_under_shutdown() {
 
 #[test]
 fn s_w21_stage_wait_answers_shutting_down_at_once() {
-    rt().block_on(async {
+    support::rt::paused().block_on(async {
         for quota in [false, true] {
             let sink = TestSink::new("refusal_order");
             let outbox = build(&sink, quota);
@@ -146,7 +138,7 @@ fn s_w21_stage_wait_answers_shutting_down_at_once() {
 
 #[test]
 fn s_w21_a_waiting_stage_answers_shutting_down_when_the_fence_goes_up() {
-    rt().block_on(async {
+    support::rt::paused().block_on(async {
         for quota in [false, true] {
             let sink = TestSink::new("refusal_order");
             let outbox = build(&sink, quota);

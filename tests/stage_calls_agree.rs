@@ -110,14 +110,6 @@ fn case() -> impl Strategy<Value = Case> {
         )
 }
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap()
-}
-
 fn build(case: &Case, sink: &TestSink) -> Outbox<TestSink> {
     let mut config = Config::builder();
     if let Some(n) = case.capacity {
@@ -174,7 +166,7 @@ fn tally(c: &Counters) -> Tally {
 /// Builds the case's outbox, stages what comes before the probe, then
 /// the probe with `call` (none: the probe is not staged at all).
 fn run(case: &Case, call: Option<Call>) -> (Option<Answer>, Tally) {
-    rt().block_on(async {
+    support::rt::paused().block_on(async {
         let sink = TestSink::new("stage_calls_agree");
         sink.set_all(Act::Hang);
         let outbox = build(case, &sink);

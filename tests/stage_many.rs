@@ -14,14 +14,6 @@ use outbox::{Config, Counters, LostReason, Outbox, Staged, StagedMany, TenantId}
 use proptest::prelude::*;
 use support::{parts, t, TestSink};
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap()
-}
-
 /// The limits a case runs under.
 #[derive(Clone, Copy, Debug)]
 enum Limit {
@@ -109,7 +101,7 @@ fn both(limit: Limit, runs: &[Vec<(u8, u32)>], fence_before: Option<usize>) -> [
     let disks = [(); 2].map(|()| outbox::journal::MemStorage::new());
     #[cfg(feature = "journal")]
     let crash = matches!(limit, Limit::Journal) && fence_before.is_none();
-    let sides = rt().block_on(async {
+    let sides = support::rt::paused().block_on(async {
         let [one, many] = [0, 1].map(|_side| {
             holding(
                 limit,
@@ -161,7 +153,7 @@ fn both(limit: Limit, runs: &[Vec<(u8, u32)>], fence_before: Option<usize>) -> [
     if crash {
         for (side, disk) in sides.iter().zip(&disks) {
             disk.crash();
-            let recovered = rt().block_on(async {
+            let recovered = support::rt::paused().block_on(async {
                 let o = holding(limit, disk);
                 let recovered = parts(o.abandon());
                 std::mem::forget(o);
@@ -239,7 +231,7 @@ fn s_w20_every_limit_refuses_part_of_a_long_run_and_counts_it() {
 
 #[test]
 fn s_w20_a_run_after_the_fence_is_refused_whole_and_counted_lost() {
-    rt().block_on(async {
+    support::rt::paused().block_on(async {
         let sink = TestSink::new("fenced");
         let o = Outbox::new(sink.clone(), Config::default()).unwrap();
         assert_eq!(o.stage_many((0..3).map(|i| (t(1), i))).accepted, 3);
@@ -260,7 +252,7 @@ fn s_w20_a_run_after_the_fence_is_refused_whole_and_counted_lost() {
 
 #[test]
 fn s_w20_an_empty_run_does_nothing() {
-    rt().block_on(async {
+    support::rt::paused().block_on(async {
         let o = Outbox::new(TestSink::new("empty"), Config::default()).unwrap();
         assert_eq!(o.stage_many(std::iter::empty()), StagedMany::default());
         assert_eq!(o.counters().staged, 0);
@@ -269,7 +261,7 @@ fn s_w20_an_empty_run_does_nothing() {
 
 #[test]
 fn s_w20_runs_and_single_stages_are_written_in_each_tenants_order() {
-    rt().block_on(async {
+    support::rt::paused().block_on(async {
         let sink = TestSink::new("order");
         let config = Config::builder().max_batch(7).build().unwrap();
         let o = Outbox::new(sink.clone(), config).unwrap();
@@ -333,11 +325,7 @@ fn d2_concurrent_runs_and_stages_keep_the_journal_in_the_engines_order() {
             let journal = || {
                 JournalConfig::with_storage(disk.clone()).sync_interval(Duration::from_millis(1))
             };
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .unwrap();
+            let rt = support::rt::multi_thread(2);
             let accepted: BTreeSet<u32> = rt.block_on(async {
                 let config = Config::builder().max_batch(1);
                 let config = match variant {
@@ -395,19 +383,14 @@ fn d2_concurrent_runs_and_stages_keep_the_journal_in_the_engines_order() {
                 .flat_map(|tenant| sink.stored(t(tenant)))
                 .collect();
             let after = TestSink::new("after");
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()
-                .unwrap()
-                .block_on(async {
-                    let o = Outbox::builder(after.clone())
-                        .journal(journal())
-                        .build()
-                        .unwrap();
-                    assert_eq!(o.settle(Duration::from_secs(60)).await.pending, 0);
-                    o.shutdown(Duration::from_secs(5)).await;
-                });
+            support::rt::multi_thread(1).block_on(async {
+                let o = Outbox::builder(after.clone())
+                    .journal(journal())
+                    .build()
+                    .unwrap();
+                assert_eq!(o.settle(Duration::from_secs(60)).await.pending, 0);
+                o.shutdown(Duration::from_secs(5)).await;
+            });
             let recovered = after.store();
             let mut seen = BTreeSet::new();
             for items in recovered.values() {
@@ -434,7 +417,7 @@ fn d2_concurrent_runs_and_stages_keep_the_journal_in_the_engines_order() {
 #[test]
 fn s_w20_a_panicking_iterator_stages_what_it_yielded_then_its_panic_goes_on() {
     support::quiet_sink_panics();
-    rt().block_on(async {
+    support::rt::paused().block_on(async {
         let sink = TestSink::new("iter");
         let o = Outbox::new(sink.clone(), Config::default()).unwrap();
         let items = (0..10u32).map(|i| {
@@ -472,7 +455,7 @@ fn s_w20_an_iterator_whose_size_hint_lies_is_staged_as_it_yields() {
             (usize::MAX, None)
         }
     }
-    rt().block_on(async {
+    support::rt::paused().block_on(async {
         let o = Outbox::new(TestSink::new("liar"), Config::default()).unwrap();
         assert_eq!(o.stage_many(Liar(0)).accepted, 3);
         assert_eq!(o.counters().staged, 3);

@@ -18,14 +18,6 @@ use outbox::{
 use proptest::prelude::*;
 use support::{parts, t, TestSink};
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap()
-}
-
 fn tally(outcomes: &[Staged]) -> StagedMany {
     let mut tally = StagedMany::default();
     for o in outcomes {
@@ -94,7 +86,7 @@ fn disarm(held: Vec<(TenantId, Vec<Bomb>)>) -> usize {
 #[test]
 fn iterator_panic_mid_run_stages_the_pulled_items() {
     support::quiet_sink_panics();
-    rt().block_on(async {
+    support::rt::paused().block_on(async {
         let reference = Outbox::new(TestSink::new("iter-ref"), Config::default()).unwrap();
         let o = Outbox::new(TestSink::new("iter-panic"), Config::default()).unwrap();
         let items = || {
@@ -137,7 +129,7 @@ fn iterator_panic_mid_run_stages_the_pulled_items() {
 #[ignore = "run by iterator_panic_with_items_that_panic_on_drop_does_not_abort_the_process"]
 fn child_iterator_panic_with_bombs() {
     support::quiet_sink_panics();
-    rt().block_on(async {
+    support::rt::paused().block_on(async {
         let o = Outbox::builder(BombSink)
             .config(holding_config().build().unwrap())
             .build()
@@ -184,7 +176,7 @@ fn iterator_panic_with_items_that_panic_on_drop_does_not_abort_the_process() {
 /// each counted lost under `shutdown`.
 #[test]
 fn an_iterator_that_raises_the_fence_midway_gets_the_whole_run_refused() {
-    rt().block_on(async {
+    support::rt::paused().block_on(async {
         let reference = Outbox::new(TestSink::new("fence-ref"), Config::default()).unwrap();
         let o = Outbox::new(TestSink::new("fence-mid"), Config::default()).unwrap();
         fn run(o: &Outbox<TestSink>) -> impl Iterator<Item = (TenantId, u32)> + '_ {
@@ -215,7 +207,7 @@ fn an_iterator_that_raises_the_fence_midway_gets_the_whole_run_refused() {
 /// the whole run.
 #[test]
 fn an_iterator_that_stages_midway_puts_that_stage_before_the_run() {
-    rt().block_on(async {
+    support::rt::paused().block_on(async {
         let reference = Outbox::builder(TestSink::new("side-ref"))
             .config(holding_config().build().unwrap())
             .build()
@@ -264,7 +256,7 @@ fn the_weigher_runs_outside_every_lock() {
         let locked = Arc::new(AtomicU64::new(0));
         let probing = Arc::new(AtomicBool::new(false));
         let cell: Arc<OnceLock<Outbox<TestSink>>> = Arc::new(OnceLock::new());
-        rt().block_on(async {
+        support::rt::paused().block_on(async {
             let mut config = holding_config().capacity_bytes(1 << 30);
             if let Some(n) = tenant_capacity {
                 config = config.tenant_capacity(n);
@@ -429,7 +421,7 @@ fn differential(
     let disks = [(); 2].map(|()| outbox::journal::MemStorage::new());
     let sides: Vec<(Side, Option<()>)> = (0..2)
         .map(|side| {
-            rt().block_on(async {
+            support::rt::paused().block_on(async {
                 let o = build(
                     combo,
                     #[cfg(feature = "journal")]
@@ -496,7 +488,7 @@ fn differential(
         if crash.is_some() {
             let disk = &disks[side];
             disk.crash();
-            s.recovered = Some(rt().block_on(async {
+            s.recovered = Some(support::rt::paused().block_on(async {
                 let o = build(combo, disk);
                 let recovered = parts(o.abandon());
                 std::mem::forget(o);
@@ -717,7 +709,7 @@ fn metrics_match_counters_after_runs_refused_for_every_reason() {
 #[test]
 fn refused_items_whose_drop_panics_are_contained_and_counted() {
     support::quiet_sink_panics();
-    rt().block_on(async {
+    support::rt::paused().block_on(async {
         let o = Outbox::builder(BombSink)
             .config(
                 holding_config()
@@ -762,11 +754,7 @@ fn refused_items_whose_drop_panics_are_contained_and_counted() {
 /// an age limit (stamped items) and a journal: accepted, written in order.
 #[test]
 fn stage_many_from_outside_the_runtime() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = support::rt::multi_thread(1);
     let sink = TestSink::new("outside");
     let config = Config::builder()
         .linger(Duration::from_millis(5))
@@ -809,7 +797,7 @@ fn stage_many_from_outside_the_runtime() {
 
 #[test]
 fn a_very_large_run_is_counted_exactly() {
-    rt().block_on(async {
+    support::rt::paused().block_on(async {
         let o = Outbox::builder(TestSink::new("large"))
             .config(holding_config().capacity(100_000).build().unwrap())
             .build()
@@ -848,7 +836,7 @@ fn a_record_over_the_size_limit_is_encode_failed_in_a_run() {
         pad: |i| if i == 1 { (64 << 20) + 1 } else { 0 },
     };
     let disk = MemStorage::new();
-    rt().block_on(async {
+    support::rt::paused().block_on(async {
         let o = Outbox::builder(TestSink::new("huge"))
             .config(holding_config().build().unwrap())
             .journal_with_codec(JournalConfig::with_storage(disk.clone()), huge)
@@ -870,7 +858,7 @@ fn a_record_over_the_size_limit_is_encode_failed_in_a_run() {
         std::mem::forget(o);
     });
     disk.crash();
-    rt().block_on(async {
+    support::rt::paused().block_on(async {
         let o = Outbox::builder(TestSink::new("huge2"))
             .config(holding_config().build().unwrap())
             .journal_with_codec(JournalConfig::with_storage(disk.clone()), huge)

@@ -11,13 +11,6 @@ use outbox::{Config, DropReason, LostReason, Outbox, Staged, TenantId};
 use support::*;
 
 #[cfg(feature = "journal")]
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 /// Scenario 12 through a run: capacity 4, max_batch 1, sink blocked; a run
 /// of 32 gets 4 accepted then 28 dropped under buffer_full, in order.
 #[tokio::test(start_paused = true)]
@@ -155,7 +148,7 @@ mod journaled {
         let sink = TestSink::new("nc-crash");
         sink.set_all(Act::Hang);
         let mut covered: BTreeMap<TenantId, Vec<u32>> = BTreeMap::new();
-        rt().block_on(async {
+        support::rt::current().block_on(async {
             let o = build(&sink, &disk, Config::default());
             for r in 0..5u32 {
                 let run: Vec<(TenantId, u32)> = (0..40)
@@ -177,7 +170,7 @@ mod journaled {
         });
         disk.crash();
         let sink2 = TestSink::new("nc-after");
-        rt().block_on(async {
+        support::rt::current().block_on(async {
             let o = build(&sink2, &disk, Config::default());
             let c = o.counters();
             assert!(c.recovered >= 200 && c.recovered <= 210, "{c:?}");
@@ -206,7 +199,7 @@ mod journaled {
         });
         // A clean shutdown leaves nothing to recover.
         let sink3 = TestSink::new("nc-third");
-        rt().block_on(async {
+        support::rt::current().block_on(async {
             let o = build(&sink3, &disk, Config::default());
             assert_eq!(o.counters().recovered, 0);
             o.shutdown(Duration::from_secs(1)).await;
@@ -221,7 +214,7 @@ mod journaled {
         let disk = MemStorage::new();
         let sink = TestSink::new("nc-fence");
         sink.set_all(Act::Hang);
-        rt().block_on(async {
+        support::rt::current().block_on(async {
             let o = build(&sink, &disk, Config::default());
             assert_eq!(o.stage_many((0..4).map(|i| (t(1), i))).accepted, 4);
             assert_eq!(o.sync().await, Ok(()));
@@ -235,7 +228,7 @@ mod journaled {
         });
         disk.crash();
         let sink2 = TestSink::new("nc-fence-after");
-        rt().block_on(async {
+        support::rt::current().block_on(async {
             let o = build(&sink2, &disk, Config::default());
             assert_eq!(o.counters().recovered, 4, "{:?}", o.counters());
             assert_eq!(o.flush(Duration::from_secs(5)).await.pending, 0);
@@ -253,7 +246,7 @@ mod journaled {
         let disk = MemStorage::new();
         let sink = TestSink::new("nc24");
         sink.set_all(Act::Fail);
-        rt().block_on(async {
+        support::rt::current().block_on(async {
             let config = Config::builder()
                 .initial_backoff(Duration::from_secs(1))
                 .max_backoff(Duration::from_secs(60))
@@ -274,7 +267,7 @@ mod journaled {
             assert_eq!(back, 15);
         });
         let sink2 = TestSink::new("nc24-after");
-        rt().block_on(async {
+        support::rt::current().block_on(async {
             let o = build(&sink2, &disk, Config::default());
             assert_eq!(o.counters().recovered, 0, "{:?}", o.counters());
             o.shutdown(Duration::from_secs(1)).await;
@@ -288,7 +281,7 @@ mod journaled {
         let disk = MemStorage::new();
         let sink = TestSink::new("nc-cap");
         sink.set_all(Act::Hang);
-        rt().block_on(async {
+        support::rt::current().block_on(async {
             let config = Config::builder().capacity(5).build().unwrap();
             let o = build(&sink, &disk, config);
             let out = o.stage_many_outcomes((0..12).map(|i| (t(u128::from(i % 2)), i)));
@@ -303,7 +296,7 @@ mod journaled {
         });
         disk.crash();
         let sink2 = TestSink::new("nc-cap-after");
-        rt().block_on(async {
+        support::rt::current().block_on(async {
             let o = build(&sink2, &disk, Config::default());
             assert_eq!(o.counters().recovered, 5);
             assert_eq!(o.flush(Duration::from_secs(5)).await.pending, 0);

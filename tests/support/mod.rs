@@ -441,15 +441,42 @@ pub async fn spend_coop_budget() {
     assert!(!tokio::task::coop::has_budget_remaining());
 }
 
+/// The runtimes the driver tests run on: one set-up for every test
+/// binary instead of a copy in each.
+pub mod rt {
+    use tokio::runtime::{Builder, Runtime};
+
+    /// A current-thread runtime on tokio's paused clock: time moves only
+    /// when every task waits, so timers decide, never thread timing.
+    pub fn paused() -> Runtime {
+        Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap()
+    }
+
+    /// A current-thread runtime on the real clock (tests that touch a
+    /// disk, a child process or a service).
+    pub fn current() -> Runtime {
+        Builder::new_current_thread().enable_all().build().unwrap()
+    }
+
+    /// A multi-thread runtime of `workers` workers: the tests that race
+    /// OS threads against the writer.
+    pub fn multi_thread(workers: usize) -> Runtime {
+        Builder::new_multi_thread()
+            .worker_threads(workers)
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+}
+
 /// A multi-thread runtime of 2 workers: the tests that race OS threads
 /// against the writer.
-#[allow(dead_code)] // not every test binary races threads
 pub fn multi_thread() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
+    rt::multi_thread(2)
 }
 
 /// Abandoned or unwritten runs as `(tenant, items)` pairs, for comparing
