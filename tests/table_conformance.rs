@@ -495,6 +495,26 @@ async fn late_committing_transaction_holds_the_watermark<B: Backend>(b: &B) {
     );
 }
 
+/// S-T36: `horizon` reports the oldest open transaction holding the
+/// watermark and the relay's lag, both on the store's clock.
+async fn horizon_reports_the_oldest_transaction_and_the_lag<B: Backend>(b: &B) {
+    let t = tenant_in(4, 7);
+    let before = b.store().horizon().await.expect("horizon");
+    assert_eq!(before.lag, None, "an empty table has no lag");
+    let mut open = b.begin().await;
+    open.stage(&t, b"held", false).await;
+    b.pass(Duration::from_millis(150)).await;
+    let during = b.store().horizon().await.expect("horizon");
+    let oldest = during.oldest_transaction.expect("an open transaction");
+    assert!(oldest >= Duration::from_millis(150), "{oldest:?}");
+    assert_eq!(during.lag, None, "an uncommitted row is no lag");
+    open.commit().await.expect("commit");
+    b.pass(Duration::from_millis(50)).await;
+    let after = b.store().horizon().await.expect("horizon");
+    let lag = after.lag.expect("a committed row");
+    assert!(lag >= Duration::from_millis(200), "{lag:?}");
+}
+
 /// `now()` is the transaction's start: rows staged apart in one
 /// transaction share their staging time, so their ages are equal.
 async fn now_is_the_transaction_start<B: Backend>(b: &B) {
@@ -1282,4 +1302,5 @@ conformance!(
     a_lost_reply_still_took_effect,
     a_failed_statement_takes_no_effect,
     schema_reports_version_and_partitions,
+    horizon_reports_the_oldest_transaction_and_the_lag,
 );

@@ -46,6 +46,6 @@ pub use schema::{check, migrate, Migrated, SchemaError, DEFAULT_PARTITIONS, SCHE
 pub use sqlx::sqlx_crate;
 pub use stage::{OutboxTable, StageError, Wakeup};
 pub use store::{
-    Acquire, Acquired, DeadRow, EpochTx, Installed, LeaseKey, LeaseRow, Listener, Member,
+    Acquire, Acquired, DeadRow, EpochTx, Horizon, Installed, LeaseKey, LeaseRow, Listener, Member,
     SchemaInfo, SinkEpoch, Store,
 };

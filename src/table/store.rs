@@ -157,6 +157,21 @@ pub trait Listener: Send {
 
 /// The store interface: see the [module docs](self).
 ///
+/// What holds the relay's delivery back, read in one statement on the
+/// database's clock (S-T7, S-T36).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Horizon {
+    /// The age of the oldest open transaction in the whole cluster that
+    /// holds back the xmin watermark (`pg_stat_activity`'s
+    /// `backend_xmin`/`backend_xid` with its `xact_start`, prepared
+    /// transactions from `pg_prepared_xacts` included), the asking
+    /// statement's own session excluded; `None` if there is none.
+    pub oldest_transaction: Option<Duration>,
+    /// The relay's lag: the age of the oldest row still in the outbox
+    /// table (`clock_timestamp() - staged_at`); `None` if it is empty.
+    pub lag: Option<Duration>,
+}
+
 /// Every fenced call (`remove`, `record_attempt`, `record_crashes`) takes
 /// effect for a partition only while its lease row has the fence's owner
 /// and epoch, checked in the same statement under a shared lock on the
@@ -169,6 +184,13 @@ pub trait Store: Send + Sync + 'static {
 
     /// The schema version and P.
     fn schema(&self) -> impl Future<Output = Result<SchemaInfo, StoreError>> + Send;
+
+    /// What holds delivery back, both ages on the database's clock
+    /// (S-T7, S-T36): see [`Horizon`]. The default answers "unknown"
+    /// (both `None`) for a store that cannot tell.
+    fn horizon(&self) -> impl Future<Output = Result<Horizon, StoreError>> + Send {
+        std::future::ready(Ok(Horizon::default()))
+    }
 
     /// Reads a page: every read of `request` in one statement, so one
     /// snapshot, with that snapshot's xmin (S-T5, S-T7).

@@ -140,6 +140,21 @@ impl Db {
             .unwrap_or(self.next_xid)
     }
 
+    /// The oldest open transaction holding an id, and the oldest row's
+    /// age, on the model's clock (`Store::horizon`).
+    pub(crate) fn horizon(&self) -> crate::table::store::Horizon {
+        let age = |t: Duration| self.clock.saturating_sub(t);
+        let oldest = self
+            .sessions
+            .values()
+            .flatten()
+            .filter(|tx| tx.xid.is_some());
+        crate::table::store::Horizon {
+            oldest_transaction: oldest.map(|tx| tx.start).min().map(age),
+            lag: self.rows.values().map(|r| r.staged_at).min().map(age),
+        }
+    }
+
     pub(crate) fn begin(&mut self, idle_timeout: Option<Duration>) -> SessionId {
         let s = self.next_session;
         self.next_session += 1;

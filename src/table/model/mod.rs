@@ -44,7 +44,7 @@ use db::Db;
 pub use db::SessionId;
 
 use super::store::{
-    Acquire, Acquired, DeadRow, EpochTx, Installed, LeaseKey, LeaseRow, Listener, Member,
+    Acquire, Acquired, DeadRow, EpochTx, Horizon, Installed, LeaseKey, LeaseRow, Listener, Member,
     SchemaInfo, SinkEpoch, Store,
 };
 use crate::core::lease::Holder;
@@ -337,6 +337,10 @@ impl Store for ModelStore {
                 partitions: db.partitions,
             })
         }))
+    }
+
+    fn horizon(&self) -> impl Future<Output = Result<Horizon, StoreError>> + Send {
+        ready(self.model.call(|db| Ok(db.horizon())))
     }
 
     fn read_page(

@@ -18,7 +18,8 @@ pub use listen::PgListener;
 
 use super::names::TableNames;
 use super::store::{
-    Acquire, Acquired, DeadRow, Installed, LeaseKey, LeaseRow, Member, SchemaInfo, SinkEpoch, Store,
+    Acquire, Acquired, DeadRow, Horizon, Installed, LeaseKey, LeaseRow, Member, SchemaInfo,
+    SinkEpoch, Store,
 };
 use crate::core::lease::Holder;
 use crate::core::relay::{
@@ -158,6 +159,10 @@ impl Store for PgStore {
     async fn schema(&self) -> Result<SchemaInfo, StoreError> {
         let client = self.client().await?;
         super::schema::read_schema(&**client, &self.names).await
+    }
+
+    async fn horizon(&self) -> Result<Horizon, StoreError> {
+        read::horizon(self).await
     }
 
     async fn read_page(&self, request: &PageRequest) -> Result<Page, StoreError> {

@@ -124,3 +124,31 @@ pub(super) async fn read_page(store: &PgStore, request: &PageRequest) -> Result<
     }
     Ok(page)
 }
+
+/// `Store::horizon`: the oldest xmin-holding transaction's age and the
+/// oldest row's age, in microseconds on the server's clock, one statement
+/// (no `greatest`: it would turn an empty minimum into 0; clamped here).
+pub(super) async fn horizon(store: &PgStore) -> Result<crate::table::store::Horizon, StoreError> {
+    let sql = format!(
+        "WITH c AS MATERIALIZED (SELECT clock_timestamp() AS t) \
+         SELECT (SELECT (extract(epoch FROM c.t - min(s)) * 1000000)::bigint FROM ( \
+                   SELECT xact_start AS s FROM pg_stat_activity \
+                   WHERE pid <> pg_backend_pid() AND xact_start IS NOT NULL \
+                     AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL) \
+                   UNION ALL SELECT prepared FROM pg_prepared_xacts) x), \
+                (SELECT (extract(epoch FROM c.t - min(staged_at)) * 1000000)::bigint \
+                   FROM {}) \
+         FROM c",
+        store.names.outbox
+    );
+    let client = store.client().await?;
+    let row = client.query_one(&sql, &[]).await.map_err(error)?;
+    let us = |i: usize| -> Option<std::time::Duration> {
+        row.get::<_, Option<i64>>(i)
+            .map(|v| std::time::Duration::from_micros(v.max(0) as u64))
+    };
+    Ok(crate::table::store::Horizon {
+        oldest_transaction: us(0),
+        lag: us(1),
+    })
+}
