@@ -1030,9 +1030,19 @@ fn three_relays_survive_a_kill_a_stop_past_the_ttl_and_a_late_join() {
     // The zombie's open writes were all refused, none accepted.
     for n in &open_at_stop {
         let fate = fates.get(&("b".to_owned(), *n)).copied().unwrap_or("none");
+        let opened = procs
+            .seen
+            .iter()
+            .find(|(w, _, l)| {
+                w == "b" && tag(l, "OPEN ").is_some_and(|r| r.starts_with(&format!("{n} ")))
+            })
+            .map(|(_, _, l)| l.clone())
+            .unwrap_or_default();
         assert!(
             fate == "stale" || fate == "fail",
-            "seed {seed}: b's write {n}, open across its stop, ended {fate}"
+            "seed {seed}: b's write {n} ({opened}), open across its stop, ended {fate}; \
+             b's leases at the stop {b_leases:?}; {}",
+            db.state()
         );
     }
     let b_stale = fates
