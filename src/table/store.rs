@@ -186,11 +186,8 @@ pub trait Store: Send + Sync + 'static {
     fn schema(&self) -> impl Future<Output = Result<SchemaInfo, StoreError>> + Send;
 
     /// What holds delivery back, both ages on the database's clock
-    /// (S-T7, S-T36): see [`Horizon`]. The default answers "unknown"
-    /// (both `None`) for a store that cannot tell.
-    fn horizon(&self) -> impl Future<Output = Result<Horizon, StoreError>> + Send {
-        std::future::ready(Ok(Horizon::default()))
-    }
+    /// (S-T7, S-T36): see [`Horizon`].
+    fn horizon(&self) -> impl Future<Output = Result<Horizon, StoreError>> + Send;
 
     /// Reads a page: every read of `request` in one statement, so one
     /// snapshot, with that snapshot's xmin (S-T5, S-T7).

@@ -358,6 +358,9 @@ impl Store for LinkStore {
     async fn sink_epochs(&self) -> Result<Vec<SinkEpoch>, StoreError> {
         self.call(|s| s.sink_epochs()).await
     }
+    async fn horizon(&self) -> Result<outbox::table::Horizon, StoreError> {
+        self.call(|s| s.horizon()).await
+    }
     async fn install_epoch(
         &self,
         partition: u32,
