@@ -155,8 +155,6 @@ pub trait Listener: Send {
     fn next(&mut self) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
-/// The store interface: see the [module docs](self).
-///
 /// What holds the relay's delivery back, read in one statement on the
 /// database's clock (S-T7, S-T36).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -172,6 +170,8 @@ pub struct Horizon {
     pub lag: Option<Duration>,
 }
 
+/// The store interface: see the [module docs](self).
+///
 /// Every fenced call (`remove`, `record_attempt`, `record_crashes`) takes
 /// effect for a partition only while its lease row has the fence's owner
 /// and epoch, checked in the same statement under a shared lock on the
