@@ -18,6 +18,7 @@
 //! | `outbox_tenants` | gauge | tenants holding items or a write in flight |
 //! | `outbox_oldest_pending_seconds` | gauge | age of the oldest pending item (S-R6; refreshed at most once a second, and by [`Outbox::health`](crate::Outbox::health)) |
 //! | `outbox_dead_letters_dropped` | gauge | run-time dead letters that could not be handed out (S-R4) |
+//! | `outbox_item_age_seconds{outcome}` | histogram | seconds from an item's staging to when it left the engine, one sample per pending item as it settles (S-R7): `outcome` is `written`, `handed_over`, or the reason it was lost or dropped under; recorded only with a `max_item_age` set (items are stamped then, S-R3), exact then, a durable item's age at recovery or relay included |
 //! | `outbox_write_latency_seconds` | histogram | seconds from an attempt's start to its end, one sample per ended attempt whatever its outcome: written, failed by any kind, given up at a deadline or by an abandon, or its task lost (then up to when the loss was seen) |
 //!
 //! S-W18: every attempt ends in exactly one counted outcome, so whenever
@@ -58,8 +59,8 @@ use std::time::Duration;
 use metrics::{Counter, Gauge, Histogram};
 
 use crate::core::{
-    AfterFailure, Counters, DropReason, Event, Failure, LostReason, Report, ShutdownReport, WaitId,
-    WriteId,
+    AfterFailure, Counters, DropReason, Event, Failure, ItemAge, ItemOutcome, LostReason, Report,
+    ShutdownReport, WaitId, WriteId,
 };
 
 /// The metric names (S-W11).
@@ -80,6 +81,11 @@ pub mod names {
     pub const ITEMS_DROPPED: &str = "outbox_items_dropped_total";
     /// Histogram: write latency in seconds.
     pub const WRITE_LATENCY: &str = "outbox_write_latency_seconds";
+    /// Histogram: an item's age in seconds as it settled, label
+    /// `outcome` (S-R7).
+    pub const ITEM_AGE: &str = "outbox_item_age_seconds";
+    /// The label naming how an item left the engine (S-R7).
+    pub const LABEL_OUTCOME: &str = "outcome";
     /// Counter: items a journal recovery found pending (D4).
     pub const ITEMS_RECOVERED: &str = "outbox_items_recovered_total";
     /// Counter: items handed over to another instance after a write came
@@ -118,6 +124,8 @@ pub(crate) struct Export {
     handed_over: Counter,
     lost: [Counter; LostReason::ALL.len()],
     dropped: [Counter; DropReason::ALL.len()],
+    /// Per [`ItemOutcome`], in its index's order (S-R7).
+    ages: Vec<Histogram>,
     /// The counters last exported.
     last: Counters,
 }
@@ -153,6 +161,11 @@ pub(crate) fn register(name: &str) -> (Export, Log) {
         handed_over: metrics::counter!(ITEMS_HANDED_OVER, LABEL_OUTBOX => label.clone()),
         lost,
         dropped,
+        ages: ItemOutcome::all()
+            .map(|o| {
+                metrics::histogram!(ITEM_AGE, LABEL_OUTBOX => label.clone(), LABEL_OUTCOME => o.as_str())
+            })
+            .collect(),
         last: Counters::default(),
     };
     let log = Log {
@@ -193,6 +206,15 @@ impl Export {
             self.pending.set(now.pending as f64);
         }
         self.last.clone_from(now);
+    }
+
+    /// Records the ages of the items settled since the last call (S-R7).
+    pub(crate) fn ages(&self, ages: impl Iterator<Item = ItemAge>) {
+        for a in ages {
+            if let Some(h) = self.ages.get(a.outcome.index()) {
+                h.record(a.age.as_secs_f64());
+            }
+        }
     }
 }
 
@@ -408,7 +430,7 @@ mod tests {
             t.export(&c);
             t.export(&c);
         });
-        let mut seen = 0;
+        let (mut seen, mut ages) = (0, 0);
         for (key, _, _, value) in snapshotter.snapshot().into_vec() {
             let key = key.key();
             let labels: Vec<_> = key.labels().map(|l| (l.key(), l.value())).collect();
@@ -431,6 +453,12 @@ mod tests {
                 ("outbox_items_dropped_total", Some(_)) => DebugValue::Counter(0),
                 ("outbox_pending", None) => DebugValue::Gauge(0.0.into()),
                 ("outbox_write_latency_seconds", None) => continue,
+                // One series per outcome, no sample (nothing exported one).
+                ("outbox_item_age_seconds", None) => {
+                    assert_eq!(value, DebugValue::Histogram(Vec::new()));
+                    ages += 1;
+                    continue;
+                }
                 other => panic!("unexpected series {other:?}"),
             };
             assert_eq!(value, expected, "{}", key.name());
@@ -439,7 +467,12 @@ mod tests {
         assert_eq!(
             seen,
             6 + Failure::ALL.len() + LostReason::ALL.len() + DropReason::ALL.len(),
-            "every series but the histogram"
+            "every series but the histograms"
+        );
+        assert_eq!(
+            ages,
+            crate::core::ItemOutcome::COUNT,
+            "an age series per outcome"
         );
     }
 }

@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 
+use super::ages::{ItemAge, ItemOutcome};
 use super::time::Time;
 use super::wait::WaitMarks;
 use super::write::WriteId;
@@ -43,51 +44,98 @@ pub(crate) struct Retry<I> {
     pub(crate) oldest: Time,
 }
 
-/// The staging times of a tenant's waiting items (S-R3). Boxed and absent
-/// until the first stamp: without a `max_item_age` no tenant keeps any,
-/// and an empty queue inline would cost every tenant 32 bytes (S-B8).
+/// The staging times of a tenant's items (S-R3, S-R7): of its waiting
+/// ones (the age limit's), and of every pending one, waiting, kept for a
+/// retry or in flight (their ages as they settle, oldest first: a
+/// tenant's items settle in staging order, S-W5). Boxed and absent until
+/// the first stamp: without a `max_item_age` no tenant keeps any, and
+/// empty queues inline would cost every tenant 64 bytes (S-B8).
 // The box is the point: 8 bytes inline for the tenants that keep none.
-#[allow(clippy::box_collection)]
 #[derive(Debug, Default)]
-pub(crate) struct Stamps(Option<Box<VecDeque<Time>>>);
+pub(crate) struct Stamps(Option<Box<Queues>>);
+
+#[derive(Debug, Default)]
+pub(crate) struct Queues {
+    waiting: VecDeque<Time>,
+    pending: VecDeque<Time>,
+}
 
 impl Stamps {
-    /// The oldest stamp.
+    /// The oldest waiting item's stamp.
     pub(crate) fn front(&self) -> Option<Time> {
-        self.0.as_ref().and_then(|q| q.front().copied())
+        self.0.as_ref().and_then(|q| q.waiting.front().copied())
     }
 
-    /// The latest stamp.
+    /// The latest waiting item's stamp.
     pub(crate) fn back(&self) -> Option<Time> {
-        self.0.as_ref().and_then(|q| q.back().copied())
+        self.0.as_ref().and_then(|q| q.waiting.back().copied())
     }
 
+    /// A new pending item, waiting, staged `at`.
     pub(crate) fn push_back(&mut self, at: Time) {
-        self.0.get_or_insert_with(Box::default).push_back(at);
+        let q = self.0.get_or_insert_with(Box::default);
+        q.waiting.push_back(at);
+        q.pending.push_back(at);
     }
 
-    /// How many stamps are earlier than `cutoff` (they never decrease).
+    /// How many waiting items' stamps are earlier than `cutoff` (they
+    /// never decrease).
     pub(crate) fn before(&self, cutoff: Time) -> usize {
         self.0
             .as_ref()
-            .map_or(0, |q| q.partition_point(|s| *s < cutoff))
+            .map_or(0, |q| q.waiting.partition_point(|s| *s < cutoff))
     }
 
-    /// Forgets the `n` oldest stamps (all of them, if fewer); the queue
-    /// goes once empty.
+    /// The `n` oldest waiting items (all of them, if fewer) are waiting no
+    /// more: cut into a write, or given up (then settled too).
     pub(crate) fn forget_oldest(&mut self, n: usize) {
         if let Some(q) = &mut self.0 {
-            q.drain(..n.min(q.len()));
-            if q.is_empty() {
-                self.0 = None;
-            } else {
-                super::shrink::deque(q);
-            }
+            q.waiting.drain(..n.min(q.waiting.len()));
+            super::shrink::deque(&mut q.waiting);
+            self.drop_if_empty();
         }
     }
 
+    /// No item is waiting any more.
     pub(crate) fn clear(&mut self) {
-        self.0 = None;
+        if let Some(q) = &mut self.0 {
+            q.waiting = VecDeque::new();
+            self.drop_if_empty();
+        }
+    }
+
+    /// The `n` oldest pending items settled, the `i`th as `how(i)`, at
+    /// `now`: their ages go to `out` (S-R7). Fewer stamps than `n` (none
+    /// kept) give fewer samples.
+    pub(crate) fn settle(
+        &mut self,
+        n: usize,
+        now: Time,
+        how: impl Fn(usize) -> ItemOutcome,
+        out: &mut Vec<ItemAge>,
+    ) {
+        let Some(q) = &mut self.0 else { return };
+        for i in 0..n {
+            let Some(at) = q.pending.pop_front() else {
+                break;
+            };
+            out.push(ItemAge {
+                outcome: how(i),
+                age: now.saturating_since(at),
+            });
+        }
+        super::shrink::deque(&mut q.pending);
+        self.drop_if_empty();
+    }
+
+    fn drop_if_empty(&mut self) {
+        if self
+            .0
+            .as_ref()
+            .is_some_and(|q| q.waiting.is_empty() && q.pending.is_empty())
+        {
+            self.0 = None;
+        }
     }
 }
 

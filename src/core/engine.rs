@@ -8,6 +8,7 @@ use std::mem;
 
 use super::accounting::{Counters, DropReason, LostReason, LOG_EVERY};
 use super::admission::{Handoff, Refusal};
+use super::ages::{ItemAge, ItemOutcome};
 use super::backlog::{take_front, Phase, Retry, Tenant};
 use super::backoff::Backoff;
 use super::breaker::{Breaker, BreakerState};
@@ -18,7 +19,7 @@ use super::schedule::{Due, Schedule};
 use super::shrink;
 use super::tenants::TenantTable;
 use super::time::Time;
-use super::wait::{SettledAs, WaitKind, Waits};
+use super::wait::{WaitKind, Waits};
 use super::write::{
     AfterFailure, DeadLetter, DeadReason, Event, Failure, Outcome, Report, ShutdownReport,
     Unwritten, WaitId, Write, WriteId,
@@ -340,6 +341,9 @@ pub struct Engine<K, I> {
     last_written: Option<Time>,
     /// The keys of durable items not yet settled (S-W22).
     keys: Keys<K>,
+    /// The ages of the items settled since the last
+    /// [`drain_item_ages`](Engine::drain_item_ages) (S-R7).
+    ages: Vec<ItemAge>,
 }
 
 /// A queued refusal event that later refusals add to (S-B8).
@@ -563,6 +567,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             popped: 0,
             refusals: [None; 6],
             released: Vec::new(),
+            ages: Vec::new(),
             last_written: None,
             keys: Keys::default(),
         })
@@ -1215,7 +1220,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         {
             let n = items.len();
             self.count_lost(tenant, LostReason::Expired, n as u64);
-            self.settle_slice(tenant, n, bytes, |_| SettledAs::Lost);
+            self.settle_slice(tenant, n, bytes, |_| ItemOutcome::Lost(LostReason::Expired));
             let items = self.dead_letter_at_run_time(tenant, items, DeadReason::Expired, attempted);
             self.released.extend(items);
         }
@@ -1333,9 +1338,9 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         }
         self.settle_slice(&rec.tenant, n, rec.bytes, |i| {
             if i < n - discarded {
-                SettledAs::Written
+                ItemOutcome::Written
             } else {
-                SettledAs::Lost
+                ItemOutcome::Lost(LostReason::Discarded)
             }
         });
         // Canary (issue 26): a commit on the last allowed attempt dead-lettered.
@@ -1384,11 +1389,14 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                 }
                 return Vec::new();
             }
-            AfterFailure::Dropped => SettledAs::Dropped,
-            // Handed over never gets here (`hand_over`); counted as lost
-            // only to keep the match whole.
+            AfterFailure::Dropped => ItemOutcome::Dropped(DropReason::SinkError),
+            AfterFailure::Lost if failure == Failure::Rejected => {
+                ItemOutcome::Lost(LostReason::Terminal)
+            }
+            // Handed over never gets here (`hand_over`), nor given up;
+            // counted as lost only to keep the match whole.
             AfterFailure::Lost | AfterFailure::GivenUp | AfterFailure::HandedOver => {
-                SettledAs::Lost
+                ItemOutcome::Lost(LostReason::RetriesExhausted)
             }
         };
         self.settle_slice(&rec.tenant, n, rec.bytes, |_| settled);
@@ -1420,7 +1428,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             AfterFailure::HandedOver,
         );
         let n = write.items.len();
-        self.settle_slice(&rec.tenant, n, rec.bytes, |_| SettledAs::HandedOver);
+        self.settle_slice(&rec.tenant, n, rec.bytes, |_| ItemOutcome::HandedOver);
         let mut items = write.items;
         let t = self.tenants.get_mut(&rec.tenant).expect("tenant in flight");
         let waiting = take_front(&mut t.items, usize::MAX);
@@ -1428,7 +1436,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         t.stamps.clear();
         let m = waiting.len();
         if m > 0 {
-            self.settle_slice(&rec.tenant, m, bytes, |_| SettledAs::HandedOver);
+            self.settle_slice(&rec.tenant, m, bytes, |_| ItemOutcome::HandedOver);
             items.extend(waiting);
         }
         self.counters.handed_over += (n + m) as u64;
@@ -1510,7 +1518,9 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         }
         self.count_lost(&rec.tenant, LostReason::JoinFailed, rec.len as u64);
         self.attempt_failed(id, &rec, Failure::TaskLost, AfterFailure::Lost);
-        self.settle_slice(&rec.tenant, rec.len, rec.bytes, |_| SettledAs::Lost);
+        self.settle_slice(&rec.tenant, rec.len, rec.bytes, |_| {
+            ItemOutcome::Lost(LostReason::JoinFailed)
+        });
         self.schedule_after_write(rec.tenant);
         // The tenant's age timer, armed again, may be due already (S-R3).
         self.advance(self.now);
@@ -1676,6 +1686,17 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     }
 
     // ----- outputs ------------------------------------------------------
+
+    /// The ages of the items settled since the last call, in settle order
+    /// (S-R7): one per pending item that was written, lost, dropped after
+    /// its staging, or handed over, from its staging time (a durable
+    /// item's given age included, S-W22) to `now` as it settled. Kept only
+    /// with a `max_item_age` (S-R3: items are stamped then); empty
+    /// otherwise. Drain it with the events: undrained, it holds one sample
+    /// (32 bytes) per settled item.
+    pub fn drain_item_ages(&mut self) -> std::vec::Drain<'_, ItemAge> {
+        self.ages.drain(..)
+    }
 
     /// The next event to export or act on; call until `None` after every input.
     pub fn poll_event(&mut self) -> Option<Event<K, I>> {
@@ -1898,7 +1919,13 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// counted them written, dropped or lost. Takes them off the pending
     /// count and bytes, counts them into the waits that cover them, and
     /// answers the waits that completes.
-    fn settle_slice(&mut self, tenant: &K, n: usize, bytes: u64, how: impl Fn(usize) -> SettledAs) {
+    fn settle_slice(
+        &mut self,
+        tenant: &K,
+        n: usize,
+        bytes: u64,
+        how: impl Fn(usize) -> ItemOutcome,
+    ) {
         self.counters.pending -= n as u64;
         self.pending_bytes = self.pending_bytes.saturating_sub(bytes);
         let t = self
@@ -1907,11 +1934,15 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             .expect("a settling tenant exists");
         self.waits.catch_up(&mut t.wait_marks, t.pending as u64);
         t.pending -= n;
+        t.stamps.settle(n, self.now, &how, &mut self.ages);
         if !self.keys.0.is_empty() {
-            let written = |i| how(i) == SettledAs::Written;
+            let written = |i| how(i) == ItemOutcome::Written;
             self.keys.settle(tenant, n, written, &mut self.events);
         }
-        for id in self.waits.settle(&mut t.wait_marks, n, how) {
+        for id in self
+            .waits
+            .settle(&mut t.wait_marks, n, |i| how(i).settled_as())
+        {
             self.answer_wait(id);
         }
     }
@@ -2037,10 +2068,10 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                     tenant: tenant.clone(),
                     items: n as u64,
                 });
-                self.settle_slice(&tenant, n, bytes, |_| SettledAs::HandedOver);
+                self.settle_slice(&tenant, n, bytes, |_| ItemOutcome::HandedOver);
             } else {
                 self.count_lost(&tenant, reason, n as u64);
-                self.settle_slice(&tenant, n, bytes, |_| SettledAs::Lost);
+                self.settle_slice(&tenant, n, bytes, |_| ItemOutcome::Lost(reason));
             }
         }
         for tenant in &keys {

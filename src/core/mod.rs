@@ -23,6 +23,7 @@
 
 mod accounting;
 mod admission;
+mod ages;
 mod backlog;
 mod backoff;
 mod breaker;
@@ -47,6 +48,7 @@ mod write;
 pub use accounting::{Counters, DropReason, LostReason, LOG_EVERY};
 pub(crate) use admission::Facts;
 pub use admission::{decide, recheck, Admission, Checks, Handoff, OnRefusal, Refusal, Stager};
+pub use ages::{ItemAge, ItemOutcome};
 pub use breaker::{BreakerConfig, BreakerState};
 pub use config::{Config, ConfigBuilder, ConfigError, ErrorPolicy};
 pub(crate) use engine::weight;

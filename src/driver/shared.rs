@@ -56,9 +56,11 @@ pub(crate) struct State<K, I> {
 }
 
 impl<K: Ord + std::hash::Hash + Clone, I> State<K, I> {
-    /// Exports the engine's counters (I3: after every step).
+    /// Exports the engine's counters (I3: after every step) and the ages
+    /// of the items settled (S-R7).
     pub(crate) fn export(&mut self) {
         self.export.export(self.engine.counters());
+        self.export.ages(self.engine.drain_item_ages());
     }
 }
 

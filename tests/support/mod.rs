@@ -326,7 +326,9 @@ pub fn snapshot(s: &Snapshotter) -> Metrics {
                 (
                     key.name().to_owned(),
                     label("outbox").expect("every series has the outbox label"),
-                    label("reason").or_else(|| label("kind")),
+                    label("reason")
+                        .or_else(|| label("kind"))
+                        .or_else(|| label("outcome")),
                 ),
                 value,
             )
@@ -420,6 +422,20 @@ pub fn latency_samples(m: &Metrics, outbox: &str) -> usize {
     )) {
         Some(DebugValue::Histogram(v)) => v.len(),
         None => 0,
+        other => panic!("histogram: {other:?}"),
+    }
+}
+
+/// The samples of `outbox_item_age_seconds{outbox, outcome}` (S-R7), in
+/// seconds, in the order recorded; empty when the series has none.
+pub fn item_ages(m: &Metrics, outbox: &str, outcome: &str) -> Vec<f64> {
+    match m.get(&(
+        "outbox_item_age_seconds".to_owned(),
+        outbox.to_owned(),
+        Some(outcome.to_owned()),
+    )) {
+        Some(DebugValue::Histogram(v)) => v.iter().map(|x| x.into_inner()).collect(),
+        None => Vec::new(),
         other => panic!("histogram: {other:?}"),
     }
 }

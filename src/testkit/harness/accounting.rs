@@ -5,7 +5,7 @@
 
 use super::ledger::Fate;
 use super::{Harness, Violation};
-use crate::core::{AfterFailure, Counters, WriteId};
+use crate::core::{AfterFailure, Counters, ItemOutcome, WriteId};
 
 impl Harness {
     /// The checks that hold between ops, in a fixed order.
@@ -24,8 +24,38 @@ impl Harness {
         self.check_s_a1_capacity(c.pending)?;
         self.check_i8_shutdown_is_final(&c)?;
         self.check_i13_every_run_time_loss_handed_out(&c)?;
+        self.check_s_r7_item_ages()?;
         self.last = c;
         Ok(())
+    }
+
+    /// S-R7: the engine's age samples since the last op are exactly those
+    /// of the items the harness saw settle, by fate (written, dropped,
+    /// lost), each its staging time to now; none without a
+    /// `max_item_age`.
+    fn check_s_r7_item_ages(&mut self) -> Result<(), Violation> {
+        let mut got: Vec<(Fate, u64)> = self
+            .engine
+            .drain_item_ages()
+            .map(|a| {
+                let fate = match a.outcome {
+                    ItemOutcome::Written => Fate::Written,
+                    ItemOutcome::Dropped(_) => Fate::Dropped,
+                    ItemOutcome::Lost(_) | ItemOutcome::HandedOver => Fate::Lost,
+                };
+                (fate, u64::try_from(a.age.as_nanos()).unwrap_or(u64::MAX))
+            })
+            .collect();
+        let mut due = std::mem::take(&mut self.ages_due);
+        got.sort_unstable_by_key(|&(f, ns)| (f as u8, ns));
+        due.sort_unstable_by_key(|&(f, ns)| (f as u8, ns));
+        self.expect(got == due, "S-R7", || {
+            format!(
+                "the engine's item ages {:?} differ from the settled items' {:?} (fate, ns)",
+                &got[..got.len().min(8)],
+                &due[..due.len().min(8)]
+            )
+        })
     }
 
     /// I5: items the engine let go of are already counted lost or dropped

@@ -229,6 +229,11 @@ impl Harness {
                 continue;
             }
             *f = fate;
+            if self.config.max_item_age().is_some() {
+                let age = self.now.saturating_since(self.staged_at[ix]);
+                let ns = u64::try_from(age.as_nanos()).unwrap_or(u64::MAX);
+                self.ages_due.push((fate, ns));
+            }
             self.model[Fate::Pending as usize] -= 1;
             self.model[fate as usize] += 1;
             self.settled.add(i, fate as usize - 1);

@@ -189,6 +189,9 @@ pub struct Harness {
     failed_seen: [u64; Failure::ALL.len()],
     /// When each item was staged, indexed by item number (I12).
     staged_at: Vec<Time>,
+    /// The age samples the engine owes for the items settled since the
+    /// last check, by fate, in ns (S-R7; with a `max_item_age` only).
+    ages_due: Vec<(Fate, u64)>,
     /// The harness's model of the breaker (I10, I11).
     breaker: outage::BreakerModel,
     /// Items handed out as run-time dead letters (I13).
@@ -255,6 +258,7 @@ impl Harness {
             writes_seen: 0,
             failed_seen: [0; Failure::ALL.len()],
             staged_at: Vec::new(),
+            ages_due: Vec::new(),
             breaker: outage::BreakerModel::default(),
             dead_lettered_items: BTreeSet::new(),
             dead_lettered: [0; 4],
