@@ -75,16 +75,24 @@ impl<S: Sink> Outbox<S> {
 
     /// A snapshot of how the outbox is doing (S-R6): the breaker, the run
     /// of failures, the last successful write, the oldest pending item's
-    /// age, writes in flight, tenants held. Also refreshes the health
-    /// gauges. Costs O(tenants) under the lock: for a health endpoint, not
-    /// for every request.
+    /// age, writes in flight, tenants held; with an outbox table, its
+    /// listener's state and the last horizon the relay read, with that
+    /// reading's age (S-T36). Also refreshes the health gauges. Does no
+    /// IO (the relay reads the horizon on its own schedule); costs
+    /// O(tenants) under the lock: for a health endpoint, not for every
+    /// request.
     pub fn health(&self) -> crate::Health {
         let shared = self.shared();
         let now = shared.now();
         let dropped = shared
             .dead_letters_dropped
             .load(std::sync::atomic::Ordering::Relaxed);
-        let health = shared.engine_input(|st| crate::Health::of(&st.engine, now, dropped));
+        #[allow(unused_mut)] // Set below with the feature `table`.
+        let mut health = shared.engine_input(|st| crate::Health::of(&st.engine, now, dropped));
+        #[cfg(feature = "table")]
+        {
+            health.table = shared.relay_feed.as_ref().map(|f| f.watch.snapshot(now));
+        }
         shared.gauges.set(&health);
         health
     }

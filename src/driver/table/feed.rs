@@ -11,6 +11,7 @@ use std::sync::{Mutex, PoisonError};
 use tokio::sync::{mpsc, watch};
 
 use super::gate::Gate;
+use super::health::TableWatch;
 use crate::core::lease::WriteGrant;
 use crate::core::relay::{DeadReason, Done};
 use crate::core::{DropReason, Event, LostReason, Outcome, Write, WriteId};
@@ -27,6 +28,8 @@ pub(crate) struct Feed<K> {
     pub(crate) phase: watch::Sender<Phase>,
     /// The lease policy the writer asks before each write (S-T37).
     pub(crate) gate: std::sync::Arc<Gate>,
+    /// What the relay task noted for `Outbox::health` (S-T36).
+    pub(crate) watch: TableWatch,
 }
 
 /// A group of writes (S-F1) as the lease lets it go: the writes granted,
@@ -83,6 +86,7 @@ impl<K: Ord + Clone> Feed<K> {
         ends: mpsc::UnboundedSender<Ended>,
         phase: watch::Sender<Phase>,
         gate: std::sync::Arc<Gate>,
+        watch: TableWatch,
     ) -> Self {
         Feed {
             inner: Mutex::new(Inner {
@@ -94,6 +98,7 @@ impl<K: Ord + Clone> Feed<K> {
             ends,
             phase,
             gate,
+            watch,
         }
     }
 

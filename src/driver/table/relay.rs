@@ -13,6 +13,9 @@
 //!   row id through [`Feed`].
 //! - Wake-ups: a listener of its own (S-T15), opened again after every
 //!   loss with a read at once; and the policy's poll.
+//! - Health (S-T36): the task reads the store's horizon on a schedule of
+//!   its own (see [`super::health`]) and notes it, and the listener's
+//!   state, where `Outbox::health` reads them without IO.
 //! - At a shutdown, nothing more goes into the engine; the task waits for
 //!   the engine to end what it holds and for the removals, at most
 //!   [`REMOVAL_GRACE`] after the engine closed, then stops, which stops
@@ -28,6 +31,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::feed::{Ended, Feed, Phase};
+use super::health::{HORIZON_EVERY, HORIZON_TIMEOUT};
 use super::lease::{Owned, Stale};
 use super::metrics::RelayMetrics;
 use crate::codec::Codec;
@@ -38,7 +42,7 @@ use crate::core::relay::{
 use crate::core::{Durable, Time};
 use crate::driver::shared::Shared;
 use crate::sink::Sink;
-use crate::table::{Listener, Relayed, Store};
+use crate::table::{Horizon, Listener, Relayed, Store};
 
 /// How long the task waits, after the engine closed at a shutdown, for
 /// its last removals: rows not removed by then are delivered again at the
@@ -58,6 +62,9 @@ enum Answer<L> {
     Crashes(OpId, Result<Fenced<u64>, StoreError>),
     Attempt(OpId, Result<Fenced<()>, StoreError>),
     Listener(Result<L, StoreError>),
+    /// A horizon read: `Err` for a store error or a read past
+    /// [`HORIZON_TIMEOUT`].
+    Horizon(Result<Horizon, String>),
 }
 
 /// The relay task's state.
@@ -91,6 +98,8 @@ struct Run<L> {
     awaiting: VecDeque<(bool, Vec<Row>)>,
     /// When the engine closed at a shutdown.
     closed_at: Option<Instant>,
+    /// When the next horizon read is due; `None` while one runs.
+    horizon_at: Option<Instant>,
 }
 
 impl<S, St, I> RelayTask<S, St, I>
@@ -108,10 +117,12 @@ where
             known: Owned::new(),
             awaiting: VecDeque::new(),
             closed_at: None,
+            horizon_at: Some(Instant::now()),
         };
         loop {
             let now = self.shared.now();
             self.open_listener(&mut run);
+            self.read_horizon(&mut run);
             self.sync_owned(now, &mut run);
             self.drain(now, &mut run);
             if self.finished(&mut run) {
@@ -134,6 +145,8 @@ where
                     Err(_) => {
                         run.listener = None;
                         run.listen_at = Some(Instant::now());
+                        self.feed.watch.listening(false);
+                        self.metrics.listening.set(0.0);
                     }
                 },
                 () = sleep_until(wake) => self.relay.handle_timeout(self.shared.now()),
@@ -157,7 +170,7 @@ where
         // While shutting down, the engine's close is looked for often:
         // the policy's poll stops with the reads.
         let closing = self.closing().then(|| Instant::now() + CLOSE_CHECK);
-        [policy, run.listen_at, grace, closing]
+        [policy, run.listen_at, grace, closing, run.horizon_at]
             .into_iter()
             .flatten()
             .min()
@@ -187,6 +200,49 @@ where
             let store = Arc::clone(&self.store);
             run.calls
                 .spawn(async move { Answer::Listener(store.listen().await) });
+        }
+    }
+
+    /// Starts a horizon read when one is due (S-T36): one at a time, each
+    /// bounded by [`HORIZON_TIMEOUT`]; none once a shutdown began.
+    fn read_horizon(&mut self, run: &mut Run<St::Listener>) {
+        if self.closing() {
+            run.horizon_at = None;
+            return;
+        }
+        if run.horizon_at.is_some_and(|t| t <= Instant::now()) {
+            run.horizon_at = None;
+            let store = Arc::clone(&self.store);
+            run.calls.spawn(async move {
+                let read = tokio::time::timeout(HORIZON_TIMEOUT, store.horizon()).await;
+                Answer::Horizon(match read {
+                    Ok(Ok(h)) => Ok(h),
+                    Ok(Err(e)) => Err(e.to_string()),
+                    Err(_) => Err(format!("no answer within {HORIZON_TIMEOUT:?}")),
+                })
+            });
+        }
+    }
+
+    /// Notes a horizon read's answer and schedules the next read.
+    fn horizon_read(
+        &mut self,
+        now: Time,
+        read: Result<Horizon, String>,
+        run: &mut Run<St::Listener>,
+    ) {
+        let every = self.relay.config().poll_interval;
+        let every = every.clamp(HORIZON_EVERY.0, HORIZON_EVERY.1);
+        run.horizon_at = Some(Instant::now() + every);
+        match read {
+            Ok(h) => {
+                self.metrics.horizon(&h);
+                self.feed.watch.horizon(now, Some(h));
+            }
+            Err(e) => {
+                tracing::debug!(outbox = %self.shared.sink.name(), error = %e, "outbox table: cannot read the horizon; health keeps the last");
+                self.feed.watch.horizon(now, None);
+            }
         }
     }
 
@@ -322,9 +378,12 @@ where
             Answer::Attempt(op, r) => self.relay.handle_attempt_recorded(now, op, r),
             Answer::Listener(Ok(listener)) => {
                 run.listener = Some(listener);
+                self.feed.watch.listening(true);
+                self.metrics.listening.set(1.0);
                 // Notifications sent while it was away are lost (S-T15).
                 self.relay.handle_wakeup(now);
             }
+            Answer::Horizon(read) => self.horizon_read(now, read, run),
             Answer::Listener(Err(e)) => {
                 tracing::debug!(outbox = %self.shared.sink.name(), error = %e, "outbox table: the listener cannot connect; polling meanwhile");
                 run.listen_at = Some(Instant::now() + LISTEN_RETRY);
