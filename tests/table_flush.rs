@@ -1,9 +1,12 @@
 //! `flush` and `settle` on an outbox with an outbox table (S-W10, S-A4
 //! restated for the table): they cover the rows this instance had read
 //! and handed to the engine before the call; a flush sends them at once,
-//! lingering or not; a settle waits for them without sending early; at the
-//! deadline the report counts those still pending. Against the table's
-//! model on tokio's paused clock.
+//! lingering or not; a settle waits for them without sending early; both
+//! answer once the covered rows are out of the table, or at the deadline,
+//! whose report counts those still pending. Against the table's model on
+//! tokio's paused clock, and the real PostgreSQL
+//! (`OUTBOX_TEST_POSTGRES_URL`: skipped when unset, failing when set and
+//! unreachable).
 #![cfg(all(feature = "table", feature = "testkit"))]
 
 use std::sync::Arc;
@@ -134,4 +137,79 @@ async fn a_settle_at_its_deadline_counts_the_rows_still_pending() {
     assert_eq!(outbox.counters().lost_total(), 0);
     assert_eq!(model.rows().len(), 3);
     drop(outbox.shutdown(Duration::from_millis(100)).await);
+}
+
+/// S-W10: a settle answers once its rows are removed from the table too,
+/// but never after its deadline: with every removal failing, it answers
+/// at the deadline, the rows written and still in the table.
+#[tokio::test(start_paused = true)]
+async fn a_settle_waits_for_the_removals_until_its_deadline() {
+    let sink = Held {
+        permits: Arc::new(Semaphore::new(0)),
+    };
+    let (model, outbox) = relaying(3, &sink, Duration::ZERO).await;
+    let t0 = tokio::time::Instant::now();
+    let settle = outbox.settle(Duration::from_secs(3));
+    model.fail_next(u32::MAX / 2);
+    sink.permits.add_permits(100);
+    let report = settle.await;
+    let waited = t0.elapsed();
+    assert_eq!((report.written, report.pending), (3, 0), "{report:?}");
+    assert!(
+        waited >= Duration::from_secs(3) && waited < Duration::from_millis(3100),
+        "answered after {waited:?}"
+    );
+    assert_eq!(model.rows().len(), 3, "no removal went through");
+    drop(outbox.shutdown(Duration::from_millis(100)).await);
+}
+
+/// A flush after a shutdown answers at once: nothing is waited for, no
+/// removal either.
+#[tokio::test(start_paused = true)]
+async fn a_flush_after_the_shutdown_answers_at_once() {
+    let sink = Held {
+        permits: Arc::new(Semaphore::new(0)),
+    };
+    let (_model, outbox) = relaying(3, &sink, Duration::ZERO).await;
+    sink.permits.add_permits(100);
+    drop(outbox.shutdown(Duration::from_secs(1)).await);
+    let t0 = tokio::time::Instant::now();
+    let report = outbox.flush(Duration::from_secs(60)).await;
+    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+    assert_eq!(report.pending, 0, "{report:?}");
+}
+
+mod common;
+
+/// S-W10, S-A4 against the real PostgreSQL: a settle answers once the
+/// rows it covers are written and removed from the table, so right after
+/// it the table holds none of them.
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn after_a_settle_the_covered_rows_are_out_of_the_table() {
+    use common::table::{Usage, World};
+    let Some(w) = World::new("settle").await else {
+        return;
+    };
+    let config = Config::builder().max_batch(5).build().unwrap();
+    let outbox = w.outbox(config, TableRelay::new("s1"));
+    for round in 0..5u128 {
+        let items: Vec<Usage> = (1..=40).map(|i| Usage::new(round * 100 + i)).collect();
+        w.stage(3, &items, true).await;
+        common::servers::eventually(
+            "the rows in the engine",
+            Duration::from_secs(20),
+            || async { (outbox.counters().recovered >= 40 * (round as u64 + 1)).then_some(()) },
+        )
+        .await;
+        let report = outbox.settle(Duration::from_secs(10)).await;
+        assert!(!report.deadline_passed, "{report:?}");
+        assert_eq!(w.left().await, 0, "round {round}: {report:?}");
+    }
+    assert_eq!(w.target_rows().await.len(), 200);
+    drop(outbox.shutdown(Duration::from_secs(2)).await);
+    let closed = outbox.closed();
+    drop(outbox);
+    closed.await;
+    w.finish().await;
 }

@@ -152,6 +152,8 @@ where
                 () = sleep_until(wake) => self.relay.handle_timeout(self.shared.now()),
             }
         }
+        // A flush or settle waiting for removals answers now.
+        self.feed.relay_gone();
     }
 
     fn ended(&mut self, (id, done): Ended) {
@@ -160,6 +162,9 @@ where
         while let Ok((id, done)) = self.ends.try_recv() {
             self.relay.handle_done(now, id, done);
         }
+        // Ends of a partition lost meanwhile are no removal of ours.
+        let owned: BTreeSet<u32> = self.relay.partitions().map(|(p, _)| p).collect();
+        self.feed.keep_owned(|p| owned.contains(&p));
     }
 
     /// The next instant anything is due: the policy's timer, a listener
@@ -255,6 +260,7 @@ where
         for (&p, &e) in &run.known {
             if owned.get(&p) != Some(&e) {
                 self.relay.handle_partition_lost(now, p);
+                self.feed.partition_gone(p);
                 run.awaiting.retain(|(_, rows)| rows[0].partition != p);
             }
         }
@@ -303,6 +309,7 @@ where
                 self.feed_recorded(now, run);
             }
             RelayEvent::PartitionStale { partition } => {
+                self.feed.partition_gone(partition);
                 run.awaiting
                     .retain(|(_, rows)| rows[0].partition != partition);
                 if let Some(epoch) = run.known.remove(&partition) {
@@ -371,6 +378,11 @@ where
             Answer::Removed(op, removal, removed) => {
                 if let Ok(removed) = &removed {
                     self.metrics.removed(&removal, removed);
+                    // Removed, already gone, or (a stale partition) the
+                    // next owner's to remove.
+                    let dead = removal.dead.iter().map(|d| d.id);
+                    self.feed
+                        .removed(removal.delete.iter().copied().chain(dead));
                 }
                 self.relay.handle_removed(now, op, removed);
             }
