@@ -52,7 +52,9 @@ async fn a_rolled_back_stage_is_never_delivered_a_committed_one_once() {
 }
 
 /// S-T13, S-T31: a slice the sink rejects ends in the dead-letter table
-/// with its reason; its healthy neighbours are written, in order.
+/// with its reason; its healthy neighbours, of its tenant (staged before
+/// and after it, one in its transaction) and of other tenants, are
+/// written, in order, and none is dead-lettered.
 #[tokio::test]
 async fn a_rejected_item_is_dead_lettered_and_its_neighbours_are_not() {
     let Some(w) = World::new("dead_letter").await else {
@@ -64,10 +66,14 @@ async fn a_rejected_item_is_dead_lettered_and_its_neighbours_are_not() {
     };
     let config = Config::builder().max_batch(1).build().expect("config");
     let outbox = w.outbox_into(sink, config, TableRelay::new("i1"));
-    for id in [1, 2, 666, 3, 4] {
+    for id in [1, 2] {
         w.stage(5, &[Usage::new(id)], true).await;
     }
-    let rows = w.wait_for(4).await;
+    w.stage(5, &[Usage::new(666), Usage::new(3)], true).await;
+    w.stage(6, &[Usage::new(10), Usage::new(11)], true).await;
+    w.stage(5, &[Usage::new(4)], true).await;
+    w.stage(7, &[Usage::new(20)], true).await;
+    let rows = w.wait_for(7).await;
     let dead = servers::eventually("the dead letter", Duration::from_secs(20), || async {
         let dead = w.dead().await;
         (!dead.is_empty()).then_some(dead)
@@ -75,9 +81,10 @@ async fn a_rejected_item_is_dead_lettered_and_its_neighbours_are_not() {
     .await;
     drop(outbox.shutdown(Duration::from_secs(5)).await);
     close(outbox).await;
-    let ids: Vec<u128> = rows.iter().map(|r| r.1).collect();
-    assert_eq!(ids, [1, 2, 3, 4], "the neighbours, in order");
-    assert_eq!(dead.len(), 1);
+    let of = |t: i64| -> Vec<u128> { rows.iter().filter(|r| r.0 == t).map(|r| r.1).collect() };
+    assert_eq!(of(5), [1, 2, 3, 4], "its tenant's neighbours, in order");
+    assert_eq!((of(6), of(7)), (vec![10, 11], vec![20]), "other tenants'");
+    assert_eq!(dead.len(), 1, "{dead:?}");
     assert_eq!(dead[0].1, "terminal");
     let item: Usage = Codec::<u64, Usage>::decode_item(&Postcard, &dead[0].0).expect("the item");
     assert_eq!(item.id, 666);

@@ -33,6 +33,11 @@ pub struct Health {
     pub tenants: usize,
     /// Run-time dead letters that could not be handed out (S-R4).
     pub dead_letters_dropped: u64,
+    /// With an outbox table (feature `table`): its listener's state and
+    /// the last horizon the relay read (S-T36); `None` for an outbox
+    /// without one.
+    #[cfg(feature = "table")]
+    pub table: Option<crate::table::TableHealth>,
 }
 
 impl Health {
@@ -50,6 +55,8 @@ impl Health {
             in_flight: engine.in_flight(),
             tenants: engine.tenants(),
             dead_letters_dropped,
+            #[cfg(feature = "table")]
+            table: None,
         }
     }
 }

@@ -48,6 +48,8 @@ pub use health::Health;
 pub use journal::SyncError;
 pub use outbox::Outbox;
 #[cfg(feature = "table")]
+pub use table::health::{ListenerState, TableHealth};
+#[cfg(feature = "table")]
 pub use table::TableRelay;
 
 /// `now + after`, or a point far enough away to be never (about 30 years)

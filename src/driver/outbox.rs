@@ -75,16 +75,24 @@ impl<S: Sink> Outbox<S> {
 
     /// A snapshot of how the outbox is doing (S-R6): the breaker, the run
     /// of failures, the last successful write, the oldest pending item's
-    /// age, writes in flight, tenants held. Also refreshes the health
-    /// gauges. Costs O(tenants) under the lock: for a health endpoint, not
-    /// for every request.
+    /// age, writes in flight, tenants held; with an outbox table, its
+    /// listener's state and the last horizon the relay read, with that
+    /// reading's age (S-T36). Also refreshes the health gauges. Does no
+    /// IO (the relay reads the horizon on its own schedule); costs
+    /// O(tenants) under the lock: for a health endpoint, not for every
+    /// request.
     pub fn health(&self) -> crate::Health {
         let shared = self.shared();
         let now = shared.now();
         let dropped = shared
             .dead_letters_dropped
             .load(std::sync::atomic::Ordering::Relaxed);
-        let health = shared.engine_input(|st| crate::Health::of(&st.engine, now, dropped));
+        #[allow(unused_mut)] // Set below with the feature `table`.
+        let mut health = shared.engine_input(|st| crate::Health::of(&st.engine, now, dropped));
+        #[cfg(feature = "table")]
+        {
+            health.table = shared.relay_feed.as_ref().map(|f| f.watch.snapshot(now));
+        }
         shared.gauges.set(&health);
         health
     }
@@ -143,27 +151,34 @@ impl<S: Sink> Outbox<S> {
     /// [`Report`] says how many of them were written, dropped and lost, how
     /// many are still pending, and whether the deadline passed. Never overtakes earlier items; concurrent
     /// flushes each get their own truthful answer. Items staged after the
-    /// call are not waited for.
+    /// call are not waited for. With an outbox table, it covers the rows
+    /// already in the engine, and answers once those written or given up
+    /// are removed from the table too, at the latest at the deadline
+    /// (S-W10, S-A4 restated for the table).
     ///
     /// Takes effect at the call; see [`Answer`] for what dropping the
     /// future does. A runtime that is gone answers at once with the
     /// deadline passed.
     pub fn flush(&self, timeout: Duration) -> Answer<Report> {
-        self.wait(Waiter::Report, |st, now| {
-            st.engine.flush(now, now + timeout)
-        })
+        self.wait(
+            |tx, now| Waiter::Report(tx, now + timeout),
+            |st, now| st.engine.flush(now, now + timeout),
+        )
     }
 
     /// Waits until everything staged before this call is settled, or until
     /// the deadline, the call's time plus `timeout`, without sending lingering batches early and
     /// without closing anything (S-W10). [`Report::pending`] is how many of
-    /// those items are still pending (0 when everything settled).
+    /// those items are still pending (0 when everything settled). With
+    /// an outbox table, as [`flush`](Self::flush): the covered rows are
+    /// out of the table when it answers before its deadline.
     ///
     /// Takes effect at the call; see [`Answer`] for cancellation.
     pub fn settle(&self, timeout: Duration) -> Answer<Report> {
-        self.wait(Waiter::Report, |st, now| {
-            st.engine.settle(now, now + timeout)
-        })
+        self.wait(
+            |tx, now| Waiter::Report(tx, now + timeout),
+            |st, now| st.engine.settle(now, now + timeout),
+        )
     }
 
     /// Shuts the outbox down (S-W9, S-B6). The fence goes up during this
@@ -189,13 +204,16 @@ impl<S: Sink> Outbox<S> {
     /// discarded, dead letters included (they stay counted lost).
     pub fn shutdown(&self, timeout: Duration) -> Answer<ShutdownReport<S::Tenant, S::Item>> {
         let shared = self.shared();
-        self.wait(Waiter::Shutdown, |st, now| {
-            // The hand-off closes with the engine's fence (S-W9, S-W19).
-            if shared.take_in(st, true) {
-                shared.wake();
-            }
-            st.engine.shutdown(now, now + timeout)
-        })
+        self.wait(
+            |tx, _| Waiter::Shutdown(tx),
+            |st, now| {
+                // The hand-off closes with the engine's fence (S-W9, S-W19).
+                if shared.take_in(st, true) {
+                    shared.wake();
+                }
+                st.engine.shutdown(now, now + timeout)
+            },
+        )
     }
 
     /// Gives up at once (S-A7): everything pending is counted lost under
@@ -223,7 +241,7 @@ impl<S: Sink> Outbox<S> {
     /// caller its [`Answer`].
     fn wait<T>(
         &self,
-        waiter: fn(oneshot::Sender<T>) -> SinkWaiter<S>,
+        waiter: impl FnOnce(oneshot::Sender<T>, Time) -> SinkWaiter<S>,
         start: impl FnOnce(&mut State<S::Tenant, S::Item>, Time) -> WaitId,
     ) -> Answer<T> {
         let shared = self.shared();
@@ -238,7 +256,7 @@ impl<S: Sink> Outbox<S> {
                 while st.engine.poll_event().is_some() {}
                 drop(tx);
             } else {
-                st.waiters.insert(id, waiter(tx));
+                st.waiters.insert(id, waiter(tx, now));
             }
         });
         shared.wake();

@@ -23,8 +23,8 @@ use crate::telemetry::Export;
 
 /// A caller waiting for its answer.
 pub(crate) enum Waiter<K, I> {
-    /// A flush or settle.
-    Report(oneshot::Sender<Report>),
+    /// A flush or settle, with its deadline.
+    Report(oneshot::Sender<Report>, Time),
     /// A shutdown.
     Shutdown(oneshot::Sender<ShutdownReport<K, I>>),
 }

@@ -158,7 +158,7 @@ impl<S: Sink> Drop for Writer<S> {
             while let Some(event) = st.engine.poll_event() {
                 match event {
                     Event::WaitDone { id, report } => {
-                        if let Some(Waiter::Report(tx)) = st.waiters.remove(&id) {
+                        if let Some(Waiter::Report(tx, _)) = st.waiters.remove(&id) {
                             answers.push(tx.send(report).is_ok());
                         }
                     }
@@ -512,9 +512,8 @@ impl<S: Sink> Writer<S> {
                 mem::replace(&mut self.cancel, CancellationToken::new()).cancel();
             }
             Event::WaitDone { id, report } => {
-                if let Some(Waiter::Report(tx)) = waiters.remove(&id) {
-                    // The caller may have stopped waiting (S-A4 docs).
-                    let _ = tx.send(report);
+                if let Some(Waiter::Report(tx, deadline)) = waiters.remove(&id) {
+                    self.answer_report(tx, deadline, report);
                 }
             }
             Event::DeadLetter(letter) => self.hand_dead_letter(letter),
@@ -549,6 +548,29 @@ impl<S: Sink> Writer<S> {
                 contain::drop_letter(letter);
             }
         }
+    }
+
+    /// Answers a flush or settle; with an outbox table, once the rows it
+    /// ended as written or given up are removed from the table too, at
+    /// the latest at `deadline` (S-W10, S-A4 restated for the table).
+    fn answer_report(
+        &self,
+        tx: tokio::sync::oneshot::Sender<crate::core::Report>,
+        deadline: Time,
+        report: crate::core::Report,
+    ) {
+        // The caller may have stopped waiting (S-A4 docs).
+        let send = move || {
+            let _ = tx.send(report);
+        };
+        #[cfg(feature = "table")]
+        if let Some(feed) = &self.shared.relay_feed {
+            let at = self.shared.instant(deadline);
+            feed.after_removed(self.shared.runtime(), at, send);
+            return;
+        }
+        let _ = deadline;
+        send();
     }
 
     /// Answers a shutdown; with a journal, once the done marks of its

@@ -11,6 +11,7 @@ use std::sync::{Mutex, PoisonError};
 use tokio::sync::{mpsc, watch};
 
 use super::gate::Gate;
+use super::health::TableWatch;
 use crate::core::lease::WriteGrant;
 use crate::core::relay::{DeadReason, Done};
 use crate::core::{DropReason, Event, LostReason, Outcome, Write, WriteId};
@@ -27,6 +28,23 @@ pub(crate) struct Feed<K> {
     pub(crate) phase: watch::Sender<Phase>,
     /// The lease policy the writer asks before each write (S-T37).
     pub(crate) gate: std::sync::Arc<Gate>,
+    /// What the relay task noted for `Outbox::health` (S-T36).
+    pub(crate) watch: TableWatch,
+    /// The rows the engine ended as written or given up whose removal
+    /// from the table (delete or dead-letter move) is not yet done: a
+    /// flush or settle answers once those it covers are removed (S-W10).
+    unremoved: Mutex<Unremoved>,
+    /// Notified whenever rows leave `unremoved`.
+    removed: tokio::sync::Notify,
+}
+
+/// See [`Feed::unremoved`].
+#[derive(Default)]
+struct Unremoved {
+    /// Row id to partition.
+    rows: BTreeMap<i64, u32>,
+    /// The relay task ended: nothing more is removed by this instance.
+    gone: bool,
 }
 
 /// A group of writes (S-F1) as the lease lets it go: the writes granted,
@@ -83,6 +101,7 @@ impl<K: Ord + Clone> Feed<K> {
         ends: mpsc::UnboundedSender<Ended>,
         phase: watch::Sender<Phase>,
         gate: std::sync::Arc<Gate>,
+        watch: TableWatch,
     ) -> Self {
         Feed {
             inner: Mutex::new(Inner {
@@ -94,6 +113,9 @@ impl<K: Ord + Clone> Feed<K> {
             ends,
             phase,
             gate,
+            watch,
+            unremoved: Mutex::default(),
+            removed: tokio::sync::Notify::new(),
         }
     }
 
@@ -183,11 +205,15 @@ impl<K: Ord + Clone> Feed<K> {
                 End::HandedOver => Done::HandedOver,
                 End::Dead(reason) => Done::GivenUp { reason, attempts },
             };
+            let partition = g.partitions.get(tenant).copied();
             let Some(queue) = g.ids.get_mut(tenant) else {
                 continue;
             };
             for _ in 0..items {
                 let Some(id) = queue.pop_front() else { break };
+                if let (Some(p), Done::Written | Done::GivenUp { .. }) = (partition, how) {
+                    self.unremoved_lock().rows.insert(id, p);
+                }
                 // The relay task gone (its runtime shut down): the rows
                 // stay in the table for the next start.
                 let _ = self.ends.send((id, how));
@@ -203,6 +229,96 @@ impl<K: Ord + Clone> Feed<K> {
             *p = phase;
             changed
         });
+    }
+}
+
+impl<K> Feed<K> {
+    fn unremoved_lock(&self) -> std::sync::MutexGuard<'_, Unremoved> {
+        self.unremoved
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The rows `ids` left the table, or are no longer this instance's to
+    /// remove.
+    pub(crate) fn removed(&self, ids: impl IntoIterator<Item = i64>) {
+        {
+            let mut u = self.unremoved_lock();
+            for id in ids {
+                u.rows.remove(&id);
+            }
+        }
+        self.removed.notify_waiters();
+    }
+
+    /// `partition` is no longer this instance's: its rows are removed by
+    /// the next owner, not here.
+    pub(crate) fn partition_gone(&self, partition: u32) {
+        self.unremoved_lock().rows.retain(|_, p| *p != partition);
+        self.removed.notify_waiters();
+    }
+
+    /// Forgets the rows of partitions `owned` says this instance no longer
+    /// relays (their ends came after the partition was lost).
+    pub(crate) fn keep_owned(&self, owned: impl Fn(u32) -> bool) {
+        let before = {
+            let mut u = self.unremoved_lock();
+            let before = u.rows.len();
+            u.rows.retain(|_, p| owned(*p));
+            before != u.rows.len()
+        };
+        if before {
+            self.removed.notify_waiters();
+        }
+    }
+
+    /// The relay task ended: no removal is waited for any more.
+    pub(crate) fn relay_gone(&self) {
+        {
+            let mut u = self.unremoved_lock();
+            u.rows.clear();
+            u.gone = true;
+        }
+        self.removed.notify_waiters();
+    }
+
+    /// Runs `then` once every row ended and not yet removed at this call
+    /// is removed (or no longer this instance's to remove), or at
+    /// `deadline`: a flush's or settle's answer (S-W10, S-A4).
+    pub(crate) fn after_removed(
+        self: &std::sync::Arc<Self>,
+        runtime: &tokio::runtime::Handle,
+        deadline: tokio::time::Instant,
+        then: impl FnOnce() + Send + 'static,
+    ) where
+        K: Send + 'static,
+    {
+        let waiting: Vec<i64> = self.unremoved_lock().rows.keys().copied().collect();
+        if waiting.is_empty() {
+            return then();
+        }
+        let feed = std::sync::Arc::clone(self);
+        drop(runtime.spawn(async move {
+            let sleep = tokio::time::sleep_until(deadline);
+            tokio::pin!(sleep);
+            loop {
+                let notified = feed.removed.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                {
+                    let u = feed.unremoved_lock();
+                    if u.gone || waiting.iter().all(|id| !u.rows.contains_key(id)) {
+                        break;
+                    }
+                }
+                tokio::select! {
+                    biased;
+                    () = &mut notified => {}
+                    () = &mut sleep => break,
+                }
+            }
+            then();
+        }));
     }
 }
 

@@ -7,10 +7,14 @@
 //! | `outbox_table_rows_deleted_total` | counter | rows deleted after their write |
 //! | `outbox_table_rows_dead_lettered_total{reason}` | counter | rows moved to the dead-letter table, by reason |
 //! | `outbox_table_unknown_version_total` | counter | rows met with a codec version this instance does not know (left in the table, S-T19) |
+//! | `outbox_table_lag_seconds` | gauge | the oldest row's age at the last horizon read (0: the table was empty) |
+//! | `outbox_table_oldest_transaction_seconds` | gauge | the oldest open transaction holding delivery back, at the last horizon read (0: none) |
+//! | `outbox_table_listening` | gauge | 1 while the relay's listener is connected, else 0 (also polling only) |
 
-use metrics::Counter;
+use metrics::{Counter, Gauge};
 
 use crate::core::relay::{DeadReason, Removal, Removed};
+use crate::table::Horizon;
 
 const REASONS: [DeadReason; 6] = [
     DeadReason::Terminal,
@@ -28,6 +32,9 @@ pub(crate) struct RelayMetrics {
     pub(crate) deleted: Counter,
     dead: Vec<(DeadReason, Counter)>,
     pub(crate) unknown_version: Counter,
+    lag: Gauge,
+    oldest_transaction: Gauge,
+    pub(crate) listening: Gauge,
 }
 
 impl RelayMetrics {
@@ -35,11 +42,15 @@ impl RelayMetrics {
     pub(crate) fn register(name: &str) -> Self {
         let label = name.to_owned();
         let counter = |metric: &'static str| metrics::counter!(metric, "outbox" => label.clone());
+        let gauge = |metric: &'static str| metrics::gauge!(metric, "outbox" => label.clone());
         RelayMetrics {
             fetched: counter("outbox_table_rows_fetched_total"),
             read: counter("outbox_table_rows_read_total"),
             deleted: counter("outbox_table_rows_deleted_total"),
             unknown_version: counter("outbox_table_unknown_version_total"),
+            lag: gauge("outbox_table_lag_seconds"),
+            oldest_transaction: gauge("outbox_table_oldest_transaction_seconds"),
+            listening: gauge("outbox_table_listening"),
             dead: REASONS
                 .iter()
                 .map(|&r| {
@@ -49,6 +60,13 @@ impl RelayMetrics {
                 })
                 .collect(),
         }
+    }
+
+    /// Sets the horizon's gauges from a read.
+    pub(crate) fn horizon(&self, h: &Horizon) {
+        let secs = |d: Option<std::time::Duration>| d.map_or(0.0, |d| d.as_secs_f64());
+        self.lag.set(secs(h.lag));
+        self.oldest_transaction.set(secs(h.oldest_transaction));
     }
 
     /// Counts what a removal did.

@@ -5,6 +5,7 @@
 
 pub(crate) mod feed;
 pub(crate) mod gate;
+pub(crate) mod health;
 pub(crate) mod lease;
 pub(crate) mod metrics;
 pub(crate) mod relay;
@@ -197,7 +198,8 @@ where
     let (ends_tx, ends) = mpsc::unbounded_channel();
     let (phase_tx, phase) = watch::channel(Phase::Open);
     let gate = Arc::new(gate::Gate::new(options.lease_clock.clone()));
-    let feed = Arc::new(Feed::new(ends_tx, phase_tx, Arc::clone(&gate)));
+    let noted = health::TableWatch::new(options.listen);
+    let feed = Arc::new(Feed::new(ends_tx, phase_tx, Arc::clone(&gate), noted));
     let feed_out = Arc::clone(&feed);
     let spawn = move |shared: &Arc<Shared<S>>| {
         let store = Arc::new(store);

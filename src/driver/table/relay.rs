@@ -13,6 +13,9 @@
 //!   row id through [`Feed`].
 //! - Wake-ups: a listener of its own (S-T15), opened again after every
 //!   loss with a read at once; and the policy's poll.
+//! - Health (S-T36): the task reads the store's horizon on a schedule of
+//!   its own (see [`super::health`]) and notes it, and the listener's
+//!   state, where `Outbox::health` reads them without IO.
 //! - At a shutdown, nothing more goes into the engine; the task waits for
 //!   the engine to end what it holds and for the removals, at most
 //!   [`REMOVAL_GRACE`] after the engine closed, then stops, which stops
@@ -28,6 +31,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::feed::{Ended, Feed, Phase};
+use super::health::{HORIZON_EVERY, HORIZON_TIMEOUT};
 use super::lease::{Owned, Stale};
 use super::metrics::RelayMetrics;
 use crate::codec::Codec;
@@ -38,7 +42,7 @@ use crate::core::relay::{
 use crate::core::{Durable, Time};
 use crate::driver::shared::Shared;
 use crate::sink::Sink;
-use crate::table::{Listener, Relayed, Store};
+use crate::table::{Horizon, Listener, Relayed, Store};
 
 /// How long the task waits, after the engine closed at a shutdown, for
 /// its last removals: rows not removed by then are delivered again at the
@@ -58,6 +62,9 @@ enum Answer<L> {
     Crashes(OpId, Result<Fenced<u64>, StoreError>),
     Attempt(OpId, Result<Fenced<()>, StoreError>),
     Listener(Result<L, StoreError>),
+    /// A horizon read: `Err` for a store error or a read past
+    /// [`HORIZON_TIMEOUT`].
+    Horizon(Result<Horizon, String>),
 }
 
 /// The relay task's state.
@@ -91,6 +98,8 @@ struct Run<L> {
     awaiting: VecDeque<(bool, Vec<Row>)>,
     /// When the engine closed at a shutdown.
     closed_at: Option<Instant>,
+    /// When the next horizon read is due; `None` while one runs.
+    horizon_at: Option<Instant>,
 }
 
 impl<S, St, I> RelayTask<S, St, I>
@@ -108,10 +117,12 @@ where
             known: Owned::new(),
             awaiting: VecDeque::new(),
             closed_at: None,
+            horizon_at: Some(Instant::now()),
         };
         loop {
             let now = self.shared.now();
             self.open_listener(&mut run);
+            self.read_horizon(&mut run);
             self.sync_owned(now, &mut run);
             self.drain(now, &mut run);
             if self.finished(&mut run) {
@@ -134,11 +145,15 @@ where
                     Err(_) => {
                         run.listener = None;
                         run.listen_at = Some(Instant::now());
+                        self.feed.watch.listening(false);
+                        self.metrics.listening.set(0.0);
                     }
                 },
                 () = sleep_until(wake) => self.relay.handle_timeout(self.shared.now()),
             }
         }
+        // A flush or settle waiting for removals answers now.
+        self.feed.relay_gone();
     }
 
     fn ended(&mut self, (id, done): Ended) {
@@ -147,6 +162,9 @@ where
         while let Ok((id, done)) = self.ends.try_recv() {
             self.relay.handle_done(now, id, done);
         }
+        // Ends of a partition lost meanwhile are no removal of ours.
+        let owned: BTreeSet<u32> = self.relay.partitions().map(|(p, _)| p).collect();
+        self.feed.keep_owned(|p| owned.contains(&p));
     }
 
     /// The next instant anything is due: the policy's timer, a listener
@@ -157,7 +175,7 @@ where
         // While shutting down, the engine's close is looked for often:
         // the policy's poll stops with the reads.
         let closing = self.closing().then(|| Instant::now() + CLOSE_CHECK);
-        [policy, run.listen_at, grace, closing]
+        [policy, run.listen_at, grace, closing, run.horizon_at]
             .into_iter()
             .flatten()
             .min()
@@ -190,6 +208,49 @@ where
         }
     }
 
+    /// Starts a horizon read when one is due (S-T36): one at a time, each
+    /// bounded by [`HORIZON_TIMEOUT`]; none once a shutdown began.
+    fn read_horizon(&mut self, run: &mut Run<St::Listener>) {
+        if self.closing() {
+            run.horizon_at = None;
+            return;
+        }
+        if run.horizon_at.is_some_and(|t| t <= Instant::now()) {
+            run.horizon_at = None;
+            let store = Arc::clone(&self.store);
+            run.calls.spawn(async move {
+                let read = tokio::time::timeout(HORIZON_TIMEOUT, store.horizon()).await;
+                Answer::Horizon(match read {
+                    Ok(Ok(h)) => Ok(h),
+                    Ok(Err(e)) => Err(e.to_string()),
+                    Err(_) => Err(format!("no answer within {HORIZON_TIMEOUT:?}")),
+                })
+            });
+        }
+    }
+
+    /// Notes a horizon read's answer and schedules the next read.
+    fn horizon_read(
+        &mut self,
+        now: Time,
+        read: Result<Horizon, String>,
+        run: &mut Run<St::Listener>,
+    ) {
+        let every = self.relay.config().poll_interval;
+        let every = every.clamp(HORIZON_EVERY.0, HORIZON_EVERY.1);
+        run.horizon_at = Some(Instant::now() + every);
+        match read {
+            Ok(h) => {
+                self.metrics.horizon(&h);
+                self.feed.watch.horizon(now, Some(h));
+            }
+            Err(e) => {
+                tracing::debug!(outbox = %self.shared.sink.name(), error = %e, "outbox table: cannot read the horizon; health keeps the last");
+                self.feed.watch.horizon(now, None);
+            }
+        }
+    }
+
     /// Tells the policy the partitions gained and lost since last time.
     fn sync_owned(&mut self, now: Time, run: &mut Run<St::Listener>) {
         let owned = self.owned.borrow_and_update().clone();
@@ -199,6 +260,7 @@ where
         for (&p, &e) in &run.known {
             if owned.get(&p) != Some(&e) {
                 self.relay.handle_partition_lost(now, p);
+                self.feed.partition_gone(p);
                 run.awaiting.retain(|(_, rows)| rows[0].partition != p);
             }
         }
@@ -247,6 +309,7 @@ where
                 self.feed_recorded(now, run);
             }
             RelayEvent::PartitionStale { partition } => {
+                self.feed.partition_gone(partition);
                 run.awaiting
                     .retain(|(_, rows)| rows[0].partition != partition);
                 if let Some(epoch) = run.known.remove(&partition) {
@@ -315,6 +378,11 @@ where
             Answer::Removed(op, removal, removed) => {
                 if let Ok(removed) = &removed {
                     self.metrics.removed(&removal, removed);
+                    // Removed, already gone, or (a stale partition) the
+                    // next owner's to remove.
+                    let dead = removal.dead.iter().map(|d| d.id);
+                    self.feed
+                        .removed(removal.delete.iter().copied().chain(dead));
                 }
                 self.relay.handle_removed(now, op, removed);
             }
@@ -322,9 +390,12 @@ where
             Answer::Attempt(op, r) => self.relay.handle_attempt_recorded(now, op, r),
             Answer::Listener(Ok(listener)) => {
                 run.listener = Some(listener);
+                self.feed.watch.listening(true);
+                self.metrics.listening.set(1.0);
                 // Notifications sent while it was away are lost (S-T15).
                 self.relay.handle_wakeup(now);
             }
+            Answer::Horizon(read) => self.horizon_read(now, read, run),
             Answer::Listener(Err(e)) => {
                 tracing::debug!(outbox = %self.shared.sink.name(), error = %e, "outbox table: the listener cannot connect; polling meanwhile");
                 run.listen_at = Some(Instant::now() + LISTEN_RETRY);
