@@ -5,7 +5,7 @@
 //! count, names the rows an outcome ends. Kept under the engine's lock,
 //! pushed as rows go in and popped as the writer drains its events.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Mutex, PoisonError};
 
 use tokio::sync::{mpsc, watch};
@@ -71,6 +71,9 @@ struct Inner<K> {
     ids: BTreeMap<K, VecDeque<i64>>,
     /// The partition of each tenant with rows in the engine.
     partitions: BTreeMap<K, u32>,
+    /// The same, by partition: a lost partition's tenants without a scan
+    /// (S-L16, S-C4).
+    by_partition: BTreeMap<u32, BTreeSet<K>>,
     /// The lease's grant of each write in flight (S-T37).
     grants: BTreeMap<WriteId, WriteGrant>,
     /// The last attempt number seen failing, per tenant: a slice given up
@@ -88,6 +91,7 @@ impl<K: Ord + Clone> Feed<K> {
             inner: Mutex::new(Inner {
                 ids: BTreeMap::new(),
                 partitions: BTreeMap::new(),
+                by_partition: BTreeMap::new(),
                 grants: BTreeMap::new(),
                 attempts: BTreeMap::new(),
             }),
@@ -102,7 +106,26 @@ impl<K: Ord + Clone> Feed<K> {
     pub(crate) fn push(&self, tenant: &K, partition: u32, id: i64) {
         let mut g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         g.ids.entry(tenant.clone()).or_default().push_back(id);
-        g.partitions.insert(tenant.clone(), partition);
+        if let Some(old) = g.partitions.insert(tenant.clone(), partition) {
+            if old == partition {
+                return;
+            }
+            g.forget_partition_of(tenant, old);
+        }
+        g.by_partition
+            .entry(partition)
+            .or_default()
+            .insert(tenant.clone());
+    }
+
+    /// The tenants of `partition` with rows in the engine, in key order
+    /// (S-L16: found through the index, never a scan, S-C4).
+    pub(crate) fn tenants_of(&self, partition: u32) -> Vec<K> {
+        let g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        g.by_partition
+            .get(&partition)
+            .map(|set| set.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Asks the lease for each write of `group` (S-T37): a relayed
@@ -194,7 +217,9 @@ impl<K: Ord + Clone> Feed<K> {
             }
             if queue.is_empty() {
                 g.ids.remove(tenant);
-                g.partitions.remove(tenant);
+                if let Some(partition) = g.partitions.remove(tenant) {
+                    g.forget_partition_of(tenant, partition);
+                }
             }
         }
         drop(g);
@@ -203,6 +228,18 @@ impl<K: Ord + Clone> Feed<K> {
             *p = phase;
             changed
         });
+    }
+}
+
+impl<K: Ord> Inner<K> {
+    /// Takes `tenant` out of `partition`'s index entry.
+    fn forget_partition_of(&mut self, tenant: &K, partition: u32) {
+        if let Some(set) = self.by_partition.get_mut(&partition) {
+            set.remove(tenant);
+            if set.is_empty() {
+                self.by_partition.remove(&partition);
+            }
+        }
     }
 }
 
