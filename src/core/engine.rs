@@ -1459,9 +1459,8 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     pub fn hand_over_tenants(&mut self, now: Time, tenants: impl IntoIterator<Item = K>) -> u64 {
         self.advance(now);
         let mut handed = 0;
-        // Ready tenants stay in the ready queue with nothing to start
-        // (dropped when popped, `expire`), unless the engine closes.
-        let mut ready = Vec::new();
+        // Ready tenants stay in the ready queue with nothing to start:
+        // passed over when popped (`expire`), or forgotten at the close.
         for tenant in tenants {
             if self.life == Life::Closed {
                 break;
@@ -1469,24 +1468,11 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             let Some(t) = self.tenants.get(&tenant) else {
                 continue;
             };
-            match t.phase {
-                Phase::InFlight(_) => {
-                    self.handing_over.insert(tenant);
-                    continue;
-                }
-                Phase::Ready => ready.push(tenant.clone()),
-                _ => {}
+            if matches!(t.phase, Phase::InFlight(_)) {
+                self.handing_over.insert(tenant);
+                continue;
             }
             handed += self.hand_over_waiting(&tenant);
-        }
-        if self.life == Life::Closed {
-            // A settle closed it (a shutdown answered): no write starts.
-            for tenant in ready {
-                if let Some(t) = self.tenants.get_mut(&tenant) {
-                    t.phase = Phase::Idle;
-                }
-                self.forget_if_empty(&tenant);
-            }
         }
         handed
     }
@@ -1524,18 +1510,16 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         if let Some(at) = t.expiry.take() {
             self.sched.move_expiry(tenant, Some(at), None);
         }
-        let retry = t.retry.take();
-        let backlog = take_front(&mut t.items, usize::MAX);
-        let bytes = mem::take(&mut t.bytes);
+        let (mut items, mut bytes) = match t.retry.take() {
+            Some(r) => (r.items, r.bytes),
+            None => (Vec::new(), 0),
+        };
+        items.extend(take_front(&mut t.items, usize::MAX));
+        bytes = bytes.saturating_add(mem::take(&mut t.bytes));
         t.stamps.clear();
-        let mut items = Vec::new();
-        if let Some(r) = retry {
-            self.settle_slice(tenant, r.items.len(), r.bytes, |_| SettledAs::HandedOver);
-            items = r.items;
-        }
-        if !backlog.is_empty() {
-            self.settle_slice(tenant, backlog.len(), bytes, |_| SettledAs::HandedOver);
-            items.extend(backlog);
+        if !items.is_empty() {
+            // One run, oldest first: the retry slice precedes the backlog.
+            self.settle_slice(tenant, items.len(), bytes, |_| SettledAs::HandedOver);
         }
         items
     }
@@ -2078,10 +2062,20 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         }
     }
 
-    /// Closes the engine: no write starts from now on (I8).
+    /// Closes the engine: no write starts from now on (I8). The ready
+    /// tenants leave the ready queue; those that hold nothing any more
+    /// (emptied by their age timer or a hand-over, S-L16, while ready)
+    /// are forgotten (S-B8). Once, at the close.
     fn close(&mut self) {
         self.life = Life::Closed;
-        self.sched.clear_ready();
+        for tenant in self.sched.take_ready() {
+            if let Some(t) = self.tenants.get_mut(&tenant) {
+                if t.phase == Phase::Ready {
+                    t.phase = Phase::Idle;
+                }
+            }
+            self.forget_if_empty(&tenant);
+        }
     }
 
     /// Gives up every pending item for `reason` (S-W9 deadline, S-A7):
