@@ -4,6 +4,8 @@
 //! partition's other tenants leave the engine at once, counted
 //! `handed_over` (their rows stay in the table), not at their next write;
 //! a flush answers with them as handed over; the other partition goes on.
+//! Past the lease's deadline (the store unreachable) the same holds for
+//! a retry slice backing off.
 #![cfg(all(feature = "table", feature = "testkit"))]
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -199,4 +201,68 @@ async fn a_stale_write_hands_its_partitions_waiting_items_over_at_once() {
         .count();
     assert_eq!(b_rows, 1, "b's row stays in the table");
     drop(outbox.shutdown(Duration::from_secs(5)).await);
+}
+
+/// S-L16, S-L15 (`deadline_passed`): the store unreachable, no renewal
+/// succeeds; once the lease's deadline passes, the retry slice waiting an
+/// hour for its next attempt is handed over then (within a ttl and a
+/// little), not at its retry; nothing is lost and its row stays.
+#[tokio::test(start_paused = true)]
+async fn past_the_deadline_a_retry_slice_is_handed_over_not_kept_for_its_retry() {
+    let model = Model::new(ModelConfig {
+        partitions: 1,
+        ..ModelConfig::default()
+    });
+    let sink = Scripted {
+        stale: u64::MAX,
+        failing: 7,
+        seen: Arc::default(),
+        permits: Arc::new(Semaphore::new(0)),
+        stale_sent: Arc::default(),
+    };
+    let hour = Duration::from_secs(3600);
+    let config = Config::builder()
+        .max_batch(1)
+        .initial_backoff(hour)
+        .max_backoff(hour)
+        .build()
+        .unwrap();
+    let outbox = Outbox::builder(sink.clone())
+        .config(config)
+        .table(
+            model.store(),
+            TableRelay::new("lost-2").poll_interval(Duration::from_millis(50)),
+        )
+        .build()
+        .expect("build");
+    stage(&model, 7, &[1, 2]);
+    until("the first attempt failed", || {
+        outbox.counters().failed_attempts == 1
+    })
+    .await;
+    assert_eq!(outbox.counters().pending, 2);
+    let settle = tokio::spawn(outbox.settle(hour * 4));
+    tokio::task::yield_now().await;
+    // The database goes away: no renewal, no removal succeeds.
+    let gone = Instant::now();
+    model.fail_next(u32::MAX / 2);
+    until("the retry slice and the backlog handed over", || {
+        outbox.counters().handed_over == 2
+    })
+    .await;
+    assert!(
+        gone.elapsed() < Duration::from_secs(30),
+        "handed over {:?} after the store went away: at the retry, not the deadline",
+        gone.elapsed()
+    );
+    let report = settle.await.unwrap();
+    assert_eq!(
+        (report.handed_over, report.lost, report.written),
+        (2, 0, 0),
+        "{report:?}"
+    );
+    assert_eq!(sink.seen_of(7), [vec![1]], "never retried");
+    assert_eq!(model.rows().len(), 2, "both rows stay in the table");
+    let c = outbox.counters();
+    assert!(c.balanced() && c.lost_total() == 0, "{c:?}");
 }
