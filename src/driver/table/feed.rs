@@ -288,3 +288,52 @@ fn ends<K, I>(event: &Event<K, I>) -> Option<(&K, u64, End)> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn feed() -> (Feed<u64>, mpsc::UnboundedReceiver<Ended>) {
+        let (ends, rx) = mpsc::unbounded_channel();
+        let (phase, _) = watch::channel(Phase::Open);
+        (
+            Feed::new(ends, phase, std::sync::Arc::new(Gate::new(None))),
+            rx,
+        )
+    }
+
+    /// S-L16, S-C4: a partition's tenants with rows in the engine are
+    /// found by the index, which forgets a tenant once its last row ended.
+    #[tokio::test(start_paused = true)]
+    async fn the_index_names_a_partitions_tenants_until_their_rows_end() {
+        let (feed, mut rx) = feed();
+        feed.push(&1, 0, 10);
+        feed.push(&2, 1, 11);
+        feed.push(&3, 0, 12);
+        feed.push(&3, 0, 13);
+        assert_eq!(feed.tenants_of(0), [1, 3]);
+        assert_eq!(feed.tenants_of(1), [2]);
+        assert!(feed.tenants_of(2).is_empty());
+        let events: Vec<Event<u64, ()>> = vec![
+            Event::HandedOver {
+                tenant: 3,
+                items: 1,
+            },
+            Event::HandedOver {
+                tenant: 1,
+                items: 1,
+            },
+        ];
+        feed.on_events(&events, Phase::Open);
+        assert_eq!(rx.try_recv().unwrap(), (12, Done::HandedOver));
+        assert_eq!(rx.try_recv().unwrap(), (10, Done::HandedOver));
+        assert_eq!(feed.tenants_of(0), [3], "tenant 3 still has row 13");
+        let events: Vec<Event<u64, ()>> = vec![Event::HandedOver {
+            tenant: 3,
+            items: 1,
+        }];
+        feed.on_events(&events, Phase::Open);
+        assert!(feed.tenants_of(0).is_empty());
+        assert_eq!(feed.tenants_of(1), [2]);
+    }
+}
