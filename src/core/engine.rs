@@ -1450,9 +1450,9 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// it holds then (items staged meanwhile too) is handed over; failed,
     /// whatever the failure, all of it is handed over with the write's own
     /// items (neither retried nor lost). Tenants the engine does not hold
-    /// are skipped; a tenant staged again once handed over starts afresh. The caller finds the tenants
-    /// (the outbox table's driver keeps them by partition): the engine
-    /// visits only those, O(log T) each (S-C4).
+    /// are skipped; a tenant staged again once handed over starts afresh.
+    /// The caller finds the tenants (the outbox table's driver keeps them
+    /// by partition): the engine visits only those, O(log T) each (S-C4).
     ///
     /// Returns the items handed over now. Does nothing once the engine
     /// closed (it holds nothing then).
