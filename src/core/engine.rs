@@ -1,7 +1,7 @@
 //! The engine: every batching, retry, drop, loss, flush and shutdown
 //! decision, as a sans-IO state machine (S-C1).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::hash::Hash;
 use std::mem;
@@ -242,7 +242,8 @@ const PREFETCH_FROM: usize = 4096;
 /// [`finish`](Self::finish) / [`finish_lost`](Self::finish_lost),
 /// [`flush`](Self::flush), [`settle`](Self::settle),
 /// [`shutdown`](Self::shutdown), [`abandon`](Self::abandon),
-/// [`handle_timeout`](Self::handle_timeout).
+/// [`hand_over_tenants`](Self::hand_over_tenants) (a lost partition of an
+/// outbox table, S-L16), [`handle_timeout`](Self::handle_timeout).
 /// Some inputs return items the engine is done with
 /// ([`finish`](Self::finish), [`abandon`](Self::abandon)). After every
 /// input, drain its outputs in this order:
@@ -344,6 +345,10 @@ pub struct Engine<K, I> {
     /// The ages of the items settled since the last
     /// [`drain_item_ages`](Engine::drain_item_ages) (S-R7).
     ages: Vec<ItemAge>,
+    /// Tenants handed over while a write of theirs was in flight
+    /// ([`Engine::hand_over_tenants`], S-L16): what they hold is handed
+    /// over when that write ends. At most one per write in flight.
+    handing_over: BTreeSet<K>,
 }
 
 /// A queued refusal event that later refusals add to (S-B8).
@@ -570,6 +575,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             ages: Vec::new(),
             last_written: None,
             keys: Keys::default(),
+            handing_over: BTreeSet::new(),
         })
     }
 
@@ -1171,15 +1177,16 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// the oldest. Returns whether nothing is left to start now (the
     /// tenant is then placed again, or forgotten).
     fn expire(&mut self, tenant: &K) -> bool {
-        let Some(age) = self.config.max_item_age else {
-            return false;
-        };
         let t = self.tenants.get(tenant).expect("ready tenant exists");
         if t.retry.is_none() && t.items.is_empty() {
-            // Emptied by its age timer while it was ready.
+            // Emptied while it was ready: by its age timer, or handed over
+            // (S-L16).
             self.schedule_after_write(tenant.clone());
             return true;
         }
+        let Some(age) = self.config.max_item_age else {
+            return false;
+        };
         // Staged before the cutoff: older than `age` now.
         let age = u64::try_from(age.as_nanos()).unwrap_or(u64::MAX);
         let Some(cutoff) = self.now.as_nanos().checked_sub(age) else {
@@ -1365,8 +1372,8 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// decides. Returns the items to drop (none when kept).
     fn finish_failed(&mut self, write: Write<K, I>, rec: InFlight<K>, failure: Failure) -> Vec<I> {
         self.counters.add_failed(failure);
-        if failure == Failure::StaleEpoch {
-            return self.hand_over(write, rec);
+        if failure == Failure::StaleEpoch || self.is_handing_over(&rec.tenant) {
+            return self.hand_over(write, rec, failure);
         }
         let next = self.after_failure(&rec, failure);
         self.attempt_failed(write.id, &rec, failure, next);
@@ -1414,37 +1421,114 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         items
     }
 
-    /// A write came back under a stale epoch (S-E7): another instance owns
-    /// the partition, so neither this write nor anything of its tenant is
-    /// written here any more (a later write would overtake the handed-over
-    /// items). The write's items, then the tenant's waiting ones, settle
-    /// as handed over and are returned to be dropped: the outbox table
-    /// still holds them.
-    fn hand_over(&mut self, write: Write<K, I>, rec: InFlight<K>) -> Vec<I> {
-        self.attempt_failed(
-            write.id,
-            &rec,
-            Failure::StaleEpoch,
-            AfterFailure::HandedOver,
-        );
+    /// A write came back under a stale epoch (S-E7), or failed after its
+    /// tenant was handed over (S-L16): another instance owns the
+    /// partition, so neither this write nor anything of its tenant is
+    /// written here any more (a later write would overtake the
+    /// handed-over items). The write's items, then the tenant's waiting
+    /// ones, settle as handed over and are returned to be dropped: the
+    /// outbox table still holds them.
+    fn hand_over(&mut self, write: Write<K, I>, rec: InFlight<K>, failure: Failure) -> Vec<I> {
+        self.attempt_failed(write.id, &rec, failure, AfterFailure::HandedOver);
+        self.handing_over.remove(&rec.tenant);
         let n = write.items.len();
         self.settle_slice(&rec.tenant, n, rec.bytes, |_| ItemOutcome::HandedOver);
         let mut items = write.items;
-        let t = self.tenants.get_mut(&rec.tenant).expect("tenant in flight");
-        let waiting = take_front(&mut t.items, usize::MAX);
-        let bytes = mem::take(&mut t.bytes);
-        t.stamps.clear();
+        let waiting = self.settle_waiting_handed_over(&rec.tenant);
         let m = waiting.len();
-        if m > 0 {
-            self.settle_slice(&rec.tenant, m, bytes, |_| ItemOutcome::HandedOver);
-            items.extend(waiting);
-        }
+        items.extend(waiting);
         self.counters.handed_over += (n + m) as u64;
         self.events.push_back(Event::HandedOver {
             tenant: rec.tenant.clone(),
             items: (n + m) as u64,
         });
         self.schedule_after_write(rec.tenant);
+        items
+    }
+
+    /// Hands these tenants over (S-L16): their partition of an outbox
+    /// table was lost, so nothing more of them is written here and the
+    /// table keeps their items for the partition's next owner. For each
+    /// tenant the engine holds, in the order given, its waiting items (a
+    /// retry slice backing off, then its backlog) leave the engine now,
+    /// counted `handed_over` with one [`Event::HandedOver`], and count in
+    /// the flushes and settles that cover them as handed over. A tenant
+    /// with a write in flight keeps its items until that write ends (a
+    /// tenant's items settle in staging order, S-W5, S-T31): written, what
+    /// it holds then (items staged meanwhile too) is handed over; failed,
+    /// whatever the failure, all of it is handed over with the write's own
+    /// items (neither retried nor lost). Tenants the engine does not hold
+    /// are skipped; a tenant staged again once handed over starts afresh.
+    /// The caller finds the tenants (the outbox table's driver keeps them
+    /// by partition): the engine visits only those, O(log T) each (S-C4).
+    ///
+    /// Returns the items handed over now. Does nothing once the engine
+    /// closed (it holds nothing then).
+    pub fn hand_over_tenants(&mut self, now: Time, tenants: impl IntoIterator<Item = K>) -> u64 {
+        self.advance(now);
+        let mut handed = 0;
+        // Ready tenants stay in the ready queue with nothing to start:
+        // passed over when popped (`expire`), or forgotten at the close.
+        for tenant in tenants {
+            if self.life == Life::Closed {
+                break;
+            }
+            let Some(t) = self.tenants.get(&tenant) else {
+                continue;
+            };
+            if matches!(t.phase, Phase::InFlight(_)) {
+                self.handing_over.insert(tenant);
+                continue;
+            }
+            handed += self.hand_over_waiting(&tenant);
+        }
+        handed
+    }
+
+    /// Whether `tenant` was handed over with a write in flight.
+    fn is_handing_over(&self, tenant: &K) -> bool {
+        !self.handing_over.is_empty() && self.handing_over.contains(tenant)
+    }
+
+    /// Hands `tenant`'s waiting items over (S-L16): settled, counted, one
+    /// event, released to be dropped. Returns how many.
+    fn hand_over_waiting(&mut self, tenant: &K) -> u64 {
+        let items = self.settle_waiting_handed_over(tenant);
+        let n = items.len() as u64;
+        if n > 0 {
+            self.counters.handed_over += n;
+            self.events.push_back(Event::HandedOver {
+                tenant: tenant.clone(),
+                items: n,
+            });
+            self.released.extend(items);
+        }
+        self.forget_if_empty(tenant);
+        n
+    }
+
+    /// Takes `tenant`'s waiting items (its retry slice, then its backlog:
+    /// their staging order) off its timers and settles them as handed
+    /// over; returns them for the caller to count.
+    fn settle_waiting_handed_over(&mut self, tenant: &K) -> Vec<I> {
+        let Some(t) = self.tenants.get_mut(tenant) else {
+            return Vec::new();
+        };
+        self.sched.unschedule(&mut t.phase);
+        if let Some(at) = t.expiry.take() {
+            self.sched.move_expiry(tenant, Some(at), None);
+        }
+        let (mut items, mut bytes) = match t.retry.take() {
+            Some(r) => (r.items, r.bytes),
+            None => (Vec::new(), 0),
+        };
+        items.extend(take_front(&mut t.items, usize::MAX));
+        bytes = bytes.saturating_add(mem::take(&mut t.bytes));
+        t.stamps.clear();
+        if !items.is_empty() {
+            // One run, oldest first: the retry slice precedes the backlog.
+            self.settle_slice(tenant, items.len(), bytes, |_| ItemOutcome::HandedOver);
+        }
         items
     }
 
@@ -1812,6 +1896,15 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             return;
         };
         t.phase = Phase::Idle;
+        if self.is_handing_over(&tenant) {
+            // Handed over while its write was out (S-L16).
+            self.handing_over.remove(&tenant);
+            self.hand_over_waiting(&tenant);
+            return;
+        }
+        let Some(t) = self.tenants.get_mut(&tenant) else {
+            return;
+        };
         if t.items.is_empty() || self.life == Life::Closed {
             // Nothing waits, or given up already and nothing may start (I8).
             self.forget_if_empty(&tenant);
@@ -2000,10 +2093,20 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         }
     }
 
-    /// Closes the engine: no write starts from now on (I8).
+    /// Closes the engine: no write starts from now on (I8). The ready
+    /// tenants leave the ready queue; those that hold nothing any more
+    /// (emptied by their age timer or a hand-over, S-L16, while ready)
+    /// are forgotten (S-B8). Once, at the close.
     fn close(&mut self) {
         self.life = Life::Closed;
-        self.sched.clear_ready();
+        for tenant in self.sched.take_ready() {
+            if let Some(t) = self.tenants.get_mut(&tenant) {
+                if t.phase == Phase::Ready {
+                    t.phase = Phase::Idle;
+                }
+            }
+            self.forget_if_empty(&tenant);
+        }
     }
 
     /// Gives up every pending item for `reason` (S-W9 deadline, S-A7):
@@ -2016,6 +2119,8 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         // An outbox table still holds every item given up here: handed
         // over to the next start or owner, not lost, not unwritten (S-T38).
         let hand_over = self.config.table_only;
+        // Everything held is given up here: no mark is left to act on.
+        self.handing_over.clear();
         let mut held = Vec::new();
         // Per tenant, oldest first: in flight, then retry, then backlog.
         let mut settle: Vec<(K, usize, u64)> = Vec::new();

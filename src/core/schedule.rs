@@ -132,6 +132,11 @@ impl<K> Schedule<K> {
         super::shrink::deque(&mut self.ready);
     }
 
+    /// Takes every ready tenant out, in order (the engine closes).
+    pub(crate) fn take_ready(&mut self) -> VecDeque<K> {
+        std::mem::take(&mut self.ready)
+    }
+
     /// Every lingering tenant, in the order their lingers would end
     /// (a flush or shutdown sends them at once, S-A4).
     pub(crate) fn take_lingering(&mut self) -> impl Iterator<Item = K> {

@@ -5,7 +5,7 @@
 //! count, names the rows an outcome ends. Kept under the engine's lock,
 //! pushed as rows go in and popped as the writer drains its events.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Mutex, PoisonError};
 
 use tokio::sync::{mpsc, watch};
@@ -89,6 +89,9 @@ struct Inner<K> {
     ids: BTreeMap<K, VecDeque<i64>>,
     /// The partition of each tenant with rows in the engine.
     partitions: BTreeMap<K, u32>,
+    /// The same, by partition: a lost partition's tenants without a scan
+    /// (S-L16, S-C4).
+    by_partition: BTreeMap<u32, BTreeSet<K>>,
     /// The lease's grant of each write in flight (S-T37).
     grants: BTreeMap<WriteId, WriteGrant>,
     /// The last attempt number seen failing, per tenant: a slice given up
@@ -107,6 +110,7 @@ impl<K: Ord + Clone> Feed<K> {
             inner: Mutex::new(Inner {
                 ids: BTreeMap::new(),
                 partitions: BTreeMap::new(),
+                by_partition: BTreeMap::new(),
                 grants: BTreeMap::new(),
                 attempts: BTreeMap::new(),
             }),
@@ -124,7 +128,26 @@ impl<K: Ord + Clone> Feed<K> {
     pub(crate) fn push(&self, tenant: &K, partition: u32, id: i64) {
         let mut g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         g.ids.entry(tenant.clone()).or_default().push_back(id);
-        g.partitions.insert(tenant.clone(), partition);
+        if let Some(old) = g.partitions.insert(tenant.clone(), partition) {
+            if old == partition {
+                return;
+            }
+            g.forget_partition_of(tenant, old);
+        }
+        g.by_partition
+            .entry(partition)
+            .or_default()
+            .insert(tenant.clone());
+    }
+
+    /// The tenants of `partition` with rows in the engine, in key order
+    /// (S-L16: found through the index, never a scan, S-C4).
+    pub(crate) fn tenants_of(&self, partition: u32) -> Vec<K> {
+        let g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        g.by_partition
+            .get(&partition)
+            .map(|set| set.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Asks the lease for each write of `group` (S-T37): a relayed
@@ -220,7 +243,9 @@ impl<K: Ord + Clone> Feed<K> {
             }
             if queue.is_empty() {
                 g.ids.remove(tenant);
-                g.partitions.remove(tenant);
+                if let Some(partition) = g.partitions.remove(tenant) {
+                    g.forget_partition_of(tenant, partition);
+                }
             }
         }
         drop(g);
@@ -322,6 +347,18 @@ impl<K> Feed<K> {
     }
 }
 
+impl<K: Ord> Inner<K> {
+    /// Takes `tenant` out of `partition`'s index entry.
+    fn forget_partition_of(&mut self, tenant: &K, partition: u32) {
+        if let Some(set) = self.by_partition.get_mut(&partition) {
+            set.remove(tenant);
+            if set.is_empty() {
+                self.by_partition.remove(&partition);
+            }
+        }
+    }
+}
+
 enum End {
     Written,
     HandedOver,
@@ -365,5 +402,59 @@ fn ends<K, I>(event: &Event<K, I>) -> Option<(&K, u64, End)> {
             Some((tenant, *items, end))
         }
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn feed() -> (Feed<u64>, mpsc::UnboundedReceiver<Ended>) {
+        let (ends, rx) = mpsc::unbounded_channel();
+        let (phase, _) = watch::channel(Phase::Open);
+        (
+            Feed::new(
+                ends,
+                phase,
+                std::sync::Arc::new(Gate::new(None)),
+                TableWatch::new(false),
+            ),
+            rx,
+        )
+    }
+
+    /// S-L16, S-C4: a partition's tenants with rows in the engine are
+    /// found by the index, which forgets a tenant once its last row ended.
+    #[tokio::test(start_paused = true)]
+    async fn the_index_names_a_partitions_tenants_until_their_rows_end() {
+        let (feed, mut rx) = feed();
+        feed.push(&1, 0, 10);
+        feed.push(&2, 1, 11);
+        feed.push(&3, 0, 12);
+        feed.push(&3, 0, 13);
+        assert_eq!(feed.tenants_of(0), [1, 3]);
+        assert_eq!(feed.tenants_of(1), [2]);
+        assert!(feed.tenants_of(2).is_empty());
+        let events: Vec<Event<u64, ()>> = vec![
+            Event::HandedOver {
+                tenant: 3,
+                items: 1,
+            },
+            Event::HandedOver {
+                tenant: 1,
+                items: 1,
+            },
+        ];
+        feed.on_events(&events, Phase::Open);
+        assert_eq!(rx.try_recv().unwrap(), (12, Done::HandedOver));
+        assert_eq!(rx.try_recv().unwrap(), (10, Done::HandedOver));
+        assert_eq!(feed.tenants_of(0), [3], "tenant 3 still has row 13");
+        let events: Vec<Event<u64, ()>> = vec![Event::HandedOver {
+            tenant: 3,
+            items: 1,
+        }];
+        feed.on_events(&events, Phase::Open);
+        assert!(feed.tenants_of(0).is_empty());
+        assert_eq!(feed.tenants_of(1), [2]);
     }
 }

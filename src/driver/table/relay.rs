@@ -11,6 +11,10 @@
 //!   (S-W22: never refused by a capacity; the read-ahead is the
 //!   back-pressure, S-T8, S-T9), with the row's age, each tied to its
 //!   row id through [`Feed`].
+//! - A partition lost (the lease task stopped it, or a fenced call found
+//!   its lease taken): the policy forgets it, and the engine hands its
+//!   tenants over at once (S-L16), found through the feed's index by
+//!   partition, never a scan (S-C4).
 //! - Wake-ups: a listener of its own (S-T15), opened again after every
 //!   loss with a read at once; and the policy's poll.
 //! - Health (S-T36): the task reads the store's horizon on a schedule of
@@ -257,13 +261,16 @@ where
         if owned == run.known {
             return;
         }
+        let mut lost = Vec::new();
         for (&p, &e) in &run.known {
             if owned.get(&p) != Some(&e) {
                 self.relay.handle_partition_lost(now, p);
                 self.feed.partition_gone(p);
                 run.awaiting.retain(|(_, rows)| rows[0].partition != p);
+                lost.push(p);
             }
         }
+        self.hand_over(now, &lost);
         for (&p, &e) in &owned {
             if run.known.get(&p) != Some(&e) {
                 self.relay.handle_partition_gained(now, p, e);
@@ -315,6 +322,7 @@ where
                 if let Some(epoch) = run.known.remove(&partition) {
                     let _ = self.stale.send((partition, epoch));
                 }
+                self.hand_over(now, &[partition]);
             }
             RelayEvent::UnknownVersion {
                 id,
@@ -330,6 +338,28 @@ where
             }
             _ => {}
         }
+    }
+
+    /// The engine hands these lost partitions' tenants over (S-L16): the
+    /// feed's index names them; their waiting items leave the engine now
+    /// and their rows stay in the table (the policy's rows forgot them
+    /// already, so their ends change nothing here).
+    fn hand_over(&self, now: Time, partitions: &[u32]) {
+        if partitions.is_empty() {
+            return;
+        }
+        let feed = Arc::clone(&self.feed);
+        let handed = self.shared.engine_input(|st| {
+            let mut handed = 0;
+            for &p in partitions {
+                handed += st.engine.hand_over_tenants(now, feed.tenants_of(p));
+            }
+            handed
+        });
+        tracing::debug!(outbox = %self.shared.sink.name(), ?partitions, handed,
+            "outbox table: partitions lost; their waiting items are handed over");
+        // The writer drains the events: the rows' ends, the waits answered.
+        self.shared.wake();
     }
 
     fn spawn_op(&mut self, op: StoreOp, run: &mut Run<St::Listener>) {
