@@ -35,7 +35,7 @@
 //!    against the instant its COMMIT was acknowledged. Reported (ratio:
 //!    notify p50 / poll p50).
 //! 4. `table/instances` (issue 29): three outbox instances (three
-//!    `TableRelay` instance ids in one process, one runtime) against one,
+//!    `TableRelay` instance ids in one process, a runtime each) against one,
 //!    each at concurrency 4 with `max_batch` 10, over 10,000 tenants with a
 //!    standing backlog (pre-staged, and topped up while it runs) into a
 //!    sink that takes 2 ms a write: items/s over a fixed window after the
@@ -49,6 +49,12 @@
 //! TABLE_BENCH_QUICK=1 cargo bench --features table --bench table   # a check, not a measurement
 //! TABLE_BENCH_GROUPS=relay,latency cargo bench --features table --bench table
 //! ```
+//!
+//! `TABLE_BENCH_VERBOSE=1` prints the relay's and the instances' progress
+//! on stderr; `TABLE_BENCH_SPLIT_POOLS=0` makes the relay group's store
+//! and sink share one pool (default: a pool of 8 each);
+//! `TABLE_BENCH_SHARED_RUNTIME=1` runs the instances of group 4 on the
+//! bench's runtime (default: a one-worker runtime each).
 //!
 //! Tables: `bench_table_*` (an outbox table per group, created by
 //! `outbox::table::migrate`, and their targets), dropped at the end.
@@ -177,11 +183,12 @@ fn verbose() -> bool {
     std::env::var_os("TABLE_BENCH_VERBOSE").is_some()
 }
 
-/// Whether `TABLE_BENCH_SPLIT_POOLS=1` gives the relay's store a pool of
-/// its own (default: the store and the sink share one pool of 8, as in
-/// `examples/table_usage.rs`).
+/// Whether the relay group's store and sink each have a pool of 8 (the
+/// default), or share one (`TABLE_BENCH_SPLIT_POOLS=0`, as
+/// `examples/table_usage.rs` does: the in-flight records then queue in
+/// the pool ahead of the sink's writes).
 fn split_pools() -> bool {
-    std::env::var("TABLE_BENCH_SPLIT_POOLS").is_ok_and(|v| v == "1")
+    std::env::var("TABLE_BENCH_SPLIT_POOLS").map_or(true, |v| v != "0")
 }
 
 // ----- PostgreSQL ----------------------------------------------------------
@@ -1217,10 +1224,20 @@ async fn instances_run(url: &str, var: &str, k: usize, p: &Params) -> Window {
         .expect("vacuum");
     let ids: Vec<String> = (1..=k).map(|i| format!("bench-inst-{i}")).collect();
     let sinks: Vec<Slow> = ids.iter().map(|_| Slow::default()).collect();
+    // Each instance on a runtime of its own (one worker), as separate
+    // processes would be; `TABLE_BENCH_SHARED_RUNTIME=1`: all on the
+    // bench's runtime.
+    let shared = std::env::var("TABLE_BENCH_SHARED_RUNTIME").is_ok_and(|v| v == "1");
+    let runtimes: Vec<Runtime> = if shared {
+        Vec::new()
+    } else {
+        ids.iter().map(|_| common::runtime()).collect()
+    };
     let outboxes: Vec<Outbox<Slow>> = ids
         .iter()
         .zip(&sinks)
-        .map(|(id, sink)| {
+        .enumerate()
+        .map(|(i, (id, sink))| {
             let pool = pool(url, var, 6);
             let store = PgStore::new(pool, pg_config(url, var), names.clone());
             let config = Config::builder()
@@ -1228,11 +1245,13 @@ async fn instances_run(url: &str, var: &str, k: usize, p: &Params) -> Window {
                 .max_batch(10)
                 .build()
                 .expect("config");
-            Outbox::builder(sink.clone())
+            let mut builder = Outbox::builder(sink.clone())
                 .config(config)
-                .table(store, TableRelay::new(id.clone()))
-                .build()
-                .expect("build an instance")
+                .table(store, TableRelay::new(id.clone()));
+            if let Some(rt) = runtimes.get(i) {
+                builder = builder.runtime(rt.handle().clone());
+            }
+            builder.build().expect("build an instance")
         })
         .collect();
     let stop = Arc::new(AtomicBool::new(false));
@@ -1297,6 +1316,9 @@ async fn instances_run(url: &str, var: &str, k: usize, p: &Params) -> Window {
     for outbox in outboxes {
         close(outbox).await;
     }
+    for rt in runtimes {
+        rt.shutdown_background();
+    }
     drop_outbox(&admin, INST_TABLE).await;
     let busy = b0
         .iter()
@@ -1339,17 +1361,26 @@ fn instances_group(rt: &Runtime, url: &str, var: &str, p: &Params) {
                 x / w.writes as f64
             }
         };
+        let mean = per_write(w.busy.iter().sum::<f64>() * 4.0 * p.inst_window.as_secs_f64());
+        let late = if mean > 2.0 * WRITE_TIME.as_secs_f64() {
+            format!(
+                " (a write took {:.1}x the sink's {} ms sleep: the machine is loaded, and the \
+                 busy share counts that delay)",
+                mean / WRITE_TIME.as_secs_f64(),
+                WRITE_TIME.as_millis()
+            )
+        } else {
+            String::new()
+        };
         println!(
             "table instances, {name}: {:.0} items/s over {}; {} writes, {:.1} items and {} \
-             each; write slots busy {}; partitions owned {:?}; PostgreSQL CPU {}, the bench's \
-             own {:.2} cores; lowest backlog in the window {}{}",
+             each{late}; write slots busy {}; partitions owned {:?}; PostgreSQL CPU {}, the \
+             bench's own {:.2} cores; lowest backlog in the window {}{}",
             w.rate,
             fmt_secs(p.inst_window.as_secs_f64()),
             w.writes,
             per_write(w.rate * p.inst_window.as_secs_f64()),
-            fmt_secs(per_write(
-                w.busy.iter().sum::<f64>() * 4.0 * p.inst_window.as_secs_f64()
-            )),
+            fmt_secs(mean),
             busy.join(", "),
             w.owned,
             cpu(w),
