@@ -708,6 +708,21 @@ type RelaySink = PostgresSink<Relayed<Usage>, u64>;
 struct Drained {
     secs: f64,
     cpu: Option<f64>,
+    /// The relay's writes and in-flight records (S-T17), if known.
+    writes: Option<(u64, i64)>,
+}
+
+/// Rows ever inserted into `table`, from the server's statistics (which
+/// the backends send at most once a second, and when they exit).
+async fn inserted(admin: &Client, table: &str) -> i64 {
+    count(
+        admin,
+        &format!(
+            "SELECT coalesce((SELECT n_tup_ins FROM pg_stat_user_tables \
+             WHERE relid = '{table}'::regclass), 0)"
+        ),
+    )
+    .await
 }
 
 /// The bare loop: one transaction per page of `page` rows read in id
@@ -813,7 +828,11 @@ async fn relay_bare_once(
     let secs = start.elapsed().as_secs_f64();
     let cpu = cpu_between(cpu0, postgres_cpu());
     assert_eq!(moved, n, "the bare loop moved every row");
-    Drained { secs, cpu }
+    Drained {
+        secs,
+        cpu,
+        writes: None,
+    }
 }
 
 async fn relay_once(
@@ -830,6 +849,7 @@ async fn relay_once(
         .batch_execute(&format!("VACUUM ANALYZE {RELAY_TABLE}"))
         .await
         .expect("vacuum");
+    let records0 = inserted(admin, &format!("{RELAY_TABLE}_in_flight")).await;
     let outbox = relay_outbox(url, var, names, p.page);
     wait_owned(admin, names, &[RELAY_INSTANCE.to_owned()], Duration::ZERO).await;
     // Every row commits at once: the relay sees none before the COMMIT.
@@ -880,7 +900,14 @@ async fn relay_once(
     assert_eq!(c.lost_total(), 0, "nothing lost");
     let written = count(admin, &format!("SELECT count(*) FROM {RELAY_TARGET}")).await;
     assert_eq!(written, n as i64, "every row in the target once");
-    Drained { secs, cpu }
+    // The relay's sessions have exited and sent their statistics.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let records = inserted(admin, &format!("{RELAY_TABLE}_in_flight")).await - records0;
+    Drained {
+        secs,
+        cpu,
+        writes: Some((c.writes, records)),
+    }
 }
 
 fn relay_group(rt: &Runtime, url: &str, var: &str, p: &Params) {
@@ -928,10 +955,14 @@ fn relay_report(bare: &[Drained], relay: &[Drained], p: &Params) {
             .iter()
             .map(|d| {
                 format!(
-                    "{} ({:.0} rows/s, server {} cpu-s)",
+                    "{} ({:.0} rows/s, server {} cpu-s{})",
                     fmt_secs(d.secs),
                     n / d.secs,
-                    d.cpu.map_or("n/a".to_owned(), |c| format!("{c:.2}"))
+                    d.cpu.map_or("n/a".to_owned(), |c| format!("{c:.2}")),
+                    d.writes.map_or(String::new(), |(w, r)| format!(
+                        ", {w} writes ({:.1} rows each), {r} in-flight records",
+                        n / w.max(1) as f64
+                    ))
                 )
             })
             .collect();
@@ -1167,6 +1198,9 @@ struct Window {
     bench_cpu: f64,
     /// Writes in the window, all instances.
     writes: u64,
+    /// In-flight records inserted in the window (S-T17), about (the
+    /// server's statistics lag by up to a second).
+    records: i64,
     owned: BTreeMap<String, i64>,
     /// The smallest backlog seen by the top-up during the window.
     low: u64,
@@ -1278,6 +1312,8 @@ async fn instances_run(url: &str, var: &str, k: usize, p: &Params) -> Window {
         (sum(|s| &s.written), sum(|s| &s.writes), busy)
     };
     low.store(u64::MAX, Ordering::Relaxed);
+    let in_flight = format!("{INST_TABLE}_in_flight");
+    let records0 = inserted(&admin, &in_flight).await;
     let ((w0, n0, b0), cpu0, own0, t0) = (
         snapshot(),
         postgres_cpu(),
@@ -1311,6 +1347,7 @@ async fn instances_run(url: &str, var: &str, k: usize, p: &Params) -> Window {
         common::process_cpu(),
         t0.elapsed().as_secs_f64(),
     );
+    let records = inserted(&admin, &in_flight).await - records0;
     stop.store(true, Ordering::Relaxed);
     stager.await.expect("the top-up");
     for outbox in outboxes {
@@ -1331,6 +1368,7 @@ async fn instances_run(url: &str, var: &str, k: usize, p: &Params) -> Window {
         cpu: cpu_between(cpu0, cpu1).map(|c| c / secs),
         bench_cpu: own1.saturating_sub(own0).as_secs_f64() / secs,
         writes: n1 - n0,
+        records,
         owned,
         low: low.load(Ordering::Relaxed),
     }
@@ -1373,12 +1411,14 @@ fn instances_group(rt: &Runtime, url: &str, var: &str, p: &Params) {
             String::new()
         };
         println!(
-            "table instances, {name}: {:.0} items/s over {}; {} writes, {:.1} items and {} \
-             each{late}; write slots busy {}; partitions owned {:?}; PostgreSQL CPU {}, the \
-             bench's own {:.2} cores; lowest backlog in the window {}{}",
+            "table instances, {name}: {:.0} items/s over {}; {} writes (about {} in-flight \
+             records), {:.1} items and {} each{late}; write slots busy {}; partitions owned \
+             {:?}; PostgreSQL CPU {}, the bench's own {:.2} cores; lowest backlog in the window \
+             {}{}",
             w.rate,
             fmt_secs(p.inst_window.as_secs_f64()),
             w.writes,
+            w.records,
             per_write(w.rate * p.inst_window.as_secs_f64()),
             fmt_secs(mean),
             busy.join(", "),
