@@ -49,6 +49,11 @@ pub struct Book {
     pub delivered: BTreeMap<i64, (u64, usize, u64)>,
     /// Repeats the datastore absorbed (a row accepted again).
     pub repeats: u64,
+    /// The store's clock at each row's first acceptance.
+    pub accepted_at: BTreeMap<i64, Duration>,
+    /// The oldest repeat absorbed so far: its age since the row's first
+    /// acceptance.
+    pub oldest_repeat: Duration,
     /// Writes the datastore accepted (one transaction each).
     pub accepted_writes: u64,
     /// Rows of writes the datastore refused (a dead letter's cause), with
@@ -160,6 +165,11 @@ impl Book {
             .filter(|(_, (h, _, _))| *h == host)
             .map(|(k, (_, s, _))| (*k, *s))
             .collect()
+    }
+
+    /// Every open transaction, oldest first.
+    pub fn open_all(&self) -> Vec<(u64, SessionId)> {
+        self.open.iter().map(|(k, (_, s, _))| (*k, *s)).collect()
     }
 
     /// The trace hash.

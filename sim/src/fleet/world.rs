@@ -31,9 +31,13 @@ pub const TICK: Duration = Duration::from_millis(2);
 pub const DRAIN_BOUND: Duration = Duration::from_secs(20);
 
 /// Fault and control kinds, in report order.
-pub const FAULT_KINDS: [&str; 19] = [
+pub const FAULT_KINDS: [&str; 23] = [
     "crash",
     "restart",
+    "store_restart",
+    "join",
+    "leave",
+    "repeat",
     "partition",
     "pause",
     "long_pause",
@@ -84,8 +88,11 @@ fn draw_setup(seed: u64, opts: &RunOptions) -> (Setup, Schedule, u64, u64) {
         poison_per_mille: 0,
         write_timeout: Duration::from_secs(2),
         idle_timeout: ModelConfig::default().idle_in_transaction_timeout,
+        join_at: Vec::new(),
+        leave: None,
+        repeat_window: None,
     };
-    let schedule = Schedule::draw(&mut r, &setup);
+    let mut schedule = Schedule::draw(&mut r, &setup);
     let turmoil_seed = r.next_u64();
     let link_seed = r.next_u64();
     // Drawn apart, so the faults of a seed stay what they were.
@@ -107,8 +114,36 @@ fn draw_setup(seed: u64, opts: &RunOptions) -> (Setup, Schedule, u64, u64) {
     if more.random_range(0..2) == 1 {
         setup.idle_timeout = Duration::from_secs(60);
     }
+    draw_membership(&mut more, &mut setup);
+    schedule.draw_store_restarts(&mut more, &setup);
     (setup, schedule, turmoil_seed, link_seed)
 }
+
+/// The seed's joins, leave and the datastore's repeat window (drawn after
+/// the faults: the joiner, a host more, has none of its own).
+fn draw_membership(more: &mut crate::draw::SimRng, setup: &mut Setup) {
+    let phase_ms = setup.phase.as_millis().max(6) as u64;
+    setup.join_at = vec![Duration::ZERO; setup.hosts];
+    if more.random_range(0..2) == 1 {
+        let at = more.random_range(phase_ms / 6..=phase_ms * 2 / 3);
+        setup.join_at.push(Duration::from_millis(at));
+        setup.hosts += 1;
+    }
+    if setup.hosts >= 4 && more.random_range(0..2) == 1 {
+        let h = more.random_range(0..setup.hosts);
+        let at = more.random_range(phase_ms / 3..=phase_ms * 5 / 6);
+        let at = Duration::from_millis(at).max(setup.join_at[h] + setup.ttl);
+        setup.leave = Some((h, at));
+    }
+    if more.random_range(0..2) == 1 {
+        let lo = REPEAT_WINDOW_TTLS.0 * setup.ttl.as_millis() as u64;
+        let hi = REPEAT_WINDOW_TTLS.1 * setup.ttl.as_millis() as u64;
+        setup.repeat_window = Some(Duration::from_millis(more.random_range(lo..=hi)));
+    }
+}
+
+/// The datastore's repeat window, drawn in lease ttls.
+pub const REPEAT_WINDOW_TTLS: (u64, u64) = (8, 40);
 
 /// Per-host depth of overlapping faults of one kind: the fault applies
 /// from 0 to 1 and lifts from 1 to 0.
@@ -162,6 +197,7 @@ fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
         armed: vec![None; setup.hosts],
         frozen_until: vec![Duration::ZERO; setup.hosts],
         latency: vec![Duration::from_millis(1); setup.hosts],
+        store_down_until: Duration::ZERO,
         lose_per_mille: schedule.lose_per_mille,
         rng: rng(link_seed),
         lost: 0,
@@ -211,12 +247,29 @@ fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
     let steps = steps + run.healed_phase();
     let end = Time::from_elapsed(run.sim.elapsed());
     let lost = run.links.lock().unwrap_or_else(|e| e.into_inner()).lost;
+    {
+        // While the hosts still run: what their sessions and listeners hold.
+        let mut b = book::lock(&run.book);
+        if b.failure.is_none() {
+            check::settled(&mut b, &run.model, run.setup.hosts, run.setup.partitions);
+        }
+        if std::env::var_os("FLEET_REPEAT_AGES").is_some() {
+            eprintln!(
+                "seed {seed} oldest repeat {:?} ttl {:?} ratio {:.2} window {:?}",
+                b.oldest_repeat,
+                run.setup.ttl,
+                b.oldest_repeat.as_secs_f64() / run.setup.ttl.as_secs_f64(),
+                run.setup.repeat_window
+            );
+        }
+    }
     drop(run.sim);
     let mut b = book::lock(&run.book);
     *b.faults.entry("lost_reply").or_default() += lost;
     if b.failure.is_none() {
         check::end(&mut b, &run.model);
     }
+
     let mut counters = Counters::default();
     counters.staged = b.rows.len() as u64;
     counters.written = b.delivered.len() as u64;
@@ -325,6 +378,17 @@ impl Run {
                 b.note("latency", h as u64, d.as_millis() as u64, 0);
                 links.latency[h] = d;
             }
+            Fault::StoreRestart(down) => {
+                b.count("store_restart");
+                b.note("store_restart", down.as_millis() as u64, 0, 0);
+                links.store_down_until = self.model.now() + down;
+                self.model.restart();
+                // Every stager's transaction ends with its session.
+                for (key, session) in b.open_all() {
+                    self.model.rollback(session);
+                    b.end_tx(key, false);
+                }
+            }
             _ => {}
         }
     }
@@ -359,6 +423,7 @@ impl Run {
                 links.armed[h] = None;
                 links.frozen_until[h] = Duration::ZERO;
                 links.latency[h] = Duration::from_millis(1);
+                links.store_down_until = Duration::ZERO;
                 links.lose_per_mille = 0;
             }
             if self.crashed.0[h] > 0 {

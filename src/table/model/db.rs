@@ -386,6 +386,7 @@ impl Db {
         for &id in delete.as_ref().unwrap_or(&removal.delete) {
             if self.take_row(id, &held).is_some() {
                 self.crashes.remove(&id);
+                self.in_flight.remove(&id);
                 out.deleted.push(id);
             }
         }
@@ -401,6 +402,7 @@ impl Db {
                     dead_at: self.clock,
                 };
                 self.dead.insert(d.id, dead);
+                self.in_flight.remove(&d.id);
                 out.dead.push(d.id);
             }
         }
@@ -666,6 +668,30 @@ impl Db {
         self.dead
             .retain(|_, d| clock.saturating_sub(d.dead_at) <= older_than);
         (before - self.dead.len()) as u64
+    }
+
+    /// The server restarts: every session ends (its transaction rolled
+    /// back, its locks gone, its next statement refused) and every
+    /// listener is disconnected; committed state stays.
+    pub(crate) fn restart(&mut self) {
+        let open: Vec<SessionId> = self.sessions.keys().copied().collect();
+        self.sessions.clear();
+        self.terminated.extend(open);
+        self.listeners.clear();
+    }
+
+    /// What the database holds now, by kind (rows and entries).
+    pub(crate) fn footprint(&self) -> super::Footprint {
+        super::Footprint {
+            rows: self.rows.len(),
+            sessions: self.sessions.len(),
+            terminated: self.terminated.len(),
+            listeners: self.listeners.len(),
+            in_flight: self.in_flight.len(),
+            crash_counts: self.crashes.len(),
+            members: self.members.len(),
+            dead: self.dead.len(),
+        }
     }
 
     /// Every committed row, by (xid, id).
