@@ -51,9 +51,6 @@ pub struct Book {
     pub repeats: u64,
     /// The store's clock at each row's first acceptance.
     pub accepted_at: BTreeMap<i64, Duration>,
-    /// The oldest repeat absorbed so far: its age since the row's first
-    /// acceptance.
-    pub oldest_repeat: Duration,
     /// Writes the datastore accepted (one transaction each).
     pub accepted_writes: u64,
     /// Rows of writes the datastore refused (a dead letter's cause), with
@@ -65,6 +62,8 @@ pub struct Book {
     pub failure: Option<Violation>,
     /// One line per event, with a trace.
     pub trace: Option<Vec<String>>,
+    /// Every event, with a trace (the picture's input).
+    pub events: Option<Vec<super::lanes::Event>>,
     hash: u64,
     /// Every stager transaction still open, by its begin's sequence
     /// number: its host, session and rows (a crash ends them in this
@@ -89,6 +88,7 @@ impl Book {
     pub fn new(trace: bool) -> Book {
         Book {
             trace: trace.then(Vec::new),
+            events: trace.then(Vec::new),
             hash: 0xcbf2_9ce4_8422_2325,
             ..Book::default()
         }
@@ -110,6 +110,9 @@ impl Book {
         }
         for (i, byte) in what.bytes().enumerate() {
             self.hash ^= u64::from(byte) << (i % 8);
+        }
+        if let Some(events) = self.events.as_mut() {
+            events.push((self.now, what, a, b, c));
         }
         if let Some(trace) = self.trace.as_mut() {
             trace.push(format!(

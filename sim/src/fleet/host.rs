@@ -102,6 +102,7 @@ pub async fn run(plan: HostPlan) -> turmoil::Result {
         book: Arc::clone(&plan.book),
         partitions: plan.setup.partitions,
         repeat_window: plan.setup.repeat_window,
+        ttl: plan.setup.ttl,
     };
     let mut relay = TableRelay::<u64, u64>::new(instance(plan.host))
         .poll_interval(if super::canary::on("notify_only") {

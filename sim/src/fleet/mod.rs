@@ -35,6 +35,7 @@ pub mod check;
 pub mod clock;
 pub mod faults;
 pub mod host;
+pub mod lanes;
 pub mod link;
 pub mod sink;
 pub mod world;

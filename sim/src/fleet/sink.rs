@@ -36,6 +36,8 @@ pub struct FleetSink {
     /// The datastore absorbs a repeat only within this window of the
     /// row's first acceptance (`None`: of any age).
     pub repeat_window: Option<Duration>,
+    /// The lease ttl (repeats older are counted).
+    pub ttl: Duration,
 }
 
 impl FleetSink {
@@ -116,7 +118,9 @@ impl FleetSink {
         let age = b
             .now
             .saturating_sub(b.accepted_at.get(&id).copied().unwrap_or(b.now));
-        b.oldest_repeat = b.oldest_repeat.max(age);
+        if age > self.ttl {
+            b.count("repeat_older_than_ttl");
+        }
         if let Some(window) = self.repeat_window.filter(|w| age > *w) {
             b.fail(
                 "S-FW1",

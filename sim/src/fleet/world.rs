@@ -19,6 +19,7 @@ use super::check;
 use super::clock::Skew;
 use super::faults::{Fault, Schedule};
 use super::host::{self, HostPlan};
+use super::lanes::FleetLanes;
 use super::link::{Links, SharedLinks};
 use super::Setup;
 use crate::draw::rng;
@@ -31,13 +32,14 @@ pub const TICK: Duration = Duration::from_millis(2);
 pub const DRAIN_BOUND: Duration = Duration::from_secs(20);
 
 /// Fault and control kinds, in report order.
-pub const FAULT_KINDS: [&str; 23] = [
+pub const FAULT_KINDS: [&str; 24] = [
     "crash",
     "restart",
     "store_restart",
     "join",
     "leave",
     "repeat",
+    "repeat_older_than_ttl",
     "partition",
     "pause",
     "long_pause",
@@ -174,7 +176,18 @@ struct Run {
     cut: Depth,
     paused: Depth,
     owners: BTreeMap<u32, (Option<String>, u64)>,
+    /// With a trace: each partition's live lease now `(host, epoch, since)`,
+    /// and the spans closed.
+    leases: Option<LeaseWatch>,
+    healed_at: Duration,
 }
+
+/// A lease held: `(host, partition, epoch, from, to)`.
+type LeaseSpan = (usize, u32, u64, Duration, Duration);
+
+/// Each partition's live lease now `(host, epoch, since)`, and the spans
+/// closed.
+type LeaseWatch = (BTreeMap<u32, (usize, u64, Duration)>, Vec<LeaseSpan>);
 
 fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
     let (setup, schedule, turmoil_seed, link_seed) = draw_setup(seed, opts);
@@ -242,6 +255,8 @@ fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
         paused: Depth(vec![0; setup.hosts]),
         setup,
         owners: BTreeMap::new(),
+        leases: opts.trace.then(Default::default),
+        healed_at: Duration::ZERO,
     };
     let steps = run.faulty_phase(&schedule);
     let steps = steps + run.healed_phase();
@@ -252,15 +267,6 @@ fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
         let mut b = book::lock(&run.book);
         if b.failure.is_none() {
             check::settled(&mut b, &run.model, run.setup.hosts, run.setup.partitions);
-        }
-        if std::env::var_os("FLEET_REPEAT_AGES").is_some() {
-            eprintln!(
-                "seed {seed} oldest repeat {:?} ttl {:?} ratio {:.2} window {:?}",
-                b.oldest_repeat,
-                run.setup.ttl,
-                b.oldest_repeat.as_secs_f64() / run.setup.ttl.as_secs_f64(),
-                run.setup.repeat_window
-            );
         }
     }
     drop(run.sim);
@@ -283,10 +289,50 @@ fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
         failure: b.failure.clone(),
         trace_hash: b.hash(),
         trace: b.trace.take().unwrap_or_default(),
-        timeline: None,
+        timeline: lanes(
+            &Shown {
+                leases: &run.leases,
+                setup: &run.setup,
+                model: &run.model,
+                healed_at: run.healed_at,
+            },
+            &mut b,
+        ),
         setup: line,
         end,
     }
+}
+
+/// What the picture needs of a run whose simulation has ended.
+struct Shown<'a> {
+    leases: &'a Option<LeaseWatch>,
+    setup: &'a Setup,
+    model: &'a Model,
+    healed_at: Duration,
+}
+
+/// The run's picture, with a trace.
+fn lanes(run: &Shown<'_>, b: &mut Book) -> Option<crate::timeline::Timeline> {
+    let events = b.events.take()?;
+    let (live, mut spans) = run.leases.clone()?;
+    let end = run.model.now();
+    for (p, (h, e, from)) in live {
+        spans.push((h, p, e, from, end));
+    }
+    let lanes = FleetLanes {
+        hosts: run.setup.hosts,
+        partitions: run.setup.partitions,
+        leases: spans,
+        healed_at: run.healed_at,
+        end,
+        ..FleetLanes::default()
+    }
+    .build(&events, &run.setup.join_at);
+    Some(crate::timeline::Timeline {
+        end: Time::from_elapsed(end),
+        fleet: Some(lanes),
+        ..crate::timeline::Timeline::default()
+    })
 }
 
 impl Run {
@@ -310,6 +356,26 @@ impl Run {
     /// Counts handovers: a partition's lease taken by another owner.
     fn watch_owners(&mut self) {
         let rows = super::lease_rows(&self.model);
+        if let Some((live, spans)) = self.leases.as_mut() {
+            let now = self.model.now();
+            for row in &rows {
+                let holder = row
+                    .owner
+                    .as_deref()
+                    .and_then(|o| o.strip_prefix('h')?.parse::<usize>().ok())
+                    .filter(|_| !row.expires_in.is_zero());
+                let now_held = holder.map(|h| (h, row.epoch));
+                let was = live.get(&row.partition).map(|&(h, e, _)| (h, e));
+                if was != now_held {
+                    if let Some((h, e, from)) = live.remove(&row.partition) {
+                        spans.push((h, row.partition, e, from, now));
+                    }
+                    if let Some((h, e)) = now_held {
+                        live.insert(row.partition, (h, e, now));
+                    }
+                }
+            }
+        }
         let mut b = book::lock(&self.book);
         for row in rows {
             let seen = self.owners.entry(row.partition).or_insert((None, 0));
@@ -432,6 +498,7 @@ impl Run {
             }
         }
         let healed = self.model.now();
+        self.healed_at = healed;
         let s = &self.setup;
         let own_bound = s.ttl + s.renew + s.acquire_poll;
         let mut owned_at = None;
@@ -488,5 +555,45 @@ impl Run {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The draws the issue asks for: store restarts, a late join and a
+    /// leave, and the datastore's repeat window in about half the seeds.
+    #[test]
+    fn seeds_draw_store_restarts_joins_leaves_and_a_repeat_window_in_half() {
+        let opts = RunOptions {
+            net_secs: 30,
+            ..RunOptions::default()
+        };
+        let n = 400;
+        let (mut windows, mut joins, mut leaves, mut restarts) = (0, 0, 0, 0);
+        for seed in 0..n {
+            let (setup, schedule, _, _) = draw_setup(seed, &opts);
+            windows += u64::from(setup.repeat_window.is_some());
+            joins += u64::from(setup.join_at.iter().any(|j| !j.is_zero()));
+            leaves += u64::from(setup.leave.is_some());
+            let r = schedule.events.iter();
+            restarts += u64::from(r.filter(|e| matches!(e.1, Fault::StoreRestart(_))).count() > 0);
+            assert!(setup.hosts >= 3 && setup.join_at.len() == setup.hosts);
+            if let Some((h, at)) = setup.leave {
+                assert!(setup.hosts >= 4 && at >= setup.join_at[h] + setup.ttl);
+            }
+        }
+        let half = (n * 2 / 5)..=(n * 3 / 5);
+        assert!(
+            half.contains(&windows),
+            "{windows} of {n} seeds draw a window"
+        );
+        assert!(half.contains(&joins), "{joins} of {n} seeds draw a join");
+        assert!(leaves > n / 5, "{leaves} of {n} seeds draw a leave");
+        assert!(
+            restarts > n / 2,
+            "{restarts} of {n} seeds draw a store restart"
+        );
     }
 }
