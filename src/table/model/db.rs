@@ -386,7 +386,6 @@ impl Db {
         for &id in delete.as_ref().unwrap_or(&removal.delete) {
             if self.take_row(id, &held).is_some() {
                 self.crashes.remove(&id);
-                self.in_flight.remove(&id);
                 out.deleted.push(id);
             }
         }
@@ -402,7 +401,6 @@ impl Db {
                     dead_at: self.clock,
                 };
                 self.dead.insert(d.id, dead);
-                self.in_flight.remove(&d.id);
                 out.dead.push(d.id);
             }
         }
