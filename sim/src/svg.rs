@@ -50,6 +50,9 @@ fn esc(s: &str) -> String {
 
 /// The SVG document for `t`, drawn back to front.
 pub fn render(t: &Timeline, title: &str) -> String {
+    if let Some(fleet) = &t.fleet {
+        return crate::fleet::lanes::render(fleet, title);
+    }
     let (tenants, hidden) = busiest_tenants(t);
     let mut c = Canvas::new(t, &tenants);
     c.header(t, title, hidden);

@@ -116,6 +116,9 @@ pub struct Timeline {
     pub host: Vec<(Time, HostMark)>,
     /// When the healed phase began, if it ran.
     pub healed_at: Option<Time>,
+    /// The fleet world's lanes, a lane per host (drawn instead of the
+    /// tenants' lanes).
+    pub fleet: Option<crate::fleet::lanes::FleetLanes>,
     /// The end of the run.
     pub end: Time,
 }

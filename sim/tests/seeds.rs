@@ -198,3 +198,28 @@ fn fleet_seeds_pass_with_handovers_and_long_pauses() {
     assert!(long_pauses >= 3, "{long_pauses} long pauses in 3 seeds");
     assert!(delivered > 100, "{delivered} rows delivered in 3 seeds");
 }
+
+/// A traced fleet replay draws a lane per host with its leases (S-FW7's
+/// picture): every host has a lane, some host holds a lease bar, and the
+/// store's restarts and the hosts' crashes are marked.
+#[test]
+fn a_traced_fleet_replay_draws_a_lane_per_host_with_its_leases() {
+    let opts = RunOptions {
+        net_secs: 30,
+        trace: true,
+        ..RunOptions::default()
+    };
+    let a = traced_replay(WorldKind::Fleet, 3, opts);
+    assert!(a.failure.is_none(), "{:?}", a.failure);
+    let timeline = a.timeline.expect("a timeline");
+    let lanes = timeline.fleet.as_ref().expect("the fleet's lanes");
+    assert!(lanes.hosts >= 3);
+    assert!(!lanes.leases.is_empty() && !lanes.writes.is_empty());
+    let svg = outbox_sim::svg::render(&timeline, "fleet 3");
+    for h in 0..lanes.hosts {
+        assert!(svg.contains(&format!(">host h{h}<")), "no lane for h{h}");
+    }
+    assert!(svg.contains("holds partition"));
+    assert!(svg.contains("store restart at"));
+    assert!(svg.contains("crash at"));
+}

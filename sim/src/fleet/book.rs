@@ -49,6 +49,8 @@ pub struct Book {
     pub delivered: BTreeMap<i64, (u64, usize, u64)>,
     /// Repeats the datastore absorbed (a row accepted again).
     pub repeats: u64,
+    /// The store's clock at each row's first acceptance.
+    pub accepted_at: BTreeMap<i64, Duration>,
     /// Writes the datastore accepted (one transaction each).
     pub accepted_writes: u64,
     /// Rows of writes the datastore refused (a dead letter's cause), with
@@ -60,6 +62,8 @@ pub struct Book {
     pub failure: Option<Violation>,
     /// One line per event, with a trace.
     pub trace: Option<Vec<String>>,
+    /// Every event, with a trace (the picture's input).
+    pub events: Option<Vec<super::lanes::Event>>,
     hash: u64,
     /// Every stager transaction still open, by its begin's sequence
     /// number: its host, session and rows (a crash ends them in this
@@ -84,6 +88,7 @@ impl Book {
     pub fn new(trace: bool) -> Book {
         Book {
             trace: trace.then(Vec::new),
+            events: trace.then(Vec::new),
             hash: 0xcbf2_9ce4_8422_2325,
             ..Book::default()
         }
@@ -105,6 +110,9 @@ impl Book {
         }
         for (i, byte) in what.bytes().enumerate() {
             self.hash ^= u64::from(byte) << (i % 8);
+        }
+        if let Some(events) = self.events.as_mut() {
+            events.push((self.now, what, a, b, c));
         }
         if let Some(trace) = self.trace.as_mut() {
             trace.push(format!(
@@ -160,6 +168,11 @@ impl Book {
             .filter(|(_, (h, _, _))| *h == host)
             .map(|(k, (_, s, _))| (*k, *s))
             .collect()
+    }
+
+    /// Every open transaction, oldest first.
+    pub fn open_all(&self) -> Vec<(u64, SessionId)> {
+        self.open.iter().map(|(k, (_, s, _))| (*k, *s)).collect()
     }
 
     /// The trace hash.

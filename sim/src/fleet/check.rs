@@ -71,6 +71,32 @@ pub fn end(b: &mut Book, model: &Model) {
     }
 }
 
+/// S-FW10: after the settle the store holds a small constant (the
+/// outbox table empty, at most one session, terminated session, listener
+/// and membership row per host, at most one in-flight record per
+/// partition, no crash count); the dead-letter table keeps its rows.
+pub fn settled(b: &mut Book, model: &Model, hosts: usize, partitions: u32) {
+    let f = model.footprint();
+    let p = partitions as usize;
+    let over = [
+        ("rows", f.rows, 0),
+        ("sessions", f.sessions, hosts),
+        ("terminated sessions", f.terminated, hosts),
+        ("listeners", f.listeners, hosts),
+        ("in-flight records", f.in_flight, p),
+        ("crash counts", f.crash_counts, 0),
+        ("membership rows", f.members, hosts),
+    ]
+    .into_iter()
+    .find(|(_, n, bound)| n > bound);
+    if let Some((what, n, bound)) = over {
+        b.fail(
+            "S-FW10",
+            format!("after the settle the store holds {n} {what} (bound {bound}): {f:?}"),
+        );
+    }
+}
+
 /// S-FW1's one exception to "never both": the datastore refused
 /// (terminally, a whole write, S-A5) a repeat of row `id` after it had
 /// accepted the row (a new owner re-reads rows whose removal never took

@@ -142,6 +142,9 @@ mod tests {
             poison_per_mille: 0,
             write_timeout: ms(2_000),
             idle_timeout: ms(2_000),
+            join_at: vec![Duration::ZERO; 3],
+            leave: None,
+            repeat_window: None,
         }
     }
 

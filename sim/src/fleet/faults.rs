@@ -29,6 +29,9 @@ pub enum Fault {
     PauseAt(usize, Duration, bool),
     /// The host's link gets this one-way latency.
     Latency(usize, Duration),
+    /// The store restarts: every session and listener ends, and it is
+    /// unreachable for this long.
+    StoreRestart(Duration),
 }
 
 /// The schedule, in time order (ties in draw order).
@@ -101,5 +104,16 @@ impl Schedule {
         }
         out.events.sort_by_key(|e| e.0);
         out
+    }
+
+    /// Adds 0-2 store restarts, each unreachable for 0.2-2 s (drawn
+    /// apart from the rest, so the other faults of a seed stay).
+    pub fn draw_store_restarts(&mut self, rng: &mut SimRng, s: &Setup) {
+        let ms = Duration::from_millis;
+        for _ in 0..rng.random_range(0..=2u32) {
+            let (at, until) = window(rng, s.phase, ms(200), ms(2_000));
+            self.events.push((at, Fault::StoreRestart(until - at)));
+        }
+        self.events.sort_by_key(|e| e.0);
     }
 }

@@ -64,9 +64,29 @@ pub fn lease_config(s: &Setup, host: usize, incarnation: u64) -> LeaseConfigBuil
     )
 }
 
-/// Runs the host until it is crashed or the simulation ends.
+/// Runs the host until it is crashed or the simulation ends: from its
+/// join on, and until it leaves (a graceful shutdown, for good).
 pub async fn run(plan: HostPlan) -> turmoil::Result {
+    let join_at = plan
+        .setup
+        .join_at
+        .get(plan.host)
+        .copied()
+        .unwrap_or_default();
+    let now = plan.model.now();
+    if join_at > now {
+        tokio::time::sleep(join_at - now).await;
+    }
+    if plan.setup.has_left(plan.host, plan.model.now()) {
+        // Gone for good: a restart after the leave runs nothing.
+        return idle().await;
+    }
     let incarnation = plan.starts.fetch_add(1, Ordering::Relaxed);
+    if join_at > Duration::ZERO && incarnation == 0 {
+        let mut b = book::lock(&plan.book);
+        b.count("join");
+        b.note("join", plan.host as u64, 0, 0);
+    }
     let s = plan.setup.clone();
     let link = LinkStore::new(
         plan.host,
@@ -81,6 +101,8 @@ pub async fn run(plan: HostPlan) -> turmoil::Result {
         model: plan.model.clone(),
         book: Arc::clone(&plan.book),
         partitions: plan.setup.partitions,
+        repeat_window: plan.setup.repeat_window,
+        ttl: plan.setup.ttl,
     };
     let mut relay = TableRelay::<u64, u64>::new(instance(plan.host))
         .poll_interval(if super::canary::on("notify_only") {
@@ -115,9 +137,25 @@ pub async fn run(plan: HostPlan) -> turmoil::Result {
         };
         drop(tokio::spawn(stager.run()));
     }
+    if let Some((_, at)) = plan.setup.leave.filter(|l| l.0 == plan.host) {
+        tokio::time::sleep(at.saturating_sub(plan.model.now())).await;
+        {
+            let mut b = book::lock(&plan.book);
+            b.count("leave");
+            b.note("leave", plan.host as u64, 0, 0);
+        }
+        let report = outbox.shutdown(plan.setup.ttl).await;
+        drop(report);
+        drop(outbox);
+        return idle().await;
+    }
+    idle().await
+}
+
+/// Waits for ever (the host's process stays, doing nothing more).
+async fn idle() -> turmoil::Result {
     loop {
         tokio::time::sleep(Duration::from_secs(3600)).await;
-        let _ = &outbox;
     }
 }
 
@@ -152,7 +190,8 @@ impl Stager {
         loop {
             let gap = draw::gap(&mut self.rng, s.stage_gap);
             tokio::time::sleep(gap).await;
-            if self.plan.model.now() >= s.phase {
+            let now = self.plan.model.now();
+            if now >= s.phase || s.has_left(self.plan.host, now) {
                 return;
             }
             self.held().await;
@@ -169,7 +208,7 @@ impl Stager {
                 .links
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .held(self.plan.host, now);
+                .stagers_wait(self.plan.host, now);
             if !paused {
                 return;
             }

@@ -46,6 +46,9 @@ pub struct Links {
     pub frozen_until: Vec<Duration>,
     /// One-way latency, by host.
     pub latency: Vec<Duration>,
+    /// The store is restarting (unreachable) until this instant of its
+    /// clock.
+    pub store_down_until: Duration,
     /// Chance, in thousandths, that a reply is lost after the call took
     /// effect.
     pub lose_per_mille: u32,
@@ -67,6 +70,11 @@ impl Links {
     /// clock reads `now`.
     pub fn held(&self, h: usize, now: Duration) -> bool {
         self.paused[h] || self.frozen_until[h] > now
+    }
+
+    /// Whether host `h`'s stagers wait: it is held or the store restarts.
+    pub fn stagers_wait(&self, h: usize, now: Duration) -> bool {
+        self.held(h, now) || self.store_down_until > now
     }
 }
 
@@ -146,23 +154,34 @@ impl LinkStore {
         }
     }
 
-    /// The request's way: fails (after the timeout) while cut.
+    /// The request's way: fails (after the timeout) while cut, at once
+    /// (a refused connection) while the store restarts.
     async fn send(&self) -> Result<(), StoreError> {
         self.cross().await;
-        let cut = lock(&self.links).cut[self.host];
+        let now = self.inner.model().now();
+        let (cut, down) = {
+            let links = lock(&self.links);
+            (links.cut[self.host], links.store_down_until > now)
+        };
         if cut {
             tokio::time::sleep(STATEMENT_TIMEOUT).await;
             return Err(unknown("the store is unreachable (partition)"));
         }
+        if down {
+            return Err(unknown("the store is restarting (connection refused)"));
+        }
         Ok(())
     }
 
-    /// The reply's way: lost while cut, or by the draw.
+    /// The reply's way: lost while cut or while the store restarts, or by
+    /// the draw.
     async fn reply<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
         self.cross().await;
+        let now = self.inner.model().now();
         let mut links = lock(&self.links);
         let per_mille = links.lose_per_mille;
         let lost = links.cut[self.host]
+            || links.store_down_until > now
             || (result.is_ok() && per_mille > 0 && links.rng.random_range(0..1000) < per_mille);
         if lost {
             links.lost += 1;

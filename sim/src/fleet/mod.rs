@@ -9,8 +9,10 @@
 //!
 //! Faults from the seed ([`faults`]): host crashes and restarts,
 //! partitions between a host and the store, pauses (some longer than the
-//! lease ttl), slow links, lost replies after a call took effect; then a
-//! healed phase. A pause holds the host's links ([`link`]): every call it
+//! lease ttl), slow links, lost replies after a call took effect, store
+//! restarts (every session and listener ends, the store unreachable for
+//! a while), a host joining late and one leaving for good; then a healed
+//! phase. A pause holds the host's links ([`link`]): every call it
 //! sends and every reply it waits for is held until it resumes, then goes
 //! on, so its writes in flight land late; its runtime keeps running
 //! (turmoil 0.7 cannot freeze one host's clock).
@@ -23,7 +25,8 @@
 //! partition owned within one ttl plus one renewal plus one acquire poll,
 //! and the table drained within a bound; S-FW8 a removal takes effect
 //! only under the lease its fence names and deletes only rows the
-//! datastore accepted; S-FW9 each host's lease clock skewed against the
+//! datastore accepted; S-FW10 the store back to a small constant after
+//! the settle; S-FW9 each host's lease clock skewed against the
 //! store's within the drift bound ([`clock`]).
 
 pub mod book;
@@ -32,6 +35,7 @@ pub mod check;
 pub mod clock;
 pub mod faults;
 pub mod host;
+pub mod lanes;
 pub mod link;
 pub mod sink;
 pub mod world;
@@ -92,6 +96,23 @@ pub struct Setup {
     /// seeds, in the others a minute (a datastore that keeps a paused
     /// session's transaction, and its share locks, until it wakes).
     pub idle_timeout: Duration,
+    /// When each host joins the fleet (`Duration::ZERO`: at the start; in
+    /// half the seeds one host more than the three to five joins late).
+    pub join_at: Vec<Duration>,
+    /// A host that leaves the fleet for good (a graceful shutdown) at
+    /// this instant, in half the seeds of four hosts or more.
+    pub leave: Option<(usize, Duration)>,
+    /// In half the seeds the datastore absorbs a repeat only within this
+    /// window of the row's first acceptance (a repeat later is stored
+    /// again: delivered twice, S-FW1); in the others, repeats of any age.
+    pub repeat_window: Option<Duration>,
+}
+
+impl Setup {
+    /// Whether host `h` has left the fleet by `now`.
+    pub fn has_left(&self, h: usize, now: Duration) -> bool {
+        self.leave.is_some_and(|(l, at)| l == h && now >= at)
+    }
 }
 
 /// The answer of a call to the model, which answers when called (its

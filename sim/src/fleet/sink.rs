@@ -16,7 +16,7 @@ use outbox::table::model::Model;
 use outbox::table::{partition_of, EpochTx, Relayed, Store};
 use outbox::{Sink, WriteEpoch, WriteError, Written};
 
-use super::book::{self, Fate, SharedBook};
+use super::book::{self, Book, Fate, SharedBook};
 use super::link::LinkStore;
 
 /// One host's sink.
@@ -33,6 +33,11 @@ pub struct FleetSink {
     pub book: SharedBook,
     /// P.
     pub partitions: u32,
+    /// The datastore absorbs a repeat only within this window of the
+    /// row's first acceptance (`None`: of any age).
+    pub repeat_window: Option<Duration>,
+    /// The lease ttl (repeats older are counted).
+    pub ttl: Duration,
 }
 
 impl FleetSink {
@@ -95,11 +100,35 @@ impl FleetSink {
             }
             let first = (seq, self.host, epoch.epoch);
             match b.delivered.entry(item.row_id) {
-                std::collections::btree_map::Entry::Occupied(_) => b.repeats += 1,
+                std::collections::btree_map::Entry::Occupied(_) => self.repeat(&mut b, item.row_id),
                 std::collections::btree_map::Entry::Vacant(v) => {
                     v.insert(first);
+                    let now = b.now;
+                    b.accepted_at.insert(item.row_id, now);
                 }
             }
+        }
+    }
+
+    /// A row accepted again: absorbed within the datastore's window, else
+    /// stored again (S-FW1: delivered twice).
+    fn repeat(&self, b: &mut Book, id: i64) {
+        b.repeats += 1;
+        b.count("repeat");
+        let age = b
+            .now
+            .saturating_sub(b.accepted_at.get(&id).copied().unwrap_or(b.now));
+        if age > self.ttl {
+            b.count("repeat_older_than_ttl");
+        }
+        if let Some(window) = self.repeat_window.filter(|w| age > *w) {
+            b.fail(
+                "S-FW1",
+                format!(
+                    "row {id} accepted again {age:?} after its first acceptance, past the \
+                     datastore's repeat window of {window:?}: delivered twice"
+                ),
+            );
         }
     }
 

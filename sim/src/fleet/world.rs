@@ -19,6 +19,7 @@ use super::check;
 use super::clock::Skew;
 use super::faults::{Fault, Schedule};
 use super::host::{self, HostPlan};
+use super::lanes::FleetLanes;
 use super::link::{Links, SharedLinks};
 use super::Setup;
 use crate::draw::rng;
@@ -31,9 +32,14 @@ pub const TICK: Duration = Duration::from_millis(2);
 pub const DRAIN_BOUND: Duration = Duration::from_secs(20);
 
 /// Fault and control kinds, in report order.
-pub const FAULT_KINDS: [&str; 19] = [
+pub const FAULT_KINDS: [&str; 24] = [
     "crash",
     "restart",
+    "store_restart",
+    "join",
+    "leave",
+    "repeat",
+    "repeat_older_than_ttl",
     "partition",
     "pause",
     "long_pause",
@@ -84,8 +90,11 @@ fn draw_setup(seed: u64, opts: &RunOptions) -> (Setup, Schedule, u64, u64) {
         poison_per_mille: 0,
         write_timeout: Duration::from_secs(2),
         idle_timeout: ModelConfig::default().idle_in_transaction_timeout,
+        join_at: Vec::new(),
+        leave: None,
+        repeat_window: None,
     };
-    let schedule = Schedule::draw(&mut r, &setup);
+    let mut schedule = Schedule::draw(&mut r, &setup);
     let turmoil_seed = r.next_u64();
     let link_seed = r.next_u64();
     // Drawn apart, so the faults of a seed stay what they were.
@@ -107,8 +116,36 @@ fn draw_setup(seed: u64, opts: &RunOptions) -> (Setup, Schedule, u64, u64) {
     if more.random_range(0..2) == 1 {
         setup.idle_timeout = Duration::from_secs(60);
     }
+    draw_membership(&mut more, &mut setup);
+    schedule.draw_store_restarts(&mut more, &setup);
     (setup, schedule, turmoil_seed, link_seed)
 }
+
+/// The seed's joins, leave and the datastore's repeat window (drawn after
+/// the faults: the joiner, a host more, has none of its own).
+fn draw_membership(more: &mut crate::draw::SimRng, setup: &mut Setup) {
+    let phase_ms = setup.phase.as_millis().max(6) as u64;
+    setup.join_at = vec![Duration::ZERO; setup.hosts];
+    if more.random_range(0..2) == 1 {
+        let at = more.random_range(phase_ms / 6..=phase_ms * 2 / 3);
+        setup.join_at.push(Duration::from_millis(at));
+        setup.hosts += 1;
+    }
+    if setup.hosts >= 4 && more.random_range(0..2) == 1 {
+        let h = more.random_range(0..setup.hosts);
+        let at = more.random_range(phase_ms / 3..=phase_ms * 5 / 6);
+        let at = Duration::from_millis(at).max(setup.join_at[h] + setup.ttl);
+        setup.leave = Some((h, at));
+    }
+    if more.random_range(0..2) == 1 {
+        let lo = REPEAT_WINDOW_TTLS.0 * setup.ttl.as_millis() as u64;
+        let hi = REPEAT_WINDOW_TTLS.1 * setup.ttl.as_millis() as u64;
+        setup.repeat_window = Some(Duration::from_millis(more.random_range(lo..=hi)));
+    }
+}
+
+/// The datastore's repeat window, drawn in lease ttls.
+pub const REPEAT_WINDOW_TTLS: (u64, u64) = (8, 40);
 
 /// Per-host depth of overlapping faults of one kind: the fault applies
 /// from 0 to 1 and lifts from 1 to 0.
@@ -139,7 +176,18 @@ struct Run {
     cut: Depth,
     paused: Depth,
     owners: BTreeMap<u32, (Option<String>, u64)>,
+    /// With a trace: each partition's live lease now `(host, epoch, since)`,
+    /// and the spans closed.
+    leases: Option<LeaseWatch>,
+    healed_at: Duration,
 }
+
+/// A lease held: `(host, partition, epoch, from, to)`.
+type LeaseSpan = (usize, u32, u64, Duration, Duration);
+
+/// Each partition's live lease now `(host, epoch, since)`, and the spans
+/// closed.
+type LeaseWatch = (BTreeMap<u32, (usize, u64, Duration)>, Vec<LeaseSpan>);
 
 fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
     let (setup, schedule, turmoil_seed, link_seed) = draw_setup(seed, opts);
@@ -162,6 +210,7 @@ fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
         armed: vec![None; setup.hosts],
         frozen_until: vec![Duration::ZERO; setup.hosts],
         latency: vec![Duration::from_millis(1); setup.hosts],
+        store_down_until: Duration::ZERO,
         lose_per_mille: schedule.lose_per_mille,
         rng: rng(link_seed),
         lost: 0,
@@ -206,17 +255,27 @@ fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
         paused: Depth(vec![0; setup.hosts]),
         setup,
         owners: BTreeMap::new(),
+        leases: opts.trace.then(Default::default),
+        healed_at: Duration::ZERO,
     };
     let steps = run.faulty_phase(&schedule);
     let steps = steps + run.healed_phase();
     let end = Time::from_elapsed(run.sim.elapsed());
     let lost = run.links.lock().unwrap_or_else(|e| e.into_inner()).lost;
+    {
+        // While the hosts still run: what their sessions and listeners hold.
+        let mut b = book::lock(&run.book);
+        if b.failure.is_none() {
+            check::settled(&mut b, &run.model, run.setup.hosts, run.setup.partitions);
+        }
+    }
     drop(run.sim);
     let mut b = book::lock(&run.book);
     *b.faults.entry("lost_reply").or_default() += lost;
     if b.failure.is_none() {
         check::end(&mut b, &run.model);
     }
+
     let mut counters = Counters::default();
     counters.staged = b.rows.len() as u64;
     counters.written = b.delivered.len() as u64;
@@ -230,10 +289,50 @@ fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
         failure: b.failure.clone(),
         trace_hash: b.hash(),
         trace: b.trace.take().unwrap_or_default(),
-        timeline: None,
+        timeline: lanes(
+            &Shown {
+                leases: &run.leases,
+                setup: &run.setup,
+                model: &run.model,
+                healed_at: run.healed_at,
+            },
+            &mut b,
+        ),
         setup: line,
         end,
     }
+}
+
+/// What the picture needs of a run whose simulation has ended.
+struct Shown<'a> {
+    leases: &'a Option<LeaseWatch>,
+    setup: &'a Setup,
+    model: &'a Model,
+    healed_at: Duration,
+}
+
+/// The run's picture, with a trace.
+fn lanes(run: &Shown<'_>, b: &mut Book) -> Option<crate::timeline::Timeline> {
+    let events = b.events.take()?;
+    let (live, mut spans) = run.leases.clone()?;
+    let end = run.model.now();
+    for (p, (h, e, from)) in live {
+        spans.push((h, p, e, from, end));
+    }
+    let lanes = FleetLanes {
+        hosts: run.setup.hosts,
+        partitions: run.setup.partitions,
+        leases: spans,
+        healed_at: run.healed_at,
+        end,
+        ..FleetLanes::default()
+    }
+    .build(&events, &run.setup.join_at);
+    Some(crate::timeline::Timeline {
+        end: Time::from_elapsed(end),
+        fleet: Some(lanes),
+        ..crate::timeline::Timeline::default()
+    })
 }
 
 impl Run {
@@ -257,6 +356,26 @@ impl Run {
     /// Counts handovers: a partition's lease taken by another owner.
     fn watch_owners(&mut self) {
         let rows = super::lease_rows(&self.model);
+        if let Some((live, spans)) = self.leases.as_mut() {
+            let now = self.model.now();
+            for row in &rows {
+                let holder = row
+                    .owner
+                    .as_deref()
+                    .and_then(|o| o.strip_prefix('h')?.parse::<usize>().ok())
+                    .filter(|_| !row.expires_in.is_zero());
+                let now_held = holder.map(|h| (h, row.epoch));
+                let was = live.get(&row.partition).map(|&(h, e, _)| (h, e));
+                if was != now_held {
+                    if let Some((h, e, from)) = live.remove(&row.partition) {
+                        spans.push((h, row.partition, e, from, now));
+                    }
+                    if let Some((h, e)) = now_held {
+                        live.insert(row.partition, (h, e, now));
+                    }
+                }
+            }
+        }
         let mut b = book::lock(&self.book);
         for row in rows {
             let seen = self.owners.entry(row.partition).or_insert((None, 0));
@@ -325,6 +444,17 @@ impl Run {
                 b.note("latency", h as u64, d.as_millis() as u64, 0);
                 links.latency[h] = d;
             }
+            Fault::StoreRestart(down) => {
+                b.count("store_restart");
+                b.note("store_restart", down.as_millis() as u64, 0, 0);
+                links.store_down_until = self.model.now() + down;
+                self.model.restart();
+                // Every stager's transaction ends with its session.
+                for (key, session) in b.open_all() {
+                    self.model.rollback(session);
+                    b.end_tx(key, false);
+                }
+            }
             _ => {}
         }
     }
@@ -359,6 +489,7 @@ impl Run {
                 links.armed[h] = None;
                 links.frozen_until[h] = Duration::ZERO;
                 links.latency[h] = Duration::from_millis(1);
+                links.store_down_until = Duration::ZERO;
                 links.lose_per_mille = 0;
             }
             if self.crashed.0[h] > 0 {
@@ -367,6 +498,7 @@ impl Run {
             }
         }
         let healed = self.model.now();
+        self.healed_at = healed;
         let s = &self.setup;
         let own_bound = s.ttl + s.renew + s.acquire_poll;
         let mut owned_at = None;
@@ -423,5 +555,45 @@ impl Run {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The draws the issue asks for: store restarts, a late join and a
+    /// leave, and the datastore's repeat window in about half the seeds.
+    #[test]
+    fn seeds_draw_store_restarts_joins_leaves_and_a_repeat_window_in_half() {
+        let opts = RunOptions {
+            net_secs: 30,
+            ..RunOptions::default()
+        };
+        let n = 400;
+        let (mut windows, mut joins, mut leaves, mut restarts) = (0, 0, 0, 0);
+        for seed in 0..n {
+            let (setup, schedule, _, _) = draw_setup(seed, &opts);
+            windows += u64::from(setup.repeat_window.is_some());
+            joins += u64::from(setup.join_at.iter().any(|j| !j.is_zero()));
+            leaves += u64::from(setup.leave.is_some());
+            let r = schedule.events.iter();
+            restarts += u64::from(r.filter(|e| matches!(e.1, Fault::StoreRestart(_))).count() > 0);
+            assert!(setup.hosts >= 3 && setup.join_at.len() == setup.hosts);
+            if let Some((h, at)) = setup.leave {
+                assert!(setup.hosts >= 4 && at >= setup.join_at[h] + setup.ttl);
+            }
+        }
+        let half = (n * 2 / 5)..=(n * 3 / 5);
+        assert!(
+            half.contains(&windows),
+            "{windows} of {n} seeds draw a window"
+        );
+        assert!(half.contains(&joins), "{joins} of {n} seeds draw a join");
+        assert!(leaves > n / 5, "{leaves} of {n} seeds draw a leave");
+        assert!(
+            restarts > n / 2,
+            "{restarts} of {n} seeds draw a store restart"
+        );
     }
 }

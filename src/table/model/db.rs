@@ -687,6 +687,30 @@ impl Db {
         (before - self.dead.len()) as u64
     }
 
+    /// The server restarts: every session ends (its transaction rolled
+    /// back, its locks gone, its next statement refused) and every
+    /// listener is disconnected; committed state stays.
+    pub(crate) fn restart(&mut self) {
+        let open: Vec<SessionId> = self.sessions.keys().copied().collect();
+        self.sessions.clear();
+        self.terminated.extend(open);
+        self.listeners.clear();
+    }
+
+    /// What the database holds now, by kind (rows and entries).
+    pub(crate) fn footprint(&self) -> super::Footprint {
+        super::Footprint {
+            rows: self.rows.len(),
+            sessions: self.sessions.len(),
+            terminated: self.terminated.len(),
+            listeners: self.listeners.len(),
+            in_flight: self.in_flight.len(),
+            crash_counts: self.crashes.len(),
+            members: self.members.len(),
+            dead: self.dead.len(),
+        }
+    }
+
     /// Every committed row, by (xid, id).
     pub(crate) fn committed(&self) -> Vec<Row> {
         self.rows.values().map(|r| self.row_out(r)).collect()

@@ -95,6 +95,28 @@ struct Shared {
     changed: Notify,
 }
 
+/// What the model's database holds, by kind ([`Model::footprint`]): a
+/// settled outbox holds a small constant of each but `dead`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Footprint {
+    /// Committed rows in the outbox table.
+    pub rows: usize,
+    /// Open sessions (stagers' and sink transactions).
+    pub sessions: usize,
+    /// Sessions the server ended whose client has not closed them yet.
+    pub terminated: usize,
+    /// Listeners connected.
+    pub listeners: usize,
+    /// In-flight records of writes (S-T17: each goes with its rows).
+    pub in_flight: usize,
+    /// Rows with a crash count.
+    pub crash_counts: usize,
+    /// Heartbeat rows of the membership table.
+    pub members: usize,
+    /// Rows in the dead-letter table.
+    pub dead: usize,
+}
+
 /// The model: a handle shared by the store, the stagers and the
 /// simulation. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -166,6 +188,21 @@ impl Model {
     pub fn disconnect_listeners(&self) {
         self.lock().db.listeners.clear();
         self.shared.changed.notify_waiters();
+    }
+
+    /// The server restarts (S-T25): every session ends, its transaction
+    /// rolled back and its share locks gone, and its next statement is
+    /// refused as a broken connection's would be; every listener is
+    /// disconnected, so notifications until it listens again are lost.
+    /// Committed rows, leases, epochs, memberships and dead letters stay.
+    pub fn restart(&self) {
+        self.lock().db.restart();
+        self.shared.changed.notify_waiters();
+    }
+
+    /// What the database holds now, by kind (a settle's memory check).
+    pub fn footprint(&self) -> Footprint {
+        self.lock().db.footprint()
     }
 
     /// Sets the schema the store reports (to test refusals).
