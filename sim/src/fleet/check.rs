@@ -44,7 +44,10 @@ pub fn end(b: &mut Book, model: &Model) {
                 repeats_refused += 1;
             }
             (Fate::Committed, true, true) => {
-                problem = Some(format!("row {id} both delivered and dead-lettered"));
+                let reason = model.dead_reason(*id);
+                problem = Some(format!(
+                    "row {id} both delivered and dead-lettered (as {reason:?})"
+                ));
             }
             (Fate::Committed, false, false) => {
                 problem = Some(format!(
