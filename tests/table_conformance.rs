@@ -741,68 +741,6 @@ async fn in_flight_records_become_crashes_at_takeover<B: Backend>(b: &B) {
     assert!(rows(b, 0).await.iter().all(|r| r.crashes == 1));
 }
 
-/// S-T17: a delivery's rows end over several writes, so its in-flight
-/// record stays until the last of its rows still in the table has ended:
-/// the first row's removal leaves it, and a crash after it still counts
-/// against the rows left. A row named by two records left by one owner
-/// (delivered again after a hand-over) gains one crash, not two: one
-/// owner vanished.
-async fn an_in_flight_record_stays_until_its_last_row_ends<B: Backend>(b: &B) {
-    let t = tenant_in(1, 9);
-    let lease = |owner: &str| Acquire {
-        partition: 1,
-        owner: owner.into(),
-        above: 0,
-        ttl: Duration::from_millis(100),
-    };
-    let taken = |a: Acquired| match a {
-        Acquired::Taken { epoch } => epoch,
-        held => panic!("{held:?}"),
-    };
-    let e1 = taken(b.store().acquire(&lease(OWNER)).await.unwrap());
-    let r = committed(b, &t, &[b"1", b"2", b"3"]).await;
-    let record = |ids: &[i64]| InFlight {
-        partition: 1,
-        ids: ids.to_vec(),
-    };
-    // Two records of one owner name r[1] and r[2]: one crash each.
-    for rec in [record(&r), record(&r[1..])] {
-        let done = b.store().record_attempt(&fence(1, e1), &rec).await;
-        assert_eq!(done.unwrap(), Fenced::Done(()));
-    }
-    b.pass(Duration::from_millis(150)).await;
-    let e2 = taken(b.store().acquire(&lease("instance-b")).await.unwrap());
-    let b_fence = Fence {
-        owner: "instance-b".into(),
-        epochs: vec![(1, e2)],
-    };
-    assert_eq!(
-        b.store().record_crashes(&b_fence, 1).await.unwrap(),
-        Fenced::Done(3)
-    );
-    let got = rows(b, 1).await;
-    assert!(got.iter().all(|r| r.crashes == 1), "once each: {got:?}");
-    // The first row's removal leaves the record of the rows after it.
-    let done = b.store().record_attempt(&b_fence, &record(&r)).await;
-    assert_eq!(done.unwrap(), Fenced::Done(()));
-    let removal = Removal {
-        delete: vec![r[0]],
-        dead: vec![],
-    };
-    let removed = b.store().remove(&b_fence, &removal).await.unwrap();
-    assert_eq!(removed.deleted, [r[0]]);
-    b.pass(Duration::from_millis(150)).await;
-    let e3 = taken(b.store().acquire(&lease(OWNER)).await.unwrap());
-    assert_eq!(
-        b.store().record_crashes(&fence(1, e3), 1).await.unwrap(),
-        Fenced::Done(2),
-        "the rows left of the record"
-    );
-    let got = rows(b, 1).await;
-    assert_eq!(ids(&got), r[1..]);
-    assert!(got.iter().all(|r| r.crashes == 2), "{got:?}");
-}
-
 /// S-T15: a notification in a staging transaction is delivered at its
 /// commit, never before, never for a rollback.
 async fn notifications_are_delivered_at_commit<B: Backend>(b: &B) {
@@ -1348,7 +1286,6 @@ conformance!(
     remove_deletes_exact_ids_under_the_fence,
     dead_letters_move_redrive_and_purge,
     in_flight_records_become_crashes_at_takeover,
-    an_in_flight_record_stays_until_its_last_row_ends,
     notifications_are_delivered_at_commit,
     notifications_while_the_listener_is_away_are_lost,
     acquire_takes_an_epoch_above_the_lease_and_the_sink,

@@ -375,6 +375,7 @@ impl Db {
             return None;
         }
         self.by_id.remove(&id);
+        self.in_flight.remove(&id);
         self.rows.remove(&at)
     }
 
@@ -405,7 +406,6 @@ impl Db {
         }
         out.deleted.sort_unstable();
         out.dead.sort_unstable();
-        self.drop_ended_records(&out);
         out.stale = fence
             .epochs
             .iter()
@@ -415,23 +415,6 @@ impl Db {
         out.stale.sort_unstable();
         out.stale.dedup();
         out
-    }
-
-    /// Deletes the in-flight records that name a row `removed` ended and
-    /// no row still in the table (S-T17): a delivery's record stays until
-    /// the last of its rows has ended.
-    fn drop_ended_records(&mut self, removed: &Removed) {
-        let ended: BTreeSet<i64> = removed
-            .deleted
-            .iter()
-            .chain(&removed.dead)
-            .copied()
-            .collect();
-        let by_id = &self.by_id;
-        self.in_flight.retain(|_, r| {
-            !(r.ids.iter().any(|id| ended.contains(id))
-                && r.ids.iter().all(|id| !by_id.contains_key(id)))
-        });
     }
 
     /// The canary `delete_by_id_range`: every row of the held partitions
@@ -484,10 +467,8 @@ impl Db {
         let mut gained = BTreeMap::<i64, u32>::new();
         for k in records {
             if let Some(r) = self.in_flight.remove(&k) {
-                // One owner vanished: one crash per row, however many of
-                // its records name the row.
                 for id in r.ids.into_iter().filter(|id| self.by_id.contains_key(id)) {
-                    gained.insert(id, 1);
+                    *gained.entry(id).or_default() += 1;
                 }
             }
         }

@@ -46,9 +46,7 @@ fn remove_sql(store: &PgStore) -> String {
                   ON CONFLICT (id) DO NOTHING RETURNING id), \
          ended AS (SELECT id FROM gone UNION ALL SELECT id FROM moved), \
          cr AS (DELETE FROM {crashes} WHERE id IN (SELECT id FROM ended)), \
-         inf AS (DELETE FROM {in_flight} f WHERE f.ids && array(SELECT id FROM ended) \
-                 AND NOT EXISTS (SELECT 1 FROM unnest(f.ids) AS u(id) JOIN {outbox} o ON o.id = u.id \
-                                 WHERE u.id NOT IN (SELECT id FROM ended))) \
+         inf AS (DELETE FROM {in_flight} WHERE first_id IN (SELECT id FROM ended)) \
          SELECT array(SELECT id FROM gone ORDER BY id), array(SELECT id FROM moved ORDER BY id), \
                 array(SELECT f.p FROM unnest($1::int[]) AS f(p) \
                       WHERE f.p NOT IN (SELECT partition FROM held) ORDER BY f.p)",
@@ -148,8 +146,8 @@ pub(super) async fn record_crashes(
         "WITH {held}, \
          gone AS (DELETE FROM {in_flight} f WHERE f.partition = $4 \
                   AND EXISTS (SELECT 1 FROM held) RETURNING f.ids), \
-         rows AS (SELECT DISTINCT u.id, 1 AS n FROM gone, unnest(gone.ids) AS u(id) \
-                  WHERE EXISTS (SELECT 1 FROM {outbox} o WHERE o.id = u.id)), \
+         rows AS (SELECT u.id, count(*)::int AS n FROM gone, unnest(gone.ids) AS u(id) \
+                  WHERE EXISTS (SELECT 1 FROM {outbox} o WHERE o.id = u.id) GROUP BY u.id), \
          up AS (INSERT INTO {crashes} (id, partition, crashes) SELECT id, $4, n FROM rows \
                 ON CONFLICT (id) DO UPDATE SET crashes = {crashes}.crashes + EXCLUDED.crashes \
                 RETURNING 1) \
