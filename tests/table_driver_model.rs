@@ -256,3 +256,23 @@ async fn items_left_at_the_shutdown_deadline_are_handed_over() {
     assert!(c.balanced(), "{c:?}");
     assert_eq!(model.rows().len(), 3, "every row stays in the table");
 }
+
+/// S-W16, S-T33: an outbox whose outbox table cannot be read from the
+/// start (a table name that does not exist, the database down) closes
+/// for good after its shutdown once every handle is dropped: the lease
+/// task, still waiting to read the table's schema, stops with the relay.
+#[tokio::test(start_paused = true)]
+async fn an_outbox_whose_table_never_answers_still_closes() {
+    let model = Model::new(ModelConfig::default());
+    // Every store call fails: the schema is never read.
+    model.fail_next(u32::MAX / 2);
+    let outbox = outbox(&model, Recording::new());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let report = outbox.shutdown(Duration::from_secs(1)).await;
+    assert_eq!((report.lost, report.pending), (0, 0));
+    let closed = outbox.closed();
+    drop(outbox);
+    tokio::time::timeout(Duration::from_secs(60), closed)
+        .await
+        .expect("the outbox closes although its table never answered");
+}

@@ -212,7 +212,16 @@ where
         let leases = {
             let store = Arc::clone(&store);
             async move {
-                let Some(config) = lease_config(&*store, &instance, &*lease, &name).await else {
+                // S-W16, S-T33: a relay that stops before the table's
+                // schema was ever read (the store unreachable, the table
+                // missing) stops the wait for it too, so the outbox closes.
+                let mut stop = stop_rx.clone();
+                let config = tokio::select! {
+                    biased;
+                    _ = stop.wait_for(|stopped| *stopped) => return,
+                    config = lease_config(&*store, &instance, &*lease, &name) => config,
+                };
+                let Some(config) = config else {
                     return;
                 };
                 let policy = LeasePolicy::new(config, gate.now());
