@@ -93,6 +93,9 @@ struct Partition {
     /// Its leftover in-flight records are counted as crashes (S-T17)
     /// before its first read.
     ready: bool,
+    /// That count was asked for: only once the engine ended every row this
+    /// relay delivered from the partition under an earlier epoch (S-T39).
+    started: bool,
     /// The last row read (taken or skipped): the next read starts after it.
     cursor: Option<Position>,
 }
@@ -132,6 +135,11 @@ pub struct Relay {
     partitions: BTreeMap<u32, Partition>,
     tenants: Tenants,
     keys: BTreeMap<i64, Key>,
+    /// Rows of partitions lost while the engine held them, to their
+    /// partition: forgotten once the engine ends them (S-T39).
+    orphans: BTreeMap<i64, u32>,
+    /// How many of `orphans` each partition has.
+    orphaned: BTreeMap<u32, u32>,
     /// Rows held: delivered or dead-letter-bound, not yet removed (S-T8).
     held: u32,
     /// Rows handed to the engine and not yet ended.
@@ -157,6 +165,8 @@ impl Relay {
             partitions: BTreeMap::new(),
             tenants: Tenants::default(),
             keys: BTreeMap::new(),
+            orphans: BTreeMap::new(),
+            orphaned: BTreeMap::new(),
             held: 0,
             open: 0,
             quarantine: Quarantine::Off,
@@ -174,7 +184,10 @@ impl Relay {
     /// installed at the sink: the relay counts the partition's leftover
     /// in-flight records as crashes, then reads it from its oldest row
     /// (a new owner starts at the oldest undeleted row, S-T7). Gaining a
-    /// partition already owned under another epoch starts it afresh.
+    /// partition already owned under another epoch starts it afresh. A
+    /// partition gained again while the engine still holds rows this relay
+    /// delivered from it before starts only once the engine ended them
+    /// (S-T39): until then its rows would go into the engine twice.
     pub fn handle_partition_gained(&mut self, now: Time, partition: u32, epoch: u64) {
         if self.partitions.contains_key(&partition) {
             self.handle_partition_lost(now, partition);
@@ -184,9 +197,26 @@ impl Relay {
             Partition {
                 epoch,
                 ready: false,
+                started: false,
                 cursor: None,
             },
         );
+        self.start_partition(now, partition);
+    }
+
+    /// Asks for a gained partition's crash count, unless the engine still
+    /// holds rows delivered from it before (S-T39).
+    fn start_partition(&mut self, now: Time, partition: u32) {
+        if self.orphaned.contains_key(&partition) {
+            return;
+        }
+        let Some(p) = self.partitions.get_mut(&partition) else {
+            return;
+        };
+        if p.started {
+            return;
+        }
+        p.started = true;
         let fence = self.fence_for([partition]);
         self.ops.record_crashes(now, fence, partition);
     }
@@ -211,6 +241,10 @@ impl Relay {
             self.quarantine = Quarantine::Off;
         }
         for entry in self.tenants.drop_partition(partition) {
+            if self.keys.get(&entry.id).is_some_and(|k| k.open) {
+                *self.orphaned.entry(partition).or_default() += 1;
+                self.orphans.insert(entry.id, partition);
+            }
             self.forget_key(entry.id);
         }
         self.ops.forget_partition(partition);
@@ -256,9 +290,15 @@ impl Relay {
         self.collect_removable(&tenant);
     }
 
-    /// The engine ended the row `id` (the key it was delivered with).
-    /// Unknown ids (rows of a lost partition, repeats) are ignored.
-    pub fn handle_done(&mut self, _now: Time, id: i64, done: Done) {
+    /// The engine ended the row `id` (the key it was delivered with), or
+    /// the driver dropped it before it went into the engine. The end of a
+    /// row of a lost partition only forgets it (and may let that partition,
+    /// gained again, start: S-T39); unknown ids (repeats) are ignored.
+    pub fn handle_done(&mut self, now: Time, id: i64, done: Done) {
+        if let Some(partition) = self.orphans.remove(&id) {
+            self.orphan_ended(now, partition);
+            return;
+        }
         let Some(key) = self.keys.get_mut(&id) else {
             return;
         };
@@ -374,6 +414,23 @@ impl Relay {
         }
         let fence = self.fence_for(self.ops.removal_partitions());
         self.ops.set_removal_fence(fence);
+    }
+
+    /// A row of `partition`, lost while the engine held it, ended.
+    fn orphan_ended(&mut self, now: Time, partition: u32) {
+        let Some(n) = self.orphaned.get_mut(&partition) else {
+            return;
+        };
+        *n -= 1;
+        if *n == 0 {
+            self.orphaned.remove(&partition);
+            self.start_partition(now, partition);
+        }
+    }
+
+    /// Rows of lost partitions the engine still holds (S-T39).
+    pub fn orphans(&self) -> usize {
+        self.orphans.len()
     }
 
     fn forget_key(&mut self, id: i64) {

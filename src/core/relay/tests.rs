@@ -430,3 +430,64 @@ fn bad_configs_are_refused() {
         RelayConfigError::KnownAndRetired(0)
     );
 }
+
+/// S-T39: a partition lost while the engine holds its rows, then gained
+/// again, neither counts crashes nor reads until the engine ended them;
+/// then it starts from its oldest row.
+#[test]
+fn a_partition_gained_again_waits_for_its_old_rows_to_end() {
+    let mut r = relay(RelayConfig::new("a"), &[0, 1]);
+    let (op, _) = expect_read(&mut r);
+    answer(
+        &mut r,
+        op,
+        vec![vec![row(1, 10, 0, b"t"), row(2, 11, 0, b"t")], vec![]],
+        vec![],
+    );
+    assert_eq!(delivered(&mut r), [1, 2]);
+    r.handle_partition_lost(NOW, 0);
+    r.handle_partition_gained(NOW, 0, 2);
+    assert_eq!(r.orphans(), 2);
+    // Only partition 1 is read meanwhile: no crash count for 0, no read.
+    r.handle_wakeup(NOW);
+    let (op, req) = expect_read(&mut r);
+    assert_eq!(
+        req.partitions
+            .iter()
+            .map(|p| p.partition)
+            .collect::<Vec<_>>(),
+        [1]
+    );
+    answer(&mut r, op, vec![vec![]], vec![]);
+    assert_eq!(r.poll_op(NOW), None);
+    r.handle_done(NOW, 1, Done::Written);
+    assert_eq!(r.poll_op(NOW), None, "row 2 is still in the engine");
+    r.handle_done(NOW, 2, Done::HandedOver);
+    assert_eq!(r.orphans(), 0);
+    let Some(StoreOp::RecordCrashes {
+        op,
+        partition,
+        fence,
+    }) = r.poll_op(NOW)
+    else {
+        panic!("the partition starts once its old rows ended")
+    };
+    assert_eq!((partition, fence.epochs.as_slice()), (0, &[(0, 2)][..]));
+    r.handle_crashes_recorded(NOW, op, Ok(Fenced::Done(0)));
+    let (op, req) = expect_read(&mut r);
+    let read0 = req.partitions.iter().find(|p| p.partition == 0).unwrap();
+    assert_eq!(read0.after, None, "from its oldest row");
+    answer(
+        &mut r,
+        op,
+        vec![vec![row(1, 10, 0, b"t"), row(2, 11, 0, b"t")], vec![]],
+        vec![],
+    );
+    assert_eq!(
+        delivered(&mut r),
+        [1, 2],
+        "delivered once more, under epoch 2"
+    );
+    // Removals carry nothing of the old epoch's rows.
+    assert_eq!(r.held(), 2);
+}

@@ -261,14 +261,16 @@ where
         if owned == run.known {
             return;
         }
-        let mut lost = Vec::new();
-        for (&p, &e) in &run.known {
-            if owned.get(&p) != Some(&e) {
-                self.relay.handle_partition_lost(now, p);
-                self.feed.partition_gone(p);
-                run.awaiting.retain(|(_, rows)| rows[0].partition != p);
-                lost.push(p);
-            }
+        let lost: Vec<u32> = run
+            .known
+            .iter()
+            .filter(|&(p, e)| owned.get(p) != Some(e))
+            .map(|(&p, _)| p)
+            .collect();
+        for &p in &lost {
+            self.relay.handle_partition_lost(now, p);
+            self.feed.partition_gone(p);
+            self.drop_awaiting(now, run, p);
         }
         self.hand_over(now, &lost);
         for (&p, &e) in &owned {
@@ -317,8 +319,7 @@ where
             }
             RelayEvent::PartitionStale { partition } => {
                 self.feed.partition_gone(partition);
-                run.awaiting
-                    .retain(|(_, rows)| rows[0].partition != partition);
+                self.drop_awaiting(now, run, partition);
                 if let Some(epoch) = run.known.remove(&partition) {
                     let _ = self.stale.send((partition, epoch));
                 }
@@ -337,6 +338,24 @@ where
                 tracing::debug!(outbox = %self.shared.sink.name(), ?kind, "outbox table: a store call failed; it is tried again");
             }
             _ => {}
+        }
+    }
+
+    /// Drops the deliveries of the lost `partition` still waiting for
+    /// their in-flight record: they never reach the engine, and the policy
+    /// hears so (else the partition, gained again, would wait for their
+    /// ends, S-T39).
+    fn drop_awaiting(&mut self, now: Time, run: &mut Run<St::Listener>, partition: u32) {
+        let mut dropped = Vec::new();
+        run.awaiting.retain(|(_, rows)| {
+            let lost = rows[0].partition == partition;
+            if lost {
+                dropped.extend(rows.iter().map(|r| r.id));
+            }
+            !lost
+        });
+        for id in dropped {
+            self.relay.handle_done(now, id, Done::HandedOver);
         }
     }
 
