@@ -132,10 +132,14 @@ fn dead_cause(b: &Book, model: &Model, dead: &BTreeSet<i64>) -> Option<String> {
 }
 
 /// S-FW3: of one tenant's rows, one whose transaction committed before
-/// another's began is delivered first.
+/// another's began is delivered first; a row accepted only after the
+/// datastore refused it (given up, its dead-letter move lost) is exempt.
 fn causal_order(b: &Book) -> Option<String> {
     let mut by_tenant: BTreeMap<u64, Vec<(u64, i64)>> = BTreeMap::new();
     for (id, &(seq, _, _)) in &b.delivered {
+        if b.rejected.get(id).is_some_and(|&refused| refused < seq) {
+            continue;
+        }
         if let Some(row) = b.rows.get(id) {
             by_tenant.entry(row.tenant).or_default().push((seq, *id));
         }
