@@ -244,14 +244,15 @@ pub struct InFlight {
 
 impl InFlight {
     /// The record's key in the store: its first row (`None` if it has no
-    /// rows).
+    /// rows; S-T17).
     pub fn first_id(&self) -> Option<i64> {
         self.ids.first().copied()
     }
 }
 
-/// What a [`StoreOp::RecordAttempts`] did: every record of a partition
-/// still held is written; those of `stale` partitions are not.
+/// What a [`StoreOp::RecordAttempts`] did (S-T17, S-T11): every record of
+/// a partition still held is written; those of `stale` partitions are
+/// not.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Recorded {
     /// Partitions of the fence whose lease row no longer has its owner and
