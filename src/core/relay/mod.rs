@@ -14,9 +14,10 @@
 //! [`handle_partition_lost`] (from the lease policy), [`handle_wakeup`]
 //! (a notification), [`handle_page`], [`handle_removed`],
 //! [`handle_crashes_recorded`], [`handle_attempt_recorded`] (store
-//! answers), [`handle_done`] (from the engine), [`handle_timeout`]. Outputs, drained after every input:
-//! [`poll_op`] (store calls to run), [`poll_delivery`] (rows for the
-//! engine, in order per tenant), [`poll_event`], then [`poll_timeout`].
+//! answers), [`handle_done`] (from the engine), [`handle_timeout`].
+//! Outputs, drained after every input: [`poll_op`] (store calls to run),
+//! [`poll_delivery`] (rows for the engine, in order per tenant, once their
+//! in-flight records are durable), [`poll_event`], then [`poll_timeout`].
 //!
 //! ```
 //! use std::time::Duration;
