@@ -168,8 +168,8 @@ impl World {
                     let done = self.store.record_crashes(&fence, partition).await;
                     self.relay.handle_crashes_recorded(self.now, op, done);
                 }
-                StoreOp::RecordAttempt { op, fence, record } => {
-                    let done = self.store.record_attempt(&fence, &record).await;
+                StoreOp::RecordAttempts { op, fence, records } => {
+                    let done = self.store.record_attempts(&fence, &records).await;
                     self.relay.handle_attempt_recorded(self.now, op, done);
                 }
             }

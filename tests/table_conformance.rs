@@ -13,7 +13,7 @@ use outbox::codec::Codec;
 use outbox::core::lease::{Holder, InstanceId};
 use outbox::core::relay::{
     DeadLetterRow, DeadReason, Fence, Fenced, InFlight, PageRequest, PartitionRead, Position,
-    ReadOrder, Removal, Row, StoreErrorKind, TenantRead,
+    ReadOrder, Recorded, Removal, Row, StoreErrorKind, TenantRead,
 };
 use outbox::table::model::{Model, ModelConfig, ModelStore, SessionId};
 use outbox::table::{
@@ -580,6 +580,7 @@ async fn remove_deletes_exact_ids_under_the_fence<B: Backend>(b: &B) {
     let removal = Removal {
         delete: vec![r[0], r[2]],
         dead: vec![],
+        records: vec![],
     };
     let none = b.store().remove(&stale, &removal).await.expect("remove");
     assert!(none.deleted.is_empty() && none.stale == [6]);
@@ -619,6 +620,7 @@ async fn dead_letters_move_redrive_and_purge<B: Backend>(b: &B) {
             reason: DeadReason::Poisoned,
             attempts: 2,
         }],
+        records: vec![],
     };
     let done = b
         .store()
@@ -650,6 +652,7 @@ async fn dead_letters_move_redrive_and_purge<B: Backend>(b: &B) {
             reason: DeadReason::Expired,
             attempts: 0,
         }],
+        records: vec![],
     };
     b.store()
         .remove(&fence(7, epoch), &removal)
@@ -697,12 +700,18 @@ async fn in_flight_records_become_crashes_at_takeover<B: Backend>(b: &B) {
         epochs: vec![(0, e1 + 5)],
     };
     assert_eq!(
-        b.store().record_attempt(&stale, &rec).await.unwrap(),
-        Fenced::Stale
+        b.store()
+            .record_attempts(&stale, std::slice::from_ref(&rec))
+            .await
+            .unwrap(),
+        Recorded { stale: vec![0] }
     );
     assert_eq!(
-        b.store().record_attempt(&fence(0, e1), &rec).await.unwrap(),
-        Fenced::Done(())
+        b.store()
+            .record_attempts(&fence(0, e1), std::slice::from_ref(&rec))
+            .await
+            .unwrap(),
+        Recorded::default()
     );
     b.pass(Duration::from_millis(150)).await;
     let e2 = take(b, 0, "instance-b", 0).await;
@@ -726,7 +735,10 @@ async fn in_flight_records_become_crashes_at_takeover<B: Backend>(b: &B) {
         Fenced::Done(0)
     );
     // A clean release leaves no record behind.
-    b.store().record_attempt(&b_fence, &rec).await.unwrap();
+    b.store()
+        .record_attempts(&b_fence, std::slice::from_ref(&rec))
+        .await
+        .unwrap();
     let key = LeaseKey {
         partition: 0,
         owner: "instance-b".into(),
@@ -739,6 +751,81 @@ async fn in_flight_records_become_crashes_at_takeover<B: Backend>(b: &B) {
         Fenced::Done(0)
     );
     assert!(rows(b, 0).await.iter().all(|r| r.crashes == 1));
+}
+
+/// S-T17: the records of many partitions are written in one call, those
+/// of a partition not held are not (and it is answered stale); a record
+/// stays while rows it covers are deleted, and goes only when a removal
+/// names it; the next owner counts a crash for each of its rows still in
+/// the table; two records with one first row are refused whole.
+async fn records_of_many_partitions_in_one_call_live_until_dropped<B: Backend>(b: &B) {
+    let e0 = take(b, 0, OWNER, 0).await;
+    let e1 = take(b, 1, OWNER, 0).await;
+    let r0 = committed(b, &tenant_in(0, 11), &[b"a", b"b", b"c"]).await;
+    let r1 = committed(b, &tenant_in(1, 12), &[b"d"]).await;
+    let r2 = committed(b, &tenant_in(2, 13), &[b"e"]).await;
+    let records = [
+        InFlight {
+            partition: 0,
+            ids: r0.clone(),
+        },
+        InFlight {
+            partition: 1,
+            ids: r1.clone(),
+        },
+        InFlight {
+            partition: 2,
+            ids: r2.clone(),
+        },
+    ];
+    let all = Fence {
+        owner: OWNER.into(),
+        epochs: vec![(0, e0), (1, e1), (2, 1)],
+    };
+    let answer = b.store().record_attempts(&all, &records).await.unwrap();
+    assert_eq!(
+        answer,
+        Recorded { stale: vec![2] },
+        "partition 2 is not held"
+    );
+    let twice = [records[0].clone(), records[0].clone()];
+    let refused = b.store().record_attempts(&fence(0, e0), &twice).await;
+    assert_eq!(refused.unwrap_err().kind(), StoreErrorKind::Refused);
+    // Rows deleted without naming the record leave it in place.
+    let first = Removal {
+        delete: vec![r0[0], r0[1]],
+        dead: vec![],
+        records: vec![],
+    };
+    let two = Fence {
+        owner: OWNER.into(),
+        epochs: vec![(0, e0), (1, e1)],
+    };
+    let done = b.store().remove(&two, &first).await.unwrap();
+    assert_eq!(done.deleted.len(), 2);
+    // Partition 1's record goes with its row.
+    let second = Removal {
+        delete: vec![r1[0]],
+        dead: vec![],
+        records: vec![r1[0]],
+    };
+    b.store().remove(&two, &second).await.unwrap();
+    // A crash count now (as the next owner's would): partition 0's record
+    // counts its row left.
+    assert_eq!(
+        b.store().record_crashes(&fence(0, e0), 0).await.unwrap(),
+        Fenced::Done(1),
+        "the record outlived its first rows"
+    );
+    let got = rows(b, 0).await;
+    assert_eq!(ids(&got), [r0[2]]);
+    assert_eq!(got[0].crashes, 1);
+    assert_eq!(
+        b.store().record_crashes(&fence(1, e1), 1).await.unwrap(),
+        Fenced::Done(0),
+        "dropped with its last row"
+    );
+    assert_eq!(rows(b, 2).await[0].crashes, 0, "never written");
 }
 
 /// S-T15: a notification in a staging transaction is delivered at its
@@ -1195,6 +1282,7 @@ async fn a_lost_reply_still_took_effect<B: Backend>(b: &B) {
     let removal = Removal {
         delete: vec![id],
         dead: vec![],
+        records: vec![],
     };
     let lost = b.store().remove(&fence(2, epoch), &removal).await;
     assert!(lost.expect_err("the reply is lost").outcome_unknown());
@@ -1219,6 +1307,7 @@ async fn a_failed_statement_takes_no_effect<B: Backend>(b: &B) {
     let removal = Removal {
         delete: vec![id],
         dead: vec![],
+        records: vec![],
     };
     assert!(b.store().remove(&fence(3, epoch), &removal).await.is_err());
     b.heal().await;
@@ -1286,6 +1375,7 @@ conformance!(
     remove_deletes_exact_ids_under_the_fence,
     dead_letters_move_redrive_and_purge,
     in_flight_records_become_crashes_at_takeover,
+    records_of_many_partitions_in_one_call_live_until_dropped,
     notifications_are_delivered_at_commit,
     notifications_while_the_listener_is_away_are_lost,
     acquire_takes_an_epoch_above_the_lease_and_the_sink,

@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use crate::core::lease::Holder;
 use crate::core::relay::{
-    Fence, Fenced, InFlight, Page, PageRequest, Removal, Removed, StoreError,
+    Fence, Fenced, InFlight, Page, PageRequest, Recorded, Removal, Removed, StoreError,
 };
 pub use crate::sinks::postgres::epochs::{Installed, SinkEpoch};
 pub use epoch_tx::EpochTx;
@@ -172,7 +172,7 @@ pub struct Horizon {
 
 /// The store interface: see the [module docs](self).
 ///
-/// Every fenced call (`remove`, `record_attempt`, `record_crashes`) takes
+/// Every fenced call (`remove`, `record_attempts`, `record_crashes`) takes
 /// effect for a partition only while its lease row has the fence's owner
 /// and epoch, checked in the same statement under a shared lock on the
 /// lease row (S-T11).
@@ -197,23 +197,31 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Page, StoreError>> + Send;
 
     /// Deletes rows by their exact ids and moves rows to the dead-letter
-    /// table, in one transaction (S-T12, S-T13); a row's in-flight record
-    /// and crash count go with it. Idempotent: a row already gone is
-    /// skipped.
+    /// table, and drops the in-flight records `removal.records` names, in
+    /// one transaction (S-T12, S-T13, S-T17); a row's crash count goes with
+    /// it, but a record goes only when named (it may cover rows still in
+    /// the table). Idempotent: a row or record already gone is skipped.
     fn remove(
         &self,
         fence: &Fence,
         removal: &Removal,
     ) -> impl Future<Output = Result<Removed, StoreError>> + Send;
 
-    /// Writes a write's in-flight record (S-T17), replacing one with the
-    /// same first row. The fence's first epoch must be the record's
-    /// partition's.
-    fn record_attempt(
+    /// Writes in-flight records (S-T17) in one statement: each record of a
+    /// partition whose lease row still has the fence's owner and epoch is
+    /// written (replacing one with the same first row); the records of
+    /// the others are not, and their partitions are answered `stale`. The
+    /// fence names every record's partition; a record with no rows is
+    /// skipped.
+    ///
+    /// # Errors
+    /// The store's; two records with the same first row are refused
+    /// (kind `Refused`, nothing written).
+    fn record_attempts(
         &self,
         fence: &Fence,
-        record: &InFlight,
-    ) -> impl Future<Output = Result<Fenced<()>, StoreError>> + Send;
+        records: &[InFlight],
+    ) -> impl Future<Output = Result<Recorded, StoreError>> + Send;
 
     /// Turns every in-flight record of `partition` (left by an owner that
     /// did not release it) into one crashed attempt for each of its rows

@@ -17,7 +17,8 @@ use std::time::Duration;
 
 use outbox::core::lease::Holder;
 use outbox::core::relay::{
-    Fence, Fenced, InFlight, Page, PageRequest, Removal, Removed, StoreError, StoreErrorKind,
+    Fence, Fenced, InFlight, Page, PageRequest, Recorded, Removal, Removed, StoreError,
+    StoreErrorKind,
 };
 use outbox::table::model::{ModelEpochTx, ModelListener, ModelStore};
 use outbox::table::{
@@ -329,12 +330,12 @@ impl Store for LinkStore {
     async fn remove(&self, fence: &Fence, removal: &Removal) -> Result<Removed, StoreError> {
         self.checked_remove(fence, removal).await
     }
-    async fn record_attempt(
+    async fn record_attempts(
         &self,
         fence: &Fence,
-        record: &InFlight,
-    ) -> Result<Fenced<()>, StoreError> {
-        self.call(|s| s.record_attempt(fence, record)).await
+        records: &[InFlight],
+    ) -> Result<Recorded, StoreError> {
+        self.call(|s| s.record_attempts(fence, records)).await
     }
     async fn record_crashes(
         &self,

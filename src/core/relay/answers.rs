@@ -1,7 +1,7 @@
 //! The store's answers to removals and records.
 
-use super::types::{Fenced, OpId, RelayEvent, Removed, StoreError, StoreOp};
-use super::Relay;
+use super::types::{Fenced, OpId, Recorded, RelayEvent, Removed, StoreError, StoreOp};
+use super::{Quarantine, Relay};
 use crate::core::time::Time;
 
 impl Relay {
@@ -13,7 +13,7 @@ impl Relay {
     pub fn handle_removed(&mut self, now: Time, op: OpId, removed: Result<Removed, StoreError>) {
         match removed {
             Ok(removed) => {
-                let Some(rows) = self.ops.removal_answered(op) else {
+                let Some((rows, records)) = self.ops.removal_answered(op) else {
                     return;
                 };
                 for partition in &removed.stale {
@@ -21,6 +21,12 @@ impl Relay {
                 }
                 for id in rows.keys() {
                     self.forget_key(*id);
+                }
+                // Dropped, or (a stale partition) forgotten already.
+                self.records.dropped(&records);
+                // A suspect waits for every record to go (S-T18).
+                if matches!(self.quarantine, Quarantine::Draining(_)) {
+                    self.reads.wanted = true;
                 }
                 self.events.push_back(RelayEvent::Removed {
                     deleted: removed.deleted.len() as u64,
@@ -77,34 +83,37 @@ impl Relay {
         }
     }
 
-    /// The answer to the attempt record `op`: the write may start
-    /// ([`RelayEvent::AttemptRecorded`]), or its partition is stale.
+    /// The answer to the attempt record `op`: the page's rows of partitions
+    /// still held go to the engine ([`poll_delivery`](Self::poll_delivery),
+    /// after any earlier page's still waiting); a stale partition is
+    /// dropped. A failure sends the same records again after a backoff.
     pub fn handle_attempt_recorded(
         &mut self,
         now: Time,
         op: OpId,
-        recorded: Result<Fenced<()>, StoreError>,
+        recorded: Result<Recorded, StoreError>,
     ) {
         match recorded {
             Ok(answer) => {
-                let Some(StoreOp::RecordAttempt { record, .. }) = self.ops.record_answered(op)
+                let Some(StoreOp::RecordAttempts { fence, .. }) = self.ops.record_answered(op)
                 else {
                     return;
                 };
-                match answer {
-                    Fenced::Done(()) => {
-                        if let Some(&first_id) = record.ids.first() {
-                            self.events
-                                .push_back(RelayEvent::AttemptRecorded { first_id });
-                        }
+                for (partition, epoch) in &fence.epochs {
+                    let current = self.partitions.get(partition).map(|p| p.epoch);
+                    if answer.stale.contains(partition) && current == Some(*epoch) {
+                        self.stale(now, *partition);
                     }
-                    Fenced::Stale => self.stale(now, record.partition),
                 }
+                let rows = self.records.answered(op);
+                self.release(rows);
             }
             Err(e) => {
                 self.events
                     .push_back(RelayEvent::StoreFailed { kind: e.kind() });
-                self.ops.record_failed(now, op);
+                if let Some(fresh) = self.ops.record_failed(now, op) {
+                    self.records.renamed(op, fresh);
+                }
             }
         }
     }

@@ -14,10 +14,10 @@
 //! [`handle_partition_lost`] (from the lease policy), [`handle_wakeup`]
 //! (a notification), [`handle_page`], [`handle_removed`],
 //! [`handle_crashes_recorded`], [`handle_attempt_recorded`] (store
-//! answers), [`handle_write_started`] and [`handle_done`] (from the
-//! engine), [`handle_timeout`]. Outputs, drained after every input:
-//! [`poll_op`] (store calls to run), [`poll_delivery`] (rows for the
-//! engine, in order per tenant), [`poll_event`], then [`poll_timeout`].
+//! answers), [`handle_done`] (from the engine), [`handle_timeout`].
+//! Outputs, drained after every input: [`poll_op`] (store calls to run),
+//! [`poll_delivery`] (rows for the engine, in order per tenant, once their
+//! in-flight records are durable), [`poll_event`], then [`poll_timeout`].
 //!
 //! ```
 //! use std::time::Duration;
@@ -40,10 +40,17 @@
 //! };
 //! let page = Page { xmin: 101, partitions: vec![vec![row]], tenants: vec![] };
 //! relay.handle_page(now, op, Ok(page));
+//! // The page's rows are recorded in flight, one call, before the engine
+//! // gets any of them (S-T17).
+//! let Some(StoreOp::RecordAttempts { op, records, .. }) = relay.poll_op(now) else { panic!() };
+//! assert_eq!(records[0].ids, [1]);
+//! relay.handle_attempt_recorded(now, op, Ok(Default::default()));
 //! let delivered = relay.poll_delivery().unwrap();
 //! relay.handle_done(now, delivered.id, Done::Written);
+//! // The removal that settles the record's last row drops the record.
 //! let Some(StoreOp::Remove { removal, .. }) = relay.poll_op(now) else { panic!() };
 //! assert_eq!(removal.delete, [1]);
+//! assert_eq!(removal.records, [1]);
 //! ```
 //!
 //! [`handle_partition_gained`]: Relay::handle_partition_gained
@@ -53,7 +60,6 @@
 //! [`handle_removed`]: Relay::handle_removed
 //! [`handle_crashes_recorded`]: Relay::handle_crashes_recorded
 //! [`handle_attempt_recorded`]: Relay::handle_attempt_recorded
-//! [`handle_write_started`]: Relay::handle_write_started
 //! [`handle_done`]: Relay::handle_done
 //! [`handle_timeout`]: Relay::handle_timeout
 //! [`poll_op`]: Relay::poll_op
@@ -65,6 +71,7 @@ mod answers;
 mod config;
 mod ops;
 mod read;
+mod records;
 mod take;
 mod tenants;
 mod types;
@@ -77,13 +84,14 @@ pub use config::{
 };
 pub use types::{
     DeadLetterRow, DeadReason, Done, Fence, Fenced, InFlight, OpId, Page, PageRequest,
-    PartitionRead, Position, ReadOrder, RelayEvent, Removal, Removed, Row, StoreError,
+    PartitionRead, Position, ReadOrder, Recorded, RelayEvent, Removal, Removed, Row, StoreError,
     StoreErrorKind, StoreOp, TenantRead,
 };
 
 use super::time::Time;
 use ops::Ops;
 use read::Reads;
+use records::Records;
 use tenants::{Ended, Tenants};
 
 /// A partition this instance owns, as the relay sees it.
@@ -107,6 +115,8 @@ struct Key {
     partition: u32,
     /// Handed to the engine and not yet ended.
     open: bool,
+    /// Its in-flight record (by first row) while the row is not settled.
+    record: Option<i64>,
 }
 
 /// Suspects of a crash are written alone (S-T18).
@@ -147,6 +157,7 @@ pub struct Relay {
     quarantine: Quarantine,
     reads: Reads,
     ops: Ops,
+    records: Records,
     deliveries: VecDeque<Row>,
     events: VecDeque<RelayEvent>,
 }
@@ -170,6 +181,7 @@ impl Relay {
             held: 0,
             open: 0,
             quarantine: Quarantine::Off,
+            records: Records::default(),
             deliveries: VecDeque::new(),
             events: VecDeque::new(),
         })
@@ -240,8 +252,14 @@ impl Relay {
         if draining_here {
             self.quarantine = Quarantine::Off;
         }
+        // Rows still waiting for their records never reached the engine:
+        // no end of theirs is to be waited for (S-T39).
+        let waiting = self.records.waiting(partition);
+        // Its records are the next owner's to count (S-T17).
+        self.records.forget_partition(partition);
         for entry in self.tenants.drop_partition(partition) {
-            if self.keys.get(&entry.id).is_some_and(|k| k.open) {
+            let open = self.keys.get(&entry.id).is_some_and(|k| k.open);
+            if open && !waiting.contains(&entry.id) {
                 *self.orphaned.entry(partition).or_default() += 1;
                 self.orphans.insert(entry.id, partition);
             }
@@ -255,39 +273,48 @@ impl Relay {
         self.reads.wanted = true;
     }
 
-    /// The engine is about to start the first attempt of a write of these
-    /// rows (one tenant's, in delivery order): the relay asks for the
-    /// write's in-flight record first; the attempt starts once
-    /// [`RelayEvent::AttemptRecorded`] names its first row (S-T17).
-    pub fn handle_write_started(&mut self, now: Time, ids: Vec<i64>) {
-        let Some(&first) = ids.first() else { return };
-        let Some(partition) = self.keys.get(&first).map(|k| k.partition) else {
+    /// Records the rows the page just taken delivers, one record per
+    /// partition in one store call, before any goes to the engine (S-T17).
+    fn record_page(&mut self) {
+        let op = self.ops.id();
+        let records = self.records.open(op);
+        if records.is_empty() {
             return;
-        };
-        if crate::core::canary::on(crate::core::canary::DELETE_BEFORE_WRITTEN) {
-            self.plant_delete_at_start(&ids);
         }
-        let fence = self.fence_for([partition]);
-        self.ops
-            .record_attempt(now, fence, InFlight { partition, ids });
-    }
-
-    /// The canary `delete_before_written`: the rows of a write that starts
-    /// count as written at once, so they go into the next removal.
-    fn plant_delete_at_start(&mut self, ids: &[i64]) {
-        let Some(tenant) = ids
-            .first()
-            .and_then(|id| self.keys.get(id))
-            .map(|k| k.tenant.clone())
-        else {
-            return;
-        };
-        if let Some(t) = self.tenants.get_mut(&tenant) {
-            for e in t.queue.iter_mut().filter(|e| ids.contains(&e.id)) {
-                e.ended.get_or_insert(Ended::Written);
+        for (id, first) in Records::keys(&records) {
+            if let Some(key) = self.keys.get_mut(&id) {
+                key.record = Some(first);
             }
         }
-        self.collect_removable(&tenant);
+        let fence = self.fence_for(records.iter().map(|r| r.partition));
+        self.ops.record_attempts(op, fence, records);
+    }
+
+    /// Rows whose records are durable go to the engine.
+    fn release(&mut self, rows: Vec<Row>) {
+        if rows.is_empty() {
+            return;
+        }
+        if crate::core::canary::on(crate::core::canary::DELETE_BEFORE_WRITTEN) {
+            self.plant_delete_at_start(&rows);
+        }
+        self.events.push_back(RelayEvent::AttemptsRecorded {
+            rows: rows.len() as u64,
+        });
+        self.deliveries.extend(rows);
+    }
+
+    /// The canary `delete_before_written`: rows that go to the engine count
+    /// as written at once, so they go into the next removal.
+    fn plant_delete_at_start(&mut self, rows: &[Row]) {
+        for row in rows {
+            if let Some(t) = self.tenants.get_mut(&row.tenant) {
+                for e in t.queue.iter_mut().filter(|e| e.id == row.id) {
+                    e.ended.get_or_insert(Ended::Written);
+                }
+            }
+            self.collect_removable(&row.tenant);
+        }
     }
 
     /// The engine ended the row `id` (the key it was delivered with), or
@@ -383,6 +410,12 @@ impl Relay {
         self.tenants.len()
     }
 
+    /// In-flight records written or being written and not yet dropped
+    /// (S-T17).
+    pub fn records(&self) -> usize {
+        self.records.live()
+    }
+
     /// The partitions owned, with their epochs.
     pub fn partitions(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
         self.partitions.iter().map(|(p, s)| (*p, s.epoch))
@@ -411,7 +444,12 @@ impl Relay {
             };
             let partition = key.partition;
             self.ops.add_removal(partition, id, how);
+            self.settle_record(id);
         }
+        self.refresh_removal_fence();
+    }
+
+    fn refresh_removal_fence(&mut self) {
         let fence = self.fence_for(self.ops.removal_partitions());
         self.ops.set_removal_fence(fence);
     }
@@ -433,7 +471,26 @@ impl Relay {
         self.orphans.len()
     }
 
+    /// The row `id` is settled for its in-flight record (in the next
+    /// removal, or no longer this relay's): the record goes with the next
+    /// removal once this was its last row (S-T17). `true` if so.
+    fn settle_record(&mut self, id: i64) -> bool {
+        let Some(first) = self.keys.get_mut(&id).and_then(|k| k.record.take()) else {
+            return false;
+        };
+        match self.records.settle(first) {
+            Some(partition) => {
+                self.ops.add_record_drop(partition, first);
+                true
+            }
+            None => false,
+        }
+    }
+
     fn forget_key(&mut self, id: i64) {
+        if self.settle_record(id) {
+            self.refresh_removal_fence();
+        }
         if let Some(key) = self.keys.remove(&id) {
             self.held -= 1;
             if key.open {

@@ -1,6 +1,7 @@
 //! The relay's store calls other than reads: the removal (one in flight at
-//! a time, so a tenant's rows leave in delivery order, S-T12), crash and
-//! attempt records, and their retries after a backoff.
+//! a time, so a tenant's rows leave in delivery order, S-T12, carrying the
+//! in-flight records its rows settle, S-T17), crash and attempt records,
+//! and their retries after a backoff.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
@@ -19,6 +20,9 @@ pub(crate) struct Ops {
     sent: BTreeMap<OpId, StoreOp>,
     /// Rows ended and not yet in a removal: id -> (partition, how).
     pending: BTreeMap<i64, (u32, Ended)>,
+    /// In-flight records settled and not yet in a removal: first row ->
+    /// partition.
+    pending_records: BTreeMap<i64, u32>,
     pending_fence: Fence,
     /// The removal sent (or waiting to be sent again), with its rows'
     /// partitions.
@@ -45,6 +49,7 @@ impl Ops {
             delayed: BTreeMap::new(),
             sent: BTreeMap::new(),
             pending: BTreeMap::new(),
+            pending_records: BTreeMap::new(),
             pending_fence: Fence::default(),
             removal: None,
             backoff,
@@ -67,18 +72,24 @@ impl Ops {
         });
     }
 
-    pub(crate) fn record_attempt(&mut self, _now: Time, fence: Fence, record: InFlight) {
-        let op = self.id();
+    pub(crate) fn record_attempts(&mut self, op: OpId, fence: Fence, records: Vec<InFlight>) {
         self.ready
-            .push_back(StoreOp::RecordAttempt { op, fence, record });
+            .push_back(StoreOp::RecordAttempts { op, fence, records });
     }
 
     pub(crate) fn add_removal(&mut self, partition: u32, id: i64, how: Ended) {
         self.pending.insert(id, (partition, how));
     }
 
+    /// The in-flight record `first` of `partition` goes with the next
+    /// removal (its last row is in it, or was settled otherwise).
+    pub(crate) fn add_record_drop(&mut self, partition: u32, first: i64) {
+        self.pending_records.insert(first, partition);
+    }
+
     pub(crate) fn removal_partitions(&self) -> BTreeSet<u32> {
-        self.pending.values().map(|(p, _)| *p).collect()
+        let rows = self.pending.values().map(|(p, _)| *p);
+        rows.chain(self.pending_records.values().copied()).collect()
     }
 
     pub(crate) fn set_removal_fence(&mut self, fence: Fence) {
@@ -89,14 +100,33 @@ impl Ops {
     /// and queued records. A call already sent is answered as usual.
     pub(crate) fn forget_partition(&mut self, partition: u32) {
         self.pending.retain(|_, (p, _)| *p != partition);
+        self.pending_records.retain(|_, p| *p != partition);
         self.pending_fence.epochs.retain(|(p, _)| *p != partition);
-        let touches = |op: &StoreOp| match op {
-            StoreOp::RecordCrashes { partition: p, .. } => *p == partition,
-            StoreOp::RecordAttempt { record, .. } => record.partition == partition,
-            _ => false,
+        // A queued attempt record keeps its other partitions' records.
+        let keep = |op: &mut StoreOp| match op {
+            StoreOp::RecordCrashes { partition: p, .. } => *p != partition,
+            StoreOp::RecordAttempts { fence, records, .. } => {
+                records.retain(|r| r.partition != partition);
+                fence.epochs.retain(|(p, _)| *p != partition);
+                !records.is_empty()
+            }
+            _ => true,
         };
-        self.ready.retain(|op| !touches(op));
-        self.delayed.retain(|_, op| !touches(op));
+        self.ready.retain_mut(keep);
+        self.delayed.retain(|_, op| keep(op));
+    }
+
+    /// Takes the first queued attempt record, as if polled (tests answer
+    /// it in place).
+    #[cfg(test)]
+    pub(crate) fn take_record_op(&mut self) -> Option<StoreOp> {
+        let at = self
+            .ready
+            .iter()
+            .position(|op| matches!(op, StoreOp::RecordAttempts { .. }))?;
+        let op = self.ready.remove(at)?;
+        self.sent.insert(op.id(), op.clone());
+        Some(op)
     }
 
     pub(crate) fn poll(&mut self, now: Time) -> Option<StoreOp> {
@@ -115,9 +145,11 @@ impl Ops {
                 Some(sent.op.clone())
             }
             Some(_) => None,
-            None if self.pending.is_empty() => None,
+            None if self.pending.is_empty() && self.pending_records.is_empty() => None,
             None => {
                 let mut removal = Removal::default();
+                let records = std::mem::take(&mut self.pending_records);
+                removal.records = records.into_keys().collect();
                 let mut partitions = BTreeMap::new();
                 for (id, (partition, how)) in std::mem::take(&mut self.pending) {
                     partitions.insert(id, partition);
@@ -143,13 +175,18 @@ impl Ops {
         }
     }
 
-    /// The removal `op` was answered: `Some` with its rows' partitions if
-    /// it was the removal in flight.
-    pub(crate) fn removal_answered(&mut self, op: OpId) -> Option<BTreeMap<i64, u32>> {
+    /// The removal `op` was answered: `Some` with its rows' partitions and
+    /// the records it dropped if it was the removal in flight.
+    pub(crate) fn removal_answered(&mut self, op: OpId) -> Option<(BTreeMap<i64, u32>, Vec<i64>)> {
         match &self.removal {
             Some(sent) if sent.out && sent.op.id() == op => {
                 self.failures = 0;
-                self.removal.take().map(|s| s.partitions)
+                let sent = self.removal.take()?;
+                let records = match sent.op {
+                    StoreOp::Remove { removal, .. } => removal.records,
+                    _ => Vec::new(),
+                };
+                Some((sent.partitions, records))
             }
             _ => None,
         }
@@ -177,18 +214,17 @@ impl Ops {
     }
 
     /// A crash or attempt record failed: the same call goes again after
-    /// the backoff, under a new id.
-    pub(crate) fn record_failed(&mut self, now: Time, op: OpId) {
-        let Some(mut call) = self.sent.remove(&op) else {
-            return;
-        };
+    /// the backoff, under the new id returned.
+    pub(crate) fn record_failed(&mut self, now: Time, op: OpId) -> Option<OpId> {
+        let mut call = self.sent.remove(&op)?;
         let fresh = self.id();
         match &mut call {
-            StoreOp::RecordCrashes { op, .. } | StoreOp::RecordAttempt { op, .. } => *op = fresh,
-            _ => return,
+            StoreOp::RecordCrashes { op, .. } | StoreOp::RecordAttempts { op, .. } => *op = fresh,
+            _ => return None,
         }
         let wait = self.next_backoff();
         self.delayed.insert((now + wait, fresh.0), call);
+        Some(fresh)
     }
 
     pub(crate) fn next_backoff(&mut self) -> Duration {

@@ -62,7 +62,7 @@ impl Relay {
     fn may_read(&self) -> bool {
         match self.quarantine {
             Quarantine::Off => true,
-            Quarantine::Draining(_) => self.open == 0,
+            Quarantine::Draining(_) => self.open == 0 && self.records.idle(),
             Quarantine::Alone(_) => false,
         }
     }
@@ -160,6 +160,7 @@ impl Relay {
                 self.reads.failures = 0;
                 self.reads.more = false;
                 self.take_page(&request, page);
+                self.record_page();
                 if self.reads.more {
                     self.reads.wanted = true;
                 } else {

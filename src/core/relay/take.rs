@@ -157,7 +157,10 @@ impl Relay {
             return Step::Skipped;
         }
         if row.crashes > 0 {
-            if self.open > 0 || matches!(self.quarantine, Quarantine::Alone(_)) {
+            // Alone: no other row open, and no other record live (a row
+            // written but not yet removed is still counted by its record).
+            let alone = self.open == 0 && self.records.idle();
+            if !alone || matches!(self.quarantine, Quarantine::Alone(_)) {
                 self.quarantine = Quarantine::Draining(source);
                 return Step::Stop;
             }
@@ -201,12 +204,15 @@ impl Relay {
                 tenant: row.tenant.clone(),
                 partition: row.partition,
                 open,
+                record: None,
             },
         );
         self.held += 1;
         if open {
             self.open += 1;
-            self.deliveries.push_back(row);
+            // To the engine once its page's in-flight record is durable
+            // (S-T17).
+            self.records.stage(row);
         }
     }
 }

@@ -45,6 +45,24 @@ fn answer(r: &mut Relay, op: OpId, partitions: Vec<Vec<Row>>, tenants: Vec<Vec<R
         tenants,
     };
     r.handle_page(NOW, op, Ok(page));
+    record(r);
+}
+
+/// Answers the page's in-flight record, if it asked for one.
+fn record(r: &mut Relay) {
+    if let Some(StoreOp::RecordAttempts { op, .. }) = r.ops.take_record_op() {
+        r.handle_attempt_recorded(NOW, op, Ok(Recorded::default()));
+    }
+}
+
+/// Answers a page without answering its record.
+fn answer_unrecorded(r: &mut Relay, op: OpId, partitions: Vec<Vec<Row>>) {
+    let page = Page {
+        xmin: u64::MAX,
+        partitions,
+        tenants: vec![],
+    };
+    r.handle_page(NOW, op, Ok(page));
 }
 
 fn delivered(r: &mut Relay) -> Vec<i64> {
@@ -220,7 +238,11 @@ fn a_handed_over_row_keeps_every_later_row_of_its_tenant() {
     delivered(&mut r);
     r.handle_done(NOW, 1, Done::HandedOver);
     r.handle_done(NOW, 2, Done::Written);
-    assert!(r.poll_op(NOW).is_none(), "no removal: 1 and 2 stay");
+    // No row leaves: 1 and 2 stay; their record is dropped (a hand-over is
+    // no crash, S-T17).
+    let (_, removal) = expect_removal(&mut r);
+    assert!(removal.delete.is_empty() && removal.dead.is_empty());
+    assert_eq!(removal.records, [1]);
     assert_eq!((r.held(), r.open()), (0, 0));
 }
 
@@ -277,7 +299,13 @@ fn a_suspect_waits_for_open_rows_then_is_read_first() {
     r.handle_wakeup(NOW);
     assert!(r.poll_op(NOW).is_none(), "draining: row 1 is open");
     r.handle_done(NOW, 1, Done::Written);
-    let (_, _removal) = expect_removal(&mut r);
+    let (rop, removal) = expect_removal(&mut r);
+    assert_eq!(removal.records, [1]);
+    assert!(
+        r.poll_op(NOW).is_none(),
+        "draining: row 1's record is live until its removal commits"
+    );
+    r.handle_removed(NOW, rop, Ok(Removed::default()));
     let (op, req) = expect_read(&mut r);
     assert_eq!(req.partitions.len(), 1, "only where the suspect is");
     assert_eq!(req.partitions[0].partition, 1);
@@ -377,28 +405,111 @@ fn a_stale_fence_drops_the_partition() {
     assert_eq!(r.held(), 0);
 }
 
+/// S-T17: a page's rows, of many tenants and partitions, are recorded in
+/// one call (one record per partition) before any reaches the engine.
 #[test]
-fn a_write_waits_for_its_in_flight_record() {
+fn a_page_is_recorded_in_one_call_before_its_rows_go_out() {
+    let mut r = relay(RelayConfig::new("a"), &[0, 1]);
+    let (op, _) = expect_read(&mut r);
+    let p0: Vec<Row> = (1..=6)
+        .map(|i| row(i, 10 + i as u64, 0, &[b't', (i % 3) as u8]))
+        .collect();
+    let p1 = vec![row(7, 20, 1, b"u"), row(8, 21, 1, b"v")];
+    answer_unrecorded(&mut r, op, vec![p0, p1]);
+    assert!(r.poll_delivery().is_none(), "nothing before the record");
+    let Some(StoreOp::RecordAttempts { op, fence, records }) = r.poll_op(NOW) else {
+        panic!("the page's record goes first")
+    };
+    assert_eq!(fence.epochs, [(0, 1), (1, 1)]);
+    assert_eq!(
+        records,
+        [
+            InFlight {
+                partition: 0,
+                ids: vec![1, 2, 3, 4, 5, 6]
+            },
+            InFlight {
+                partition: 1,
+                ids: vec![7, 8]
+            },
+        ]
+    );
+    assert!(
+        !matches!(r.poll_op(NOW), Some(StoreOp::RecordAttempts { .. })),
+        "one call"
+    );
+    r.handle_attempt_recorded(NOW, op, Ok(Recorded::default()));
+    assert_eq!(delivered(&mut r), [1, 2, 3, 4, 5, 6, 7, 8]);
+    assert_eq!(r.records(), 2);
+}
+
+/// S-T17: a record lives until the last of its rows is settled, and goes
+/// with the removal of that row.
+#[test]
+fn a_record_goes_with_its_last_row() {
     let mut r = relay(RelayConfig::new("a"), &[0]);
     let (op, _) = expect_read(&mut r);
     answer(
         &mut r,
         op,
-        vec![vec![row(1, 10, 0, b"t"), row(2, 10, 0, b"t")]],
+        vec![vec![row(1, 10, 0, b"t"), row(2, 11, 0, b"u")]],
         vec![],
     );
-    delivered(&mut r);
-    r.handle_write_started(NOW, vec![1, 2]);
-    let Some(StoreOp::RecordAttempt { op, fence, record }) = r.poll_op(NOW) else {
-        panic!("the record goes first")
-    };
-    assert_eq!(fence.epochs, [(0, 1)]);
-    assert_eq!(record.ids, [1, 2]);
-    r.handle_attempt_recorded(NOW, op, Ok(Fenced::Done(())));
+    assert_eq!(delivered(&mut r), [1, 2]);
+    r.handle_done(NOW, 1, Done::Written);
+    let (op, removal) = expect_removal(&mut r);
     assert_eq!(
-        r.poll_event(),
-        Some(RelayEvent::AttemptRecorded { first_id: 1 })
+        (removal.delete.as_slice(), removal.records.len()),
+        (&[1][..], 0)
     );
+    r.handle_removed(NOW, op, Ok(Removed::default()));
+    assert_eq!(r.records(), 1, "row 2 is still in flight");
+    r.handle_done(NOW, 2, Done::Written);
+    let (op, removal) = expect_removal(&mut r);
+    assert_eq!(removal.delete, [2]);
+    assert_eq!(removal.records, [1]);
+    r.handle_removed(NOW, op, Ok(Removed::default()));
+    assert_eq!(r.records(), 0);
+}
+
+/// S-T17, S-T5: a later page's rows wait for an earlier page's record; a
+/// stale partition's rows never go out; a failed record goes again.
+#[test]
+fn records_release_pages_in_order_and_drop_stale_partitions() {
+    let mut r = relay(RelayConfig::new("a"), &[0, 1]);
+    let (op, _) = expect_read(&mut r);
+    answer_unrecorded(&mut r, op, vec![vec![row(1, 10, 0, b"t")], vec![]]);
+    let Some(StoreOp::RecordAttempts { op: first, .. }) = r.poll_op(NOW) else {
+        panic!()
+    };
+    r.handle_wakeup(NOW);
+    let (op, _) = expect_read(&mut r);
+    answer_unrecorded(
+        &mut r,
+        op,
+        vec![vec![row(2, 11, 0, b"t")], vec![row(3, 12, 1, b"u")]],
+    );
+    let Some(StoreOp::RecordAttempts { op: second, .. }) = r.poll_op(NOW) else {
+        panic!()
+    };
+    let stale = Recorded { stale: vec![1] };
+    r.handle_attempt_recorded(NOW, second, Ok(stale));
+    assert!(r.poll_delivery().is_none(), "the first page goes first");
+    assert!(std::iter::from_fn(|| r.poll_event())
+        .any(|e| e == RelayEvent::PartitionStale { partition: 1 }));
+    let failure = StoreError::new(StoreErrorKind::Unknown, None, "reply lost");
+    r.handle_attempt_recorded(NOW, first, Err(failure));
+    let at = r.poll_timeout().unwrap();
+    r.handle_timeout(at);
+    let Some(StoreOp::RecordAttempts {
+        op: again, records, ..
+    }) = r.poll_op(at)
+    else {
+        panic!("the same record again")
+    };
+    assert_eq!(records[0].ids, [1]);
+    r.handle_attempt_recorded(at, again, Ok(Recorded::default()));
+    assert_eq!(delivered(&mut r), [1, 2], "row 3's partition is stale");
 }
 
 #[test]
@@ -490,4 +601,20 @@ fn a_partition_gained_again_waits_for_its_old_rows_to_end() {
     );
     // Removals carry nothing of the old epoch's rows.
     assert_eq!(r.held(), 2);
+}
+
+/// S-T39: rows still waiting for their in-flight record at a loss never
+/// reached the engine, so a partition gained again does not wait for them.
+#[test]
+fn rows_waiting_for_their_record_at_a_loss_hold_nothing_up() {
+    let mut r = relay(RelayConfig::new("a"), &[0]);
+    let (op, _) = expect_read(&mut r);
+    answer_unrecorded(&mut r, op, vec![vec![row(1, 10, 0, b"t")]]);
+    assert!(delivered(&mut r).is_empty(), "not before its record");
+    r.handle_partition_lost(NOW, 0);
+    r.handle_partition_gained(NOW, 0, 2);
+    assert_eq!(r.orphans(), 0);
+    let starts = std::iter::from_fn(|| r.poll_op(NOW))
+        .any(|op| matches!(op, StoreOp::RecordCrashes { partition: 0, .. }));
+    assert!(starts, "the partition starts at once");
 }

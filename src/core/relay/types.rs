@@ -195,19 +195,25 @@ pub struct DeadLetterRow {
 }
 
 /// Rows leaving the outbox table, in one transaction (S-T12, S-T13):
-/// deleted by their exact ids, or moved to the dead-letter table.
+/// deleted by their exact ids, or moved to the dead-letter table; and the
+/// in-flight records whose last rows are settled by it, or were before
+/// (S-T17).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Removal {
     /// Rows to delete.
     pub delete: Vec<i64>,
     /// Rows to move to the dead-letter table.
     pub dead: Vec<DeadLetterRow>,
+    /// In-flight records to drop, each named by its first row
+    /// ([`InFlight::first_id`]); only records of the fence's partitions
+    /// still held are dropped, and one already gone is skipped.
+    pub records: Vec<i64>,
 }
 
 impl Removal {
-    /// Whether it removes nothing.
+    /// Whether it removes nothing and drops no record.
     pub fn is_empty(&self) -> bool {
-        self.delete.is_empty() && self.dead.is_empty()
+        self.delete.is_empty() && self.dead.is_empty() && self.records.is_empty()
     }
 }
 
@@ -223,14 +229,35 @@ pub struct Removed {
     pub stale: Vec<u32>,
 }
 
-/// An in-flight record: written before a write's first attempt, gone with
-/// its rows (S-T17).
+/// An in-flight record (S-T17): the rows of one partition that one page
+/// read delivered towards the engine, written before the first attempt of
+/// any of them and kept until the last of them is settled (removed, or no
+/// longer this relay's). A crash while it exists counts one crashed
+/// attempt for each of its rows still in the table.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InFlight {
-    /// The partition of the write's rows.
+    /// The partition of its rows.
     pub partition: u32,
-    /// The write's rows, in delivery order.
+    /// Its rows, in delivery order; never empty when the relay sends it.
     pub ids: Vec<i64>,
+}
+
+impl InFlight {
+    /// The record's key in the store: its first row (`None` if it has no
+    /// rows; S-T17).
+    pub fn first_id(&self) -> Option<i64> {
+        self.ids.first().copied()
+    }
+}
+
+/// What a [`StoreOp::RecordAttempts`] did (S-T17, S-T11): every record of
+/// a partition still held is written; those of `stale` partitions are
+/// not.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recorded {
+    /// Partitions of the fence whose lease row no longer has its owner and
+    /// epoch: nothing of theirs was written.
+    pub stale: Vec<u32>,
 }
 
 /// What a store call's failure means for what it did.
@@ -351,15 +378,16 @@ pub enum StoreOp {
         /// The partition.
         partition: u32,
     },
-    /// `Store::record_attempt` before a write's first attempt; answer with
-    /// `handle_attempt_recorded`.
-    RecordAttempt {
+    /// `Store::record_attempts` for the rows a page read delivers (one
+    /// record per partition, in one statement), before any of them goes
+    /// to the engine; answer with `handle_attempt_recorded` (S-T17).
+    RecordAttempts {
         /// The call.
         op: OpId,
-        /// The lease it runs under.
+        /// The lease it runs under: every partition of its records.
         fence: Fence,
-        /// The record.
-        record: InFlight,
+        /// The records, one per partition, first rows distinct.
+        records: Vec<InFlight>,
     },
 }
 
@@ -370,7 +398,7 @@ impl StoreOp {
             StoreOp::ReadPage { op, .. }
             | StoreOp::Remove { op, .. }
             | StoreOp::RecordCrashes { op, .. }
-            | StoreOp::RecordAttempt { op, .. } => *op,
+            | StoreOp::RecordAttempts { op, .. } => *op,
         }
     }
 }
@@ -413,11 +441,11 @@ pub enum RelayEvent {
         /// The partition.
         partition: u32,
     },
-    /// The in-flight record of the write whose first row is `first_id` is
-    /// durable: its first attempt may start (S-T17).
-    AttemptRecorded {
-        /// The write's first row.
-        first_id: i64,
+    /// The in-flight records of a page's rows are durable: `rows` rows go
+    /// to the engine (S-T17).
+    AttemptsRecorded {
+        /// Rows released towards the engine.
+        rows: u64,
     },
     /// Rows left the table.
     Removed {

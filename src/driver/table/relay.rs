@@ -4,9 +4,10 @@
 //! rows it delivers into the engine. IO only: which rows to read, hold,
 //! delete or dead-letter, and when, is the policy's.
 //!
-//! - Each delivery (one tenant's rows, in order) first gets its in-flight
-//!   record (S-T17); its rows go into the engine once the record is
-//!   durable, so a crash during their write is counted against them.
+//! - The rows a page read delivers first get their in-flight records, one
+//!   store call per page (S-T17); the policy hands them over once those
+//!   are durable, so a crash during any of their writes is counted
+//!   against the rows still in the table.
 //! - Rows go in through the engine's input for items already durable
 //!   (S-W22: never refused by a capacity; the read-ahead is the
 //!   back-pressure, S-T8, S-T9), with the row's age, each tied to its
@@ -26,7 +27,7 @@
 //!   the lease task (its leases are released only after the last
 //!   removal, so no removal runs under a released lease).
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,8 +41,8 @@ use super::lease::{Owned, Stale};
 use super::metrics::RelayMetrics;
 use crate::codec::Codec;
 use crate::core::relay::{
-    DeadReason, Done, Fenced, OpId, Page, Relay, RelayEvent, Removal, Removed, Row, StoreError,
-    StoreOp,
+    DeadReason, Done, Fenced, OpId, Page, Recorded, Relay, RelayEvent, Removal, Removed, Row,
+    StoreError, StoreOp,
 };
 use crate::core::{Durable, Time};
 use crate::driver::shared::Shared;
@@ -64,7 +65,7 @@ enum Answer<L> {
     Page(OpId, Result<Page, StoreError>),
     Removed(OpId, Removal, Result<Removed, StoreError>),
     Crashes(OpId, Result<Fenced<u64>, StoreError>),
-    Attempt(OpId, Result<Fenced<()>, StoreError>),
+    Attempt(OpId, Result<Recorded, StoreError>),
     Listener(Result<L, StoreError>),
     /// A horizon read: `Err` for a store error or a read past
     /// [`HORIZON_TIMEOUT`].
@@ -96,10 +97,6 @@ struct Run<L> {
     listen_at: Option<Instant>,
     /// The partitions the policy was told of.
     known: Owned,
-    /// Deliveries in delivery order, each with whether its in-flight
-    /// record is durable: a tenant's go into the engine in this order,
-    /// whatever order the records' answers come back in (S-T5).
-    awaiting: VecDeque<(bool, Vec<Row>)>,
     /// When the engine closed at a shutdown.
     closed_at: Option<Instant>,
     /// When the next horizon read is due; `None` while one runs.
@@ -119,7 +116,6 @@ where
             listener: None,
             listen_at: self.listen.then(Instant::now),
             known: Owned::new(),
-            awaiting: VecDeque::new(),
             closed_at: None,
             horizon_at: Some(Instant::now()),
         };
@@ -261,16 +257,13 @@ where
         if owned == run.known {
             return;
         }
-        let lost: Vec<u32> = run
-            .known
-            .iter()
-            .filter(|&(p, e)| owned.get(p) != Some(e))
-            .map(|(&p, _)| p)
-            .collect();
-        for &p in &lost {
-            self.relay.handle_partition_lost(now, p);
-            self.feed.partition_gone(p);
-            self.drop_awaiting(now, run, p);
+        let mut lost = Vec::new();
+        for (&p, &e) in &run.known {
+            if owned.get(&p) != Some(&e) {
+                self.relay.handle_partition_lost(now, p);
+                self.feed.partition_gone(p);
+                lost.push(p);
+            }
         }
         self.hand_over(now, &lost);
         for (&p, &e) in &owned {
@@ -287,18 +280,11 @@ where
         while let Some(op) = self.relay.poll_op(now) {
             self.spawn_op(op, run);
         }
-        let mut groups: Vec<Vec<Row>> = Vec::new();
-        while let Some(row) = self.relay.poll_delivery() {
-            self.metrics.read.increment(1);
-            match groups.last_mut() {
-                Some(g) if g[0].tenant == row.tenant => g.push(row),
-                _ => groups.push(vec![row]),
-            }
-        }
-        for rows in groups {
-            let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
-            run.awaiting.push_back((false, rows));
-            self.relay.handle_write_started(now, ids);
+        // Rows whose in-flight records are durable, in delivery order.
+        let rows: Vec<Row> = std::iter::from_fn(|| self.relay.poll_delivery()).collect();
+        if !rows.is_empty() {
+            self.metrics.read.increment(rows.len() as u64);
+            self.feed_engine(now, rows);
         }
         while let Some(event) = self.relay.poll_event() {
             self.event(now, event, run);
@@ -311,15 +297,8 @@ where
 
     fn event(&mut self, now: Time, event: RelayEvent, run: &mut Run<St::Listener>) {
         match event {
-            RelayEvent::AttemptRecorded { first_id } => {
-                if let Some(g) = run.awaiting.iter_mut().find(|g| g.1[0].id == first_id) {
-                    g.0 = true;
-                }
-                self.feed_recorded(now, run);
-            }
             RelayEvent::PartitionStale { partition } => {
                 self.feed.partition_gone(partition);
-                self.drop_awaiting(now, run, partition);
                 if let Some(epoch) = run.known.remove(&partition) {
                     let _ = self.stale.send((partition, epoch));
                 }
@@ -338,24 +317,6 @@ where
                 tracing::debug!(outbox = %self.shared.sink.name(), ?kind, "outbox table: a store call failed; it is tried again");
             }
             _ => {}
-        }
-    }
-
-    /// Drops the deliveries of the lost `partition` still waiting for
-    /// their in-flight record: they never reach the engine, and the policy
-    /// hears so (else the partition, gained again, would wait for their
-    /// ends, S-T39).
-    fn drop_awaiting(&mut self, now: Time, run: &mut Run<St::Listener>, partition: u32) {
-        let mut dropped = Vec::new();
-        run.awaiting.retain(|(_, rows)| {
-            let lost = rows[0].partition == partition;
-            if lost {
-                dropped.extend(rows.iter().map(|r| r.id));
-            }
-            !lost
-        });
-        for id in dropped {
-            self.relay.handle_done(now, id, Done::HandedOver);
         }
     }
 
@@ -403,8 +364,8 @@ where
             } => run.calls.spawn(async move {
                 Answer::Crashes(op, store.record_crashes(&fence, partition).await)
             }),
-            StoreOp::RecordAttempt { op, fence, record } => run.calls.spawn(async move {
-                Answer::Attempt(op, store.record_attempt(&fence, &record).await)
+            StoreOp::RecordAttempts { op, fence, records } => run.calls.spawn(async move {
+                Answer::Attempt(op, store.record_attempts(&fence, &records).await)
             }),
         };
     }
@@ -452,25 +413,7 @@ where
         }
     }
 
-    /// Feeds every delivery whose record is durable and that no earlier
-    /// delivery of its tenant still waits before.
-    fn feed_recorded(&mut self, now: Time, run: &mut Run<St::Listener>) {
-        let mut waiting: BTreeSet<Vec<u8>> = BTreeSet::new();
-        let mut i = 0;
-        while i < run.awaiting.len() {
-            let (recorded, rows) = &run.awaiting[i];
-            if *recorded && !waiting.contains(&rows[0].tenant) {
-                if let Some((_, rows)) = run.awaiting.remove(i) {
-                    self.feed_engine(now, rows);
-                }
-            } else {
-                waiting.insert(rows[0].tenant.clone());
-                i += 1;
-            }
-        }
-    }
-
-    /// Decodes one delivery and hands it to the engine, keyed by row id;
+    /// Decodes rows and hands them to the engine, keyed by row id;
     /// after a shutdown began, hands it over instead (it stays in the
     /// table, S-T33).
     fn feed_engine(&mut self, now: Time, rows: Vec<Row>) {

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use crate::core::lease::Holder;
 use crate::core::relay::{
-    DeadReason, Fence, Fenced, InFlight, Page, PageRequest, Position, ReadOrder, Removal, Removed,
-    Row, StoreError, StoreErrorKind,
+    DeadReason, Fence, Fenced, InFlight, Page, PageRequest, Position, ReadOrder, Recorded, Removal,
+    Removed, Row, StoreError, StoreErrorKind,
 };
 use crate::table::names::partition_of;
 use crate::table::store::{
@@ -375,7 +375,6 @@ impl Db {
             return None;
         }
         self.by_id.remove(&id);
-        self.in_flight.remove(&id);
         self.rows.remove(&at)
     }
 
@@ -402,6 +401,13 @@ impl Db {
                 };
                 self.dead.insert(d.id, dead);
                 out.dead.push(d.id);
+            }
+        }
+        // Only the records named: a record may cover rows still here.
+        for first in &removal.records {
+            let here = self.in_flight.get(first).map(|r| r.partition);
+            if here.is_some_and(|p| held.contains_key(&p)) {
+                self.in_flight.remove(first);
             }
         }
         out.deleted.sort_unstable();
@@ -440,18 +446,33 @@ impl Db {
         canary::on(canary::DEAD_LETTER_NO_EPOCH).then(|| fence.epochs.iter().copied().collect())
     }
 
-    pub(crate) fn record_attempt(&mut self, fence: &Fence, record: &InFlight) -> Fenced<()> {
+    /// `Store::record_attempts`: every record of a held partition is
+    /// written, in one statement; two of them with one first row refuse
+    /// the whole statement (PostgreSQL's ON CONFLICT cannot touch a row
+    /// twice).
+    pub(crate) fn record_attempts(
+        &mut self,
+        fence: &Fence,
+        records: &[InFlight],
+    ) -> Result<Recorded, StoreError> {
         let held = self.held(fence);
-        let Some(&(p, _)) = fence.epochs.first() else {
-            return Fenced::Stale;
-        };
-        if !held.contains_key(&p) {
-            return Fenced::Stale;
+        let mut writes: BTreeMap<i64, InFlight> = BTreeMap::new();
+        for r in records.iter().filter(|r| held.contains_key(&r.partition)) {
+            let Some(first) = r.first_id() else { continue };
+            if writes.insert(first, r.clone()).is_some() {
+                return Err(refused("two in-flight records with one first row"));
+            }
         }
-        if let Some(&first) = record.ids.first() {
-            self.in_flight.insert(first, record.clone());
-        }
-        Fenced::Done(())
+        self.in_flight.extend(writes);
+        let mut stale: Vec<u32> = fence
+            .epochs
+            .iter()
+            .map(|(p, _)| *p)
+            .filter(|p| !held.contains_key(p))
+            .collect();
+        stale.sort_unstable();
+        stale.dedup();
+        Ok(Recorded { stale })
     }
 
     pub(crate) fn record_crashes(&mut self, fence: &Fence, partition: u32) -> Fenced<u64> {

@@ -49,8 +49,8 @@ use super::store::{
 };
 use crate::core::lease::Holder;
 use crate::core::relay::{
-    DeadReason, Fence, Fenced, InFlight, Page, PageRequest, Removal, Removed, Row, StoreError,
-    StoreErrorKind,
+    DeadReason, Fence, Fenced, InFlight, Page, PageRequest, Recorded, Removal, Removed, Row,
+    StoreError, StoreErrorKind,
 };
 
 /// The model's settings.
@@ -395,12 +395,12 @@ impl Store for ModelStore {
         ready(self.model.call(|db| Ok(db.remove(fence, removal))))
     }
 
-    fn record_attempt(
+    fn record_attempts(
         &self,
         fence: &Fence,
-        record: &InFlight,
-    ) -> impl Future<Output = Result<Fenced<()>, StoreError>> + Send {
-        ready(self.model.call(|db| Ok(db.record_attempt(fence, record))))
+        records: &[InFlight],
+    ) -> impl Future<Output = Result<Recorded, StoreError>> + Send {
+        ready(self.model.call(|db| db.record_attempts(fence, records)))
     }
 
     fn record_crashes(

@@ -23,7 +23,8 @@ use super::store::{
 };
 use crate::core::lease::Holder;
 use crate::core::relay::{
-    Fence, Fenced, InFlight, Page, PageRequest, Removal, Removed, StoreError, StoreErrorKind,
+    Fence, Fenced, InFlight, Page, PageRequest, Recorded, Removal, Removed, StoreError,
+    StoreErrorKind,
 };
 use crate::sinks::postgres::epochs::EpochSql;
 
@@ -173,12 +174,12 @@ impl Store for PgStore {
         write::remove(self, fence, removal).await
     }
 
-    async fn record_attempt(
+    async fn record_attempts(
         &self,
         fence: &Fence,
-        record: &InFlight,
-    ) -> Result<Fenced<()>, StoreError> {
-        write::record_attempt(self, fence, record).await
+        records: &[InFlight],
+    ) -> Result<Recorded, StoreError> {
+        write::record_attempts(self, fence, records).await
     }
 
     async fn record_crashes(

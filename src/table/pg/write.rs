@@ -5,7 +5,7 @@
 use tokio_postgres::types::Type;
 
 use super::{error, single, to_i64, PgStore};
-use crate::core::relay::{Fence, Fenced, InFlight, Removal, Removed, StoreError};
+use crate::core::relay::{Fence, Fenced, InFlight, Recorded, Removal, Removed, StoreError};
 
 /// The lease rows still held under `$1` (partitions), `$2` (epochs) and
 /// `$3` (owner), share-locked so a takeover's update waits for this
@@ -46,7 +46,8 @@ fn remove_sql(store: &PgStore) -> String {
                   ON CONFLICT (id) DO NOTHING RETURNING id), \
          ended AS (SELECT id FROM gone UNION ALL SELECT id FROM moved), \
          cr AS (DELETE FROM {crashes} WHERE id IN (SELECT id FROM ended)), \
-         inf AS (DELETE FROM {in_flight} WHERE first_id IN (SELECT id FROM ended)) \
+         inf AS (DELETE FROM {in_flight} f USING held h \
+                 WHERE f.first_id = ANY($8::bigint[]) AND f.partition = h.partition) \
          SELECT array(SELECT id FROM gone ORDER BY id), array(SELECT id FROM moved ORDER BY id), \
                 array(SELECT f.p FROM unnest($1::int[]) AS f(p) \
                       WHERE f.p NOT IN (SELECT partition FROM held) ORDER BY f.p)",
@@ -84,6 +85,7 @@ pub(super) async fn remove(
                 (&dead_ids, Type::INT8_ARRAY),
                 (&reasons, Type::TEXT_ARRAY),
                 (&attempts, Type::INT4_ARRAY),
+                (&removal.records, Type::INT8_ARRAY),
             ],
         )
         .await
@@ -96,42 +98,63 @@ pub(super) async fn remove(
     })
 }
 
-pub(super) async fn record_attempt(
-    store: &PgStore,
-    fence: &Fence,
-    record: &InFlight,
-) -> Result<Fenced<()>, StoreError> {
-    let (partition, epoch) = single(fence)?;
-    let Some(&first) = record.ids.first() else {
-        return Ok(Fenced::Done(()));
-    };
-    let sql = format!(
-        "WITH {held} \
-         INSERT INTO {in_flight} (first_id, partition, ids, epoch) \
-         SELECT $4, h.partition, $5, h.epoch FROM held h \
-         ON CONFLICT (first_id) DO UPDATE SET ids = EXCLUDED.ids, epoch = EXCLUDED.epoch \
-         RETURNING 1",
+fn record_sql(store: &PgStore) -> String {
+    format!(
+        "WITH {held}, \
+         r AS (SELECT u.id, u.rec, u.ord \
+               FROM unnest($4::bigint[], $5::int[]) WITH ORDINALITY AS u(id, rec, ord)), \
+         recs AS (SELECT x.partition, x.rec \
+                  FROM unnest($6::int[]) WITH ORDINALITY AS x(partition, rec)), \
+         g AS (SELECT recs.partition, array_agg(r.id ORDER BY r.ord) AS ids \
+               FROM r JOIN recs ON recs.rec = r.rec GROUP BY recs.rec, recs.partition), \
+         ins AS (INSERT INTO {in_flight} (first_id, partition, ids, epoch) \
+                 SELECT g.ids[1], g.partition, g.ids, h.epoch \
+                 FROM g JOIN held h ON h.partition = g.partition \
+                 ON CONFLICT (first_id) DO UPDATE \
+                   SET partition = EXCLUDED.partition, ids = EXCLUDED.ids, epoch = EXCLUDED.epoch \
+                 RETURNING 1) \
+         SELECT array(SELECT f.p FROM unnest($1::int[]) AS f(p) \
+                      WHERE f.p NOT IN (SELECT partition FROM held) ORDER BY f.p), \
+                (SELECT count(*) FROM ins)",
         held = held_cte(store),
         in_flight = store.names.in_flight,
-    );
+    )
+}
+
+/// Every record in one statement: its rows flattened with their record's
+/// index, each record's partition by index.
+pub(super) async fn record_attempts(
+    store: &PgStore,
+    fence: &Fence,
+    records: &[InFlight],
+) -> Result<Recorded, StoreError> {
+    let (ps, es) = fence_params(fence);
+    let mut ids: Vec<i64> = Vec::new();
+    let mut recs: Vec<i32> = Vec::new();
+    for (i, r) in records.iter().enumerate() {
+        let index = i32::try_from(i + 1).unwrap_or(i32::MAX);
+        ids.extend(&r.ids);
+        recs.extend(std::iter::repeat_n(index, r.ids.len()));
+    }
+    let partitions: Vec<i32> = records.iter().map(|r| r.partition as i32).collect();
     let client = store.client().await?;
-    let rows = client
-        .query_typed(
-            &sql,
+    let row = client
+        .query_typed_one(
+            &record_sql(store),
             &[
-                (&vec![partition as i32], Type::INT4_ARRAY),
-                (&vec![to_i64(epoch)], Type::INT8_ARRAY),
+                (&ps, Type::INT4_ARRAY),
+                (&es, Type::INT8_ARRAY),
                 (&fence.owner, Type::TEXT),
-                (&first, Type::INT8),
-                (&record.ids, Type::INT8_ARRAY),
+                (&ids, Type::INT8_ARRAY),
+                (&recs, Type::INT4_ARRAY),
+                (&partitions, Type::INT4_ARRAY),
             ],
         )
         .await
         .map_err(error)?;
-    Ok(if rows.is_empty() {
-        Fenced::Stale
-    } else {
-        Fenced::Done(())
+    let stale: Vec<i32> = row.get(0);
+    Ok(Recorded {
+        stale: stale.into_iter().map(|p| p as u32).collect(),
     })
 }
 
