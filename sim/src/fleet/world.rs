@@ -616,4 +616,47 @@ mod tests {
             "{restarts} of {n} seeds draw a store restart"
         );
     }
+
+    /// Partitions cut a host from the store, from the datastore, or both,
+    /// each drawn in some seeds, and every cut is mended later.
+    #[test]
+    fn partitions_cut_a_host_from_the_store_the_datastore_or_both() {
+        let opts = RunOptions {
+            net_secs: 30,
+            ..RunOptions::default()
+        };
+        let (mut store, mut data) = (0, 0);
+        for seed in 0..200 {
+            let (setup, schedule, _, _) = draw_setup(seed, &opts);
+            let mut depth = BTreeMap::<(usize, Peer), i64>::new();
+            for (_, f) in &schedule.events {
+                match *f {
+                    Fault::Cut(h, p) => *depth.entry((h, p)).or_default() += 1,
+                    Fault::Mend(h, p) => {
+                        let d = depth.entry((h, p)).or_default();
+                        *d -= 1;
+                        assert!(*d >= 0, "seed {seed}: a mend before its cut");
+                    }
+                    _ => {}
+                }
+            }
+            assert!(
+                depth.values().all(|&d| d == 0),
+                "seed {seed}: a cut never mended"
+            );
+            let cuts = |peer| {
+                schedule
+                    .events
+                    .iter()
+                    .any(|e| matches!(e.1, Fault::Cut(_, p) if p == peer))
+            };
+            store += u64::from(cuts(Peer::Store));
+            data += u64::from(cuts(Peer::Datastore));
+            assert!(setup.hosts >= 3);
+        }
+        assert!(
+            store > 100 && data > 100,
+            "store {store}, datastore {data} of 200"
+        );
+    }
 }
