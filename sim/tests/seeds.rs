@@ -202,7 +202,8 @@ fn fleet_seeds_pass_with_handovers_and_long_pauses() {
 
 /// A traced fleet replay draws a lane per host with its leases (S-FW7's
 /// picture): every host has a lane, some host holds a lease bar, and the
-/// store's restarts and the hosts' crashes are marked.
+/// store's restarts, the hosts' crashes and their cuts from the store and
+/// from the datastore are marked.
 #[test]
 fn a_traced_fleet_replay_draws_a_lane_per_host_with_its_leases() {
     let opts = RunOptions {
@@ -223,6 +224,10 @@ fn a_traced_fleet_replay_draws_a_lane_per_host_with_its_leases() {
     assert!(svg.contains("holds partition"));
     assert!(svg.contains("store restart at"));
     assert!(svg.contains("crash at"));
+    // Seed 3 cuts a host from the store and the datastore at once.
+    assert!(a.trace.iter().any(|l| l.contains(" cut_datastore ")));
+    assert!(svg.contains(" cut off from the datastore "));
+    assert!(svg.contains(" cut off from the store "));
 }
 
 /// S-FW1's second exception: fleet seed 1479 at `--secs 30` dead-letters

@@ -155,7 +155,7 @@ pub fn render(f: &FleetLanes, title: &str) -> String {
     );
     let _ = writeln!(
         o,
-        r#"<text x="{LEFT}" y="34">bars: leases held (a row per partition, its colour; epoch in the title) · bands: crashed (red), paused (yellow), frozen at a write (orange), cut off from the store (grey), from the datastore (teal), slow link (violet), not joined / left (light grey) · ticks: writes accepted · blue: store restart · green: healed</text>"#
+        r#"<text x="{LEFT}" y="34">bars: leases held (a row per partition, its colour; epoch in the title) · bands: crashed (red), paused (yellow), frozen at a write (orange), cut off from the store (grey), from the datastore (teal, lower half), slow link (violet), not joined / left (light grey) · ticks: writes accepted · blue: store restart · green: healed</text>"#
     );
     let (hx, ex) = (x(f.healed_at), x(f.end));
     let _ = writeln!(
@@ -165,13 +165,19 @@ pub fn render(f: &FleetLanes, title: &str) -> String {
         bottom - TOP
     );
     for &(h, state, from, to) in &f.spans {
+        // A cut from the datastore takes the band's lower half, so a host
+        // cut from both shows both.
+        let band = lane - GAP / 2.0;
+        let (top, height) = if state == "cut off from the datastore" {
+            (y(h) + band / 2.0, band / 2.0)
+        } else {
+            (y(h), band)
+        };
         let _ = writeln!(
             o,
-            r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{}"><title>h{h} {state} {from:?} .. {to:?}</title></rect>"#,
+            r#"<rect x="{:.1}" y="{top:.1}" width="{:.1}" height="{height:.1}" fill="{}"><title>h{h} {state} {from:?} .. {to:?}</title></rect>"#,
             x(from),
-            y(h),
             (x(to) - x(from)).max(0.5),
-            lane - GAP / 2.0,
             state_colour(state)
         );
     }
