@@ -1,6 +1,8 @@
 //! The regression list, `sim/regressions.txt`: one seed per line as
-//! `SEED WORLD WHAT-IT-CAUGHT`, `#` starts a comment. `cargo test -p
-//! outbox-sim` replays every entry.
+//! `SEED WORLD [secs=N] WHAT-IT-CAUGHT`, `#` starts a comment; `secs=N`
+//! sets the faulty phase's virtual seconds (`--secs`, the net, crash and
+//! fleet worlds), the default's otherwise. `cargo test -p outbox-sim`
+//! replays every entry.
 
 use crate::world::WorldKind;
 
@@ -11,6 +13,9 @@ pub struct Regression {
     pub seed: u64,
     /// The world it failed in.
     pub world: WorldKind,
+    /// Virtual seconds of the faulty phase it failed with (`--secs`),
+    /// `None` for the default.
+    pub secs: Option<u64>,
     /// What it caught.
     pub what: String,
     /// Its line in the file (1-based).
@@ -41,11 +46,22 @@ pub fn parse(text: &str) -> Result<Vec<Regression>, String> {
             .ok_or_else(|| format!("line {}: expected a world after the seed", i + 1))?
             .parse::<WorldKind>()
             .map_err(|e| format!("line {}: {e}", i + 1))?;
-        let what = parts.next().unwrap_or("").trim().to_string();
+        let mut what = parts.next().unwrap_or("").trim();
+        let mut secs = None;
+        if let Some(rest) = what.strip_prefix("secs=") {
+            let (n, tail) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+            let n =
+                n.parse::<u64>().ok().filter(|&n| n > 0).ok_or_else(|| {
+                    format!("line {}: `secs=` wants a positive number: {raw}", i + 1)
+                })?;
+            secs = Some(n);
+            what = tail.trim();
+        }
         out.push(Regression {
             seed,
             world,
-            what,
+            secs,
+            what: what.to_string(),
             line: i + 1,
         });
     }
@@ -63,8 +79,20 @@ mod tests {
         assert_eq!(list[0].seed, 42);
         assert_eq!(list[0].what, "lost items at a deadline");
         assert_eq!(list[1].world, WorldKind::Net);
+        assert_eq!(list[0].secs, None);
         assert!(parse("x fast y").is_err());
         assert!(parse("1 slow y").is_err());
+    }
+
+    #[test]
+    fn parses_the_seconds_of_a_phase() {
+        let list = parse("1479 fleet secs=30 poisoned after a write\n3 net secs=5\n").unwrap();
+        assert_eq!(list[0].secs, Some(30));
+        assert_eq!(list[0].what, "poisoned after a write");
+        assert_eq!(list[1].secs, Some(5));
+        assert_eq!(list[1].what, "");
+        assert!(parse("1 fleet secs=x y").is_err());
+        assert!(parse("1 fleet secs=0 y").is_err());
     }
 
     #[test]

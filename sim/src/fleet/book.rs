@@ -47,6 +47,12 @@ pub struct Book {
     /// The first acceptance of each row at the datastore: its sequence
     /// number, host and epoch.
     pub delivered: BTreeMap<i64, (u64, usize, u64)>,
+    /// The latest acceptance of each row at the datastore (its first or
+    /// a repeat): its sequence number and epoch.
+    pub last_accept: BTreeMap<i64, (u64, u64)>,
+    /// The sequence number at which each dead-lettered row's move took
+    /// effect at the store.
+    pub dead_moved: BTreeMap<i64, u64>,
     /// Repeats the datastore absorbed (a row accepted again).
     pub repeats: u64,
     /// The store's clock at each row's first acceptance.

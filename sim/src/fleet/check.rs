@@ -2,20 +2,20 @@
 //! dead-lettered, never both), S-FW3 (per-tenant causal order across
 //! hosts), and the drain (S-FW6).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
-use outbox::core::relay::DeadReason;
+use outbox::core::relay::{DeadReason, DEFAULT_MAX_CRASH_ATTEMPTS};
 use outbox::table::model::Model;
-use outbox::table::Store;
+use outbox::table::{DeadRow, Store};
 
 use super::book::{Book, Fate};
 
-/// The ids of the dead-letter table's rows.
-fn dead(model: &Model) -> BTreeSet<i64> {
+/// The dead-letter table's rows, by id.
+fn dead(model: &Model) -> BTreeMap<i64, DeadRow> {
     super::now(model.store().dead_letters(u32::MAX))
         .unwrap_or_default()
         .into_iter()
-        .map(|r| r.id)
+        .map(|r| (r.id, r))
         .collect()
 }
 
@@ -29,27 +29,32 @@ pub fn drained(b: &Book, model: &Model) -> bool {
     b.rows
         .iter()
         .filter(|(_, r)| r.fate == Fate::Committed)
-        .all(|(id, _)| b.delivered.contains_key(id) || dead.contains(id))
+        .all(|(id, _)| b.delivered.contains_key(id) || dead.contains_key(id))
 }
 
 /// The end checks, after the drain.
 pub fn end(b: &mut Book, model: &Model) {
     let dead = dead(model);
     let mut problem = None;
-    let mut repeats_refused = 0;
+    let (mut repeats_refused, mut poisoned_after_write) = (0, 0);
     for (id, row) in &b.rows {
         let delivered = b.delivered.contains_key(id);
-        match (row.fate, delivered, dead.contains(id)) {
-            (Fate::Committed, true, true) if refused_repeat(b, *id) => {
+        match (row.fate, delivered, dead.get(id)) {
+            (Fate::Committed, true, Some(_)) if refused_repeat(b, *id) => {
                 repeats_refused += 1;
             }
-            (Fate::Committed, true, true) => {
-                let reason = model.dead_reason(*id);
+            (Fate::Committed, true, Some(d)) if poisoned_after_unknown_write(b, *id, d) => {
+                poisoned_after_write += 1;
+            }
+            (Fate::Committed, true, Some(d)) => {
                 problem = Some(format!(
-                    "row {id} both delivered and dead-lettered (as {reason:?})"
+                    "row {id} both delivered and dead-lettered ({d:?}; accepted last at \
+                     (seq, epoch) {:?}, moved at seq {:?})",
+                    b.last_accept.get(id),
+                    b.dead_moved.get(id)
                 ));
             }
-            (Fate::Committed, false, false) => {
+            (Fate::Committed, false, None) => {
                 problem = Some(format!(
                     "committed row {id} neither delivered nor dead-lettered"
                 ));
@@ -62,6 +67,7 @@ pub fn end(b: &mut Book, model: &Model) {
         }
     }
     *b.faults.entry("refused_repeat").or_default() += repeats_refused;
+    *b.faults.entry("poisoned_after_write").or_default() += poisoned_after_write;
     if problem.is_none() {
         problem = dead_cause(b, model, &dead);
     }
@@ -111,20 +117,37 @@ fn refused_repeat(b: &Book, id: i64) -> bool {
     }
 }
 
+/// S-FW1's second exception: row `id` was dead-lettered `poisoned`
+/// (letter `d`) after the datastore had accepted it, where the owner
+/// that moved it could not know: its crash count reached
+/// `max_crash_attempts` (each charged attempt one whose owner vanished
+/// or lost its lease with the outcome unknown, S-T17), and every
+/// acceptance came before the move and under an earlier epoch than the
+/// move's (an earlier owner's attempt, never the mover's own).
+fn poisoned_after_unknown_write(b: &Book, id: i64, d: &DeadRow) -> bool {
+    let poisoned = d.reason == DeadReason::Poisoned.as_str();
+    let (Some(&(accepted, epoch)), Some(&moved)) = (b.last_accept.get(&id), b.dead_moved.get(&id))
+    else {
+        return false;
+    };
+    poisoned && d.crashes >= DEFAULT_MAX_CRASH_ATTEMPTS && epoch < d.epoch && accepted < moved
+}
+
 /// S-FW1's cause: a dead letter is the datastore's refusal of a write
-/// the row was in, or the relay's crash count (poisoned); nothing else
-/// in the fleet gives a row up.
-fn dead_cause(b: &Book, model: &Model, dead: &BTreeSet<i64>) -> Option<String> {
-    for id in dead {
+/// the row was in, or the relay's crash count reaching
+/// `max_crash_attempts` (poisoned); nothing else in the fleet gives a row
+/// up.
+fn dead_cause(b: &Book, model: &Model, dead: &BTreeMap<i64, DeadRow>) -> Option<String> {
+    for (id, d) in dead {
         let reason = model.dead_reason(*id);
         let caused = match reason {
             Some(DeadReason::Terminal) => b.rejected.contains_key(id),
-            Some(DeadReason::Poisoned) => true,
+            Some(DeadReason::Poisoned) => d.crashes >= DEFAULT_MAX_CRASH_ATTEMPTS,
             _ => false,
         };
         if !caused {
             return Some(format!(
-                "row {id} dead-lettered as {reason:?} without that cause"
+                "row {id} dead-lettered as {reason:?} without that cause ({d:?})"
             ));
         }
     }

@@ -1,5 +1,13 @@
 //! The fleet's faults, drawn from the seed: a schedule of timed events
 //! over the faulty phase, at least one pause longer than the lease ttl.
+//!
+//! Partitions cut one pair of hosts: an application host and the store
+//! (its relay's and lease task's calls), an application host and the
+//! datastore (its sink's), or both pairs at once (the host isolated).
+//! Application hosts send each other nothing (they coordinate only
+//! through the store's lease table), so a cut between two of them would
+//! change nothing and is not drawn; nor is one between the store and the
+//! datastore, which share one database (S-T23).
 
 use std::time::Duration;
 
@@ -15,10 +23,10 @@ pub enum Fault {
     Crash(usize),
     /// The host starts again (next incarnation).
     Restart(usize),
-    /// The host's link to the store is cut.
-    Cut(usize),
-    /// The host's link to the store is back.
-    Mend(usize),
+    /// The host's link to the peer is cut.
+    Cut(usize, Peer),
+    /// The host's link to the peer is back.
+    Mend(usize, Peer),
     /// The host freezes (its links held).
     Pause(usize),
     /// The host resumes.
@@ -32,6 +40,16 @@ pub enum Fault {
     /// The store restarts: every session and listener ends, and it is
     /// unreachable for this long.
     StoreRestart(Duration),
+}
+
+/// The far end of an application host's link.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Peer {
+    /// The store host (outbox, lease and epoch tables): the relay's and
+    /// the lease task's calls.
+    Store = 0,
+    /// The datastore host: the sink's transactions.
+    Datastore = 1,
 }
 
 /// The schedule, in time order (ties in draw order).
@@ -70,8 +88,8 @@ impl Schedule {
         for _ in 0..rng.random_range(1..=4) {
             let h = rng.random_range(0..s.hosts);
             let (at, until) = window(rng, s.phase, ms(100), s.ttl * 3);
-            out.events.push((at, Fault::Cut(h)));
-            out.events.push((until, Fault::Mend(h)));
+            out.events.push((at, Fault::Cut(h, Peer::Store)));
+            out.events.push((until, Fault::Mend(h, Peer::Store)));
         }
         for i in 0..rng.random_range(1..=3) {
             let h = rng.random_range(0..s.hosts);
@@ -114,6 +132,38 @@ impl Schedule {
             let (at, until) = window(rng, s.phase, ms(200), ms(2_000));
             self.events.push((at, Fault::StoreRestart(until - at)));
         }
+        self.events.sort_by_key(|e| e.0);
+    }
+
+    /// Draws the peers of each partition (drawn apart, so the other
+    /// faults of a seed stay): of the host's links to the store (a
+    /// third), to the datastore (a third) or both (a third). Each cut is
+    /// paired with its host's first unclaimed mend after it.
+    pub fn draw_partition_peers(&mut self, rng: &mut SimRng) {
+        let mut claimed = vec![false; self.events.len()];
+        let mut more = Vec::new();
+        for i in 0..self.events.len() {
+            let (at, Fault::Cut(h, _)) = self.events[i] else {
+                continue;
+            };
+            let mend = (i + 1..self.events.len())
+                .find(|&j| !claimed[j] && matches!(self.events[j].1, Fault::Mend(m, _) if m == h));
+            let Some(j) = mend else { continue };
+            claimed[j] = true;
+            let until = self.events[j].0;
+            match rng.random_range(0..3u32) {
+                0 => {}
+                1 => {
+                    self.events[i].1 = Fault::Cut(h, Peer::Datastore);
+                    self.events[j].1 = Fault::Mend(h, Peer::Datastore);
+                }
+                _ => {
+                    more.push((at, Fault::Cut(h, Peer::Datastore)));
+                    more.push((until, Fault::Mend(h, Peer::Datastore)));
+                }
+            }
+        }
+        self.events.extend(more);
         self.events.sort_by_key(|e| e.0);
     }
 }

@@ -97,7 +97,7 @@ pub async fn run(plan: HostPlan) -> turmoil::Result {
     let sink = FleetSink {
         host: plan.host,
         instance: instance(plan.host),
-        link: link.clone(),
+        link: link.to_datastore(),
         model: plan.model.clone(),
         book: Arc::clone(&plan.book),
         partitions: plan.setup.partitions,

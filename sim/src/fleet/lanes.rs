@@ -1,8 +1,8 @@
 //! The fleet world's picture (`replay --world fleet --svg FILE`): a lane
 //! per host, its leases as bars (one row per partition, coloured by
 //! partition, the epoch in each bar's title), its states as bands (crashed,
-//! paused or frozen at a write, cut off, slow link, not yet joined or
-//! left), each write the datastore accepted as a tick, and the store's
+//! paused or frozen at a write, cut off from the store or from the
+//! datastore, slow link, not yet joined or left), each write the datastore accepted as a tick, and the store's
 //! restarts and the heal across every lane.
 
 use std::collections::BTreeMap;
@@ -37,9 +37,14 @@ pub struct FleetLanes {
 pub type Event = (Duration, &'static str, u64, u64, u64);
 
 /// Pairs of events opening and closing a state of a host.
-const STATES: [(&str, &str, &str); 3] = [
+const STATES: [(&str, &str, &str); 4] = [
     ("crash", "restart", "crashed"),
-    ("cut", "mend", "cut off"),
+    ("cut", "mend", "cut off from the store"),
+    (
+        "cut_datastore",
+        "mend_datastore",
+        "cut off from the datastore",
+    ),
     ("pause", "resume", "paused"),
 ];
 
@@ -62,7 +67,16 @@ impl FleetLanes {
                 }
             }
             match what {
-                "crash" | "restart" | "join" => self.marks.push((h, at, what)),
+                "crash" => {
+                    self.marks.push((h, at, what));
+                    // A freeze ends with its process.
+                    for span in self.spans.iter_mut() {
+                        if span.0 == h && span.1 == "frozen at a write" && span.3 > at {
+                            span.3 = at.max(span.2);
+                        }
+                    }
+                }
+                "restart" | "join" => self.marks.push((h, at, what)),
                 "leave" => {
                     self.marks.push((h, at, what));
                     open.insert((h, "left"), at);
@@ -105,7 +119,8 @@ fn state_colour(state: &str) -> &'static str {
         "crashed" => "#ef9a9a",
         "paused" => "#ffe082",
         "frozen at a write" => "#ffb74d",
-        "cut off" => "#b0bec5",
+        "cut off from the store" => "#b0bec5",
+        "cut off from the datastore" => "#80cbc4",
         "slow link" => "#e1bee7",
         _ => "#eeeeee",
     }
@@ -140,7 +155,7 @@ pub fn render(f: &FleetLanes, title: &str) -> String {
     );
     let _ = writeln!(
         o,
-        r#"<text x="{LEFT}" y="34">bars: leases held (a row per partition, its colour; epoch in the title) · bands: crashed (red), paused (yellow), frozen at a write (orange), cut off (grey), slow link (violet), not joined / left (light grey) · ticks: writes accepted · blue: store restart · green: healed</text>"#
+        r#"<text x="{LEFT}" y="34">bars: leases held (a row per partition, its colour; epoch in the title) · bands: crashed (red), paused (yellow), frozen at a write (orange), cut off from the store (grey), from the datastore (teal, lower half), slow link (violet), not joined / left (light grey) · ticks: writes accepted · blue: store restart · green: healed</text>"#
     );
     let (hx, ex) = (x(f.healed_at), x(f.end));
     let _ = writeln!(
@@ -150,13 +165,19 @@ pub fn render(f: &FleetLanes, title: &str) -> String {
         bottom - TOP
     );
     for &(h, state, from, to) in &f.spans {
+        // A cut from the datastore takes the band's lower half, so a host
+        // cut from both shows both.
+        let band = lane - GAP / 2.0;
+        let (top, height) = if state == "cut off from the datastore" {
+            (y(h) + band / 2.0, band / 2.0)
+        } else {
+            (y(h), band)
+        };
         let _ = writeln!(
             o,
-            r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{}"><title>h{h} {state} {from:?} .. {to:?}</title></rect>"#,
+            r#"<rect x="{:.1}" y="{top:.1}" width="{:.1}" height="{height:.1}" fill="{}"><title>h{h} {state} {from:?} .. {to:?}</title></rect>"#,
             x(from),
-            y(h),
             (x(to) - x(from)).max(0.5),
-            lane - GAP / 2.0,
             state_colour(state)
         );
     }

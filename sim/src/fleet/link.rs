@@ -1,9 +1,10 @@
 //! The link between an application host and the store host: every store
 //! call of the host's relay, lease task and sink crosses it, so the
 //! world's network faults apply to each (S-FW7): a latency each way, a cut
-//! (a partition: the call waits the driver's statement timeout and fails
-//! with an unknown outcome, or its reply is lost if the cut came while it
-//! ran), a pause (the host's calls and replies are held until it resumes,
+//! (a partition of the host from the store, for its relay's and lease
+//! task's calls, or from the datastore, for its sink's: the call waits the
+//! driver's statement timeout and fails with an unknown outcome, or its
+//! reply is lost if the cut came while it ran), a pause (the host's calls and replies are held until it resumes,
 //! then go on: a frozen process whose writes were in flight), and lost
 //! replies after the call took effect.
 //!
@@ -28,6 +29,7 @@ use outbox::table::{
 use rand::Rng;
 
 use super::book::{self, Book, SharedBook};
+use super::faults::Peer;
 use crate::draw::SimRng;
 
 /// How long a call to a cut-off store waits before it fails.
@@ -36,8 +38,9 @@ pub const STATEMENT_TIMEOUT: Duration = Duration::from_millis(500);
 /// The state of every host's link.
 #[derive(Debug)]
 pub struct Links {
-    /// Cut off from the store, by host.
-    pub cut: Vec<bool>,
+    /// Cut off, by host, from the store and from the datastore
+    /// (indexed by [`Peer`]).
+    pub cut: Vec<[bool; 2]>,
     /// Paused (calls and replies held), by host.
     pub paused: Vec<bool>,
     /// A pause armed for the host's next sink commit (`false`) or
@@ -79,10 +82,12 @@ impl Links {
     }
 }
 
-/// The store as one host reaches it.
+/// The store as one host reaches it: for its relay and lease task (the
+/// store host), or for its sink (the datastore host, [`LinkStore::to_datastore`]).
 #[derive(Clone, Debug)]
 pub struct LinkStore {
     host: usize,
+    peer: Peer,
     inner: ModelStore,
     links: SharedLinks,
     book: SharedBook,
@@ -98,9 +103,18 @@ impl LinkStore {
     pub fn new(host: usize, inner: ModelStore, links: SharedLinks, book: SharedBook) -> Self {
         LinkStore {
             host,
+            peer: Peer::Store,
             inner,
             links,
             book,
+        }
+    }
+
+    /// The same host's link to the datastore (its sink's calls cross it).
+    pub fn to_datastore(&self) -> LinkStore {
+        LinkStore {
+            peer: Peer::Datastore,
+            ..self.clone()
         }
     }
 
@@ -162,7 +176,10 @@ impl LinkStore {
         let now = self.inner.model().now();
         let (cut, down) = {
             let links = lock(&self.links);
-            (links.cut[self.host], links.store_down_until > now)
+            (
+                links.cut[self.host][self.peer as usize],
+                links.store_down_until > now,
+            )
         };
         if cut {
             tokio::time::sleep(STATEMENT_TIMEOUT).await;
@@ -181,7 +198,7 @@ impl LinkStore {
         let now = self.inner.model().now();
         let mut links = lock(&self.links);
         let per_mille = links.lose_per_mille;
-        let lost = links.cut[self.host]
+        let lost = links.cut[self.host][self.peer as usize]
             || links.store_down_until > now
             || (result.is_ok() && per_mille > 0 && links.rng.random_range(0..1000) < per_mille);
         if lost {
@@ -219,9 +236,9 @@ impl LinkStore {
         }
     }
 
-    /// Whether the host is cut off now.
+    /// Whether the host is cut off from this link's peer now.
     pub fn is_cut(&self) -> bool {
-        lock(&self.links).cut[self.host]
+        lock(&self.links).cut[self.host][self.peer as usize]
     }
 }
 
@@ -254,6 +271,12 @@ fn check_removed(b: &mut Book, fence: &Fence, stale: &[u32], removed: &Removed) 
     b.faults
         .entry("dead_letter")
         .and_modify(|n| *n += removed.dead.len() as u64);
+    if !removed.dead.is_empty() {
+        let seq = b.next_seq();
+        for id in &removed.dead {
+            b.dead_moved.insert(*id, seq);
+        }
+    }
 }
 
 /// A listener across the link: a cut closes it.

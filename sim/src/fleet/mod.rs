@@ -8,7 +8,7 @@
 //! some long.
 //!
 //! Faults from the seed ([`faults`]): host crashes and restarts,
-//! partitions between a host and the store, pauses (some longer than the
+//! partitions between a host and the store or the datastore, pauses (some longer than the
 //! lease ttl), slow links, lost replies after a call took effect, store
 //! restarts (every session and listener ends, the store unreachable for
 //! a while), a host joining late and one leaving for good; then a healed

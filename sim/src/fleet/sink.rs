@@ -99,6 +99,7 @@ impl FleetSink {
                 );
             }
             let first = (seq, self.host, epoch.epoch);
+            b.last_accept.insert(item.row_id, (seq, epoch.epoch));
             match b.delivered.entry(item.row_id) {
                 std::collections::btree_map::Entry::Occupied(_) => self.repeat(&mut b, item.row_id),
                 std::collections::btree_map::Entry::Vacant(v) => {

@@ -17,7 +17,7 @@ use rand::{Rng, RngCore};
 use super::book::{self, Book, SharedBook};
 use super::check;
 use super::clock::Skew;
-use super::faults::{Fault, Schedule};
+use super::faults::{Fault, Peer, Schedule};
 use super::host::{self, HostPlan};
 use super::lanes::FleetLanes;
 use super::link::{Links, SharedLinks};
@@ -32,7 +32,7 @@ pub const TICK: Duration = Duration::from_millis(2);
 pub const DRAIN_BOUND: Duration = Duration::from_secs(20);
 
 /// Fault and control kinds, in report order.
-pub const FAULT_KINDS: [&str; 24] = [
+pub const FAULT_KINDS: [&str; 26] = [
     "crash",
     "restart",
     "store_restart",
@@ -41,6 +41,7 @@ pub const FAULT_KINDS: [&str; 24] = [
     "repeat",
     "repeat_older_than_ttl",
     "partition",
+    "partition_datastore",
     "pause",
     "long_pause",
     "slow_link",
@@ -57,6 +58,7 @@ pub const FAULT_KINDS: [&str; 24] = [
     "pause_at_write",
     "pause_at_dead_letter",
     "refused_repeat",
+    "poisoned_after_write",
 ];
 
 /// Runs `seed` in the fleet world; a panic becomes a failure.
@@ -118,6 +120,7 @@ fn draw_setup(seed: u64, opts: &RunOptions) -> (Setup, Schedule, u64, u64) {
     }
     draw_membership(&mut more, &mut setup);
     schedule.draw_store_restarts(&mut more, &setup);
+    schedule.draw_partition_peers(&mut more);
     (setup, schedule, turmoil_seed, link_seed)
 }
 
@@ -173,7 +176,8 @@ struct Run {
     book: SharedBook,
     setup: Setup,
     crashed: Depth,
-    cut: Depth,
+    /// By peer.
+    cut: [Depth; 2],
     paused: Depth,
     owners: BTreeMap<u32, (Option<String>, u64)>,
     /// With a trace: each partition's live lease now `(host, epoch, since)`,
@@ -205,7 +209,7 @@ fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
         ..ModelConfig::default()
     });
     let links: SharedLinks = Arc::new(Mutex::new(Links {
-        cut: vec![false; setup.hosts],
+        cut: vec![[false; 2]; setup.hosts],
         paused: vec![false; setup.hosts],
         armed: vec![None; setup.hosts],
         frozen_until: vec![Duration::ZERO; setup.hosts],
@@ -251,7 +255,7 @@ fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
         links,
         book,
         crashed: Depth(vec![0; setup.hosts]),
-        cut: Depth(vec![0; setup.hosts]),
+        cut: [Depth(vec![0; setup.hosts]), Depth(vec![0; setup.hosts])],
         paused: Depth(vec![0; setup.hosts]),
         setup,
         owners: BTreeMap::new(),
@@ -335,6 +339,16 @@ fn lanes(run: &Shown<'_>, b: &mut Book) -> Option<crate::timeline::Timeline> {
     })
 }
 
+/// The trace's name of a cut (`true`) or mend of a host's link to `peer`.
+fn cut_note(peer: Peer, cut: bool) -> &'static str {
+    match (peer, cut) {
+        (Peer::Store, true) => "cut",
+        (Peer::Store, false) => "mend",
+        (Peer::Datastore, true) => "cut_datastore",
+        (Peer::Datastore, false) => "mend_datastore",
+    }
+}
+
 impl Run {
     fn step(&mut self) -> bool {
         if let Err(e) = self.sim.step() {
@@ -397,6 +411,9 @@ impl Run {
             Fault::Crash(h) if self.crashed.up(h) => {
                 b.count("crash");
                 b.note("crash", h as u64, 0, 0);
+                // A freeze at a write is the process's: it ends with it
+                // (the next incarnation starts unfrozen).
+                links.frozen_until[h] = Duration::ZERO;
                 // Its connections close: the server rolls its stagers'
                 // transactions back, oldest first.
                 for (key, session) in b.open_of(h) {
@@ -414,14 +431,17 @@ impl Run {
                 drop((b, links));
                 self.sim.bounce(name(h).as_str());
             }
-            Fault::Cut(h) if self.cut.up(h) => {
+            Fault::Cut(h, peer) if self.cut[peer as usize].up(h) => {
                 b.count("partition");
-                b.note("cut", h as u64, 0, 0);
-                links.cut[h] = true;
+                if peer == Peer::Datastore {
+                    b.count("partition_datastore");
+                }
+                b.note(cut_note(peer, true), h as u64, 0, 0);
+                links.cut[h][peer as usize] = true;
             }
-            Fault::Mend(h) if self.cut.down(h) => {
-                b.note("mend", h as u64, 0, 0);
-                links.cut[h] = false;
+            Fault::Mend(h, peer) if self.cut[peer as usize].down(h) => {
+                b.note(cut_note(peer, false), h as u64, 0, 0);
+                links.cut[h][peer as usize] = false;
             }
             Fault::Pause(h) if self.paused.up(h) => {
                 b.count("pause");
@@ -484,7 +504,7 @@ impl Run {
         for h in 0..self.setup.hosts {
             {
                 let mut links = self.links.lock().unwrap_or_else(|e| e.into_inner());
-                links.cut[h] = false;
+                links.cut[h] = [false; 2];
                 links.paused[h] = false;
                 links.armed[h] = None;
                 links.frozen_until[h] = Duration::ZERO;
@@ -594,6 +614,49 @@ mod tests {
         assert!(
             restarts > n / 2,
             "{restarts} of {n} seeds draw a store restart"
+        );
+    }
+
+    /// Partitions cut a host from the store, from the datastore, or both,
+    /// each drawn in some seeds, and every cut is mended later.
+    #[test]
+    fn partitions_cut_a_host_from_the_store_the_datastore_or_both() {
+        let opts = RunOptions {
+            net_secs: 30,
+            ..RunOptions::default()
+        };
+        let (mut store, mut data) = (0, 0);
+        for seed in 0..200 {
+            let (setup, schedule, _, _) = draw_setup(seed, &opts);
+            let mut depth = BTreeMap::<(usize, Peer), i64>::new();
+            for (_, f) in &schedule.events {
+                match *f {
+                    Fault::Cut(h, p) => *depth.entry((h, p)).or_default() += 1,
+                    Fault::Mend(h, p) => {
+                        let d = depth.entry((h, p)).or_default();
+                        *d -= 1;
+                        assert!(*d >= 0, "seed {seed}: a mend before its cut");
+                    }
+                    _ => {}
+                }
+            }
+            assert!(
+                depth.values().all(|&d| d == 0),
+                "seed {seed}: a cut never mended"
+            );
+            let cuts = |peer| {
+                schedule
+                    .events
+                    .iter()
+                    .any(|e| matches!(e.1, Fault::Cut(_, p) if p == peer))
+            };
+            store += u64::from(cuts(Peer::Store));
+            data += u64::from(cuts(Peer::Datastore));
+            assert!(setup.hosts >= 3);
+        }
+        assert!(
+            store > 100 && data > 100,
+            "store {store}, datastore {data} of 200"
         );
     }
 }
