@@ -544,6 +544,21 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         Self::build(config, Some(Box::new(weigher)))
     }
 
+    /// The same engine, relaying an outbox table (S-E7): the table holds
+    /// every item until it is removed from it, so a write refused under a
+    /// stale epoch ([`Outcome::StaleEpoch`]) hands its tenant over (counted
+    /// `handed_over`, left for the partition's next owner). Without it
+    /// (the default: an in-memory outbox, or one with a journal) nothing
+    /// can take the items over, and a stale epoch is a terminal failure of
+    /// the write: its items are lost under `stale_epoch` and dead-lettered
+    /// ([`DeadReason::StaleEpoch`]), never dropped silently. An outbox
+    /// built with an outbox table calls it.
+    #[must_use]
+    pub fn with_outbox_table(mut self) -> Self {
+        self.config.outbox_table = true;
+        self
+    }
+
     fn build(config: Config, weigher: Option<Weigher<I>>) -> Result<Self, ConfigError> {
         config.check_weigher(weigher.is_some())?;
         let backoff = Backoff::new(
@@ -1372,7 +1387,8 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// decides. Returns the items to drop (none when kept).
     fn finish_failed(&mut self, write: Write<K, I>, rec: InFlight<K>, failure: Failure) -> Vec<I> {
         self.counters.add_failed(failure);
-        if failure == Failure::StaleEpoch || self.is_handing_over(&rec.tenant) {
+        let handed_over = failure == Failure::StaleEpoch && self.config.outbox_table;
+        if handed_over || self.is_handing_over(&rec.tenant) {
             return self.hand_over(write, rec, failure);
         }
         let next = self.after_failure(&rec, failure);
@@ -1400,6 +1416,9 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             AfterFailure::Lost if failure == Failure::Rejected => {
                 ItemOutcome::Lost(LostReason::Terminal)
             }
+            AfterFailure::Lost if failure == Failure::StaleEpoch => {
+                ItemOutcome::Lost(LostReason::StaleEpoch)
+            }
             // Handed over never gets here (`hand_over`), nor given up;
             // counted as lost only to keep the match whole.
             AfterFailure::Lost | AfterFailure::GivenUp | AfterFailure::HandedOver => {
@@ -1410,6 +1429,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         let reason = match (next, failure) {
             (AfterFailure::Dropped, _) => Some(DeadReason::SinkError),
             (AfterFailure::Lost, Failure::Rejected) => Some(DeadReason::Terminal),
+            (AfterFailure::Lost, Failure::StaleEpoch) => Some(DeadReason::StaleEpoch),
             (AfterFailure::Lost, _) => Some(DeadReason::RetriesExhausted),
             _ => None,
         };
@@ -1421,7 +1441,8 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         items
     }
 
-    /// A write came back under a stale epoch (S-E7), or failed after its
+    /// A write came back under a stale epoch on an engine relaying an
+    /// outbox table (S-E7), or failed after its
     /// tenant was handed over (S-L16): another instance owns the
     /// partition, so neither this write nor anything of its tenant is
     /// written here any more (a later write would overtake the
@@ -1556,7 +1577,8 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     }
 
     /// What becomes of a failed attempt's items, counted: lost if the
-    /// store rejected them (S-B2), dropped under the `drop` error policy
+    /// store rejected them (S-B2) or refused them under a stale epoch with
+    /// no outbox table to hand them over to (S-E7), dropped under the `drop` error policy
     /// (S-A5), lost once retries are exhausted (S-A5), else retried after
     /// a backoff (S-W5).
     fn after_failure(&mut self, rec: &InFlight<K>, failure: Failure) -> AfterFailure {
@@ -1571,6 +1593,10 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                 .is_some_and(|max| self.now - rec.first_started >= max);
         if failure == Failure::Rejected {
             self.count_lost(&rec.tenant, LostReason::Terminal, n);
+            AfterFailure::Lost
+        } else if failure == Failure::StaleEpoch {
+            // No outbox table to hand it over to (S-E7): terminal.
+            self.count_lost(&rec.tenant, LostReason::StaleEpoch, n);
             AfterFailure::Lost
         } else if self.config.error_policy == ErrorPolicy::Drop {
             self.count_dropped(&rec.tenant, DropReason::SinkError, n);
