@@ -2141,74 +2141,139 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// shutdown still to be answered (its dead letters), or are returned,
     /// tenant by tenant in key order, when there is none. Tenants left
     /// with nothing are forgotten.
+    ///
+    /// Its cost is bounded (S-W9): one sort of the held tenants' keys, one
+    /// lookup and constant work per tenant beside moving its items (no
+    /// allocation per tenant: a backlog becomes its run in place), the
+    /// open waits settled in bulk, and the tenant table rebuilt once.
     fn give_up_all(&mut self, reason: LostReason) -> Vec<HeldRun<K, I>> {
         // An outbox table still holds every item given up here: handed
         // over to the next start or owner, not lost, not unwritten (S-T38).
         let hand_over = self.config.table_only;
+        let outcome = if hand_over {
+            ItemOutcome::HandedOver
+        } else {
+            ItemOutcome::Lost(reason)
+        };
         // Everything held is given up here: no mark is left to act on.
         self.handing_over.clear();
-        let mut held = Vec::new();
-        // Per tenant, oldest first: in flight, then retry, then backlog.
-        let mut settle: Vec<(K, usize, u64)> = Vec::new();
+        // In flight first (per tenant the oldest items; at most
+        // `concurrency` writes): settled one by one, as any slice.
+        let mut in_flight: Vec<(K, usize, u64)> = Vec::new();
         for rec in self.in_flight.values_mut().filter(|r| !r.given_up) {
             rec.given_up = true;
-            settle.push((rec.tenant.clone(), rec.len, rec.bytes));
+            in_flight.push((rec.tenant.clone(), rec.len, rec.bytes));
         }
-        if !settle.is_empty() {
+        if !in_flight.is_empty() {
             self.events.push_back(Event::CancelInFlight);
+        }
+        for (tenant, n, bytes) in in_flight {
+            self.count_given_up(&tenant, n as u64, reason, hand_over);
+            self.settle_slice(&tenant, n, bytes, |_| outcome);
         }
         // Tenant by tenant in key order, so the run is reproducible (S-C1).
         let mut keys: Vec<K> = self.tenants.keys().cloned().collect();
         keys.sort_unstable();
-        for tenant in &keys {
-            let t = self.tenants.get_mut(tenant).expect("key just listed");
-            self.sched.unschedule(&mut t.phase);
-            if t.phase == Phase::Ready {
-                t.phase = Phase::Idle;
-            }
-            if let Some(r) = t.retry.take() {
-                settle.push((tenant.clone(), r.items.len(), r.bytes));
-                held.push(HeldRun {
-                    tenant: tenant.clone(),
-                    held_in: HeldIn::Retry,
-                    items: r.items,
-                });
-            }
-            if !t.items.is_empty() {
-                settle.push((tenant.clone(), t.items.len(), mem::take(&mut t.bytes)));
-                held.push(HeldRun {
-                    tenant: tenant.clone(),
-                    held_in: HeldIn::Backlog,
-                    items: take_front(&mut t.items, usize::MAX),
-                });
-                t.stamps.clear();
+        let mut held = Vec::new();
+        for tenant in keys {
+            let runs = self.take_held(&tenant, outcome);
+            for run in runs.into_iter().flatten() {
+                self.count_given_up(&tenant, run.items.len() as u64, reason, hand_over);
+                held.push(run);
             }
         }
         self.sched.clear_ready();
-        // Dead letters are filed before settling, which may answer the shutdown.
+        // Dead letters are filed before the waits settle, which may answer
+        // the shutdown.
         if hand_over {
             self.released
                 .extend(held.drain(..).flat_map(|run| run.items));
         } else if let Some(sd) = self.shutdown.as_mut().filter(|sd| !sd.reported) {
             sd.unwritten.append(&mut held);
         }
-        for (tenant, n, bytes) in settle {
-            if hand_over {
-                self.counters.handed_over += n as u64;
-                self.events.push_back(Event::HandedOver {
-                    tenant: tenant.clone(),
-                    items: n as u64,
-                });
-                self.settle_slice(&tenant, n, bytes, |_| ItemOutcome::HandedOver);
-            } else {
-                self.count_lost(&tenant, reason, n as u64);
-                self.settle_slice(&tenant, n, bytes, |_| ItemOutcome::Lost(reason));
-            }
+        // Nothing is pending any more: every open wait is owed the rest.
+        for id in self.waits.settle_everything(outcome.settled_as()) {
+            self.answer_wait(id);
         }
-        for tenant in &keys {
-            self.forget_if_empty(tenant);
-        }
+        self.forget_all_empty();
         held
+    }
+
+    /// Counts `n` items of `tenant` given up for `reason`: lost, or handed
+    /// over with an outbox table (S-T38), with their event.
+    fn count_given_up(&mut self, tenant: &K, n: u64, reason: LostReason, hand_over: bool) {
+        if hand_over {
+            self.counters.handed_over += n;
+            self.events.push_back(Event::HandedOver {
+                tenant: tenant.clone(),
+                items: n,
+            });
+        } else {
+            self.count_lost(tenant, reason, n);
+        }
+    }
+
+    /// Takes `tenant`'s waiting items out as given up (`outcome`), its
+    /// retry slice, then its backlog, and settles them without touching
+    /// the waits (the caller settles those in bulk): the pending counts,
+    /// their ages (S-R7) and their keys. Unschedules the tenant.
+    fn take_held(&mut self, tenant: &K, outcome: ItemOutcome) -> [Option<HeldRun<K, I>>; 2] {
+        let t = self.tenants.get_mut(tenant).expect("key just listed");
+        self.sched.unschedule(&mut t.phase);
+        if t.phase == Phase::Ready {
+            t.phase = Phase::Idle;
+        }
+        let retry = t.retry.take().map(|r| {
+            (
+                HeldRun {
+                    tenant: tenant.clone(),
+                    held_in: HeldIn::Retry,
+                    items: r.items,
+                },
+                r.bytes,
+            )
+        });
+        let backlog = (!t.items.is_empty()).then(|| {
+            t.stamps.clear();
+            (
+                HeldRun {
+                    tenant: tenant.clone(),
+                    held_in: HeldIn::Backlog,
+                    items: take_front(&mut t.items, usize::MAX),
+                },
+                mem::take(&mut t.bytes),
+            )
+        });
+        let n = retry.as_ref().map_or(0, |(r, _)| r.items.len())
+            + backlog.as_ref().map_or(0, |(r, _)| r.items.len());
+        let bytes = retry.as_ref().map_or(0, |(_, b)| *b) + backlog.as_ref().map_or(0, |(_, b)| *b);
+        self.counters.pending -= n as u64;
+        self.pending_bytes = self.pending_bytes.saturating_sub(bytes);
+        t.pending -= n;
+        t.stamps.settle(n, self.now, |_| outcome, &mut self.ages);
+        if !self.keys.0.is_empty() {
+            let written = |_| false;
+            self.keys.settle(tenant, n, written, &mut self.events);
+        }
+        [retry.map(|(r, _)| r), backlog.map(|(r, _)| r)]
+    }
+
+    /// Forgets, in one pass, every tenant left with nothing (after a
+    /// shutdown deadline or an abandon, S-B8), their age timers with them.
+    fn forget_all_empty(&mut self) {
+        let mut timers = Vec::new();
+        self.tenants.retain(|tenant, t| {
+            if !t.is_empty() {
+                return true;
+            }
+            if let Some(at) = t.expiry {
+                timers.push((tenant.clone(), at));
+            }
+            false
+        });
+        for (tenant, at) in timers {
+            self.sched.move_expiry(&tenant, Some(at), None);
+        }
     }
 
     /// Files items that came back from a given-up write: dead letters of a
