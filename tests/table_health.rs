@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use outbox::codec::{Codec, Postcard};
 use outbox::table::model::{Model, ModelConfig};
-use outbox::table::{ListenerState, Relayed, TableHealth, TableRelay};
+use outbox::table::{ListenerState, Relayed, SchemaState, TableHealth, TableRelay};
 use outbox::{Config, Outbox, Sink, WriteError, Written};
 use tokio::sync::Semaphore;
 
@@ -229,11 +229,77 @@ async fn health_against_postgres_shows_the_lag_the_oldest_transaction_and_the_li
     )
     .await;
     assert_eq!(h.horizon_failures, 0, "{h:?}");
+    assert_eq!(
+        h.schema,
+        SchemaState::Accepted {
+            version: outbox::table::SCHEMA_VERSION
+        }
+    );
     tx.rollback().await.expect("rollback");
     drop(client);
     drop(outbox.shutdown(Duration::from_millis(200)).await);
     let closed = outbox.closed();
     drop(outbox);
     closed.await;
+    w.finish().await;
+}
+
+/// S-T36, S-T3 against the real PostgreSQL: a relay whose outbox table is
+/// not there says so (`Missing`, and reads again), and one whose table's
+/// schema this crate refuses says so with the version (`Refused`); in both
+/// nothing is relayed.
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn health_against_postgres_says_the_table_is_missing_or_its_schema_refused() {
+    use common::table::World;
+    let Some(w) = World::new("hschema").await else {
+        return;
+    };
+    let schema =
+        |outbox: &Outbox<common::table::Sink>| outbox.health().table.expect("a table").schema;
+    // A table of another name, never migrated.
+    let url = std::env::var(common::postgres::VAR).expect("set");
+    let listen: tokio_postgres::Config = url.parse().expect("a postgres URL");
+    let names = outbox::table::TableNames::new(&format!("{}_none", w.name)).expect("name");
+    let store = outbox::table::PgStore::new(w.relay_pool.clone(), listen, names);
+    let missing = Outbox::builder(w.sink())
+        .table(
+            store,
+            TableRelay::new("hs1").poll_interval(Duration::from_millis(100)),
+        )
+        .build()
+        .expect("build");
+    common::servers::eventually("missing", Duration::from_secs(20), || async {
+        (schema(&missing) == SchemaState::Missing).then_some(())
+    })
+    .await;
+    drop(missing.shutdown(Duration::from_millis(200)).await);
+
+    // The test's table, at a version this crate does not know.
+    w.admin
+        .execute(
+            &format!(
+                "INSERT INTO \"{}_schema\" (version, name, min_reader, applied_by) \
+                 VALUES (999, 'future', 999, 'test')",
+                w.name
+            ),
+            &[],
+        )
+        .await
+        .expect("a future version");
+    w.stage(3, &[common::table::Usage::new(1)], true).await;
+    let refused = w.outbox(Config::default(), TableRelay::new("hs2"));
+    common::servers::eventually("refused", Duration::from_secs(20), || async {
+        (schema(&refused)
+            == SchemaState::Refused {
+                version: 999,
+                min_reader: 999,
+            })
+        .then_some(())
+    })
+    .await;
+    assert_eq!(refused.counters().written, 0, "nothing relayed");
+    assert_eq!(w.left().await, 1, "the row stays");
+    drop(refused.shutdown(Duration::from_millis(200)).await);
     w.finish().await;
 }
