@@ -131,7 +131,7 @@ pub trait Sink: Send + Sync + 'static {
     /// nothing if `epoch` is not the one installed for its partition, and
     /// returns [`WriteError::stale_epoch`]; the slice is then neither
     /// retried nor lost, but handed over to the partition's new owner
-    /// (S-E7).
+    /// (S-E7; without an outbox table, a terminal loss).
     ///
     /// # Why a provided method
     /// The epoch is an input of the write, like the tenant, but only some
@@ -238,10 +238,11 @@ pub enum ErrorKind {
     /// Never retried: the slice is counted lost under `terminal`.
     Terminal,
     /// The write's epoch is not the one installed for its partition: a
-    /// newer owner took the partition over (S-E7). Never retried, never
-    /// lost: the items are handed over to the new owner, which delivers
-    /// them from the outbox table. Only a sink that checks epochs returns
-    /// it ([`WriteError::stale_epoch`]).
+    /// newer owner took the partition over (S-E7). Never retried. With an
+    /// outbox table never lost: the items are handed over to the new
+    /// owner, which delivers them from the table; without one, lost under
+    /// `stale_epoch` (see [`WriteError::stale_epoch`]). Only a sink that
+    /// checks epochs returns it.
     StaleEpoch,
 }
 
@@ -272,6 +273,21 @@ impl WriteError {
     /// The write committed nothing because its epoch is stale (S-E7): a
     /// newer epoch is installed for its partition. Return it only after
     /// the epoch check failed and the transaction rolled back.
+    ///
+    /// Never retried. What becomes of the slice depends on where its items
+    /// live (S-E7):
+    /// - an outbox built with an outbox table (`OutboxBuilder::table`,
+    ///   feature `table`): not lost;
+    ///   the slice and its tenant's waiting items are counted
+    ///   `handed_over` and stay in the table for the partition's new
+    ///   owner;
+    /// - any other outbox (in memory, or with the journal): nothing can
+    ///   take them over, so it is a terminal failure of the write, as
+    ///   [`terminal`](Self::terminal) is: the slice is lost under
+    ///   `stale_epoch` ([`LostReason::StaleEpoch`](crate::LostReason::StaleEpoch)),
+    ///   handed to the run-time dead letters with
+    ///   [`DeadReason::StaleEpoch`](crate::DeadReason::StaleEpoch)
+    ///   when they are on, and never counted handed over.
     pub fn stale_epoch(source: impl Into<BoxError>) -> Self {
         WriteError {
             kind: ErrorKind::StaleEpoch,

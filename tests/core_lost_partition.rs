@@ -462,7 +462,9 @@ mod property {
             ops in proptest::collection::vec(op(), 1..120),
         ) {
             let mut run = Run {
-                e: Engine::new(config(concurrency, batch, slices, extras)).unwrap(),
+                e: Engine::new(config(concurrency, batch, slices, extras))
+                    .unwrap()
+                    .with_outbox_table(),
                 now: Time::ZERO,
                 next_item: 0,
                 in_flight: Vec::new(),

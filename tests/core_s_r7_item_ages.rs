@@ -96,7 +96,7 @@ fn given_up_items_are_sampled_under_their_reason() {
     assert!(got[0].1 >= 60, "{got:?}");
 
     // Handed over after a stale epoch: the write's and the waiting ones.
-    let mut e = engine(aged().max_batch(1));
+    let mut e = engine(aged().max_batch(1)).with_outbox_table();
     let _ = e.stage(secs(0), 1, 10);
     let w = e.poll_write(secs(0)).unwrap();
     let _ = e.stage(secs(2), 1, 11);

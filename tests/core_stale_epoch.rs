@@ -1,19 +1,23 @@
 //! A write that comes back under a stale epoch (S-E7, S-W18's
-//! `stale_epoch` kind), on the engine alone with a hand-driven clock: not
-//! retried, not lost, its tenant handed over whole; flush and settle answer
-//! with the items as handed over; the breaker does not count it. The world
-//! checks S-W14 (with `handed_over` as a place) after every step.
+//! `stale_epoch` kind), on the engine alone with a hand-driven clock. On an
+//! engine relaying an outbox table: not retried, not lost, its tenant
+//! handed over whole; flush and settle answer with the items as handed
+//! over; the breaker does not count it. Without an outbox table (nothing
+//! can take the items over): a terminal failure, its items lost under
+//! `stale_epoch` and dead-lettered, never handed over into nowhere. The
+//! world checks S-W14 (with `handed_over` as a place) after every step.
 
 mod core_world;
 
 use core_world::{dur, World};
 use outbox::core::{
-    AfterFailure, BreakerConfig, BreakerState, Config, Event, Failure, Outcome, Report,
+    AfterFailure, BreakerConfig, BreakerState, Config, DeadReason, Event, Failure, LostReason,
+    Outcome, Report,
 };
 
 #[test]
 fn s_e7_a_stale_write_hands_its_tenant_over_neither_retried_nor_lost() {
-    let mut w = World::new(Config::builder().concurrency(4).max_batch(2));
+    let mut w = World::table(Config::builder().concurrency(4).max_batch(2));
     w.stage_ok(1, [1, 2]);
     w.stage_ok(2, [20]);
     let ws = w.poll();
@@ -73,7 +77,7 @@ fn s_e7_a_stale_write_hands_its_tenant_over_neither_retried_nor_lost() {
 
 #[test]
 fn s_e7_flush_and_settle_answer_with_the_items_handed_over() {
-    let mut w = World::new(Config::builder().concurrency(1).max_batch(1));
+    let mut w = World::table(Config::builder().concurrency(1).max_batch(1));
     w.stage_ok(1, [1, 2, 3]);
     let first = w.poll_one();
     let settle = w.settle(10_000);
@@ -93,7 +97,7 @@ fn s_e7_a_stale_epoch_is_an_answer_the_breaker_does_not_count() {
         .failures(1)
         .probe_interval(dur(100))
         .max_probe_interval(dur(400));
-    let mut w = World::new(Config::builder().concurrency(1).breaker(breaker));
+    let mut w = World::table(Config::builder().concurrency(1).breaker(breaker));
     w.stage_ok(1, [1]);
     w.stage_ok(2, [2]);
     let a = w.poll_one();
@@ -114,7 +118,7 @@ fn s_e7_a_tenant_staged_again_after_a_hand_over_starts_afresh() {
     // writes is the lease policy's refusal (S-L8, S-L16); the engine only
     // keeps a tenant's order by never writing what waited behind the
     // stale write.
-    let mut w = World::new(Config::builder().concurrency(1));
+    let mut w = World::table(Config::builder().concurrency(1));
     w.stage_ok(1, [1]);
     let a = w.poll_one();
     w.finish(a, Outcome::StaleEpoch);
@@ -128,7 +132,7 @@ fn s_e7_a_tenant_staged_again_after_a_hand_over_starts_afresh() {
 
 #[test]
 fn s_e7_a_given_up_write_that_comes_back_stale_stays_counted_lost() {
-    let mut w = World::new(Config::builder().concurrency(1));
+    let mut w = World::table(Config::builder().concurrency(1));
     w.stage_ok(1, [1, 2]);
     let a = w.poll_one();
     let sd = w.shutdown(100);
@@ -142,4 +146,65 @@ fn s_e7_a_given_up_write_that_comes_back_stale_stays_counted_lost() {
         "the attempt still ends once"
     );
     assert_eq!(w.c().handed_over, 0);
+}
+
+#[test]
+fn s_e7_without_an_outbox_table_a_stale_write_is_a_terminal_loss_never_handed_over() {
+    let mut w = World::new(
+        Config::builder()
+            .concurrency(4)
+            .max_batch(2)
+            .dead_letters(true),
+    );
+    w.stage_ok(1, [1, 2]);
+    w.stage_ok(2, [20]);
+    let mut ws = w.poll().into_iter();
+    let (stale, other) = (ws.next().unwrap(), ws.next().unwrap());
+    assert_eq!(stale.tenant, 1);
+    w.stage_ok(1, [3]);
+    let settle = w.settle(10_000);
+    w.finish(stale, Outcome::StaleEpoch);
+    let c = w.c().clone();
+    assert_eq!(c.handed_over, 0, "no outbox table holds them");
+    assert_eq!(c.lost(LostReason::StaleEpoch), 2, "{c:?}");
+    assert_eq!(c.failed(Failure::StaleEpoch), 1);
+    let failed: Vec<_> = w
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::AttemptFailed {
+                tenant: 1,
+                failure,
+                next,
+                ..
+            } => Some((*failure, *next)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(failed, [(Failure::StaleEpoch, AfterFailure::Lost)]);
+    let dead: Vec<_> = w
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::DeadLetter(d) => Some((d.tenant, d.items.clone(), d.reason, d.attempted)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(dead, [(1, vec![1, 2], DeadReason::StaleEpoch, true)]);
+    assert_eq!(w.count_events(|e| matches!(e, Event::HandedOver { .. })), 0);
+    // Never retried; the tenant goes on with what it staged after, as
+    // after a terminal rejection.
+    let next = w.poll_one();
+    assert_eq!((next.tenant, next.items.clone()), (1, vec![3]));
+    w.ok(next);
+    w.ok(other);
+    assert_eq!(w.written_of(1), [3]);
+    let want = Report {
+        written: 2,
+        lost: 2,
+        ..Report::default()
+    };
+    assert_eq!(w.wait_done(settle), Some(want));
+    assert_eq!(DeadReason::StaleEpoch.lost(), Some(LostReason::StaleEpoch));
+    assert_eq!(LostReason::StaleEpoch.as_str(), "stale_epoch");
 }

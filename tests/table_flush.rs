@@ -9,40 +9,14 @@
 //! unreachable).
 #![cfg(all(feature = "table", feature = "testkit"))]
 
-use std::sync::Arc;
+mod common;
+
 use std::time::Duration;
 
-use outbox::codec::{Codec, Postcard};
+use common::table::{model_outbox, stage_model as stage, Held};
 use outbox::table::model::{Model, ModelConfig};
-use outbox::table::{Relayed, TableRelay};
-use outbox::{Config, Outbox, Sink, WriteError, Written};
-use tokio::sync::Semaphore;
-
-#[derive(Clone)]
-struct Held {
-    permits: Arc<Semaphore>,
-}
-
-impl Sink for Held {
-    type Tenant = u64;
-    type Item = Relayed<u32>;
-    fn name(&self) -> &str {
-        "held"
-    }
-    async fn write(&self, _: &u64, _: &[Relayed<u32>]) -> Result<Written, WriteError> {
-        self.permits.acquire().await.expect("open").forget();
-        Ok(Written::ALL)
-    }
-}
-
-fn stage(model: &Model, tenant: u64, item: u32) {
-    let (mut t, mut i) = (Vec::new(), Vec::new());
-    Codec::<u64, u32>::encode_tenant(&Postcard, &tenant, &mut t).unwrap();
-    Codec::<u64, u32>::encode_item(&Postcard, &item, &mut i).unwrap();
-    let session = model.begin();
-    model.stage(session, &t, &i, 0, true).unwrap();
-    assert!(model.commit(session).unwrap());
-}
+use outbox::table::TableRelay;
+use outbox::{Config, Outbox};
 
 fn outbox(model: &Model, sink: Held, linger: Duration) -> Outbox<Held> {
     let config = Config::builder()
@@ -50,14 +24,7 @@ fn outbox(model: &Model, sink: Held, linger: Duration) -> Outbox<Held> {
         .linger(linger)
         .build()
         .unwrap();
-    Outbox::builder(sink)
-        .config(config)
-        .table(
-            model.store(),
-            TableRelay::new("flush-1").poll_interval(Duration::from_millis(50)),
-        )
-        .build()
-        .expect("build")
+    model_outbox(model, sink, config, TableRelay::new("flush-1"))
 }
 
 async fn until(what: &str, mut f: impl FnMut() -> bool) {
@@ -92,9 +59,7 @@ async fn relaying(n: u32, sink: &Held, linger: Duration) -> (Model, Outbox<Held>
 /// linger is a minute) and answers once they are written.
 #[tokio::test(start_paused = true)]
 async fn a_flush_sends_relayed_rows_at_once_and_covers_them() {
-    let sink = Held {
-        permits: Arc::new(Semaphore::new(100)),
-    };
+    let sink = Held::new(100);
     let (model, outbox) = relaying(3, &sink, Duration::from_secs(60)).await;
     let t0 = tokio::time::Instant::now();
     let report = outbox.flush(Duration::from_secs(10)).await;
@@ -109,9 +74,7 @@ async fn a_flush_sends_relayed_rows_at_once_and_covers_them() {
 /// nothing early, and answers once they are written.
 #[tokio::test(start_paused = true)]
 async fn a_settle_waits_for_the_relayed_rows_in_the_engine() {
-    let sink = Held {
-        permits: Arc::new(Semaphore::new(0)),
-    };
+    let sink = Held::new(0);
     let (_model, outbox) = relaying(3, &sink, Duration::ZERO).await;
     let mut settle = outbox.settle(Duration::from_secs(60));
     let early = tokio::time::timeout(Duration::from_secs(5), &mut settle).await;
@@ -127,9 +90,7 @@ async fn a_settle_waits_for_the_relayed_rows_in_the_engine() {
 /// pending; nothing is lost, and the rows stay in the table.
 #[tokio::test(start_paused = true)]
 async fn a_settle_at_its_deadline_counts_the_rows_still_pending() {
-    let sink = Held {
-        permits: Arc::new(Semaphore::new(0)),
-    };
+    let sink = Held::new(0);
     let (model, outbox) = relaying(3, &sink, Duration::ZERO).await;
     let report = outbox.settle(Duration::from_secs(2)).await;
     assert!(report.deadline_passed, "{report:?}");
@@ -144,9 +105,7 @@ async fn a_settle_at_its_deadline_counts_the_rows_still_pending() {
 /// at the deadline, the rows written and still in the table.
 #[tokio::test(start_paused = true)]
 async fn a_settle_waits_for_the_removals_until_its_deadline() {
-    let sink = Held {
-        permits: Arc::new(Semaphore::new(0)),
-    };
+    let sink = Held::new(0);
     let (model, outbox) = relaying(3, &sink, Duration::ZERO).await;
     let t0 = tokio::time::Instant::now();
     let settle = outbox.settle(Duration::from_secs(3));
@@ -167,9 +126,7 @@ async fn a_settle_waits_for_the_removals_until_its_deadline() {
 /// removal either.
 #[tokio::test(start_paused = true)]
 async fn a_flush_after_the_shutdown_answers_at_once() {
-    let sink = Held {
-        permits: Arc::new(Semaphore::new(0)),
-    };
+    let sink = Held::new(0);
     let (_model, outbox) = relaying(3, &sink, Duration::ZERO).await;
     sink.permits.add_permits(100);
     drop(outbox.shutdown(Duration::from_secs(1)).await);
@@ -178,8 +135,6 @@ async fn a_flush_after_the_shutdown_answers_at_once() {
     assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
     assert_eq!(report.pending, 0, "{report:?}");
 }
-
-mod common;
 
 /// S-W10, S-A4 against the real PostgreSQL: a settle answers once the
 /// rows it covers are written and removed from the table, so right after
@@ -207,9 +162,5 @@ async fn after_a_settle_the_covered_rows_are_out_of_the_table() {
         assert_eq!(w.left().await, 0, "round {round}: {report:?}");
     }
     assert_eq!(w.target_rows().await.len(), 200);
-    drop(outbox.shutdown(Duration::from_secs(2)).await);
-    let closed = outbox.closed();
-    drop(outbox);
-    closed.await;
-    w.finish().await;
+    w.close(outbox, Duration::from_secs(2)).await;
 }

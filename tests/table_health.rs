@@ -9,60 +9,21 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use outbox::codec::{Codec, Postcard};
+use common::table::{encoded, model_outbox, stage_model as stage, Held};
 use outbox::table::model::{Model, ModelConfig};
-use outbox::table::{ListenerState, Relayed, TableHealth, TableRelay};
-use outbox::{Config, Outbox, Sink, WriteError, Written};
-use tokio::sync::Semaphore;
-
-/// A sink whose every write first takes a permit: the test decides when
-/// writes end.
-#[derive(Clone)]
-struct Held {
-    permits: Arc<Semaphore>,
-}
-
-impl Sink for Held {
-    type Tenant = u64;
-    type Item = Relayed<u32>;
-    fn name(&self) -> &str {
-        "held"
-    }
-    async fn write(&self, _: &u64, _: &[Relayed<u32>]) -> Result<Written, WriteError> {
-        self.permits.acquire().await.expect("open").forget();
-        Ok(Written::ALL)
-    }
-}
-
-fn encoded(tenant: u64, item: u32) -> (Vec<u8>, Vec<u8>) {
-    let (mut t, mut i) = (Vec::new(), Vec::new());
-    Codec::<u64, u32>::encode_tenant(&Postcard, &tenant, &mut t).unwrap();
-    Codec::<u64, u32>::encode_item(&Postcard, &item, &mut i).unwrap();
-    (t, i)
-}
-
-/// Commits one row of `tenant`.
-fn stage(model: &Model, tenant: u64, item: u32) {
-    let (t, i) = encoded(tenant, item);
-    let session = model.begin();
-    model.stage(session, &t, &i, 0, true).unwrap();
-    assert!(model.commit(session).unwrap());
-}
+use outbox::table::{ListenerState, SchemaState, TableHealth, TableRelay};
+use outbox::{Config, Outbox, WriteError};
 
 fn outbox(model: &Model, sink: Held, listen: bool) -> Outbox<Held> {
-    Outbox::builder(sink)
-        .config(Config::builder().max_batch(1).build().unwrap())
-        .table(
-            model.store(),
-            TableRelay::new("health-1")
-                .poll_interval(Duration::from_millis(50))
-                .listen(listen),
-        )
-        .build()
-        .expect("build")
+    let config = Config::builder().max_batch(1).build().unwrap();
+    model_outbox(
+        model,
+        sink,
+        config,
+        TableRelay::new("health-1").listen(listen),
+    )
 }
 
 fn table(outbox: &Outbox<Held>) -> TableHealth {
@@ -91,9 +52,7 @@ async fn health_shows_the_lag_of_a_row_not_relayed_and_the_listener() {
         partitions: 1,
         ..ModelConfig::default()
     });
-    let sink = Held {
-        permits: Arc::new(Semaphore::new(0)),
-    };
+    let sink = Held::new(0);
     let outbox = outbox(&model, sink.clone(), true);
     let h = until(&outbox, "an empty table read", |h| h.horizon.is_some()).await;
     assert_eq!(h.horizon.and_then(|h| h.lag), None, "{h:?}");
@@ -145,9 +104,7 @@ async fn a_failed_read_keeps_the_last_horizon_with_its_age_and_the_listener_is_a
         partitions: 1,
         ..ModelConfig::default()
     });
-    let sink = Held {
-        permits: Arc::new(Semaphore::new(0)),
-    };
+    let sink = Held::new(0);
     let outbox = outbox(&model, sink, true);
     stage(&model, 7, 1);
     model.advance(Duration::from_secs(2));
@@ -172,9 +129,7 @@ async fn a_failed_read_keeps_the_last_horizon_with_its_age_and_the_listener_is_a
 #[tokio::test(start_paused = true)]
 async fn polling_only_is_reported_and_an_outbox_without_a_table_has_none() {
     let model = Model::new(ModelConfig::default());
-    let sink = Held {
-        permits: Arc::new(Semaphore::new(10)),
-    };
+    let sink = Held::new(10);
     let outbox = outbox(&model, sink.clone(), false);
     let h = until(&outbox, "a horizon", |h| h.horizon.is_some()).await;
     assert_eq!(h.listener, ListenerState::PollingOnly);
@@ -229,11 +184,72 @@ async fn health_against_postgres_shows_the_lag_the_oldest_transaction_and_the_li
     )
     .await;
     assert_eq!(h.horizon_failures, 0, "{h:?}");
+    assert_eq!(
+        h.schema,
+        SchemaState::Accepted {
+            version: outbox::table::SCHEMA_VERSION
+        }
+    );
     tx.rollback().await.expect("rollback");
     drop(client);
-    drop(outbox.shutdown(Duration::from_millis(200)).await);
-    let closed = outbox.closed();
-    drop(outbox);
-    closed.await;
-    w.finish().await;
+    w.close(outbox, Duration::from_millis(200)).await;
+}
+
+/// S-T36, S-T3 against the real PostgreSQL: a relay whose outbox table is
+/// not there says so (`Missing`, and reads again), and one whose table's
+/// schema this crate refuses says so with the version (`Refused`); in both
+/// nothing is relayed.
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn health_against_postgres_says_the_table_is_missing_or_its_schema_refused() {
+    use common::table::World;
+    let Some(w) = World::new("hschema").await else {
+        return;
+    };
+    let schema =
+        |outbox: &Outbox<common::table::Sink>| outbox.health().table.expect("a table").schema;
+    // A table of another name, never migrated.
+    let url = std::env::var(common::postgres::VAR).expect("set");
+    let listen: tokio_postgres::Config = url.parse().expect("a postgres URL");
+    let names = outbox::table::TableNames::new(&format!("{}_none", w.name)).expect("name");
+    let store = outbox::table::PgStore::new(w.relay_pool.clone(), listen, names);
+    let missing = Outbox::builder(w.sink())
+        .table(
+            store,
+            TableRelay::new("hs1").poll_interval(Duration::from_millis(100)),
+        )
+        .build()
+        .expect("build");
+    common::servers::eventually("missing", Duration::from_secs(20), || async {
+        (schema(&missing) == SchemaState::Missing).then_some(())
+    })
+    .await;
+    drop(missing.shutdown(Duration::from_millis(200)).await);
+
+    // The test's table, at a version this crate does not know.
+    w.admin
+        .execute(
+            &format!(
+                "INSERT INTO \"{}_schema\" (version, name, min_reader, applied_by) \
+                 VALUES (999, 'future', 999, 'test')",
+                w.name
+            ),
+            &[],
+        )
+        .await
+        .expect("a future version");
+    w.stage(3, &[common::table::Usage::new(1)], true).await;
+    let refused = w.outbox(Config::default(), TableRelay::new("hs2"));
+    common::servers::eventually("refused", Duration::from_secs(20), || async {
+        (schema(&refused)
+            == SchemaState::Refused {
+                version: 999,
+                min_reader: 999,
+            })
+        .then_some(())
+    })
+    .await;
+    assert_eq!(refused.counters().written, 0, "nothing relayed");
+    assert_eq!(w.left().await, 1, "the row stays");
+    w.close(refused, Duration::from_millis(200)).await;
 }

@@ -343,3 +343,29 @@ async fn staging_in_a_sqlx_transaction() {
     pool.close().await;
     pg.finish().await;
 }
+
+/// The staging error names the database's SQLSTATE once (a table that is
+/// not there: `42P01`).
+#[tokio::test]
+async fn a_database_error_at_stage_names_its_sqlstate_once() {
+    let Some((mut admin, _proxy, _)) = common::postgres::connect(
+        "stage_sqlstate",
+        1,
+        Duration::from_secs(2),
+        Duration::from_secs(1),
+    )
+    .await
+    else {
+        return;
+    };
+    // Never migrated: the stage's INSERT meets no table.
+    let name = common::servers::unique_name("nosuch");
+    let table: OutboxTable<u64, u64> = OutboxTable::new(&name).expect("name");
+    let tx = admin.transaction().await.expect("begin");
+    let e = table.stage(&tx, &1, &2).await.expect_err("no table");
+    let text = e.to_string();
+    assert!(matches!(e, StageError::Database(_)), "{text}");
+    assert_eq!(text.matches("SQLSTATE").count(), 1, "{text}");
+    assert!(text.contains("42P01"), "{text}");
+    tx.rollback().await.expect("rollback");
+}

@@ -33,11 +33,16 @@ pub enum LostReason {
     /// A journal record of another codec version than the recovering
     /// outbox's, refused at recovery, never decoded (S-J14).
     OtherVersion,
+    /// The sink refused the write under a stale epoch
+    /// ([`WriteError::stale_epoch`](crate::WriteError::stale_epoch)) on an
+    /// outbox without an outbox table, where nothing can take the items
+    /// over: a terminal failure of the write (S-E7).
+    StaleEpoch,
 }
 
 impl LostReason {
     /// Every reason, in a fixed order; the array grows with new reasons.
-    pub const ALL: [LostReason; 10] = [
+    pub const ALL: [LostReason; 11] = [
         LostReason::Shutdown,
         LostReason::Deadline,
         LostReason::Abandoned,
@@ -48,6 +53,7 @@ impl LostReason {
         LostReason::JournalUnreadable,
         LostReason::Expired,
         LostReason::OtherVersion,
+        LostReason::StaleEpoch,
     ];
 
     /// The `reason` label of `outbox_events_lost_total`.
@@ -63,6 +69,7 @@ impl LostReason {
             LostReason::JournalUnreadable => "journal_unreadable",
             LostReason::Expired => "expired",
             LostReason::OtherVersion => "other_version",
+            LostReason::StaleEpoch => "stale_epoch",
         }
     }
 
@@ -329,7 +336,8 @@ mod tests {
                 "discarded",
                 "journal_unreadable",
                 "expired",
-                "other_version"
+                "other_version",
+                "stale_epoch"
             ]
         );
         for (i, r) in LostReason::ALL.iter().enumerate() {

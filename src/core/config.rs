@@ -129,6 +129,10 @@ pub struct Config {
     /// The engine takes items only through its durable input (an outbox
     /// with an outbox table, S-T32): every other stage is refused.
     pub(crate) table_only: bool,
+    /// An outbox table holds every item until it is removed from it: a
+    /// write refused under a stale epoch hands its tenant over (S-E7).
+    /// Without, a stale epoch is a terminal failure of the write.
+    pub(crate) outbox_table: bool,
     pub(crate) seed: u64,
     /// Slices of distinct tenants per write at most (S-F1); at least 1.
     pub(crate) max_slices_per_write: usize,
@@ -157,6 +161,7 @@ impl Default for Config {
             max_item_age: None,
             dead_letters: false,
             table_only: false,
+            outbox_table: false,
             seed: 0,
             max_slices_per_write: 1,
             max_group_items: None,

@@ -544,6 +544,21 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         Self::build(config, Some(Box::new(weigher)))
     }
 
+    /// The same engine, relaying an outbox table (S-E7): the table holds
+    /// every item until it is removed from it, so a write refused under a
+    /// stale epoch ([`Outcome::StaleEpoch`]) hands its tenant over (counted
+    /// `handed_over`, left for the partition's next owner). Without it
+    /// (the default: an in-memory outbox, or one with a journal) nothing
+    /// can take the items over, and a stale epoch is a terminal failure of
+    /// the write: its items are lost under `stale_epoch` and dead-lettered
+    /// ([`DeadReason::StaleEpoch`]), never dropped silently. An outbox
+    /// built with an outbox table calls it.
+    #[must_use]
+    pub fn with_outbox_table(mut self) -> Self {
+        self.config.outbox_table = true;
+        self
+    }
+
     fn build(config: Config, weigher: Option<Weigher<I>>) -> Result<Self, ConfigError> {
         config.check_weigher(weigher.is_some())?;
         let backoff = Backoff::new(
@@ -1372,7 +1387,8 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// decides. Returns the items to drop (none when kept).
     fn finish_failed(&mut self, write: Write<K, I>, rec: InFlight<K>, failure: Failure) -> Vec<I> {
         self.counters.add_failed(failure);
-        if failure == Failure::StaleEpoch || self.is_handing_over(&rec.tenant) {
+        let handed_over = failure == Failure::StaleEpoch && self.config.outbox_table;
+        if handed_over || self.is_handing_over(&rec.tenant) {
             return self.hand_over(write, rec, failure);
         }
         let next = self.after_failure(&rec, failure);
@@ -1400,6 +1416,9 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             AfterFailure::Lost if failure == Failure::Rejected => {
                 ItemOutcome::Lost(LostReason::Terminal)
             }
+            AfterFailure::Lost if failure == Failure::StaleEpoch => {
+                ItemOutcome::Lost(LostReason::StaleEpoch)
+            }
             // Handed over never gets here (`hand_over`), nor given up;
             // counted as lost only to keep the match whole.
             AfterFailure::Lost | AfterFailure::GivenUp | AfterFailure::HandedOver => {
@@ -1410,6 +1429,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         let reason = match (next, failure) {
             (AfterFailure::Dropped, _) => Some(DeadReason::SinkError),
             (AfterFailure::Lost, Failure::Rejected) => Some(DeadReason::Terminal),
+            (AfterFailure::Lost, Failure::StaleEpoch) => Some(DeadReason::StaleEpoch),
             (AfterFailure::Lost, _) => Some(DeadReason::RetriesExhausted),
             _ => None,
         };
@@ -1421,7 +1441,8 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         items
     }
 
-    /// A write came back under a stale epoch (S-E7), or failed after its
+    /// A write came back under a stale epoch on an engine relaying an
+    /// outbox table (S-E7), or failed after its
     /// tenant was handed over (S-L16): another instance owns the
     /// partition, so neither this write nor anything of its tenant is
     /// written here any more (a later write would overtake the
@@ -1556,7 +1577,8 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     }
 
     /// What becomes of a failed attempt's items, counted: lost if the
-    /// store rejected them (S-B2), dropped under the `drop` error policy
+    /// store rejected them (S-B2) or refused them under a stale epoch with
+    /// no outbox table to hand them over to (S-E7), dropped under the `drop` error policy
     /// (S-A5), lost once retries are exhausted (S-A5), else retried after
     /// a backoff (S-W5).
     fn after_failure(&mut self, rec: &InFlight<K>, failure: Failure) -> AfterFailure {
@@ -1571,6 +1593,10 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                 .is_some_and(|max| self.now - rec.first_started >= max);
         if failure == Failure::Rejected {
             self.count_lost(&rec.tenant, LostReason::Terminal, n);
+            AfterFailure::Lost
+        } else if failure == Failure::StaleEpoch {
+            // No outbox table to hand it over to (S-E7): terminal.
+            self.count_lost(&rec.tenant, LostReason::StaleEpoch, n);
             AfterFailure::Lost
         } else if self.config.error_policy == ErrorPolicy::Drop {
             self.count_dropped(&rec.tenant, DropReason::SinkError, n);
@@ -2115,74 +2141,139 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// shutdown still to be answered (its dead letters), or are returned,
     /// tenant by tenant in key order, when there is none. Tenants left
     /// with nothing are forgotten.
+    ///
+    /// Its cost is bounded (S-W9): one sort of the held tenants' keys, one
+    /// lookup and constant work per tenant beside moving its items (no
+    /// allocation per tenant: a backlog becomes its run in place), the
+    /// open waits settled in bulk, and the tenant table rebuilt once.
     fn give_up_all(&mut self, reason: LostReason) -> Vec<HeldRun<K, I>> {
         // An outbox table still holds every item given up here: handed
         // over to the next start or owner, not lost, not unwritten (S-T38).
         let hand_over = self.config.table_only;
+        let outcome = if hand_over {
+            ItemOutcome::HandedOver
+        } else {
+            ItemOutcome::Lost(reason)
+        };
         // Everything held is given up here: no mark is left to act on.
         self.handing_over.clear();
-        let mut held = Vec::new();
-        // Per tenant, oldest first: in flight, then retry, then backlog.
-        let mut settle: Vec<(K, usize, u64)> = Vec::new();
+        // In flight first (per tenant the oldest items; at most
+        // `concurrency` writes): settled one by one, as any slice.
+        let mut in_flight: Vec<(K, usize, u64)> = Vec::new();
         for rec in self.in_flight.values_mut().filter(|r| !r.given_up) {
             rec.given_up = true;
-            settle.push((rec.tenant.clone(), rec.len, rec.bytes));
+            in_flight.push((rec.tenant.clone(), rec.len, rec.bytes));
         }
-        if !settle.is_empty() {
+        if !in_flight.is_empty() {
             self.events.push_back(Event::CancelInFlight);
+        }
+        for (tenant, n, bytes) in in_flight {
+            self.count_given_up(&tenant, n as u64, reason, hand_over);
+            self.settle_slice(&tenant, n, bytes, |_| outcome);
         }
         // Tenant by tenant in key order, so the run is reproducible (S-C1).
         let mut keys: Vec<K> = self.tenants.keys().cloned().collect();
         keys.sort_unstable();
-        for tenant in &keys {
-            let t = self.tenants.get_mut(tenant).expect("key just listed");
-            self.sched.unschedule(&mut t.phase);
-            if t.phase == Phase::Ready {
-                t.phase = Phase::Idle;
-            }
-            if let Some(r) = t.retry.take() {
-                settle.push((tenant.clone(), r.items.len(), r.bytes));
-                held.push(HeldRun {
-                    tenant: tenant.clone(),
-                    held_in: HeldIn::Retry,
-                    items: r.items,
-                });
-            }
-            if !t.items.is_empty() {
-                settle.push((tenant.clone(), t.items.len(), mem::take(&mut t.bytes)));
-                held.push(HeldRun {
-                    tenant: tenant.clone(),
-                    held_in: HeldIn::Backlog,
-                    items: take_front(&mut t.items, usize::MAX),
-                });
-                t.stamps.clear();
+        let mut held = Vec::new();
+        for tenant in keys {
+            let runs = self.take_held(&tenant, outcome);
+            for run in runs.into_iter().flatten() {
+                self.count_given_up(&tenant, run.items.len() as u64, reason, hand_over);
+                held.push(run);
             }
         }
         self.sched.clear_ready();
-        // Dead letters are filed before settling, which may answer the shutdown.
+        // Dead letters are filed before the waits settle, which may answer
+        // the shutdown.
         if hand_over {
             self.released
                 .extend(held.drain(..).flat_map(|run| run.items));
         } else if let Some(sd) = self.shutdown.as_mut().filter(|sd| !sd.reported) {
             sd.unwritten.append(&mut held);
         }
-        for (tenant, n, bytes) in settle {
-            if hand_over {
-                self.counters.handed_over += n as u64;
-                self.events.push_back(Event::HandedOver {
-                    tenant: tenant.clone(),
-                    items: n as u64,
-                });
-                self.settle_slice(&tenant, n, bytes, |_| ItemOutcome::HandedOver);
-            } else {
-                self.count_lost(&tenant, reason, n as u64);
-                self.settle_slice(&tenant, n, bytes, |_| ItemOutcome::Lost(reason));
-            }
+        // Nothing is pending any more: every open wait is owed the rest.
+        for id in self.waits.settle_everything(outcome.settled_as()) {
+            self.answer_wait(id);
         }
-        for tenant in &keys {
-            self.forget_if_empty(tenant);
-        }
+        self.forget_all_empty();
         held
+    }
+
+    /// Counts `n` items of `tenant` given up for `reason`: lost, or handed
+    /// over with an outbox table (S-T38), with their event.
+    fn count_given_up(&mut self, tenant: &K, n: u64, reason: LostReason, hand_over: bool) {
+        if hand_over {
+            self.counters.handed_over += n;
+            self.events.push_back(Event::HandedOver {
+                tenant: tenant.clone(),
+                items: n,
+            });
+        } else {
+            self.count_lost(tenant, reason, n);
+        }
+    }
+
+    /// Takes `tenant`'s waiting items out as given up (`outcome`), its
+    /// retry slice, then its backlog, and settles them without touching
+    /// the waits (the caller settles those in bulk): the pending counts,
+    /// their ages (S-R7) and their keys. Unschedules the tenant.
+    fn take_held(&mut self, tenant: &K, outcome: ItemOutcome) -> [Option<HeldRun<K, I>>; 2] {
+        let t = self.tenants.get_mut(tenant).expect("key just listed");
+        self.sched.unschedule(&mut t.phase);
+        if t.phase == Phase::Ready {
+            t.phase = Phase::Idle;
+        }
+        let retry = t.retry.take().map(|r| {
+            (
+                HeldRun {
+                    tenant: tenant.clone(),
+                    held_in: HeldIn::Retry,
+                    items: r.items,
+                },
+                r.bytes,
+            )
+        });
+        let backlog = (!t.items.is_empty()).then(|| {
+            t.stamps.clear();
+            (
+                HeldRun {
+                    tenant: tenant.clone(),
+                    held_in: HeldIn::Backlog,
+                    items: take_front(&mut t.items, usize::MAX),
+                },
+                mem::take(&mut t.bytes),
+            )
+        });
+        let n = retry.as_ref().map_or(0, |(r, _)| r.items.len())
+            + backlog.as_ref().map_or(0, |(r, _)| r.items.len());
+        let bytes = retry.as_ref().map_or(0, |(_, b)| *b) + backlog.as_ref().map_or(0, |(_, b)| *b);
+        self.counters.pending -= n as u64;
+        self.pending_bytes = self.pending_bytes.saturating_sub(bytes);
+        t.pending -= n;
+        t.stamps.settle(n, self.now, |_| outcome, &mut self.ages);
+        if !self.keys.0.is_empty() {
+            let written = |_| false;
+            self.keys.settle(tenant, n, written, &mut self.events);
+        }
+        [retry.map(|(r, _)| r), backlog.map(|(r, _)| r)]
+    }
+
+    /// Forgets, in one pass, every tenant left with nothing (after a
+    /// shutdown deadline or an abandon, S-B8), their age timers with them.
+    fn forget_all_empty(&mut self) {
+        let mut timers = Vec::new();
+        self.tenants.retain(|tenant, t| {
+            if !t.is_empty() {
+                return true;
+            }
+            if let Some(at) = t.expiry {
+                timers.push((tenant.clone(), at));
+            }
+            false
+        });
+        for (tenant, at) in timers {
+            self.sched.move_expiry(&tenant, Some(at), None);
+        }
     }
 
     /// Files items that came back from a given-up write: dead letters of a

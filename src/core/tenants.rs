@@ -208,6 +208,28 @@ impl<K: Hash + Eq, I> TenantTable<K, I> {
         Some(gone.tenant)
     }
 
+    /// Forgets, in one pass, every tenant `keep` says no to, and rebuilds
+    /// the index once for those left (a shutdown deadline or an abandon
+    /// forgets nearly all at once: O(tenants), where one
+    /// [`remove_if`](Self::remove_if) each would shrink and rebuild the
+    /// index again and again). `keep` sees them in no meaningful order
+    /// (it must not decide anything order-dependent, S-C1).
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&K, &Tenant<I>) -> bool) {
+        let before = self.entries.len();
+        self.entries.0.retain(|e| keep(&e.key, &e.tenant));
+        if self.entries.len() == before {
+            return;
+        }
+        shrink::vec(&mut self.entries.0);
+        // The slots moved: one new index, given back as `remove_if` would.
+        let len = if self.index.len() > MIN_INDEX && self.entries.len() * 8 < self.index.len() {
+            (self.entries.len() * 4).next_power_of_two().max(MIN_INDEX)
+        } else {
+            self.index.len()
+        };
+        self.rebuild(len);
+    }
+
     /// Empties index slot `at`, shifting back the cells after it that
     /// probed past it, so no probe stops short (linear probing's removal).
     fn unplace(&mut self, at: usize) {
@@ -367,6 +389,34 @@ fn prefetch(at: *const u8) {
 mod tests {
     use super::*;
     use crate::core::time::Time;
+
+    #[test]
+    fn retain_forgets_in_one_pass_and_lookups_still_find_the_rest() {
+        let mut table: TenantTable<u64, u64> = TenantTable::default();
+        for k in 0..10_000u64 {
+            let h = table.hash(&k);
+            table
+                .get_or_insert(&k, h, None, || Tenant::new(Time::ZERO))
+                .pending = k as usize;
+        }
+        let big = table.index.len();
+        table.retain(|k, _| k % 100 == 7);
+        assert_eq!(table.len(), 100);
+        assert!(table.index.len() < big, "given back");
+        for k in 0..10_000u64 {
+            assert_eq!(
+                table.get(&k).map(|t| t.pending),
+                (k % 100 == 7).then_some(k as usize)
+            );
+        }
+        table.retain(|_, _| true);
+        assert_eq!(table.len(), 100);
+        table.retain(|_, _| false);
+        assert_eq!((table.len(), table.get(&7).is_none()), (0, true));
+        let h = table.hash(&3);
+        table.get_or_insert(&3, h, None, || Tenant::new(Time::ZERO));
+        assert!(table.get(&3).is_some());
+    }
 
     #[test]
     fn inserts_finds_and_removes_as_a_map_would() {

@@ -132,6 +132,29 @@ impl Waits {
         marks.caught_up_to = self.last_id;
     }
 
+    /// Every pending item settled at once, all `settled_as` (a shutdown
+    /// deadline or an abandon gives everything up, S-W9, S-A7): each open
+    /// wait is owed every item it still waits for. O(open waits): no
+    /// tenant is caught up or visited, and the tenants' covers of these
+    /// waits count nothing more (a closed wait's cover is skipped).
+    /// Returns the waits it completed, in id order.
+    pub(crate) fn settle_everything(&mut self, settled_as: SettledAs) -> Vec<WaitId> {
+        let mut done = Vec::new();
+        for (id, w) in &mut self.open {
+            let report = &mut w.report;
+            let to = match settled_as {
+                SettledAs::Written => &mut report.written,
+                SettledAs::Dropped => &mut report.dropped,
+                SettledAs::Lost => &mut report.lost,
+                SettledAs::HandedOver => &mut report.handed_over,
+            };
+            *to += w.remaining;
+            w.remaining = 0;
+            done.push(*id);
+        }
+        done
+    }
+
     /// The tenant's `n` oldest pending items settled (`how(i)` says what
     /// became of the i-th): counts them into the waits that cover them.
     /// The tenant must have been caught up. Returns the waits it completed.

@@ -68,10 +68,15 @@ pub enum Outcome {
     Cancelled,
     /// The sink refused the write because a newer epoch is installed for
     /// its partition (S-E7, S-L14): another instance owns it now. One
-    /// failed attempt of kind [`Failure::StaleEpoch`]; not retried, not
+    /// failed attempt of kind [`Failure::StaleEpoch`]; never retried. On an
+    /// engine relaying an outbox table
+    /// ([`Engine::with_outbox_table`](super::Engine::with_outbox_table)) not
     /// lost: the write's items and every item of its tenant still waiting
     /// leave the engine counted `handed_over` (the next owner delivers them
-    /// from the outbox table), with an [`Event::HandedOver`].
+    /// from the outbox table), with an [`Event::HandedOver`]. Without an
+    /// outbox table nothing can take them over: a terminal failure of the
+    /// write, its items lost under `stale_epoch` (dead letter
+    /// [`DeadReason::StaleEpoch`]), as a [`Rejected`](Self::Rejected) slice.
     StaleEpoch,
 }
 
@@ -110,9 +115,10 @@ pub enum Failure {
     /// The attempt's task ended without giving its items back (S-W13,
     /// [`Engine::finish_lost`](super::Engine::finish_lost)).
     TaskLost,
-    /// The sink refused the write under a stale epoch (S-E7): not retried,
-    /// handed over; the sink answered, so it does not count toward the
-    /// breaker (S-R1).
+    /// The sink refused the write under a stale epoch (S-E7): not retried;
+    /// handed over with an outbox table, lost under `stale_epoch` without
+    /// one; the sink answered, so it does not count toward the breaker
+    /// (S-R1).
     StaleEpoch,
 }
 
@@ -200,25 +206,31 @@ pub enum DeadReason {
     SinkError,
     /// Older than `max_item_age`: lost under `expired` (S-R3).
     Expired,
+    /// Refused by the sink under a stale epoch on an outbox without an
+    /// outbox table (nothing can take it over): lost under `stale_epoch`
+    /// (S-E7).
+    StaleEpoch,
 }
 
 impl DeadReason {
     /// Every reason, in a fixed order.
-    pub const ALL: [DeadReason; 4] = [
+    pub const ALL: [DeadReason; 5] = [
         DeadReason::Terminal,
         DeadReason::RetriesExhausted,
         DeadReason::SinkError,
         DeadReason::Expired,
+        DeadReason::StaleEpoch,
     ];
 
     /// The counter's reason label: `terminal`, `retries_exhausted`,
-    /// `sink_error`, `expired`.
+    /// `sink_error`, `expired`, `stale_epoch`.
     pub const fn as_str(self) -> &'static str {
         match self {
             DeadReason::Terminal => "terminal",
             DeadReason::RetriesExhausted => "retries_exhausted",
             DeadReason::SinkError => "sink_error",
             DeadReason::Expired => "expired",
+            DeadReason::StaleEpoch => "stale_epoch",
         }
     }
 
@@ -228,6 +240,7 @@ impl DeadReason {
             DeadReason::Terminal => Some(LostReason::Terminal),
             DeadReason::RetriesExhausted => Some(LostReason::RetriesExhausted),
             DeadReason::Expired => Some(LostReason::Expired),
+            DeadReason::StaleEpoch => Some(LostReason::StaleEpoch),
             DeadReason::SinkError => None,
         }
     }
@@ -247,6 +260,7 @@ impl DeadReason {
             DeadReason::RetriesExhausted => 1,
             DeadReason::SinkError => 2,
             DeadReason::Expired => 3,
+            DeadReason::StaleEpoch => 4,
         }
     }
 
@@ -262,8 +276,9 @@ impl DeadReason {
 }
 
 /// One tenant's items given up while the outbox runs, handed out instead
-/// of dropped unseen (S-R4): a slice the sink rejected, whose retries ran
-/// out or that failed under the `drop` policy, or items that expired. They
+/// of dropped unseen (S-R4): a slice the sink rejected (or refused under a
+/// stale epoch with no outbox table, S-E7), whose retries ran out or that
+/// failed under the `drop` policy, or items that expired. They
 /// are already counted (see [`DeadReason`]); this is the application's
 /// copy to store, alert on or drop.
 #[derive(Debug, PartialEq, Eq, Hash)]

@@ -153,7 +153,8 @@ impl<S: Sink> OutboxBuilder<S> {
     }
 
     /// Hands the items given up while the outbox runs (rejected by the
-    /// sink, retries exhausted, dropped on a sink error, expired) to
+    /// sink, refused under a stale epoch without an outbox table, retries
+    /// exhausted, dropped on a sink error, expired) to
     /// `dead_letters`, a callback or a bounded channel, with their tenant
     /// and reason, instead of dropping them (S-R4). Turns on
     /// [`ConfigBuilder::dead_letters`](crate::ConfigBuilder::dead_letters).
@@ -284,6 +285,7 @@ impl<S: Sink> OutboxBuilder<S> {
         #[cfg(feature = "table")]
         if self.table.is_some() {
             config.table_only = true;
+            config.outbox_table = true;
         }
         // One contained weigher, for the engine and the request path.
         let weigher = self.weigher.take().map(|weigher| {

@@ -48,7 +48,7 @@ pub use health::Health;
 pub use journal::SyncError;
 pub use outbox::Outbox;
 #[cfg(feature = "table")]
-pub use table::health::{ListenerState, TableHealth};
+pub use table::health::{ListenerState, SchemaState, TableHealth};
 #[cfg(feature = "table")]
 pub use table::TableRelay;
 

@@ -35,7 +35,7 @@ pub mod store;
 #[cfg(feature = "testkit")]
 pub mod model;
 
-pub use crate::driver::{ListenerState, TableHealth, TableRelay};
+pub use crate::driver::{ListenerState, SchemaState, TableHealth, TableRelay};
 pub use names::{partition_of, TableNames, MAX_NAME_BYTES};
 pub use pg::{
     PgEpochTx, PgListener, PgStore, DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT, DEFAULT_LOCK_TIMEOUT,

@@ -1,9 +1,13 @@
 //! What the outbox-table relay tests share: a test-unique outbox table
-//! and target table, a store, an outbox relaying the one into the other.
+//! and target table, a store, an outbox relaying the one into the other;
+//! and, against the table's in-memory model, a sink whose writes wait for
+//! the test's permits, staging into the model and an outbox relaying it.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
+use outbox::codec::{Codec, Postcard};
 use outbox::sinks::postgres::PostgresSink;
 use outbox::sinks::Record;
 use outbox::table::{OutboxTable, PgStore, Relayed, TableNames, TableRelay};
@@ -198,6 +202,16 @@ impl World {
         .await
     }
 
+    /// Shuts `outbox` down (waiting at most `timeout`), waits until its
+    /// tasks are gone, then drops every table of the test.
+    pub async fn close<S: outbox::Sink>(self, outbox: Outbox<S>, timeout: Duration) {
+        drop(outbox.shutdown(timeout).await);
+        let closed = outbox.closed();
+        drop(outbox);
+        closed.await;
+        self.finish().await;
+    }
+
     /// Drops every table of the test.
     pub async fn finish(self) {
         let n = &self.name;
@@ -258,4 +272,68 @@ impl outbox::Sink for Faulty {
         }
         self.inner.write(tenant, items).await
     }
+}
+
+/// A sink of relayed `u32`s whose every write first takes a permit: the
+/// test decides when writes end.
+#[derive(Clone)]
+pub struct Held {
+    pub permits: Arc<tokio::sync::Semaphore>,
+}
+
+impl Held {
+    /// Holding `permits` permits.
+    pub fn new(permits: usize) -> Self {
+        Held {
+            permits: Arc::new(tokio::sync::Semaphore::new(permits)),
+        }
+    }
+}
+
+impl outbox::Sink for Held {
+    type Tenant = u64;
+    type Item = Relayed<u32>;
+    fn name(&self) -> &str {
+        "held"
+    }
+    async fn write(&self, _: &u64, _: &[Relayed<u32>]) -> Result<Written, WriteError> {
+        self.permits.acquire().await.expect("open").forget();
+        Ok(Written::ALL)
+    }
+}
+
+/// `tenant` and `item` as the default codec encodes them.
+pub fn encoded(tenant: u64, item: u32) -> (Vec<u8>, Vec<u8>) {
+    let (mut t, mut i) = (Vec::new(), Vec::new());
+    Codec::<u64, u32>::encode_tenant(&Postcard, &tenant, &mut t).unwrap();
+    Codec::<u64, u32>::encode_item(&Postcard, &item, &mut i).unwrap();
+    (t, i)
+}
+
+/// Commits one row of `tenant` into the model.
+#[cfg(feature = "testkit")]
+pub fn stage_model(model: &outbox::table::model::Model, tenant: u64, item: u32) {
+    let (t, i) = encoded(tenant, item);
+    let session = model.begin();
+    model.stage(session, &t, &i, 0, true).unwrap();
+    assert!(model.commit(session).unwrap());
+}
+
+/// An outbox relaying the model into `sink` with `config`, its relay
+/// `relay` polling every 50 ms.
+#[cfg(feature = "testkit")]
+pub fn model_outbox(
+    model: &outbox::table::model::Model,
+    sink: Held,
+    config: Config,
+    relay: TableRelay<u64, u32>,
+) -> Outbox<Held> {
+    Outbox::builder(sink)
+        .config(config)
+        .table(
+            model.store(),
+            relay.poll_interval(Duration::from_millis(50)),
+        )
+        .build()
+        .expect("build")
 }

@@ -42,6 +42,13 @@ impl World {
         Self::with_engine(Engine::new(b.build().expect("valid config")).expect("no weigher needed"))
     }
 
+    /// An engine relaying an outbox table (S-E7: a stale epoch hands its
+    /// tenant over).
+    pub fn table(b: ConfigBuilder) -> Self {
+        let e = Engine::new(b.build().expect("valid config")).expect("no weigher needed");
+        Self::with_engine(e.with_outbox_table())
+    }
+
     pub fn config(c: Config) -> Self {
         Self::with_engine(Engine::new(c).expect("no weigher needed"))
     }

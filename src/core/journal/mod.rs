@@ -113,7 +113,8 @@ pub fn done_by<K, I>(event: &EngineEvent<K, I>) -> Option<(&K, u64)> {
             | LostReason::JoinFailed
             | LostReason::Terminal
             | LostReason::RetriesExhausted
-            | LostReason::Expired => Some((tenant, *items)),
+            | LostReason::Expired
+            | LostReason::StaleEpoch => Some((tenant, *items)),
         },
         EngineEvent::AttemptFailed { .. }
         | EngineEvent::DeadLetter(_)

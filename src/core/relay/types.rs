@@ -321,9 +321,14 @@ impl StoreError {
 
 impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = self.source.to_string();
         match &self.sqlstate {
-            Some(code) => write!(f, "{:?}: {} (SQLSTATE {code})", self.kind, self.source),
-            None => write!(f, "{:?}: {}", self.kind, self.source),
+            // A cause that names its SQLSTATE already (the PostgreSQL
+            // client's errors do) is not given it twice.
+            Some(code) if !text.contains(&format!("SQLSTATE {code}")) => {
+                write!(f, "{:?}: {text} (SQLSTATE {code})", self.kind)
+            }
+            _ => write!(f, "{:?}: {text}", self.kind),
         }
     }
 }
@@ -464,4 +469,30 @@ pub enum RelayEvent {
         /// What failed.
         kind: StoreErrorKind,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_store_error_names_its_sqlstate_once() {
+        let bare = StoreError::new(
+            StoreErrorKind::Refused,
+            Some("42P01".into()),
+            "relation \"x\" does not exist",
+        );
+        let named = StoreError::new(
+            StoreErrorKind::Refused,
+            Some("42P01".into()),
+            "ERROR: relation \"x\" does not exist (SQLSTATE 42P01)",
+        );
+        for e in [bare, named] {
+            let text = e.to_string();
+            assert_eq!(text.matches("SQLSTATE").count(), 1, "{text}");
+            assert!(text.ends_with("(SQLSTATE 42P01)"), "{text}");
+        }
+        let none = StoreError::new(StoreErrorKind::Unknown, None, "connection closed");
+        assert_eq!(none.to_string(), "Unknown: connection closed");
+    }
 }

@@ -36,8 +36,43 @@ pub enum ListenerState {
     PollingOnly,
 }
 
-/// The outbox table's part of [`Health`](crate::Health) (S-T36): the
-/// listener's state and the last [`Horizon`] the relay read.
+/// What the relay found of the outbox table's schema, which it reads
+/// before anything else (S-T3, S-T36). Until it is
+/// [`Accepted`](Self::Accepted) the relay reads nothing and nothing is
+/// relayed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SchemaState {
+    /// Not read yet: the relay is starting.
+    Unread,
+    /// The database answered that the table is not there (SQLSTATE
+    /// `42P01`, undefined table: its migrations were never applied, or the
+    /// name is another's). The relay reads again, backing off up to 5 s,
+    /// and starts once the table is there.
+    Missing,
+    /// The read failed otherwise (the database unreachable, or another
+    /// error): read again, as for [`Missing`](Self::Missing).
+    Unreadable,
+    /// This crate refuses the table's schema (S-T3): a version below the
+    /// oldest it reads (run the migrations), or one that needs a newer
+    /// crate. The relay does not start; an outbox of a crate that knows the
+    /// version relays the rows.
+    Refused {
+        /// The table's schema version (0: no migration recorded).
+        version: u32,
+        /// The oldest crate schema version that may read it.
+        min_reader: u32,
+    },
+    /// Read and accepted: the relay runs.
+    Accepted {
+        /// The table's schema version.
+        version: u32,
+    },
+}
+
+/// The outbox table's part of [`Health`](crate::Health) (S-T36): what the
+/// relay found of the table's schema, the listener's state and the last
+/// [`Horizon`] the relay read.
 ///
 /// The relay reads the horizon every `poll_interval`, but at most once a
 /// second and at least every 10 s (one read at a time, each given at most
@@ -48,6 +83,9 @@ pub enum ListenerState {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct TableHealth {
+    /// The table's schema as the relay found it: missing or refused, the
+    /// relay relays nothing (S-T3).
+    pub schema: SchemaState,
     /// The listener's state.
     pub listener: ListenerState,
     /// The last horizon read: the age of the oldest open transaction that
@@ -69,6 +107,7 @@ pub(crate) struct TableWatch {
 }
 
 struct Noted {
+    schema: SchemaState,
     listener: ListenerState,
     horizon: Option<(Horizon, Time)>,
     failures: u32,
@@ -84,6 +123,7 @@ impl TableWatch {
         };
         TableWatch {
             inner: Mutex::new(Noted {
+                schema: SchemaState::Unread,
                 listener,
                 horizon: None,
                 failures: 0,
@@ -109,6 +149,11 @@ impl TableWatch {
         });
     }
 
+    /// The relay's latest read of the table's schema found `state`.
+    pub(crate) fn schema(&self, state: SchemaState) {
+        self.with(|n| n.schema = state);
+    }
+
     /// A horizon read at `at` answered `read` (`None`: it failed).
     pub(crate) fn horizon(&self, at: Time, read: Option<Horizon>) {
         self.with(|n| match read {
@@ -123,6 +168,7 @@ impl TableWatch {
     /// What health reports at `now`.
     pub(crate) fn snapshot(&self, now: Time) -> TableHealth {
         self.with(|n| TableHealth {
+            schema: n.schema,
             listener: n.listener,
             horizon: n.horizon.map(|(h, _)| h),
             horizon_age: n.horizon.map(|(_, at)| now.saturating_since(at)),
@@ -140,6 +186,9 @@ mod tests {
         let w = TableWatch::new(true);
         let t = |s| Time::ZERO + Duration::from_secs(s);
         assert_eq!(w.snapshot(t(0)).listener, ListenerState::Away);
+        assert_eq!(w.snapshot(t(0)).schema, SchemaState::Unread);
+        w.schema(SchemaState::Missing);
+        assert_eq!(w.snapshot(t(0)).schema, SchemaState::Missing);
         let h = Horizon {
             oldest_transaction: None,
             lag: Some(Duration::from_secs(3)),

@@ -209,6 +209,7 @@ where
         let instance = options.relay.owner.clone();
         let lease = Arc::clone(&options.lease);
         let name = shared.sink.name().to_owned();
+        let noted = Arc::clone(&feed);
         let leases = {
             let store = Arc::clone(&store);
             async move {
@@ -219,7 +220,7 @@ where
                 let config = tokio::select! {
                     biased;
                     _ = stop.wait_for(|stopped| *stopped) => return,
-                    config = lease_config(&*store, &instance, &*lease, &name) => config,
+                    config = lease_config(&*store, &instance, &*lease, &name, &noted.watch) => config,
                 };
                 let Some(config) = config else {
                     return;
@@ -261,20 +262,29 @@ fn check_lease<K, I>(options: &TableRelay<K, I>) -> Result<(), BuildError> {
     }
 }
 
-/// Reads the table's schema (retrying while the store is unreachable)
-/// and builds the lease policy's configuration with its P; `None`, logged,
-/// for a schema this crate refuses (S-T3) or settings the policy refuses.
+/// Reads the table's schema (retrying while the store is unreachable or
+/// the table missing, noted for `health()`, S-T36) and builds the lease
+/// policy's configuration with its P; `None`, logged, for a schema this
+/// crate refuses (S-T3) or settings the policy refuses.
 async fn lease_config<St: Store>(
     store: &St,
     instance: &str,
     lease: &(dyn Fn(LeaseConfigBuilder) -> LeaseConfigBuilder + Send + Sync),
     name: &str,
+    noted: &health::TableWatch,
 ) -> Option<LeaseConfig> {
     let mut wait = Duration::from_millis(100);
     let schema = loop {
         match store.schema().await {
             Ok(schema) => break schema,
             Err(e) => {
+                // 42P01: undefined table.
+                let missing = e.sqlstate() == Some("42P01");
+                noted.schema(if missing {
+                    health::SchemaState::Missing
+                } else {
+                    health::SchemaState::Unreadable
+                });
                 tracing::warn!(outbox = %name, error = %e, "outbox table: cannot read the schema; trying again");
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(Duration::from_secs(5));
@@ -282,9 +292,16 @@ async fn lease_config<St: Store>(
         }
     };
     if let Err(e) = check(&schema) {
+        noted.schema(health::SchemaState::Refused {
+            version: schema.version,
+            min_reader: schema.min_reader,
+        });
         tracing::error!(outbox = %name, error = %e, "outbox table: the relay refuses this schema and does not start");
         return None;
     }
+    noted.schema(health::SchemaState::Accepted {
+        version: schema.version,
+    });
     let builder = LeaseConfig::builder(instance).partitions(schema.partitions);
     match lease(builder).build() {
         Ok(config) => Some(config),
