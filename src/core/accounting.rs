@@ -33,11 +33,15 @@ pub enum LostReason {
     /// A journal record of another codec version than the recovering
     /// outbox's, refused at recovery, never decoded (S-J14).
     OtherVersion,
+    /// A journaled item whose writes were cut by a crash of the process
+    /// `max_crash_attempts` times, dead-lettered at recovery without
+    /// another write (S-J17, the outbox table's S-T18).
+    Poisoned,
 }
 
 impl LostReason {
     /// Every reason, in a fixed order; the array grows with new reasons.
-    pub const ALL: [LostReason; 10] = [
+    pub const ALL: [LostReason; 11] = [
         LostReason::Shutdown,
         LostReason::Deadline,
         LostReason::Abandoned,
@@ -48,6 +52,7 @@ impl LostReason {
         LostReason::JournalUnreadable,
         LostReason::Expired,
         LostReason::OtherVersion,
+        LostReason::Poisoned,
     ];
 
     /// The `reason` label of `outbox_events_lost_total`.
@@ -63,6 +68,7 @@ impl LostReason {
             LostReason::JournalUnreadable => "journal_unreadable",
             LostReason::Expired => "expired",
             LostReason::OtherVersion => "other_version",
+            LostReason::Poisoned => "poisoned",
         }
     }
 
@@ -329,7 +335,8 @@ mod tests {
                 "discarded",
                 "journal_unreadable",
                 "expired",
-                "other_version"
+                "other_version",
+                "poisoned"
             ]
         );
         for (i, r) in LostReason::ALL.iter().enumerate() {

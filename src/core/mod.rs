@@ -39,6 +39,7 @@ pub mod lease;
 pub mod relay;
 mod schedule;
 mod shrink;
+mod suspects;
 pub(crate) mod stage_answers;
 mod tenants;
 mod time;

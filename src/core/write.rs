@@ -200,25 +200,30 @@ pub enum DeadReason {
     SinkError,
     /// Older than `max_item_age`: lost under `expired` (S-R3).
     Expired,
+    /// Its writes were cut by a crash `max_crash_attempts` times: lost
+    /// under `poisoned`, at a journal's recovery (S-J17).
+    Poisoned,
 }
 
 impl DeadReason {
     /// Every reason, in a fixed order.
-    pub const ALL: [DeadReason; 4] = [
+    pub const ALL: [DeadReason; 5] = [
         DeadReason::Terminal,
         DeadReason::RetriesExhausted,
         DeadReason::SinkError,
         DeadReason::Expired,
+        DeadReason::Poisoned,
     ];
 
     /// The counter's reason label: `terminal`, `retries_exhausted`,
-    /// `sink_error`, `expired`.
+    /// `sink_error`, `expired`, `poisoned`.
     pub const fn as_str(self) -> &'static str {
         match self {
             DeadReason::Terminal => "terminal",
             DeadReason::RetriesExhausted => "retries_exhausted",
             DeadReason::SinkError => "sink_error",
             DeadReason::Expired => "expired",
+            DeadReason::Poisoned => "poisoned",
         }
     }
 
@@ -228,6 +233,7 @@ impl DeadReason {
             DeadReason::Terminal => Some(LostReason::Terminal),
             DeadReason::RetriesExhausted => Some(LostReason::RetriesExhausted),
             DeadReason::Expired => Some(LostReason::Expired),
+            DeadReason::Poisoned => Some(LostReason::Poisoned),
             DeadReason::SinkError => None,
         }
     }
@@ -247,6 +253,7 @@ impl DeadReason {
             DeadReason::RetriesExhausted => 1,
             DeadReason::SinkError => 2,
             DeadReason::Expired => 3,
+            DeadReason::Poisoned => 4,
         }
     }
 
