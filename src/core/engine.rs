@@ -1087,7 +1087,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         let group = self.groups.open();
         let first = self.start_slice(tenant, group);
         let mut items = first.items.len();
-        let alone = self.suspects.is_lone(first.id);
+        let alone = self.suspects.lone() == Some(&first.tenant);
         let mut slices = vec![first];
         // While the breaker is open a probe goes alone (S-R1); so does a
         // suspect of a crash, and none joins a group (S-J17).
@@ -1138,7 +1138,6 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         self.life != Life::Closed
             && self.groups.len() < self.config.concurrency
             && self.breaker.may_start(self.now)
-            && !self.suspects.blocking()
     }
 
     /// Pops the next ready tenant with something left to start once what
@@ -1148,6 +1147,18 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         loop {
             if !self.group_slot_free() {
                 return None;
+            }
+            if let Some(lone) = self.suspects.lone() {
+                // A lone slice until it settles: only its retry starts
+                // (S-J17), once nothing else is in flight.
+                let lone = lone.clone();
+                if self.groups.len() > 0 || !self.sched.take_ready_tenant(&lone) {
+                    return None;
+                }
+                if !self.expire(&lone) {
+                    return Some(lone);
+                }
+                continue;
             }
             // A suspect of a crash starts once nothing else is in flight
             // (S-J17); what is ready behind it waits.
@@ -1205,7 +1216,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         }
         self.counters.attempts += 1;
         if alone {
-            self.suspects.started(id);
+            self.suspects.started(tenant.clone());
         }
         self.breaker.started(id);
         self.groups.join(group);
@@ -1372,7 +1383,6 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             _ => return Err(Box::new(UnknownWrite(write))),
         }
         let rec = self.in_flight.remove(&write.id).expect("just checked");
-        self.suspects.ended(write.id);
         self.breaker.ended(write.id, Failure::of(outcome), self.now);
         self.groups.leave(rec.group);
         if rec.given_up {
@@ -1654,7 +1664,6 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         let Some(rec) = self.in_flight.remove(&id) else {
             return false;
         };
-        self.suspects.ended(id);
         self.breaker.ended(id, Some(Failure::TaskLost), self.now);
         self.groups.leave(rec.group);
         self.counters.add_failed(Failure::TaskLost);

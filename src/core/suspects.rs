@@ -10,22 +10,21 @@
 
 use std::collections::BTreeMap;
 
-use super::write::WriteId;
-
-/// The tenants whose oldest items go alone, and the lone write in flight.
+/// The tenants whose oldest items go alone, and the lone slice.
 #[derive(Debug)]
 pub(crate) struct Suspects<K> {
     /// Per tenant, how many of its oldest pending items go alone.
     alone: BTreeMap<K, u64>,
-    /// The lone write in flight, if any: nothing else starts meanwhile.
-    in_flight: Option<WriteId>,
+    /// The tenant whose lone slice started and has not settled (written
+    /// or given up, its retries included): nothing else starts meanwhile.
+    lone: Option<K>,
 }
 
 impl<K> Default for Suspects<K> {
     fn default() -> Self {
         Suspects {
             alone: BTreeMap::new(),
-            in_flight: None,
+            lone: None,
         }
     }
 }
@@ -45,10 +44,13 @@ impl<K: Ord> Suspects<K> {
         !self.alone.is_empty() && self.alone.contains_key(tenant)
     }
 
-    /// `n` of `tenant`'s oldest items settled.
+    /// `n` of `tenant`'s oldest items settled: a lone slice of it ends.
     pub(crate) fn settled(&mut self, tenant: &K, n: u64) {
-        if self.alone.is_empty() {
+        if self.alone.is_empty() && self.lone.is_none() {
             return;
+        }
+        if self.lone.as_ref() == Some(tenant) {
+            self.lone = None;
         }
         if let Some(c) = self.alone.get_mut(tenant) {
             *c = c.saturating_sub(n);
@@ -58,26 +60,15 @@ impl<K: Ord> Suspects<K> {
         }
     }
 
-    /// A lone write started.
-    pub(crate) fn started(&mut self, id: WriteId) {
-        self.in_flight = Some(id);
+    /// A lone slice of `tenant` started (or its retry).
+    pub(crate) fn started(&mut self, tenant: K) {
+        self.lone = Some(tenant);
     }
 
-    /// Write `id` ended (any outcome).
-    pub(crate) fn ended(&mut self, id: WriteId) {
-        if self.in_flight == Some(id) {
-            self.in_flight = None;
-        }
-    }
-
-    /// Whether a lone write is in flight: nothing else may start.
-    pub(crate) fn blocking(&self) -> bool {
-        self.in_flight.is_some()
-    }
-
-    /// Whether `id` is the lone write in flight.
-    pub(crate) fn is_lone(&self, id: WriteId) -> bool {
-        self.in_flight == Some(id)
+    /// The tenant whose lone slice has not settled: only its retry may
+    /// start.
+    pub(crate) fn lone(&self) -> Option<&K> {
+        self.lone.as_ref()
     }
 }
 
@@ -86,19 +77,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn suspects_settle_from_the_oldest_and_a_lone_write_blocks_until_it_ends() {
+    fn suspects_settle_from_the_oldest_and_a_lone_slice_blocks_until_it_settles() {
         let mut s: Suspects<u32> = Suspects::default();
         assert!(!s.is_alone(&1));
         s.set(1, 2);
         s.set(2, 0);
         assert!(s.is_alone(&1) && !s.is_alone(&2));
-        s.started(WriteId(7));
-        assert!(s.blocking() && s.is_lone(WriteId(7)));
-        s.ended(WriteId(8));
-        assert!(s.blocking());
-        s.ended(WriteId(7));
-        assert!(!s.blocking());
+        s.started(1);
+        assert_eq!(s.lone(), Some(&1));
+        s.settled(&2, 1);
+        assert_eq!(s.lone(), Some(&1), "another tenant's items");
         s.settled(&1, 1);
+        assert_eq!(s.lone(), None);
         assert!(s.is_alone(&1));
         s.settled(&1, 1);
         assert!(!s.is_alone(&1));

@@ -193,7 +193,9 @@ where
             Record::Seal(end) => file.seal = Some(end),
             Record::Schema { version, name } => read.schema = Some(Schema::new(version, &name)),
             Record::Attempts { life, seqs } => {
-                file.lives.attempts.extend(seqs.into_iter().map(|s| (life, s)));
+                file.lives
+                    .attempts
+                    .extend(seqs.into_iter().map(|s| (life, s)));
             }
             Record::Life { life, counts } => file.lives.starts.push((life, counts)),
             Record::Clean(life) => file.lives.clean.push(life),

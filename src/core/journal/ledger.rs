@@ -136,9 +136,6 @@ pub struct Costs {
     /// rolls (a header and a seal each) for marks, a resume or the closing
     /// roll.
     pub fixed: u64,
-    /// Of `per_item`, the bytes of its attempt mark in a record of its
-    /// own (S-J17).
-    pub attempt: u64,
 }
 
 impl Costs {
@@ -149,12 +146,10 @@ impl Costs {
         // A segment a mark run rolls to takes marks until less than one
         // mark's record is left: at least this many marks' bytes.
         let room = segment_bytes.saturating_sub(roll + mark).max(1);
-        let attempt = sizes.attempts_len(1);
         Costs {
             seal: sizes.seal,
-            per_item: mark + attempt + (roll * mark).div_ceil(room),
+            per_item: mark + (roll * mark).div_ceil(room),
             fixed: sizes.seal + 2 * roll,
-            attempt,
         }
     }
 }
@@ -549,15 +544,16 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
     }
 
     /// Whether a record of the journal's lives of `len` bytes fits under
-    /// `max_bytes`, `outside` bytes more counted, with the done marks of
-    /// the pending items still reserved (S-J10, S-J17): their attempt
-    /// marks' reservation is what it takes.
+    /// `max_bytes`, `outside` bytes more counted, with the writes that
+    /// free the pending items still reserved (S-J10, S-J17). Nothing is
+    /// reserved for these records: under a bound they are written while
+    /// room is left, so they never cost an item its admission nor a
+    /// journal its progress, and near the bound a crash may go uncounted.
     pub fn note_fits(&self, len: u64, outside: u64) -> bool {
         let Some(max) = self.limits.max_bytes else {
             return true;
         };
-        let reserved = self.costs.fixed
-            + self.live * self.costs.per_item.saturating_sub(self.costs.attempt);
+        let reserved = self.reserved(0);
         self.bytes
             .saturating_add(len)
             .saturating_add(outside)

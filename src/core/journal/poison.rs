@@ -106,6 +106,9 @@ mod tests {
             clean: vec![],
         };
         assert_eq!(crashes(&lives, &set(&[5]))[&5], 2);
-        assert!(crashes(&lives, &set(&[4])).is_empty(), "done items count nothing");
+        assert!(
+            crashes(&lives, &set(&[4])).is_empty(),
+            "done items count nothing"
+        );
     }
 }

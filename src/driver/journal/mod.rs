@@ -22,5 +22,4 @@ pub(crate) use stub::*;
 
 /// What a write waits for before its attempt starts: its attempt marks on
 /// disk (S-J17).
-pub(crate) type Gate =
-    std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'static>>;
+pub(crate) type Gate = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'static>>;
