@@ -264,7 +264,7 @@ pub struct Book {
     /// Run-time dead letters are on (I13, S-R4).
     pub dead_letters_on: bool,
     /// Items handed out as run-time dead letters, per `DeadReason::ALL`.
-    pub dead_letters: [u64; 4],
+    pub dead_letters: [u64; outbox::DeadReason::ALL.len()],
     /// The configured `max_item_age` (I12, S-R3).
     pub max_item_age: Option<Duration>,
     /// A shutdown or abandon was called (backoff no longer checked).
@@ -308,7 +308,7 @@ impl Book {
             min_backoff: Duration::ZERO,
             max_item_age: None,
             dead_letters_on: false,
-            dead_letters: [0; 4],
+            dead_letters: [0; outbox::DeadReason::ALL.len()],
             breaker: crate::net::check::i10::Model::default(),
             closing: false,
             closed_at: None,

@@ -197,7 +197,7 @@ pub struct Harness {
     /// Items handed out as run-time dead letters (I13).
     dead_lettered_items: BTreeSet<u64>,
     /// Of those, how many per [`DeadReason`](crate::core::DeadReason), in its `ALL` order.
-    dead_lettered: [u64; 4],
+    dead_lettered: [u64; crate::core::DeadReason::ALL.len()],
     /// Figures for summaries.
     pub stats: Stats,
 }
@@ -261,7 +261,7 @@ impl Harness {
             ages_due: Vec::new(),
             breaker: outage::BreakerModel::default(),
             dead_lettered_items: BTreeSet::new(),
-            dead_lettered: [0; 4],
+            dead_lettered: [0; crate::core::DeadReason::ALL.len()],
             stats: Stats::default(),
         }
     }
