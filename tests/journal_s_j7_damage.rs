@@ -293,7 +293,17 @@ fn a_single_bit_flip_anywhere_costs_exactly_what_it_hit() {
                         assert_eq!(got, want, "{ctx}");
                         assert_eq!(rec.report.unreadable, 0, "{ctx}");
                     }
-                    Some((_, (_, Record::Seal(_) | Record::Schema { .. }))) => {
+                    Some((
+                        _,
+                        (
+                            _,
+                            Record::Seal(_)
+                            | Record::Schema { .. }
+                            | Record::Attempts { .. }
+                            | Record::Life { .. }
+                            | Record::Clean(_),
+                        ),
+                    )) => {
                         // A damaged schema record costs no item: each item
                         // record carries its version (S-J14).
                         assert_eq!(got, base_seqs, "{ctx}");

@@ -38,11 +38,15 @@ pub enum LostReason {
     /// outbox without an outbox table, where nothing can take the items
     /// over: a terminal failure of the write (S-E7).
     StaleEpoch,
+    /// A journaled item whose writes were cut by a crash of the process
+    /// `max_crash_attempts` times, dead-lettered at recovery without
+    /// another write (S-J17, the outbox table's S-T18).
+    Poisoned,
 }
 
 impl LostReason {
     /// Every reason, in a fixed order; the array grows with new reasons.
-    pub const ALL: [LostReason; 11] = [
+    pub const ALL: [LostReason; 12] = [
         LostReason::Shutdown,
         LostReason::Deadline,
         LostReason::Abandoned,
@@ -54,6 +58,7 @@ impl LostReason {
         LostReason::Expired,
         LostReason::OtherVersion,
         LostReason::StaleEpoch,
+        LostReason::Poisoned,
     ];
 
     /// The `reason` label of `outbox_events_lost_total`.
@@ -70,6 +75,7 @@ impl LostReason {
             LostReason::Expired => "expired",
             LostReason::OtherVersion => "other_version",
             LostReason::StaleEpoch => "stale_epoch",
+            LostReason::Poisoned => "poisoned",
         }
     }
 
@@ -337,7 +343,8 @@ mod tests {
                 "journal_unreadable",
                 "expired",
                 "other_version",
-                "stale_epoch"
+                "stale_epoch",
+                "poisoned",
             ]
         );
         for (i, r) in LostReason::ALL.iter().enumerate() {

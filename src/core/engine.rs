@@ -349,6 +349,8 @@ pub struct Engine<K, I> {
     /// ([`Engine::hand_over_tenants`], S-L16): what they hold is handed
     /// over when that write ends. At most one per write in flight.
     handing_over: BTreeSet<K>,
+    /// The suspects of a crash, written alone (S-J17).
+    suspects: super::suspects::Suspects<K>,
 }
 
 /// A queued refusal event that later refusals add to (S-B8).
@@ -591,6 +593,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             last_written: None,
             keys: Keys::default(),
             handing_over: BTreeSet::new(),
+            suspects: Default::default(),
         })
     }
 
@@ -899,6 +902,37 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         self.counters.add_lost(LostReason::OtherVersion, items)
     }
 
+    /// Counts `items` of `tenant` that a journal recovery found poisoned
+    /// (S-J17: their writes were cut by a crash `max_crash_attempts`
+    /// times) as recovered and lost under `poisoned`, with an
+    /// [`Event::Lost`], and hands them out as a dead letter (attempted)
+    /// with `dead_letters` on, else keeps them for
+    /// [`take_released`](Self::take_released). They never enter the
+    /// tenant's queue: the recovery marks them done itself. After the
+    /// shutdown fence they are counted so all the same (they were given
+    /// up before it).
+    pub fn recover_poisoned(&mut self, now: Time, tenant: K, items: Vec<I>) {
+        self.advance(now);
+        let n = items.len() as u64;
+        if n == 0 {
+            return;
+        }
+        self.counters.recovered += n;
+        self.count_lost(&tenant, LostReason::Poisoned, n);
+        let items = self.dead_letter_at_run_time(&tenant, items, DeadReason::Poisoned, true);
+        self.released.extend(items);
+    }
+
+    /// The oldest `n` pending items of `tenant` are the suspects of a
+    /// crash, or come before one (S-J17): each is written alone, in a
+    /// write and a group of its own, started only when no other write is
+    /// in flight, and no other write starts until it ends. Call after
+    /// [`stage_durable`](Self::stage_durable) took them; `n` past what
+    /// the tenant holds is harmless.
+    pub fn write_alone(&mut self, tenant: K, n: u64) {
+        self.suspects.set(tenant, n);
+    }
+
     /// An item's weight as the engine measures it (S-B5): 0 without a
     /// weigher, else the weigher's clamped to `1..=MAX_WEIGHT`. For a
     /// driver that admits items before the engine sees them
@@ -1068,12 +1102,20 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         let group = self.groups.open();
         let first = self.start_slice(tenant, group);
         let mut items = first.items.len();
+        let alone = self.suspects.lone() == Some(&first.tenant);
         let mut slices = vec![first];
-        // While the breaker is open a probe goes alone (S-R1).
-        while slices.len() < self.config.max_slices_per_write && self.breaker.may_start(self.now) {
+        // While the breaker is open a probe goes alone (S-R1); so does a
+        // suspect of a crash, and none joins a group (S-J17).
+        while !alone
+            && slices.len() < self.config.max_slices_per_write
+            && self.breaker.may_start(self.now)
+        {
             let Some(next) = self.sched.peek_ready() else {
                 break;
             };
+            if self.suspects.is_alone(next) {
+                break;
+            }
             if let Some(cap) = self.config.max_group_items {
                 // An upper bound of the slice's size: the byte limit may
                 // cut it shorter, never longer.
@@ -1121,6 +1163,28 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             if !self.group_slot_free() {
                 return None;
             }
+            if let Some(lone) = self.suspects.lone() {
+                // A lone slice until it settles: only its retry starts
+                // (S-J17), once nothing else is in flight.
+                let lone = lone.clone();
+                if self.groups.len() > 0 || !self.sched.take_ready_tenant(&lone) {
+                    return None;
+                }
+                if !self.expire(&lone) {
+                    return Some(lone);
+                }
+                continue;
+            }
+            // A suspect of a crash starts once nothing else is in flight
+            // (S-J17); what is ready behind it waits.
+            if self.groups.len() > 0
+                && self
+                    .sched
+                    .peek_ready()
+                    .is_some_and(|t| self.suspects.is_alone(t))
+            {
+                return None;
+            }
             let tenant = self.sched.pop_ready()?;
             if !self.expire(&tenant) {
                 return Some(tenant);
@@ -1133,6 +1197,12 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     fn start_slice(&mut self, tenant: K, group: GroupId) -> Write<K, I> {
         let now = self.now;
         let id;
+        let alone = self.suspects.is_alone(&tenant);
+        let max_batch = if alone {
+            Some(1)
+        } else {
+            self.config.max_batch
+        };
         let t = self.tenants.get_mut(&tenant).expect("ready tenant exists");
         let (items, bytes, attempt, first_started, oldest) = match t.retry.take() {
             Some(r) => {
@@ -1145,7 +1215,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                 let weigher = self.weigher.as_deref();
                 let oldest = t.oldest_waiting(now);
                 let (items, bytes) = t.cut_batch(
-                    self.config.max_batch,
+                    max_batch,
                     self.config.max_batch_bytes,
                     |i| weight(weigher, i),
                     now,
@@ -1160,6 +1230,9 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             self.sched.move_expiry(&tenant, Some(at), None);
         }
         self.counters.attempts += 1;
+        if alone {
+            self.suspects.started(tenant.clone());
+        }
         self.breaker.started(id);
         self.groups.join(group);
         self.in_flight.insert(
@@ -2053,6 +2126,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             .expect("a settling tenant exists");
         self.waits.catch_up(&mut t.wait_marks, t.pending as u64);
         t.pending -= n;
+        self.suspects.settled(tenant, n as u64);
         t.stamps.settle(n, self.now, &how, &mut self.ages);
         if !self.keys.0.is_empty() {
             let written = |i| how(i) == ItemOutcome::Written;

@@ -40,6 +40,7 @@ pub mod relay;
 mod schedule;
 mod shrink;
 pub(crate) mod stage_answers;
+mod suspects;
 mod tenants;
 mod time;
 mod wait;

@@ -210,20 +210,24 @@ pub enum DeadReason {
     /// outbox table (nothing can take it over): lost under `stale_epoch`
     /// (S-E7).
     StaleEpoch,
+    /// Its writes were cut by a crash `max_crash_attempts` times: lost
+    /// under `poisoned`, at a journal's recovery (S-J17).
+    Poisoned,
 }
 
 impl DeadReason {
     /// Every reason, in a fixed order.
-    pub const ALL: [DeadReason; 5] = [
+    pub const ALL: [DeadReason; 6] = [
         DeadReason::Terminal,
         DeadReason::RetriesExhausted,
         DeadReason::SinkError,
         DeadReason::Expired,
         DeadReason::StaleEpoch,
+        DeadReason::Poisoned,
     ];
 
     /// The counter's reason label: `terminal`, `retries_exhausted`,
-    /// `sink_error`, `expired`, `stale_epoch`.
+    /// `sink_error`, `expired`, `stale_epoch`, `poisoned`.
     pub const fn as_str(self) -> &'static str {
         match self {
             DeadReason::Terminal => "terminal",
@@ -231,6 +235,7 @@ impl DeadReason {
             DeadReason::SinkError => "sink_error",
             DeadReason::Expired => "expired",
             DeadReason::StaleEpoch => "stale_epoch",
+            DeadReason::Poisoned => "poisoned",
         }
     }
 
@@ -241,6 +246,7 @@ impl DeadReason {
             DeadReason::RetriesExhausted => Some(LostReason::RetriesExhausted),
             DeadReason::Expired => Some(LostReason::Expired),
             DeadReason::StaleEpoch => Some(LostReason::StaleEpoch),
+            DeadReason::Poisoned => Some(LostReason::Poisoned),
             DeadReason::SinkError => None,
         }
     }
@@ -261,6 +267,7 @@ impl DeadReason {
             DeadReason::SinkError => 2,
             DeadReason::Expired => 3,
             DeadReason::StaleEpoch => 4,
+            DeadReason::Poisoned => 5,
         }
     }
 

@@ -442,9 +442,12 @@ impl<S: Sink> Writer<S> {
             .first()
             .and_then(|w| w.deadline)
             .map(|at| self.shared.instant(at));
-        if let Some(journal) = &self.shared.journal {
-            journal.on_spawn(&group);
-        }
+        // S-J17: a first attempt in this life waits for its attempt marks.
+        let gate = self
+            .shared
+            .journal
+            .as_ref()
+            .and_then(|journal| journal.on_spawn(&group));
         // One span per attempt (S-R6), the sink's own logs nesting in it;
         // under fan-in one per group, named by its first slice.
         let span = match group.first() {
@@ -481,13 +484,14 @@ impl<S: Sink> Writer<S> {
         #[cfg(not(feature = "table"))]
         let epochs = None;
         let ids: Vec<_> = group.iter().map(|w| w.id).collect();
-        let run = write_task::run_group_with_epochs(
-            Arc::clone(&self.shared.sink),
-            group,
-            epochs,
-            deadline,
-            self.cancel.clone(),
-        );
+        let sink = Arc::clone(&self.shared.sink);
+        let cancel = self.cancel.clone();
+        let run = async move {
+            if let Some(gate) = gate {
+                wait_gate(gate, deadline, &cancel).await;
+            }
+            write_task::run_group_with_epochs(sink, group, epochs, deadline, cancel).await
+        };
         let task = self
             .tasks
             .spawn(tracing::Instrument::instrument(run, span))
@@ -596,6 +600,27 @@ impl<S: Sink> Writer<S> {
             return;
         }
         send(report);
+    }
+}
+
+/// Waits for a write's attempt marks (S-J17), at most until its
+/// deadline or its cancellation, which the write then meets at once.
+async fn wait_gate(
+    gate: super::journal::Gate,
+    deadline: Option<tokio::time::Instant>,
+    cancel: &CancellationToken,
+) {
+    let until = async {
+        match deadline {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        biased;
+        () = cancel.cancelled() => {}
+        () = gate => {}
+        () = until => {}
     }
 }
 

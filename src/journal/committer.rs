@@ -65,6 +65,11 @@ impl<S: Storage> Committer<S> {
                     format::done(&mut b, seqs);
                     self.storage.append(&format::segment_name(*id), &b)
                 }
+                Op::Note { id, note } => {
+                    let mut b = Vec::new();
+                    format::note(&mut b, note);
+                    self.storage.append(&format::segment_name(*id), &b)
+                }
                 Op::Seal { id, end } => self.seal(*id, *end, &mut missing),
                 Op::Sync(id) if missing.contains(id) => Ok(()),
                 Op::Sync(id) => self.storage.sync(&format::segment_name(*id)),

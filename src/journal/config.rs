@@ -46,6 +46,7 @@ pub struct JournalConfig {
     pub(crate) inline_io: bool,
     pub(crate) other_version: OtherVersion,
     pub(crate) wall_clock: WallClock,
+    pub(crate) max_crash_attempts: u32,
 }
 
 /// The wall clock records are stamped with and recovered ages are
@@ -117,6 +118,7 @@ impl fmt::Debug for JournalConfig {
             .field("max_buffered_bytes", &self.max_buffered_bytes)
             .field("inline_io", &self.inline_io)
             .field("other_version", &self.other_version)
+            .field("max_crash_attempts", &self.max_crash_attempts)
             .finish()
     }
 }
@@ -139,6 +141,7 @@ impl JournalConfig {
             inline_io: false,
             other_version: OtherVersion::Refuse,
             wall_clock: Arc::new(SystemTime::now),
+            max_crash_attempts: crate::core::relay::DEFAULT_MAX_CRASH_ATTEMPTS,
         }
     }
 
@@ -247,6 +250,18 @@ impl JournalConfig {
     /// version holds items of version 0.
     pub fn other_version(mut self, on_other: OtherVersion) -> Self {
         self.other_version = on_other;
+        self
+    }
+
+    /// Crashes of the process that cut an item's attempts after which a
+    /// recovery dead-letters it under `poisoned` without another write
+    /// (S-J17; the knob of the outbox table's relay, S-T18). Default 3;
+    /// 0 is taken as 1. The suspects of a crash (items whose attempt it
+    /// cut) are written alone, one item per write with nothing else in
+    /// flight, so a crash during such a write counts against its item
+    /// only.
+    pub fn max_crash_attempts(mut self, attempts: u32) -> Self {
+        self.max_crash_attempts = attempts.max(1);
         self
     }
 }

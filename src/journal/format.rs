@@ -15,7 +15,15 @@
 //!         5 item (version 2): sequence u64 · staged at u64 (ms since the Unix
 //!           epoch, 0 unknown) · codec version u32 · tenant length u32
 //!           · tenant bytes · item bytes
+//!         6 attempts: life u64 · sequence u64, repeated (S-J17: these
+//!           items' first attempts in that life start once it is on disk)
+//!         7 life: life u64 · (sequence u64 · crashes u32), repeated (a
+//!           life's start after a recovery, with the crashes counted)
+//!         8 clean: life u64 (that life closed cleanly)
 //! ```
+//!
+//! A life is numbered by the first segment it created. The kinds 6 to 8
+//! are read by this version only: an older one skips them as damage.
 //!
 //! Integers are little-endian. A record is valid when its length is
 //! within bounds and its checksum matches; the scanner skips an invalid
@@ -62,6 +70,9 @@ const KIND_DONE: u8 = 2;
 const KIND_SEAL: u8 = 3;
 const KIND_SCHEMA: u8 = 4;
 const KIND_ITEM: u8 = 5;
+const KIND_ATTEMPTS: u8 = 6;
+const KIND_LIFE: u8 = 7;
+const KIND_CLEAN: u8 = 8;
 /// Where an item record's fields sit in its framed bytes.
 const AT_SEQ: usize = FRAME_LEN + 1;
 const AT_STAGED: usize = AT_SEQ + 8;
@@ -289,6 +300,48 @@ pub fn done(out: &mut Vec<u8>, seqs: &[u64]) {
                 b.extend_from_slice(&s.to_le_bytes());
             }
         });
+    }
+}
+
+/// Appends the records of `note` (S-J17) to `out`: attempt and life
+/// records in records of at most [`MARKS_PER_RECORD`] entries each.
+pub fn note(out: &mut Vec<u8>, note: &crate::core::journal::Note) {
+    use crate::core::journal::Note;
+    match note {
+        Note::Attempts { life, seqs } => {
+            for chunk in seqs.chunks(MARKS_PER_RECORD) {
+                frame(out, |b| {
+                    b.push(KIND_ATTEMPTS);
+                    b.extend_from_slice(&life.to_le_bytes());
+                    for s in chunk {
+                        b.extend_from_slice(&s.to_le_bytes());
+                    }
+                });
+            }
+        }
+        Note::Life { life, counts } => {
+            let mut chunks = counts.chunks(MARKS_PER_RECORD).peekable();
+            if chunks.peek().is_none() {
+                frame(out, |b| {
+                    b.push(KIND_LIFE);
+                    b.extend_from_slice(&life.to_le_bytes());
+                });
+            }
+            for chunk in chunks {
+                frame(out, |b| {
+                    b.push(KIND_LIFE);
+                    b.extend_from_slice(&life.to_le_bytes());
+                    for (s, n) in chunk {
+                        b.extend_from_slice(&s.to_le_bytes());
+                        b.extend_from_slice(&n.to_le_bytes());
+                    }
+                });
+            }
+        }
+        Note::Clean { life } => frame(out, |b| {
+            b.push(KIND_CLEAN);
+            b.extend_from_slice(&life.to_le_bytes());
+        }),
     }
 }
 
@@ -599,6 +652,22 @@ pub enum Record<'a> {
         /// The item type's name.
         name: String,
     },
+    /// Attempt marks of a life (S-J17).
+    Attempts {
+        /// The life.
+        life: u64,
+        /// The items.
+        seqs: Vec<u64>,
+    },
+    /// A life's start after a recovery, with the crashes counted (S-J17).
+    Life {
+        /// The life.
+        life: u64,
+        /// `(item, crashes)`.
+        counts: Vec<(u64, u32)>,
+    },
+    /// A life closed cleanly (S-J17).
+    Clean(u64),
 }
 
 /// What [`scan`] found in a segment's records.
@@ -696,6 +765,31 @@ fn parse_body(body: &[u8]) -> Option<Record<'_>> {
         )),
         KIND_SEAL if rest.len() == 8 => {
             Some(Record::Seal(u64::from_le_bytes(rest.try_into().ok()?)))
+        }
+        KIND_ATTEMPTS if rest.len() >= 8 && rest.len() % 8 == 0 => {
+            let mut words = rest
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")));
+            let life = words.next()?;
+            Some(Record::Attempts {
+                life,
+                seqs: words.collect(),
+            })
+        }
+        KIND_LIFE if rest.len() >= 8 && (rest.len() - 8) % 12 == 0 => {
+            let life = u64::from_le_bytes(rest[..8].try_into().ok()?);
+            let counts = rest[8..]
+                .chunks_exact(12)
+                .map(|c| {
+                    let seq = u64::from_le_bytes(c[..8].try_into().expect("8 bytes"));
+                    let n = u32::from_le_bytes(c[8..].try_into().expect("4 bytes"));
+                    (seq, n)
+                })
+                .collect();
+            Some(Record::Life { life, counts })
+        }
+        KIND_CLEAN if rest.len() == 8 => {
+            Some(Record::Clean(u64::from_le_bytes(rest.try_into().ok()?)))
         }
         _ => None,
     }

@@ -231,7 +231,8 @@ where
             let refused: BTreeSet<Seq> = plan.other.iter().copied().collect();
             raws.retain(|(seq, _)| refused.contains(seq));
             raws.sort_by_key(|(seq, _)| *seq);
-            let (r, _) = plan.finish(limits, HEADER_LEN as u64);
+            // Nothing is judged poisoned here: every pending item is shown.
+            let (r, _) = plan.finish(limits, HEADER_LEN as u64, u32::MAX);
             (r.items, r.unreadable, r.done, raws)
         }
         // Another format version: nothing can be read back.
@@ -272,6 +273,10 @@ fn describe(id: u64, name: String, bytes: &[u8]) -> SegmentInfo {
             format::Record::Done(seqs) => marks += seqs.len(),
             format::Record::Seal(end) => sealed = Some(*end),
             format::Record::Schema { version, name } => schema = Some((*version, name.clone())),
+            // The journal's lives (S-J17): read at recovery, not shown.
+            format::Record::Attempts { .. }
+            | format::Record::Life { .. }
+            | format::Record::Clean(_) => {}
         }
     }
     SegmentInfo {

@@ -126,9 +126,9 @@ pub use inspect::{inspect, Inspection, RawBytes, SegmentInfo};
 #[cfg(any(test, feature = "testkit"))]
 pub use memory::MemStorage;
 #[cfg(feature = "testkit")]
-pub use recover::{recover, recover_with, Recovered, RecoveryReport};
+pub use recover::{recover, recover_judging, recover_with, Recovered, RecoveryReport};
 #[cfg(not(feature = "testkit"))]
-pub(crate) use recover::{recover_with, RecoveryReport};
+pub(crate) use recover::{recover_judging, RecoveryReport};
 #[cfg(all(test, not(feature = "testkit")))]
 pub(crate) use storage::LOCK_FILE;
 #[cfg(not(feature = "testkit"))]

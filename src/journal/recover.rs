@@ -62,6 +62,16 @@ pub struct Recovered<K, I> {
     pub other: Vec<OtherRecord>,
     /// The bookkeeping, with a fresh current segment to create.
     pub ledger: Ledger<K>,
+    /// Items whose attempts crashes cut `max_crash_attempts` times, in
+    /// staging order: not in `items`, marked done at the first commit, to
+    /// be dead-lettered under `poisoned` (S-J17).
+    pub poisoned: Vec<(Seq, K, I)>,
+    /// `(sequence, crashes)` of the items of `items` that crashes cut
+    /// (S-J17), for the new life's record.
+    pub crashes: Vec<(Seq, u32)>,
+    /// Per tenant, how many of its oldest recovered items go alone: up to
+    /// its last suspect (S-J17).
+    pub alone: Vec<(K, u64)>,
 }
 
 fn io_err<'a>(op: &'static str, file: &'a str) -> impl FnOnce(io::Error) -> JournalError + 'a {
@@ -131,6 +141,7 @@ where
             other: Vec::new(),
             marks: Vec::new(),
             seal: None,
+            lives: Default::default(),
         },
         schema: None,
         other: Vec::new(),
@@ -181,6 +192,13 @@ where
             Record::Done(seqs) => file.marks.extend(seqs),
             Record::Seal(end) => file.seal = Some(end),
             Record::Schema { version, name } => read.schema = Some(Schema::new(version, &name)),
+            Record::Attempts { life, seqs } => {
+                file.lives
+                    .attempts
+                    .extend(seqs.into_iter().map(|s| (life, s)));
+            }
+            Record::Life { life, counts } => file.lives.starts.push((life, counts)),
+            Record::Clean(life) => file.lives.clean.push(life),
         }
     }
     read
@@ -292,6 +310,27 @@ where
     C: Codec<K, I> + ?Sized,
     S: Storage + ?Sized,
 {
+    let max = crate::core::relay::DEFAULT_MAX_CRASH_ATTEMPTS;
+    recover_judging(storage, codec, limits, on_other, max)
+}
+
+/// [`recover_with`], poisoning the items whose attempts crashes cut
+/// `max_crash_attempts` times (S-J17).
+///
+/// # Errors
+/// As [`recover_with`].
+pub fn recover_judging<K, I, C, S>(
+    storage: &mut S,
+    codec: &C,
+    limits: Limits,
+    on_other: &OtherVersion,
+    max_crash_attempts: u32,
+) -> Result<Recovered<K, I>, JournalError>
+where
+    K: Ord + std::hash::Hash + Clone,
+    C: Codec<K, I> + ?Sized,
+    S: Storage + ?Sized,
+{
     lock(storage)?;
     let names = storage.list().map_err(io_err("list", "."))?;
     let ids = core::segment_ids(
@@ -334,7 +373,8 @@ where
         .map(|(_, r)| r)
         .collect();
     let found = plan.found.clone();
-    let (recovery, ledger) = plan.finish(limits, codec_schema(codec).head_len() as u64);
+    let header = codec_schema(codec).head_len() as u64;
+    let (recovery, ledger) = plan.finish(limits, header, max_crash_attempts);
     let report = RecoveryReport {
         segments: found.segments,
         recovered: recovery.items.len() as u64,
@@ -353,6 +393,9 @@ where
         staged_ms,
         other,
         ledger,
+        poisoned: recovery.poisoned,
+        crashes: recovery.crashes,
+        alone: recovery.alone,
     })
 }
 

@@ -40,6 +40,8 @@ type Crash = Outbox<CrashSink>;
 pub struct AppPlan {
     /// The run's seed.
     pub seed: u64,
+    /// The poison items' ids (S-J17).
+    pub poison: Vec<u64>,
     /// The outbox's config.
     pub config: Config,
     /// The journal's segment size (small, so segments roll and go), or
@@ -126,7 +128,25 @@ fn build(ctx: &Ctx) -> Result<Crash, outbox::BuildError> {
     ))
     .config(plan.config.clone())
     .journal_with_codec(journal, ItemCodec)
+    .dead_letters(poisoned_letters(ctx))
     .build()
+}
+
+/// Notes the items dead-lettered `poisoned` (S-J17); the world's outbox
+/// gives nothing else up while it runs.
+fn poisoned_letters(ctx: &Ctx) -> outbox::DeadLetters<TenantId, Item> {
+    let ledger = Arc::clone(&ctx.ledger);
+    let book = Arc::clone(&ctx.book);
+    outbox::DeadLetters::callback(move |d: outbox::DeadLetter<TenantId, Item>| {
+        if d.reason == outbox::DeadReason::Poisoned {
+            let ids: Vec<u64> = d.items.iter().map(|i| i.id).collect();
+            book::lock(&book).record(
+                book::now(),
+                Ev::Note(format!("items {ids:?} dead-lettered poisoned")),
+            );
+            ledger::lock(&ledger).poisoned.extend(ids);
+        }
+    })
 }
 
 /// One life of the host (its software; turmoil calls it at every start).

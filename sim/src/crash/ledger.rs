@@ -4,6 +4,8 @@
 //! reported, and which items of earlier lives each life wrote.
 
 use std::collections::BTreeSet;
+
+use super::check::s_j17::Cuts;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// The ledger (see the module docs).
@@ -27,6 +29,16 @@ pub struct Ledger {
     pub crashes: u32,
     /// Items counted lost as unreadable over every life (D4).
     pub unreadable: u64,
+    /// The poison items: the app crashes at any write of one (S-J17).
+    pub poison: BTreeSet<u64>,
+    /// A poison item's write just started: the world crashes the app.
+    pub poison_hit: Option<u64>,
+    /// Items handed to the sink in the current life.
+    pub handed: BTreeSet<u64>,
+    /// Per item, the crashes that may have cut its attempts (S-J17).
+    pub cuts: Cuts,
+    /// Items dead-lettered `poisoned`.
+    pub poisoned: BTreeSet<u64>,
 }
 
 /// The ledger, shared by the world, the app and the sink.

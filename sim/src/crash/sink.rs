@@ -119,6 +119,7 @@ impl CrashSink {
         }
         let mut l = ledger::lock(&self.ledger);
         let life = l.life;
+        l.handed.extend(items.iter().map(|i| i.id));
         for i in items {
             if l.item_life
                 .get(i.id as usize)
@@ -157,8 +158,21 @@ impl Sink for CrashSink {
             },
         );
         let frame = staged.then(|| write_frame_of(tenant.as_uuid().as_u128(), items));
+        // S-J17: a poison item takes the process down in its write (the
+        // world crashes the host); the write never ends.
+        let poison = {
+            let mut l = ledger::lock(&self.ledger);
+            let hit = items.iter().map(|i| i.id).find(|id| l.poison.contains(id));
+            if let Some(id) = hit {
+                l.poison_hit.get_or_insert(id);
+            }
+            hit.is_some()
+        };
         let sink = self.clone();
         async move {
+            if poison {
+                std::future::pending::<()>().await;
+            }
             let Some(frame) = frame else {
                 return Err(WriteError::retryable("an item never staged (D3 broken)"));
             };

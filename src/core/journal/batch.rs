@@ -34,11 +34,60 @@ impl Sizes {
         }
     }
 
+    /// Bytes of the attempt records that hold `n` attempt marks (S-J17):
+    /// a done record's, and the life's number in each.
+    pub fn attempts_len(&self, n: usize) -> u64 {
+        let per = self.marks_per_record.max(1);
+        n.div_ceil(per) as u64 * (self.done + LIFE_LEN) + n as u64 * self.mark
+    }
+
+    /// Bytes of a life record counting `n` items' crashes (S-J17).
+    pub fn life_len(&self, n: usize) -> u64 {
+        let per = self.marks_per_record.max(1);
+        n.div_ceil(per).max(1) as u64 * (self.done + LIFE_LEN) + n as u64 * (self.mark + 4)
+    }
+
+    /// Bytes of a clean-close record (S-J17).
+    pub fn clean_len(&self) -> u64 {
+        self.done + LIFE_LEN
+    }
+
     /// Bytes of the done records that hold `n` marks.
     pub fn done_len(&self, n: usize) -> u64 {
         let per = self.marks_per_record.max(1);
         n.div_ceil(per) as u64 * self.done + n as u64 * self.mark
     }
+}
+
+/// Bytes of a life's number in the records that carry it (S-J17).
+pub const LIFE_LEN: u64 = 8;
+
+/// A record of the journal's lives (S-J17), which a recovery reads to
+/// count the crashes that cut attempts. A life is numbered by the first
+/// segment it created.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Note {
+    /// The first attempts of these items in this life start once this is
+    /// on disk.
+    Attempts {
+        /// The life.
+        life: u64,
+        /// The items, in sequence order.
+        seqs: Vec<Seq>,
+    },
+    /// A life starts after a recovery: the crashes counted so far of the
+    /// items it recovered (only those with one or more).
+    Life {
+        /// The life.
+        life: u64,
+        /// `(item, crashes)`, in sequence order.
+        counts: Vec<(Seq, u32)>,
+    },
+    /// The life closed cleanly: none of its attempts was cut by a crash.
+    Clean {
+        /// The life.
+        life: u64,
+    },
 }
 
 /// An item record the machine appends to a commit's buffer: framed by the
@@ -105,6 +154,13 @@ pub enum Op {
         /// Every item of the segment is below this sequence number.
         end: Seq,
     },
+    /// Append a record of the journal's lives to segment `id` (S-J17).
+    Note {
+        /// The segment.
+        id: SegmentId,
+        /// The record.
+        note: Note,
+    },
     /// Make every byte appended to segment `id` durable (`fdatasync`).
     Sync(SegmentId),
     /// Delete segment `id` (after every write of the batch is synced:
@@ -121,6 +177,7 @@ impl Op {
             Op::Create { id, .. }
             | Op::Append { id, .. }
             | Op::Marks { id, .. }
+            | Op::Note { id, .. }
             | Op::Seal { id, .. } => Some(*id),
             Op::Remove(_) | Op::Clear { .. } | Op::Sync(_) | Op::Delete(_) => None,
         }

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::Hash;
 
-use super::batch::{Batch, Op, Record, Sizes};
+use super::batch::{Batch, Note, Op, Record, Sizes};
 use super::ledger::{Ledger, SegmentId, Seq};
 
 /// The records waiting for the next commit, and what failed commits left
@@ -50,6 +50,11 @@ pub(super) struct Commits<K> {
     /// with their bytes, which still count against `max_bytes` (S-J10).
     doomed: BTreeMap<SegmentId, u64>,
     doomed_bytes: u64,
+    /// This life's number: the first segment it creates (S-J17).
+    life: SegmentId,
+    /// The life record and the items it holds, until a commit carried it
+    /// (a resume writes it again).
+    life_note: Option<(Note, Vec<Seq>)>,
 }
 
 impl<K: Ord + Hash + Clone> Commits<K> {
@@ -75,8 +80,118 @@ impl<K: Ord + Hash + Clone> Commits<K> {
             spare: Vec::new(),
             doomed: BTreeMap::new(),
             doomed_bytes: 0,
+            life: id,
+            life_note: None,
             ledger,
         }
+    }
+
+    /// This life's number (S-J17).
+    pub(super) fn life(&self) -> SegmentId {
+        self.life
+    }
+
+    /// A recovery restored the items `recovered` (in sequence order), of
+    /// which `counts` were cut by crashes: the first commit writes the life
+    /// record, which keeps their segments' records of earlier lives from
+    /// counting again (S-J17). Only if it fits under `max_bytes`.
+    pub(super) fn start_life(&mut self, counts: Vec<(Seq, u32)>, recovered: Vec<Seq>) {
+        if recovered.is_empty() {
+            return;
+        }
+        let note = Note::Life {
+            life: self.life,
+            counts,
+        };
+        self.life_note = Some((note, recovered));
+        let ops = self.ops.len();
+        self.push_life();
+        if self.ops.len() > ops {
+            self.buffered += self.sizes.life_len(self.counts_len()) as usize;
+        }
+    }
+
+    /// Items the waiting life record counts.
+    fn counts_len(&self) -> usize {
+        match &self.life_note {
+            Some((Note::Life { counts, .. }, _)) => counts.len(),
+            _ => 0,
+        }
+    }
+
+    /// Appends the life record to the current segment, if one waits.
+    fn push_life(&mut self) {
+        let Some((note, seqs)) = &self.life_note else {
+            return;
+        };
+        let Note::Life { counts, .. } = note else {
+            return;
+        };
+        let len = self.sizes.life_len(counts.len());
+        if !self.ledger.note_fits(len, self.doomed_bytes) {
+            return;
+        }
+        let id = self.ledger.current();
+        self.ledger.add_bytes(len);
+        self.ledger.remark(seqs);
+        self.ops.push(Op::Note {
+            id,
+            note: note.clone(),
+        });
+    }
+
+    /// The first attempt in this life of `tenant`'s oldest `n` items
+    /// starts: whether attempt marks wait for the next commit (S-J17).
+    /// Never while the journal is down.
+    pub(super) fn attempt(&mut self, tenant: &K, n: u64) -> bool {
+        let added = self.ledger.mark_attempt(tenant, n);
+        if self.down {
+            self.ledger.take_attempts();
+            return false;
+        }
+        added > 0
+    }
+
+    /// The attempt marks waiting, as a record in the current segment, if
+    /// it fits under `max_bytes` (else they are not written: a crash
+    /// during those attempts counts against nobody).
+    fn push_attempts(&mut self) {
+        let seqs = self.ledger.take_attempts();
+        if seqs.is_empty() {
+            return;
+        }
+        let len = self.sizes.attempts_len(seqs.len());
+        if !self.ledger.note_fits(len, self.doomed_bytes) {
+            return;
+        }
+        let id = self.ledger.current();
+        self.ledger.add_bytes(len);
+        self.ledger.remark(&seqs);
+        self.ops.push(Op::Note {
+            id,
+            note: Note::Attempts {
+                life: self.life,
+                seqs,
+            },
+        });
+    }
+
+    /// A closing journal's last round: with items still pending whose
+    /// attempts were marked, the record that no crash cut them (S-J17).
+    fn push_clean(&mut self) {
+        if !self.ledger.has_attempted() {
+            return;
+        }
+        let len = self.sizes.clean_len();
+        if !self.ledger.note_fits(len, self.doomed_bytes) {
+            return;
+        }
+        let id = self.ledger.current();
+        self.ledger.add_bytes(len);
+        self.ops.push(Op::Note {
+            id,
+            note: Note::Clean { life: self.life },
+        });
     }
 
     pub(super) fn is_down(&self) -> bool {
@@ -215,8 +330,12 @@ impl<K: Ord + Hash + Clone> Commits<K> {
                 seqs: run.seqs,
             });
         }
+        self.push_attempts();
         if roll_if_idle && self.ledger.live() == 0 {
             self.roll();
+        }
+        if roll_if_idle {
+            self.push_clean();
         }
         let mut ops = std::mem::take(&mut self.ops);
         self.buffered = 0;
@@ -252,6 +371,7 @@ impl<K: Ord + Hash + Clone> Commits<K> {
             self.taken_marks.clear();
             self.taken_deletes.clear();
             self.down = false;
+            self.life_note = None;
             return 0;
         }
         if !self.down {
@@ -325,6 +445,11 @@ impl<K: Ord + Hash + Clone> Commits<K> {
             id,
             first: self.ledger.next_seq(),
         });
+        // The life record, if no commit carried it yet.
+        let before = std::mem::take(&mut self.ops);
+        self.push_life();
+        ops.append(&mut self.ops);
+        self.ops = before;
         if !self.redo_marks.is_empty() {
             self.ledger
                 .add_bytes(self.sizes.done_len(self.redo_marks.len()));

@@ -63,7 +63,10 @@ impl Disk {
         let written: BTreeSet<SegmentId> = writes
             .iter()
             .filter_map(|op| match op {
-                Op::Append { id, .. } | Op::Marks { id, .. } | Op::Seal { id, .. } => Some(*id),
+                Op::Append { id, .. }
+                | Op::Marks { id, .. }
+                | Op::Note { id, .. }
+                | Op::Seal { id, .. } => Some(*id),
                 _ => None,
             })
             .collect();

@@ -261,6 +261,12 @@ pub struct Ledger<K> {
     /// Pending items that are on no disk: accepted while the journal was
     /// down, or journaled in a commit that failed (S-J5).
     undurable: u64,
+    /// Per tenant, how many of its oldest pending items have their attempt
+    /// mark in this life (S-J17): a tenant's slice is always its oldest
+    /// items, so the marked ones are a prefix. Empty without attempts.
+    attempted: HashMap<K, u64, foldhash::fast::FixedState>,
+    /// Attempt marks waiting for the next commit.
+    attempts: Vec<Seq>,
 }
 
 impl<K: Ord + Hash + Clone> Ledger<K> {
@@ -286,6 +292,8 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
             live: 0,
             costs: Costs::default(),
             undurable: 0,
+            attempted: HashMap::default(),
+            attempts: Vec::new(),
         };
         ledger.open_segment(segment, next_seq, header_bytes);
         ledger
@@ -440,6 +448,8 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
         }
         // In sequence order, whatever the map's order.
         moved.sort_unstable();
+        // Marks not yet written are for items on no disk now.
+        self.attempts.clear();
         self.undurable += moved.len() as u64;
         for seq in &moved {
             if let Some(id) = self.segment_of(*seq) {
@@ -488,7 +498,67 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
             // before it finds its queue (no insertion, no allocation).
             self.emptied.push(tenant.clone());
         }
+        if !self.attempted.is_empty() {
+            if let Some(a) = self.attempted.get_mut(tenant) {
+                *a = a.saturating_sub(take as u64);
+                if *a == 0 {
+                    self.attempted.remove(tenant);
+                }
+            }
+        }
         journaled
+    }
+
+    /// The attempt of `tenant`'s oldest `n` pending items starts (S-J17):
+    /// the attempt marks of the journaled ones not yet marked in this
+    /// life wait for the next commit. Returns how many marks that adds (0
+    /// for a retry, or items on no disk).
+    pub fn mark_attempt(&mut self, tenant: &K, n: u64) -> u64 {
+        let Some(queue) = self.tenants.get(tenant) else {
+            return 0;
+        };
+        let n = usize::try_from(n).unwrap_or(usize::MAX).min(queue.len());
+        let marked = self.attempted.get(tenant).copied().unwrap_or(0);
+        let from = usize::try_from(marked).unwrap_or(usize::MAX);
+        if n <= from {
+            return 0;
+        }
+        let before = self.attempts.len();
+        self.attempts
+            .extend(queue.range(from..n).filter_map(|e| e.seq()));
+        self.attempted.insert(tenant.clone(), n as u64);
+        (self.attempts.len() - before) as u64
+    }
+
+    /// The attempt marks waiting, in sequence order.
+    pub fn take_attempts(&mut self) -> Vec<Seq> {
+        let mut seqs = std::mem::take(&mut self.attempts);
+        seqs.sort_unstable();
+        seqs
+    }
+
+    /// Whether an item whose attempt mark is on disk in this life is still
+    /// pending: only then does a clean close need saying (S-J17).
+    pub fn has_attempted(&self) -> bool {
+        !self.attempted.is_empty()
+    }
+
+    /// Whether a record of the journal's lives of `len` bytes fits under
+    /// `max_bytes`, `outside` bytes more counted, with the writes that
+    /// free the pending items still reserved (S-J10, S-J17). Nothing is
+    /// reserved for these records: under a bound they are written while
+    /// room is left, so they never cost an item its admission nor a
+    /// journal its progress, and near the bound a crash may go uncounted.
+    pub fn note_fits(&self, len: u64, outside: u64) -> bool {
+        let Some(max) = self.limits.max_bytes else {
+            return true;
+        };
+        let reserved = self.reserved(0);
+        self.bytes
+            .saturating_add(len)
+            .saturating_add(outside)
+            .saturating_add(reserved)
+            <= max
     }
 
     /// Every pending item of every tenant is done (a shutdown deadline,
@@ -498,6 +568,7 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
         // In the map's order: `take_marks` sorts the marks.
         let tenants = std::mem::take(&mut self.tenants);
         self.undurable = 0;
+        self.attempted.clear();
         let mut journaled = 0;
         for (_, queue) in tenants {
             for entry in queue {
@@ -758,6 +829,21 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
             .entry(tenant)
             .or_default()
             .push_back(Entry::at(seq));
+    }
+
+    /// Takes the recovered items of `seqs` out of their tenants' queues
+    /// (S-J17: poisoned, never staged). Once, at recovery; the map's order
+    /// decides nothing.
+    pub(super) fn drop_pending(&mut self, seqs: &BTreeSet<Seq>) {
+        for queue in self.tenants.values_mut() {
+            queue.retain(|e| e.seq().is_none_or(|s| !seqs.contains(&s)));
+        }
+    }
+
+    /// A recovered item under `seq` is done at once (S-J17: poisoned):
+    /// its mark waits for the first commit.
+    pub(super) fn restore_done(&mut self, seq: Seq) {
+        self.marks.push(seq);
     }
 
     /// Adds a segment read back by a recovery, with `live` items not done,

@@ -223,6 +223,32 @@ impl<K: Ord + Hash + Clone, W> Machine<K, W> {
         self.commits.ledger.mark_done(tenant, n);
     }
 
+    /// An attempt of `tenant`'s oldest `n` pending items is about to start
+    /// (S-J17). Returns whether it must wait for the next commit: the
+    /// first attempt in this life of a journaled item needs its attempt
+    /// mark on disk first, so a crash during it is counted at the next
+    /// recovery. Then pass a waiter to [`handle_sync`](Self::handle_sync)
+    /// and start the attempt once it is answered (whatever the answer).
+    /// A retry, or a journal that is down, never waits.
+    pub fn handle_attempt(&mut self, tenant: &K, n: u64) -> bool {
+        self.commits.attempt(tenant, n)
+    }
+
+    /// After a recovery: the first commit records this life's start with
+    /// the crashes counted of the recovered items (`counts`: `(item,
+    /// crashes)` for those with one or more) and keeps the segments of
+    /// `recovered` (every item restored, in sequence order) from counting
+    /// their records of earlier lives again (S-J17). Call once, before
+    /// the first batch.
+    pub fn start_life(&mut self, counts: Vec<(u64, u32)>, recovered: Vec<u64>) {
+        self.commits.start_life(counts, recovered);
+    }
+
+    /// This life's number: the first segment it creates (S-J17).
+    pub fn life(&self) -> u64 {
+        self.commits.life()
+    }
+
     /// Something was buffered or marked done at `now`: a commit is due
     /// `sync_interval` later, unless one is due sooner.
     pub fn handle_wake(&mut self, now: Time) {

@@ -50,11 +50,12 @@ mod disk;
 mod faults;
 mod ledger;
 mod machine;
+mod poison;
 mod recovery;
 
 // The whole surface is public with `testkit`; the driver uses a part.
 #[cfg_attr(not(feature = "testkit"), allow(unused_imports))]
-pub use batch::{Batch, Executed, Op, Record, Sizes};
+pub use batch::{Batch, Executed, Note, Op, Record, Sizes, LIFE_LEN};
 #[cfg_attr(not(feature = "testkit"), allow(unused_imports))]
 pub use faults::{Faults, Next, CLOSING_RETRIES, CLOSING_RETRY_CAP};
 #[cfg_attr(not(feature = "testkit"), allow(unused_imports))]
@@ -64,6 +65,8 @@ pub use ledger::{
 };
 #[cfg_attr(not(feature = "testkit"), allow(unused_imports))]
 pub use machine::{Event, Machine, Settings, SyncError};
+#[cfg_attr(not(feature = "testkit"), allow(unused_imports))]
+pub use poison::{crashes, poisoned, Lives};
 #[cfg_attr(not(feature = "testkit"), allow(unused_imports))]
 pub use recovery::{
     plan, segment_ids, Found, Head, Plan, Recovery, Refused, ScannedSegment, SegmentFile, Step,
@@ -115,6 +118,9 @@ pub fn done_by<K, I>(event: &EngineEvent<K, I>) -> Option<(&K, u64)> {
             | LostReason::RetriesExhausted
             | LostReason::Expired
             | LostReason::StaleEpoch => Some((tenant, *items)),
+            // Marked done by the recovery that poisoned it (S-J17): it
+            // never entered the tenant's queue.
+            LostReason::Poisoned => None,
         },
         EngineEvent::AttemptFailed { .. }
         | EngineEvent::DeadLetter(_)

@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::hash::Hash;
 
 use super::ledger::{Ledger, Limits, SegmentId, Seq};
+use super::poison::{self, Lives};
 
 /// What a segment file's header says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,6 +68,8 @@ pub struct SegmentFile<K, P> {
     pub marks: Vec<Seq>,
     /// Its seal record's end, if readable.
     pub seal: Option<Seq>,
+    /// Its records of the journal's lives (S-J17).
+    pub lives: Lives,
 }
 
 /// Why a directory is refused (S-J7): never a guess.
@@ -134,6 +137,7 @@ pub struct Plan<K, P> {
     /// fails, as configured.
     pub other: Vec<Seq>,
     segments: Vec<ScannedSegment<K, P>>,
+    lives: Lives,
 }
 
 /// One segment as the plan reads it (D4).
@@ -178,6 +182,16 @@ pub struct Recovery<K, P> {
     pub other: u64,
     /// Readable items skipped because they are marked done.
     pub done: u64,
+    /// Items whose attempts crashes cut `max_crash_attempts` times, in
+    /// sequence order (S-J17): not staged again, marked done at the first
+    /// commit, dead-lettered under `poisoned`.
+    pub poisoned: Vec<(Seq, K, P)>,
+    /// `(item, crashes)` of the items of `items` cut by one crash or
+    /// more, in sequence order: the life record's (S-J17).
+    pub crashes: Vec<(Seq, u32)>,
+    /// Per tenant (in tenant order), how many of its oldest items of
+    /// `items` go alone: up to its last suspect (S-J17).
+    pub alone: Vec<(K, u64)>,
     /// The sequence number the next item gets.
     #[cfg_attr(not(any(test, feature = "testkit")), allow(dead_code))]
     pub next_seq: Seq,
@@ -242,6 +256,10 @@ pub fn plan<K, P>(files: Vec<SegmentFile<K, P>>, seal_bytes: u64) -> Result<Plan
         kept.push(file);
     }
     found.segments = kept.len();
+    let mut lives = Lives::default();
+    for file in &mut kept {
+        lives.extend(std::mem::take(&mut file.lives));
+    }
     let other = other_pending(&kept);
     let mut segments = scan_all(kept, &mut found, &mut steps);
     link_ends(&mut segments);
@@ -258,6 +276,7 @@ pub fn plan<K, P>(files: Vec<SegmentFile<K, P>>, seal_bytes: u64) -> Result<Plan
         steps,
         other,
         segments,
+        lives,
     })
 }
 
@@ -361,9 +380,17 @@ fn open_end<K, P>(seg: &ScannedSegment<K, P>) -> Seq {
 impl<K: Ord + Hash + Clone, P> Plan<K, P> {
     /// After the steps: the items to stage again and a ledger that tracks
     /// them, with a fresh current segment of `header_bytes` after the last
-    /// one.
-    pub fn finish(self, limits: Limits, header_bytes: u64) -> (Recovery<K, P>, Ledger<K>) {
-        Recovery::new(self.segments, limits, header_bytes)
+    /// one; items whose attempts crashes cut `max_crash_attempts` times
+    /// are poisoned (S-J17).
+    pub fn finish(
+        self,
+        limits: Limits,
+        header_bytes: u64,
+        max_crash_attempts: u32,
+    ) -> (Recovery<K, P>, Ledger<K>) {
+        let (mut r, mut ledger) = Recovery::new(self.segments, limits, header_bytes);
+        r.judge(&self.lives, max_crash_attempts, &mut ledger);
+        (r, ledger)
     }
 }
 
@@ -538,10 +565,57 @@ impl<K: Ord + Hash + Clone, P> Recovery<K, P> {
             unreadable,
             other,
             done,
+            poisoned: Vec::new(),
+            crashes: Vec::new(),
+            alone: Vec::new(),
             next_seq,
             next_segment,
         };
         (recovery, ledger)
+    }
+}
+
+impl<K: Ord + Hash + Clone, P> Recovery<K, P> {
+    /// Counts the crashes of the restored items from `lives` (S-J17): the
+    /// poisoned ones leave `items` (their marks wait in `ledger`), the
+    /// suspects' counts go to `crashes`, and each tenant's items up to
+    /// its last suspect go alone.
+    fn judge(&mut self, lives: &Lives, max_crash_attempts: u32, ledger: &mut Ledger<K>) {
+        let pending: BTreeSet<Seq> = self.items.iter().map(|(s, _, _)| *s).collect();
+        let counts = poison::crashes(lives, &pending);
+        if counts.is_empty() {
+            return;
+        }
+        let items = std::mem::take(&mut self.items);
+        // Per tenant: items kept so far, and up to which of them go alone.
+        let mut per: BTreeMap<K, (u64, u64)> = BTreeMap::new();
+        let mut poisoned = BTreeSet::new();
+        for (seq, tenant, payload) in items {
+            let n = counts.get(&seq).copied().unwrap_or(0);
+            if poison::poisoned(n, max_crash_attempts) {
+                poisoned.insert(seq);
+                self.poisoned.push((seq, tenant, payload));
+                continue;
+            }
+            let e = per.entry(tenant.clone()).or_default();
+            e.0 += 1;
+            if n > 0 {
+                e.1 = e.0;
+                self.crashes.push((seq, n));
+            }
+            self.items.push((seq, tenant, payload));
+        }
+        self.alone = per
+            .into_iter()
+            .filter(|(_, (_, alone))| *alone > 0)
+            .map(|(t, (_, alone))| (t, alone))
+            .collect();
+        if !poisoned.is_empty() {
+            ledger.drop_pending(&poisoned);
+            for seq in poisoned {
+                ledger.restore_done(seq);
+            }
+        }
     }
 }
 

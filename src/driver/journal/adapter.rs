@@ -23,7 +23,7 @@ use crate::core::Event;
 use crate::journal::format::{Schema, Stamp};
 use crate::journal::WallClock;
 use crate::journal::{
-    recover_with, Codec, Committer, FsStorage, JournalConfig, JournalError, OtherVersion,
+    recover_judging, Codec, Committer, FsStorage, JournalConfig, JournalError, OtherVersion,
     RecoveryReport, Storage,
 };
 use crate::telemetry::names::LABEL_OUTBOX;
@@ -145,6 +145,10 @@ pub(crate) struct Opened<K, I> {
     /// to `max_item_age`.
     pub(crate) ages: Vec<Duration>,
     pub(crate) report: RecoveryReport,
+    /// Items poisoned (S-J17), in staging order: to dead-letter.
+    pub(crate) poisoned: Vec<(K, I)>,
+    /// Per tenant, how many of its oldest `items` go alone (S-J17).
+    pub(crate) alone: Vec<(K, u64)>,
 }
 
 /// Milliseconds since the Unix epoch on `wall` (0 before it: unknown).
@@ -204,7 +208,13 @@ where
                 })?,
             ),
         };
-        let recovered = recover_with(&mut storage, &*codec, limits, &config.other_version)?;
+        let recovered = recover_judging(
+            &mut storage,
+            &*codec,
+            limits,
+            &config.other_version,
+            config.max_crash_attempts,
+        )?;
         if let OtherVersion::Hand(hand) = &config.other_version {
             hand_other(hand, recovered.other, outbox);
         }
@@ -214,9 +224,13 @@ where
         let ages = (recovered.staged_ms.iter())
             .map(|&staged| age_at(now_ms, staged))
             .collect();
+        let seqs: Vec<u64> = recovered.items.iter().map(|(s, _, _)| *s).collect();
         let items = recovered
             .items
             .into_iter()
+            .map(|(_, k, i)| (k, i))
+            .collect();
+        let poisoned = (recovered.poisoned.into_iter())
             .map(|(_, k, i)| (k, i))
             .collect();
         let metrics = Metrics::register(outbox);
@@ -230,9 +244,11 @@ where
             version: schema.version,
             staged_ms: 0,
         };
+        let mut state = Machine::new(recovered.ledger, settings);
+        state.start_life(recovered.crashes, seqs);
         let journal = Journal {
             inner: Mutex::new(Inner {
-                state: Machine::new(recovered.ledger, settings),
+                state,
                 unjournaled_in_incident: 0,
             }),
             codec,
@@ -254,6 +270,8 @@ where
             items,
             ages,
             report,
+            poisoned,
+            alone: recovered.alone,
         })
     }
 
@@ -293,14 +311,37 @@ where
         self.soon.notify_one();
     }
 
-    /// A group of writes starts: under the `early_mark` canary only, each
-    /// first attempt's items are marked done now (issue 13); else nothing.
-    pub(crate) fn on_spawn(&self, group: &[crate::core::Write<K, I>]) {
+    /// A group of writes starts (S-J17): the first attempt in this life
+    /// of journaled items needs their attempt marks on disk first, so the
+    /// gate returned waits for the next group commit (whatever it
+    /// answers: a journal that fails lets the write go at once). `None`:
+    /// nothing to wait for. Under the `early_mark` canary, each first
+    /// attempt's items are marked done now instead (issue 13).
+    pub(crate) fn on_spawn(&self, group: &[crate::core::Write<K, I>]) -> Option<super::Gate> {
         if crate::journal::canary::on(crate::journal::canary::EARLY_MARK) {
             for write in group.iter().filter(|w| w.attempt == 1) {
                 self.mark_early(&write.tenant, write.items.len() as u64);
             }
+            return None;
         }
+        let mut g = self.lock();
+        let mut wait = false;
+        for write in group {
+            wait |= g
+                .state
+                .handle_attempt(&write.tenant, write.items.len() as u64);
+        }
+        if !wait {
+            return None;
+        }
+        let (tx, rx) = oneshot::channel();
+        g.state.handle_sync(tx);
+        g.answer();
+        drop(g);
+        self.now.notify_one();
+        Some(Box::pin(async move {
+            let _ = rx.await;
+        }))
     }
 
     /// Runs `then` (the shutdown's answer) once the journal's last marks

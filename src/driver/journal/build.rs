@@ -116,8 +116,26 @@ pub(crate) fn open<K: crate::TenantKey, I: Send + 'static>(
             key: None,
         });
     // Logged below, with the recovery's report.
-    let _ = engine.stage_durable(Time::from_elapsed(max_age), durable, r.unreadable);
+    let now = Time::from_elapsed(max_age);
+    let _ = engine.stage_durable(now, durable, r.unreadable);
     engine.recover_other_version(r.other_version);
+    // S-J17: the suspects of a crash go alone; the poisoned are given up.
+    for (tenant, n) in opened.alone {
+        engine.write_alone(tenant, n);
+    }
+    let poisoned = opened.poisoned.len();
+    for (tenant, item) in opened.poisoned {
+        engine.recover_poisoned(now, tenant, vec![item]);
+    }
+    if poisoned > 0 {
+        tracing::error!(
+            outbox = name,
+            dir = %dir,
+            poisoned,
+            reason = crate::LostReason::Poisoned.as_str(),
+            "journal recovery gave up items whose writes crashes cut max_crash_attempts times"
+        );
+    }
     log_recovery(r, name, &dir);
     Ok(Some((opened.journal, opened.committer)))
 }

@@ -19,3 +19,7 @@ pub use adapter::*;
 mod stub;
 #[cfg(not(feature = "journal"))]
 pub(crate) use stub::*;
+
+/// What a write waits for before its attempt starts: its attempt marks on
+/// disk (S-J17).
+pub(crate) type Gate = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'static>>;

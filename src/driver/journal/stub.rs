@@ -79,7 +79,7 @@ impl<K, I> Journal<K, I> {
         match self.never {}
     }
 
-    pub(crate) fn on_spawn(&self, _: &[Write<K, I>]) {
+    pub(crate) fn on_spawn(&self, _: &[Write<K, I>]) -> Option<super::Gate> {
         match self.never {}
     }
 

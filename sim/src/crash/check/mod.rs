@@ -14,6 +14,7 @@
 //! | D5 | [`d5::settled_in_bound`]; the journal opens once the faults stop (`app`); the run's time cap (`world`) | healed phase |
 //! | D6 | [`d6::disk_use_small`] | after the final settle, and after the final shutdown (the app) |
 //! | S-J10 | [`s_j10::bound_held`] | each answered sync while writes cannot fail, and after the final settle (the app) |
+//! | S-J17 | [`s_j17::poisoned_only_after_its_crashes`]; D1 spares a poisoned item | at the end |
 //! | I3 | [`crate::net::check::i3::counters_balance`] | each sync answer, each sample (the app) |
 
 use crate::net::book::Book;
@@ -27,6 +28,7 @@ pub mod d4;
 pub mod d5;
 pub mod d6;
 pub mod s_j10;
+pub mod s_j17;
 
 pub use crate::net::check::Broken;
 

@@ -1,0 +1,96 @@
+//! The suspects of a crash (S-J17): a journal's recovery names, per
+//! tenant, how many of its oldest items were in flight when the process
+//! died (or come before one that was). Until they have settled, they are
+//! written alone: one item per write, in a group of its own, started
+//! only when no other write is in flight, and no other write starts
+//! while it is. A crash during such a write implicates its item alone.
+//!
+//! Empty outside a recovery after a crash: every check is one emptiness
+//! test then.
+
+use std::collections::BTreeMap;
+
+/// The tenants whose oldest items go alone, and the lone slice.
+#[derive(Debug)]
+pub(crate) struct Suspects<K> {
+    /// Per tenant, how many of its oldest pending items go alone.
+    alone: BTreeMap<K, u64>,
+    /// The tenant whose lone slice started and has not settled (written
+    /// or given up, its retries included): nothing else starts meanwhile.
+    lone: Option<K>,
+}
+
+impl<K> Default for Suspects<K> {
+    fn default() -> Self {
+        Suspects {
+            alone: BTreeMap::new(),
+            lone: None,
+        }
+    }
+}
+
+impl<K: Ord> Suspects<K> {
+    /// The oldest `n` pending items of `tenant` go alone (more than it
+    /// holds is harmless: the count falls as its items settle).
+    pub(crate) fn set(&mut self, tenant: K, n: u64) {
+        if n > 0 {
+            let c = self.alone.entry(tenant).or_default();
+            *c = (*c).max(n);
+        }
+    }
+
+    /// Whether `tenant`'s next slice goes alone.
+    pub(crate) fn is_alone(&self, tenant: &K) -> bool {
+        !self.alone.is_empty() && self.alone.contains_key(tenant)
+    }
+
+    /// `n` of `tenant`'s oldest items settled: a lone slice of it ends.
+    pub(crate) fn settled(&mut self, tenant: &K, n: u64) {
+        if self.alone.is_empty() && self.lone.is_none() {
+            return;
+        }
+        if self.lone.as_ref() == Some(tenant) {
+            self.lone = None;
+        }
+        if let Some(c) = self.alone.get_mut(tenant) {
+            *c = c.saturating_sub(n);
+            if *c == 0 {
+                self.alone.remove(tenant);
+            }
+        }
+    }
+
+    /// A lone slice of `tenant` started (or its retry).
+    pub(crate) fn started(&mut self, tenant: K) {
+        self.lone = Some(tenant);
+    }
+
+    /// The tenant whose lone slice has not settled: only its retry may
+    /// start.
+    pub(crate) fn lone(&self) -> Option<&K> {
+        self.lone.as_ref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suspects_settle_from_the_oldest_and_a_lone_slice_blocks_until_it_settles() {
+        let mut s: Suspects<u32> = Suspects::default();
+        assert!(!s.is_alone(&1));
+        s.set(1, 2);
+        s.set(2, 0);
+        assert!(s.is_alone(&1) && !s.is_alone(&2));
+        s.started(1);
+        assert_eq!(s.lone(), Some(&1));
+        s.settled(&2, 1);
+        assert_eq!(s.lone(), Some(&1), "another tenant's items");
+        s.settled(&1, 1);
+        assert_eq!(s.lone(), None);
+        assert!(s.is_alone(&1));
+        s.settled(&1, 1);
+        assert!(!s.is_alone(&1));
+    }
+}

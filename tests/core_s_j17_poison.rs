@@ -1,0 +1,173 @@
+//! S-J17, the core's policy: how a recovery counts the crashes that cut
+//! each item's attempts across lives, which items it poisons, and how the
+//! engine writes the suspects: alone, one item per write, with nothing
+//! else in flight.
+#![cfg(all(feature = "journal", feature = "testkit"))]
+
+use std::time::Duration;
+
+use outbox::core::journal::{plan, Head, Limits, Lives, SegmentFile};
+use outbox::core::{Config, DeadReason, Durable, Engine, Event, LostReason, Outcome, Time};
+
+/// One sealed segment holding `items` (sequence, tenant) and `lives`.
+fn segment(items: &[(u64, u32)], lives: Lives) -> SegmentFile<u32, u64> {
+    SegmentFile {
+        id: 1,
+        head: Head::Valid {
+            id: 1,
+            first: 1,
+            v1: false,
+        },
+        torn: false,
+        len: 100,
+        valid_end: 100,
+        skipped: 0,
+        items: items.iter().map(|&(s, t)| (s, t, s * 10)).collect(),
+        undecodable: Vec::new(),
+        other: Vec::new(),
+        marks: Vec::new(),
+        seal: Some(items.len() as u64 + 1),
+        lives,
+    }
+}
+
+fn limits() -> Limits {
+    Limits::new(Some(4_096), None).unwrap()
+}
+
+#[test]
+fn s_j17_only_the_item_cut_in_every_life_is_poisoned_and_the_suspects_go_alone() {
+    // Tenant 1 holds 1 (cut in lives 1, 2 and 3), 2 (cut in life 1, in
+    // the same slice) and 3 (never tried); tenant 2 holds 4 (cut in life
+    // 1, beside it). Life 2 and 3 started with life records; life 5
+    // closed cleanly after marking 3.
+    let lives = Lives {
+        attempts: vec![(1, 1), (1, 2), (1, 4), (2, 1), (3, 1), (5, 3)],
+        starts: vec![
+            (2, vec![(1, 1), (2, 1), (4, 1)]),
+            (3, vec![(1, 2), (2, 1), (4, 1)]),
+        ],
+        clean: vec![5],
+    };
+    let files = vec![segment(&[(1, 1), (2, 1), (3, 1), (4, 2)], lives)];
+    let (r, _) = plan(files, 17).unwrap().finish(limits(), 48, 3);
+    let seqs = |v: &[(u64, u32, u64)]| v.iter().map(|x| x.0).collect::<Vec<_>>();
+    assert_eq!(seqs(&r.poisoned), [1], "cut in three lives");
+    assert_eq!(seqs(&r.items), [2, 3, 4]);
+    assert_eq!(r.crashes, [(2, 1), (4, 1)]);
+    // Tenant 1's items up to its last suspect go alone; 3 goes after.
+    assert_eq!(r.alone, [(1, 1), (2, 1)]);
+
+    // Under a bound of 4 crashes, 1 is only a suspect, with 3.
+    let lives = Lives {
+        attempts: vec![(3, 1)],
+        starts: vec![(3, vec![(1, 2)])],
+        clean: vec![],
+    };
+    let (r, _) = plan(vec![segment(&[(1, 1)], lives)], 17)
+        .unwrap()
+        .finish(limits(), 48, 4);
+    assert!(r.poisoned.is_empty());
+    assert_eq!(r.crashes, [(1, 3)]);
+}
+
+#[test]
+fn s_j17_a_clean_close_cuts_nothing() {
+    let lives = Lives {
+        attempts: vec![(1, 1)],
+        starts: Vec::new(),
+        clean: vec![1],
+    };
+    let (r, _) = plan(vec![segment(&[(1, 1)], lives)], 17)
+        .unwrap()
+        .finish(limits(), 48, 1);
+    assert!(r.poisoned.is_empty() && r.crashes.is_empty() && r.alone.is_empty());
+}
+
+fn durable(tenant: u32, item: u32) -> Durable<u32, u32> {
+    Durable {
+        tenant,
+        item,
+        age: Duration::ZERO,
+        key: None,
+    }
+}
+
+#[test]
+fn s_j17_suspects_are_written_alone_one_item_per_write_with_nothing_else_in_flight() {
+    let config = Config::builder()
+        .concurrency(4)
+        .max_slices_per_write(4)
+        .dead_letters(true)
+        .build()
+        .unwrap();
+    let mut e: Engine<u32, u32> = Engine::new(config).unwrap();
+    let t0 = Time::ZERO;
+    let items = [(1, 10), (1, 11), (1, 12), (2, 20), (3, 30)];
+    let _ = e.stage_durable(t0, items.map(|(t, i)| durable(t, i)), 0);
+    e.write_alone(1, 2);
+    e.write_alone(2, 1);
+    e.recover_poisoned(t0, 4, vec![40]);
+    // Each group is started and ended before the next poll.
+    let mut groups = Vec::new();
+    while let Some(group) = e.poll_group(t0) {
+        let lone = group
+            .iter()
+            .any(|w| w.items.iter().any(|i| [10, 11, 20].contains(i)));
+        if lone {
+            assert!(
+                e.poll_group(t0).is_none(),
+                "nothing starts beside a suspect"
+            );
+        }
+        groups.push(
+            group
+                .iter()
+                .map(|w| (w.tenant, w.items.clone()))
+                .collect::<Vec<_>>(),
+        );
+        for w in group {
+            e.finish(t0, w, Outcome::WRITTEN).unwrap();
+        }
+    }
+    for item in [10, 11, 20] {
+        let g = groups
+            .iter()
+            .find(|g| g.iter().any(|(_, i)| i.contains(&item)));
+        let g = g.expect("written");
+        assert_eq!(g.len(), 1, "{item} in a group of its own: {groups:?}");
+        assert_eq!(g[0].1, [item], "{item} alone in its write: {groups:?}");
+    }
+    let of_1: Vec<u32> = groups
+        .iter()
+        .flatten()
+        .filter(|(t, _)| *t == 1)
+        .flat_map(|(_, i)| i.clone())
+        .collect();
+    assert_eq!(of_1, [10, 11, 12], "in staging order");
+    let c = e.counters().clone();
+    assert_eq!((c.recovered, c.lost(LostReason::Poisoned)), (6, 1));
+    let letters: Vec<_> = std::iter::from_fn(|| e.poll_event())
+        .filter_map(|ev| match ev {
+            Event::DeadLetter(d) => Some((d.tenant, d.items, d.reason, d.attempted)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(letters, [(4, vec![40], DeadReason::Poisoned, true)]);
+}
+
+#[test]
+fn s_j17_a_suspect_waits_for_the_writes_in_flight_before_it() {
+    let config = Config::builder().concurrency(4).build().unwrap();
+    let mut e: Engine<u32, u32> = Engine::new(config).unwrap();
+    let t0 = Time::ZERO;
+    let _ = e.stage(t0, 9, 90);
+    let first = e.poll_write(t0).unwrap();
+    let _ = e.stage_durable(t0, [durable(1, 10), durable(1, 11)], 0);
+    e.write_alone(1, 1);
+    assert!(e.poll_write(t0).is_none(), "9's write is in flight");
+    e.finish(t0, first, Outcome::WRITTEN).unwrap();
+    let w = e.poll_write(t0).unwrap();
+    assert_eq!(w.items, [10]);
+    assert!(e.poll_write(t0).is_none());
+}

@@ -1,0 +1,128 @@
+//! S-J17 in the driver: an item whose write takes the process down, life
+//! after life (a crash simulated by forgetting the outbox in mid-write and
+//! cutting the in-memory disk to what was synced). After its third crash
+//! the next recovery dead-letters it under `poisoned`; the item behind it
+//! in its slice and the one in flight beside it are written, once.
+#![cfg(all(feature = "journal", feature = "testkit"))]
+
+mod support;
+
+use std::time::Duration;
+
+use outbox::journal::{JournalConfig, MemStorage};
+use outbox::{Config, DeadLetters, DeadReason, LostReason, Outbox, Staged};
+use support::{t, Act, TestSink};
+
+const POISON: u32 = 13;
+
+fn journal(disk: &MemStorage) -> JournalConfig {
+    JournalConfig::with_storage(disk.clone())
+        .sync_interval(Duration::from_millis(1))
+        .inline_io(true)
+}
+
+fn config() -> Config {
+    Config::builder()
+        .concurrency(4)
+        .dead_letters(true)
+        .build()
+        .unwrap()
+}
+
+/// Steps the paused clock until `sink` saw `n` attempts in all.
+async fn until_attempts(sink: &TestSink, n: usize) {
+    for _ in 0..2_000 {
+        if sink.attempts().len() >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!("{} attempts, not {n}", sink.attempts().len());
+}
+
+/// One life that crashes once `crashing` attempts are in flight (every
+/// write hangs on tenant 1, tenant 2's too in the first life); returns the
+/// attempts it saw.
+fn crashing_life(disk: &MemStorage, first: bool, crashing: usize) -> Vec<(u128, Vec<u32>)> {
+    let rt = support::rt::paused();
+    let sink = TestSink::new("crashing");
+    sink.set(t(1), Act::Hang);
+    sink.set(t(2), if first { Act::Hang } else { Act::Ok });
+    rt.block_on(async {
+        let o = Outbox::builder(sink.clone())
+            .config(config())
+            .journal(journal(disk))
+            .build()
+            .unwrap();
+        if first {
+            for i in [POISON, 14] {
+                assert_eq!(o.stage(t(1), i), Staged::Accepted);
+            }
+            assert_eq!(o.stage(t(2), 20), Staged::Accepted);
+            assert_eq!(o.sync().await, Ok(()));
+        }
+        until_attempts(&sink, crashing).await;
+        // Time for anything else to start, which it must not.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        std::mem::forget(o);
+    });
+    std::mem::forget(rt);
+    disk.crash();
+    sink.attempts()
+        .into_iter()
+        .map(|a| (a.tenant.as_uuid().as_u128(), a.items))
+        .collect()
+}
+
+#[test]
+fn s_j17_a_poison_item_is_dead_lettered_after_three_crashes_and_its_neighbours_are_written() {
+    let disk = MemStorage::new();
+    // Life 1: 13 and 14 in one slice, 20 beside them; the process dies.
+    let first = crashing_life(&disk, true, 2);
+    assert_eq!(first.len(), 2, "{first:?}");
+    // Lives 2 and 3: the suspects go alone, 13 first (its tenant's
+    // oldest), and nothing starts beside it before the crash.
+    for life in [2, 3] {
+        let seen = crashing_life(&disk, false, 1);
+        assert_eq!(seen, [(1, vec![POISON])], "life {life}");
+    }
+    // Life 4: 13 is poisoned at recovery; 14 and 20 are written, once.
+    let rt = support::rt::paused();
+    let sink = TestSink::new("last");
+    sink.set_all(Act::Ok);
+    let (letters, mut rx) = DeadLetters::channel(8);
+    rt.block_on(async {
+        let o = Outbox::builder(sink.clone())
+            .config(config())
+            .journal(journal(&disk))
+            .dead_letters(letters)
+            .build()
+            .unwrap();
+        let c = o.counters();
+        assert_eq!((c.recovered, c.lost(LostReason::Poisoned)), (3, 1), "{c:?}");
+        let letter = rx.recv().await.unwrap();
+        assert_eq!(
+            (letter.tenant, letter.items, letter.reason, letter.attempted),
+            (t(1), vec![POISON], DeadReason::Poisoned, true)
+        );
+        let _ = o.settle(Duration::from_secs(10)).await;
+        assert_eq!(sink.stored(t(1)), [14]);
+        assert_eq!(sink.stored(t(2)), [20]);
+        let _ = o.shutdown(Duration::from_secs(10)).await;
+    });
+    // Nothing comes back, even after a crash: the poisoned item's mark
+    // is on disk.
+    drop(rt);
+    disk.crash();
+    let rt = support::rt::paused();
+    let sink = TestSink::new("after");
+    rt.block_on(async {
+        let o = Outbox::builder(sink.clone())
+            .config(config())
+            .journal(journal(&disk))
+            .build()
+            .unwrap();
+        assert_eq!(o.counters().recovered, 0);
+        let _ = o.shutdown(Duration::from_secs(1)).await;
+    });
+}
