@@ -16,8 +16,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::table::{Sink as Target, Usage, World};
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use common::table::{life_pool, Sink as Target, Usage, World};
 use outbox::codec::{Codec, Postcard};
 use outbox::sinks::postgres::PostgresSink;
 use outbox::table::{PgStore, Relayed, TableNames, TableRelay};
@@ -73,27 +72,6 @@ impl Sink for Crashing {
     }
 }
 
-/// A pool of its own for one life: its connections live on that life's
-/// runtime and die with it.
-fn pool(url: &str) -> Pool {
-    let config: tokio_postgres::Config = url.parse().expect("a postgres URL");
-    let manager = Manager::from_config(
-        config,
-        tokio_postgres::NoTls,
-        ManagerConfig {
-            recycling_method: RecyclingMethod::Fast,
-        },
-    );
-    Pool::builder(manager)
-        .max_size(8)
-        .runtime(Runtime::Tokio1)
-        .wait_timeout(Some(Duration::from_secs(2)))
-        .create_timeout(Some(Duration::from_secs(1)))
-        .recycle_timeout(Some(Duration::from_secs(1)))
-        .build()
-        .expect("pool")
-}
-
 /// One life of the relay: its runtime, its outbox, and where its crash
 /// is announced.
 struct Life {
@@ -110,10 +88,10 @@ fn life(w: &World) -> Life {
         .build()
         .expect("a runtime");
     let names = TableNames::new(&w.name).expect("name");
-    let store = PgStore::new(pool(&url), url.parse().expect("a postgres URL"), names);
+    let store = PgStore::new(life_pool(&url), url.parse().expect("a postgres URL"), names);
     let (tx, crashed) = mpsc::unbounded_channel();
     let sink = Crashing {
-        inner: PostgresSink::new(pool(&url), &w.target).expect("name"),
+        inner: PostgresSink::new(life_pool(&url), &w.target).expect("name"),
         crashed: tx,
     };
     let relay = TableRelay::new("i1")

@@ -10,8 +10,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::table::{Sink as Target, Usage, World, P};
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use common::table::{life_pool, Sink as Target, Usage, World, P};
 use outbox::core::relay::{Fence, Fenced};
 use outbox::table::{
     partition_of, Acquire, Acquired, PgStore, Relayed, Store, TableNames, TableRelay,
@@ -160,7 +159,7 @@ const TTL: Duration = Duration::from_millis(1500);
 /// never ends: the test then drops the runtime under it (the crash).
 struct Crashing {
     inner: Target,
-    pool: Pool,
+    pool: deadpool_postgres::Pool,
     table: String,
     crashed: mpsc::UnboundedSender<()>,
 }
@@ -208,26 +207,6 @@ impl Sink for Crashing {
     }
 }
 
-/// A pool of its own for the crashing life: its connections die with it.
-fn pool(url: &str) -> Pool {
-    let config: tokio_postgres::Config = url.parse().expect("a postgres URL");
-    let manager = Manager::from_config(
-        config,
-        tokio_postgres::NoTls,
-        ManagerConfig {
-            recycling_method: RecyclingMethod::Fast,
-        },
-    );
-    Pool::builder(manager)
-        .max_size(8)
-        .runtime(Runtime::Tokio1)
-        .wait_timeout(Some(Duration::from_secs(2)))
-        .create_timeout(Some(Duration::from_secs(1)))
-        .recycle_timeout(Some(Duration::from_secs(1)))
-        .build()
-        .expect("pool")
-}
-
 /// S-T17: one delivery of a tenant's three rows (two healthy, then the
 /// poison one, written one per write): the relay crashes in the poison
 /// row's write after the healthy rows were written and removed. The
@@ -255,10 +234,11 @@ async fn a_crash_after_the_first_rows_were_removed_is_counted() {
     let (tx, mut crashed) = mpsc::unbounded_channel();
     let outbox = {
         let _guard = runtime.enter();
-        let store = PgStore::new(pool(&url), url.parse().expect("a postgres URL"), names);
+        let store = PgStore::new(life_pool(&url), url.parse().expect("a postgres URL"), names);
         let sink = Crashing {
-            inner: outbox::sinks::postgres::PostgresSink::new(pool(&url), &w.target).expect("name"),
-            pool: pool(&url),
+            inner: outbox::sinks::postgres::PostgresSink::new(life_pool(&url), &w.target)
+                .expect("name"),
+            pool: life_pool(&url),
             table: w.name.clone(),
             crashed: tx,
         };

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_postgres::Pool;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use outbox::codec::{Codec, Postcard};
 use outbox::sinks::postgres::PostgresSink;
 use outbox::sinks::Record;
@@ -336,4 +336,25 @@ pub fn model_outbox(
         )
         .build()
         .expect("build")
+}
+
+/// A pool of its own for one life of a relay: its connections live on
+/// that life's runtime and die with it (8 connections, 1-2 s timeouts).
+pub fn life_pool(url: &str) -> Pool {
+    let config: tokio_postgres::Config = url.parse().expect("a postgres URL");
+    let manager = Manager::from_config(
+        config,
+        tokio_postgres::NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(8)
+        .runtime(Runtime::Tokio1)
+        .wait_timeout(Some(Duration::from_secs(2)))
+        .create_timeout(Some(Duration::from_secs(1)))
+        .recycle_timeout(Some(Duration::from_secs(1)))
+        .build()
+        .expect("pool")
 }
