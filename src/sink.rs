@@ -129,9 +129,10 @@ pub trait Sink: Send + Sync + 'static {
     /// relays an outbox table under partition leases, so a sink can check
     /// the epoch where it commits. A sink that checks epochs commits
     /// nothing if `epoch` is not the one installed for its partition, and
-    /// returns [`WriteError::stale_epoch`]; the slice is then neither
-    /// retried nor lost, but handed over to the partition's new owner
-    /// (S-E7; without an outbox table, a terminal loss).
+    /// returns [`WriteError::stale_epoch`]. With an outbox table the slice
+    /// is then neither retried nor lost, but handed over to the partition's
+    /// new owner; without one nothing can take it over, so it is a terminal
+    /// loss, counted `stale_epoch` and dead-lettered (S-E7).
     ///
     /// # Why a provided method
     /// The epoch is an input of the write, like the tenant, but only some

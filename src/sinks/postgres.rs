@@ -138,7 +138,8 @@
 //! - A write whose epoch is not the installed one commits nothing and
 //!   fails with [`WriteError::stale_epoch`] (cause [`StaleEpoch`]); in a
 //!   group only the stale partitions' slices fail, the others are written
-//!   (S-F3). The outbox counts them handed over, never retried (S-E7).
+//!   (S-F3). An outbox with an outbox table counts them handed over, never
+//!   retried; one without counts them lost `stale_epoch` (S-E7).
 //! - A zombie paused inside its transaction holds an install back at most
 //!   the idle timeout (S-E5): keep both timeouts well under the lease ttl,
 //!   and `lock_timeout` above the idle timeout so a takeover's first
