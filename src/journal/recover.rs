@@ -130,18 +130,9 @@ where
     let scan = format::scan(bytes, HEADER_LEN.min(bytes.len()));
     let mut read = Read {
         file: SegmentFile {
-            id,
-            head: format::read_header(bytes),
-            torn: format::torn_header(bytes),
-            len: bytes.len() as u64,
             valid_end: scan.valid_end as u64,
             skipped: scan.skipped.iter().map(|r| r.len() as u64).sum(),
-            items: Vec::new(),
-            undecodable: Vec::new(),
-            other: Vec::new(),
-            marks: Vec::new(),
-            seal: None,
-            lives: Default::default(),
+            ..empty_file(id, bytes)
         },
         schema: None,
         other: Vec::new(),
@@ -202,6 +193,25 @@ where
         }
     }
     read
+}
+
+/// A segment file of `id` with its header read from `bytes` and nothing
+/// scanned yet.
+fn empty_file<K, I>(id: u64, bytes: &[u8]) -> SegmentFile<K, I> {
+    SegmentFile {
+        id,
+        head: format::read_header(bytes),
+        torn: format::torn_header(bytes),
+        len: bytes.len() as u64,
+        valid_end: 0,
+        skipped: 0,
+        items: Vec::new(),
+        undecodable: Vec::new(),
+        other: Vec::new(),
+        marks: Vec::new(),
+        seal: None,
+        lives: Default::default(),
+    }
 }
 
 /// The plan's refusal as a build error.

@@ -184,29 +184,11 @@ where
         codec: Box<dyn Codec<K, I>>,
         outbox: &str,
     ) -> Result<Opened<K, I>, JournalError> {
-        let limits = Limits::new(config.segment_bytes, config.max_bytes).map_err(|b| match b {
-            Bounds::SegmentAboveHalf {
-                segment_bytes,
-                max_bytes,
-            } => JournalError::Bounds {
-                segment_bytes: Some(segment_bytes),
-                max_bytes,
-            },
-            Bounds::MaxTooSmall { max_bytes } => JournalError::Bounds {
-                segment_bytes: None,
-                max_bytes,
-            },
-        })?;
+        let limits = limits_of(&config)?;
         let dir = config.dir.display().to_string();
         let mut storage: Box<dyn Storage> = match config.storage {
             Some(s) => s,
-            None => Box::new(
-                FsStorage::new(&config.dir).map_err(|source| JournalError::Io {
-                    op: "open",
-                    file: dir.clone(),
-                    source,
-                })?,
-            ),
+            None => Box::new(fs_storage(&config.dir, &dir)?),
         };
         let recovered = recover_judging(
             &mut storage,
@@ -393,6 +375,34 @@ where
         self.metrics.bytes.set(g.state.disk_bytes() as f64);
         self.metrics.segments.set(ledger.segments() as f64);
     }
+}
+
+/// The journal's byte limits, or the build error naming the values it
+/// refuses (S-J10).
+fn limits_of(config: &JournalConfig) -> Result<Limits, JournalError> {
+    Limits::new(config.segment_bytes, config.max_bytes).map_err(|b| match b {
+        Bounds::SegmentAboveHalf {
+            segment_bytes,
+            max_bytes,
+        } => JournalError::Bounds {
+            segment_bytes: Some(segment_bytes),
+            max_bytes,
+        },
+        Bounds::MaxTooSmall { max_bytes } => JournalError::Bounds {
+            segment_bytes: None,
+            max_bytes,
+        },
+    })
+}
+
+/// The journal's directory on the real filesystem (`shown`: its name in
+/// errors).
+fn fs_storage(dir: &std::path::Path, shown: &str) -> Result<FsStorage, JournalError> {
+    FsStorage::new(dir).map_err(|source| JournalError::Io {
+        op: "open",
+        file: shown.to_owned(),
+        source,
+    })
 }
 
 #[cfg(test)]
