@@ -106,9 +106,9 @@ impl<K, I> TableRelay<K, I> {
     }
 
     /// Crashed attempts after which a row is dead-lettered as `poisoned`
-    /// (default 3, S-T18).
+    /// (default 3; 0 is taken as 1, as the journal's, S-T18).
     pub fn max_crash_attempts(mut self, attempts: u32) -> Self {
-        self.relay.max_crash_attempts = attempts;
+        self.relay.max_crash_attempts = attempts.max(1);
         self
     }
 
