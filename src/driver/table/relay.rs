@@ -102,6 +102,8 @@ struct Run<L> {
     closed_at: Option<Instant>,
     /// When the next horizon read is due; `None` while one runs.
     horizon_at: Option<Instant>,
+    /// The policy's orphans as last noted for health (S-T39).
+    orphans: usize,
 }
 
 impl<S, St, I> RelayTask<S, St, I>
@@ -119,6 +121,7 @@ where
             known: Owned::new(),
             closed_at: None,
             horizon_at: Some(Instant::now()),
+            orphans: 0,
         };
         loop {
             let now = self.shared.now();
@@ -126,6 +129,10 @@ where
             self.read_horizon(&mut run);
             self.sync_owned(now, &mut run);
             self.drain(now, &mut run);
+            if self.relay.orphans() != run.orphans {
+                run.orphans = self.relay.orphans();
+                self.feed.watch.orphans(run.orphans);
+            }
             if self.finished(&mut run) {
                 break;
             }
