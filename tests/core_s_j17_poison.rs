@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use outbox::core::journal::{plan, Head, Limits, Lives, SegmentFile};
-use outbox::core::{Config, DeadReason, Durable, Engine, Event, LostReason, Outcome, Time};
+use outbox::core::{Config, DeadReason, Durable, Engine, Event, LostReason, Outcome, Time, Write};
 
 /// One sealed segment holding `items` (sequence, tenant) and `lives`.
 fn segment(items: &[(u64, u32)], lives: Lives) -> SegmentFile<u32, u64> {
@@ -48,6 +48,7 @@ fn s_j17_only_the_item_cut_in_every_life_is_poisoned_and_the_suspects_go_alone()
             (3, vec![(1, 2), (2, 1), (4, 1)]),
         ],
         clean: vec![5],
+        ..Lives::default()
     };
     let files = vec![segment(&[(1, 1), (2, 1), (3, 1), (4, 2)], lives)];
     let (r, _) = plan(files, 17).unwrap().finish(limits(), 48, 3);
@@ -63,6 +64,7 @@ fn s_j17_only_the_item_cut_in_every_life_is_poisoned_and_the_suspects_go_alone()
         attempts: vec![(3, 1)],
         starts: vec![(3, vec![(1, 2)])],
         clean: vec![],
+        ..Lives::default()
     };
     let (r, _) = plan(vec![segment(&[(1, 1)], lives)], 17)
         .unwrap()
@@ -77,6 +79,7 @@ fn s_j17_a_clean_close_cuts_nothing() {
         attempts: vec![(1, 1)],
         starts: Vec::new(),
         clean: vec![1],
+        ..Lives::default()
     };
     let (r, _) = plan(vec![segment(&[(1, 1)], lives)], 17)
         .unwrap()
