@@ -16,7 +16,7 @@
 //!           epoch, 0 unknown) · codec version u32 · tenant length u32
 //!           · tenant bytes · item bytes
 //!         6 attempts: life u64 · sequence u64, repeated (S-J17: these
-//!           items' first attempts in that life start once it is on disk)
+//!           items' attempts in that life start once it is on disk)
 //!         7 life: life u64 · (sequence u64 · crashes u32), repeated (a
 //!           life's start after a recovery, with the crashes counted)
 //!         8 clean: life u64 (that life closed cleanly)
