@@ -1171,20 +1171,13 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             if !self.group_slot_free() {
                 return None;
             }
-            if let Some(lone) = self.suspects.lone() {
-                // A lone slice until it settles: only its retry starts
-                // (S-J17), once nothing else is in flight.
-                let lone = lone.clone();
-                if self.groups.len() > 0 || !self.sched.take_ready_tenant(&lone) {
-                    return None;
-                }
-                if !self.expire(&lone) {
-                    return Some(lone);
-                }
-                continue;
+            if self.suspects.lone().is_some() {
+                // A suspect's attempt is in flight: nothing starts beside
+                // it until it comes back (S-J17).
+                return None;
             }
-            // A suspect of a crash starts once nothing else is in flight
-            // (S-J17); what is ready behind it waits.
+            // A suspect of a crash starts once nothing else is in flight,
+            // its retry too (S-J17); what is ready behind it waits.
             if self.groups.len() > 0
                 && self
                     .sched
@@ -1477,6 +1470,8 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         let n = write.items.len();
         let settled = match next {
             AfterFailure::RetryIn(wait) => {
+                // A suspect backing off holds no one back (S-J17, S-W8).
+                self.suspects.came_back(&rec.tenant);
                 let t = self.tenants.get_mut(&rec.tenant).expect("tenant in flight");
                 self.sched
                     .backoff(rec.tenant.clone(), &mut t.phase, self.now + wait);
