@@ -280,7 +280,10 @@ mod tests {
         for full in [false, true] {
             let (tx, mut rx) = lane::<u64, u64>(full);
             let (mut e, a, mut held) = engine();
-            assert!(!rx.take_in((&mut e, &a, &mut held), false), "nothing queued");
+            assert!(
+                !rx.take_in((&mut e, &a, &mut held), false),
+                "nothing queued"
+            );
             let n = CHUNK as u64 * 2 + 10;
             for i in 0..n {
                 tx.send(i % 3, i, 1, None).unwrap();

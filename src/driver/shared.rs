@@ -194,7 +194,8 @@ impl<S: Sink> Shared<S> {
         &self,
         f: impl FnOnce(&mut State<S::Tenant, S::Item>) -> R,
     ) -> (R, bool) {
-        let mut st = self.lock();
+        // As `lock`: the engine is never left half-changed by a panic.
+        let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let State {
             engine,
             handoffs,

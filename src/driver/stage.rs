@@ -215,62 +215,63 @@ impl<S: Sink> Outbox<S> {
         answer: &mut impl FnMut(Verdict<S::Item>),
     ) {
         let shared = &*self.handle.shared;
-        let commit = |st: &mut State<S::Tenant, S::Item>,
-                      mut appender: Option<&mut Appender<'_, S::Tenant, S::Item>>| {
-            let (mut wake, mut batch) = (false, Vec::new());
-            // Under the lock: the fence cannot go up meanwhile.
-            let fenced = st.engine.is_shutting_down();
-            for p in items {
-                let ask = |room: bool| {
-                    decide(&mut Facts {
-                        table_only: shared.admission.table_only(),
-                        fenced,
-                        encoded: !matches!(p.record, Some(None)),
-                        journal_room: room,
-                        admission: &shared.admission,
-                        weight: p.weight,
-                        quota: shared.locked_stage.then_some((&st.engine, &p.tenant)),
-                    })
-                };
-                let verdict = match (p.refused, appender.as_deref_mut(), p.record) {
-                    (Some(refusal), ..) => recheck(Err(refusal), fenced),
-                    (None, Some(a), Some(Some(piece))) => a.append_if(piece, |room| {
-                        let verdict = ask(room);
-                        (verdict.is_ok().then(|| p.tenant.clone()), verdict)
-                    }),
-                    (None, ..) => ask(true),
-                };
-                match verdict {
-                    Err(refusal) if !on.counts(refusal) => {
-                        answer(Err((refusal, p.item)));
-                        continue;
+        let commit =
+            |st: &mut State<S::Tenant, S::Item>,
+             mut appender: Option<&mut Appender<'_, S::Tenant, S::Item>>| {
+                let (mut wake, mut batch) = (false, Vec::new());
+                // Under the lock: the fence cannot go up meanwhile.
+                let fenced = st.engine.is_shutting_down();
+                for p in items {
+                    let ask = |room: bool| {
+                        decide(&mut Facts {
+                            table_only: shared.admission.table_only(),
+                            fenced,
+                            encoded: !matches!(p.record, Some(None)),
+                            journal_room: room,
+                            admission: &shared.admission,
+                            weight: p.weight,
+                            quota: shared.locked_stage.then_some((&st.engine, &p.tenant)),
+                        })
+                    };
+                    let verdict = match (p.refused, appender.as_deref_mut(), p.record) {
+                        (Some(refusal), ..) => recheck(Err(refusal), fenced),
+                        (None, Some(a), Some(Some(piece))) => a.append_if(piece, |room| {
+                            let verdict = ask(room);
+                            (verdict.is_ok().then(|| p.tenant.clone()), verdict)
+                        }),
+                        (None, ..) => ask(true),
+                    };
+                    match verdict {
+                        Err(refusal) if !on.counts(refusal) => {
+                            answer(Err((refusal, p.item)));
+                            continue;
+                        }
+                        Err(refusal) => answer(Ok(refusal.staged())),
+                        Ok(()) => answer(Ok(Staged::Accepted)),
                     }
-                    Err(refusal) => answer(Ok(refusal.staged())),
-                    Ok(()) => answer(Ok(Staged::Accepted)),
+                    // Its event is drained by the writer.
+                    wake |= p.refused.is_some();
+                    let handoff = Handoff {
+                        tenant: p.tenant,
+                        item: p.item,
+                        weight: Some(p.weight),
+                        at,
+                        refusal: verdict.err(),
+                    };
+                    if shared.locked_stage {
+                        let intake =
+                            (shared.admission).intake(&mut st.engine, &mut st.admitted, [handoff]);
+                        wake |= intake.wake;
+                    } else {
+                        batch.push(handoff);
+                    }
                 }
-                // Its event is drained by the writer.
-                wake |= p.refused.is_some();
-                let handoff = Handoff {
-                    tenant: p.tenant,
-                    item: p.item,
-                    weight: Some(p.weight),
-                    at,
-                    refusal: verdict.err(),
-                };
-                if shared.locked_stage {
-                    let intake =
-                        (shared.admission).intake(&mut st.engine, &mut st.admitted, [handoff]);
-                    wake |= intake.wake;
-                } else {
-                    batch.push(handoff);
-                }
-            }
-            // Accepted ones: the fence is down (read under this lock) and
-            // their room is reserved; refused ones are counted.
-            let intake = (shared.admission).intake(&mut st.engine, &mut st.admitted, batch);
-            debug_assert_eq!(intake.refused, 0);
-            wake | intake.wake
-        };
+                // Accepted ones: the fence is down (read under this lock) and
+                // their room is reserved; refused ones are counted.
+                let intake = (shared.admission).intake(&mut st.engine, &mut st.admitted, batch);
+                debug_assert_eq!(intake.refused, 0);
+                wake | intake.wake
+            };
         let (wake, took) = shared.input(|st| match shared.journal.as_deref() {
             Some(j) => j.appending(|a| {
                 let to = (&mut st.engine, &shared.admission, &mut st.admitted);

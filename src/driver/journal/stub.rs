@@ -41,7 +41,11 @@ impl Run {
 }
 
 impl<K, I> Appender<'_, K, I> {
-    pub(crate) fn append_if<R>(&mut self, _: Piece<'_>, _: impl FnOnce(bool) -> (Option<K>, R)) -> R {
+    pub(crate) fn append_if<R>(
+        &mut self,
+        _: Piece<'_>,
+        _: impl FnOnce(bool) -> (Option<K>, R),
+    ) -> R {
         match self.0 {}
     }
 }
