@@ -256,10 +256,10 @@ pub struct Handoff<K, I> {
     pub refusal: Option<Refusal>,
 }
 
-impl<K, I> From<(K, I)> for Handoff<K, I> {
+impl<K, I> Handoff<K, I> {
     /// An admitted item as the plain hand-off carries it (S-W19): the
     /// tenant and the item alone, weighed and stamped at the intake.
-    fn from((tenant, item): (K, I)) -> Self {
+    pub(crate) fn plain((tenant, item): (K, I)) -> Self {
         Handoff {
             tenant,
             item,

@@ -135,8 +135,18 @@ impl<K: Ord + Hash + Clone, I> LaneRx<K, I> {
         } = self;
         let mut cx = Context::from_waker(waker.as_ref().unwrap_or(Waker::noop()));
         match rx {
-            Rx::Plain(rx, buf) => take_from(rx, buf, &mut cx, received.take(), to, fence),
-            Rx::Full(rx, buf) => take_from(rx, buf, &mut cx, received.take(), to, fence),
+            Rx::Plain(rx, buf) => {
+                take_from(rx, buf, Handoff::plain, &mut cx, received.take(), to, fence)
+            }
+            Rx::Full(rx, buf) => take_from(
+                rx,
+                buf,
+                std::convert::identity,
+                &mut cx,
+                received.take(),
+                to,
+                fence,
+            ),
         }
     }
 }
@@ -154,7 +164,7 @@ impl<K, I> LaneRx<K, I> {
             self.waker = Some(cx.waker().clone());
         }
         let polled = match &mut self.rx {
-            Rx::Plain(rx, _) => rx.poll_recv(cx).map(|h| h.map(Handoff::from)),
+            Rx::Plain(rx, _) => rx.poll_recv(cx).map(|h| h.map(Handoff::plain)),
             Rx::Full(rx, _) => rx.poll_recv(cx),
         };
         match polled {
@@ -167,13 +177,15 @@ impl<K, I> LaneRx<K, I> {
     }
 }
 
-/// [`LaneRx::take_in`] on one kind of channel: `first`, then what is
+/// [`LaneRx::take_in`] on one kind of channel, whose messages `into`
+/// makes hand-offs: `first`, then what is
 /// queued in chunks (each at one update of the channel's count, see the
 /// module doc), then one by one what a chunk could not receive. Checks
 /// (in debug builds) that the engine took in what was reserved.
-fn take_from<K: Ord + Hash + Clone, I, M: Into<Handoff<K, I>>>(
+fn take_from<K: Ord + Hash + Clone, I, M>(
     rx: &mut UnboundedReceiver<M>,
     buf: &mut Vec<M>,
+    into: fn(M) -> Handoff<K, I>,
     cx: &mut Context<'_>,
     first: Option<Handoff<K, I>>,
     (engine, admission, held): To<'_, K, I>,
@@ -214,7 +226,7 @@ fn take_from<K: Ord + Hash + Clone, I, M: Into<Handoff<K, I>>>(
             // task's budget is spent. The rest one by one, as below.
             _ => break,
         }
-        let chunk = buf.drain(..).map(Into::into).inspect(&mut count);
+        let chunk = buf.drain(..).map(into).inspect(&mut count);
         wake |= sum(admission.intake(engine, held, chunk));
     }
     if left > 0 {
@@ -231,7 +243,7 @@ fn take_from<K: Ord + Hash + Clone, I, M: Into<Handoff<K, I>>>(
                 Err(_) => return None,
             }
         });
-        let tail = tail.map(Into::into).inspect(&mut count);
+        let tail = tail.map(into).inspect(&mut count);
         wake |= sum(admission.intake(engine, held, tail));
     }
     debug_assert_eq!(reserved.0, took.0);
@@ -258,7 +270,7 @@ mod tests {
     fn a_plain_hand_off_is_the_tenant_and_the_item_alone() {
         // The point of the plain lane: what a stalled writer holds per item.
         assert_eq!(std::mem::size_of::<(u64, u64)>(), 16);
-        let h = Handoff::from((1u64, 2u64));
+        let h = Handoff::plain((1u64, 2u64));
         assert_eq!((h.tenant, h.item, h.weight, h.at), (1, 2, None, None));
     }
 

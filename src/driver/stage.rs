@@ -144,6 +144,8 @@ impl<S: Sink> Outbox<S> {
         let record = journal.map(|j| j.encode_into(&mut run, &tenant, &item));
         let record = record.map(|i| i.and_then(|i| run.as_ref()?.get(i)));
         let mut verdict = Ok(Staged::Accepted);
+        // What is left for the engine's lock: nothing (handed off), the
+        // item to decide there (`None`), or a refusal to count (`Some`).
         let refused = if shared.locked_stage {
             Some((None, tenant, item))
         } else {
