@@ -256,6 +256,20 @@ pub struct Handoff<K, I> {
     pub refusal: Option<Refusal>,
 }
 
+impl<K, I> Handoff<K, I> {
+    /// An admitted item as the plain hand-off carries it (S-W19): the
+    /// tenant and the item alone, weighed and stamped at the intake.
+    pub(crate) fn plain((tenant, item): (K, I)) -> Self {
+        Handoff {
+            tenant,
+            item,
+            weight: None,
+            at: None,
+            refusal: None,
+        }
+    }
+}
+
 /// The reservations against the buffer's capacities (S-A1, S-B5). Without
 /// either capacity configured, every call is free: nothing is counted.
 #[derive(Debug)]

@@ -80,6 +80,15 @@ impl fmt::Display for Time {
     }
 }
 
+/// Milliseconds since the Unix epoch of a wall clock's reading `at` (0
+/// before it: unknown), as a journal record carries its staging time
+/// (S-R3). The reading is the caller's: the core never reads a clock.
+#[cfg(feature = "journal")]
+pub(crate) fn unix_ms(at: std::time::SystemTime) -> u64 {
+    at.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,19 +16,20 @@
 //! lands before it, and is received, or fails), and whose receiver wakes
 //! the writer only when it is waiting for it.
 //!
-//! The intake receives what is queued in chunks ([`LaneRx::recv_queued`]),
+//! The intake receives what is queued in chunks ([`LaneRx::take_in`]),
 //! not one `try_recv` at a time: each receive updates the channel's
 //! message count, an atomic every send updates too, so one update per
 //! chunk instead of one per item keeps the stages' sends off a contended
 //! cache line while the writer takes items in (on a 2-core machine a send
 //! cost about 1.5x more with a `try_recv` per item).
 
+use std::hash::Hash;
 use std::task::{Context, Poll, Waker};
 
 use tokio::sync::mpsc::error::{SendError, TryRecvError};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
-use crate::core::{Handoff, Time};
+use crate::core::{Admission, Engine, Handoff, Intake, Time};
 
 /// The sending side, one per outbox, used by every stage.
 pub(crate) enum LaneTx<K, I> {
@@ -46,6 +47,8 @@ pub(crate) struct LaneRx<K, I> {
     /// registers one when it first finds nothing), and it must be this one,
     /// or a later stage would wake nobody.
     waker: Option<Waker>,
+    /// A hand-off the writer received while waiting: taken in first.
+    received: Option<Handoff<K, I>>,
 }
 
 /// The channel, with the buffer its chunks are received into.
@@ -54,57 +57,30 @@ enum Rx<K, I> {
     Full(UnboundedReceiver<Handoff<K, I>>, Vec<Handoff<K, I>>),
 }
 
-/// The most hand-offs [`LaneRx::recv_queued`] receives at once: what the
-/// chunk buffer holds at most, so a burst leaves no large buffer behind.
+/// The most hand-offs received at once: what the chunk buffer holds at
+/// most, so a burst leaves no large buffer behind.
 pub(crate) const CHUNK: usize = 256;
+
+/// Where [`LaneRx::take_in`] puts what it receives: the engine, the
+/// admission whose reservations the items hold, and the engine's share of
+/// them (items, bytes).
+pub(crate) type To<'a, K, I> = (&'a mut Engine<K, I>, &'a Admission, &'a mut (u64, u64));
 
 /// A hand-off channel: `full` when the weight or the stamp must travel.
 pub(crate) fn lane<K, I>(full: bool) -> (LaneTx<K, I>, LaneRx<K, I>) {
-    if full {
+    let (tx, rx) = if full {
         let (tx, rx) = unbounded_channel();
-        let rx = Rx::Full(rx, Vec::new());
-        (LaneTx::Full(tx), LaneRx { rx, waker: None })
+        (LaneTx::Full(tx), Rx::Full(rx, Vec::new()))
     } else {
         let (tx, rx) = unbounded_channel();
-        let rx = Rx::Plain(rx, Vec::new());
-        (LaneTx::Plain(tx), LaneRx { rx, waker: None })
-    }
-}
-
-/// A received chunk, drained in order.
-pub(crate) enum Chunk<'a, K, I> {
-    Plain(std::vec::Drain<'a, (K, I)>),
-    Full(std::vec::Drain<'a, Handoff<K, I>>),
-}
-
-impl<K, I> Iterator for Chunk<'_, K, I> {
-    type Item = Handoff<K, I>;
-
-    fn next(&mut self) -> Option<Handoff<K, I>> {
-        match self {
-            Chunk::Plain(d) => d.next().map(plain),
-            Chunk::Full(d) => d.next(),
-        }
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        match self {
-            Chunk::Plain(d) => d.size_hint(),
-            Chunk::Full(d) => d.size_hint(),
-        }
-    }
-}
-
-impl<K, I> ExactSizeIterator for Chunk<'_, K, I> {}
-
-fn plain<K, I>((tenant, item): (K, I)) -> Handoff<K, I> {
-    Handoff {
-        tenant,
-        item,
-        weight: None,
-        at: None,
-        refusal: None,
-    }
+        (LaneTx::Plain(tx), Rx::Plain(rx, Vec::new()))
+    };
+    let rx = LaneRx {
+        rx,
+        waker: None,
+        received: None,
+    };
+    (tx, rx)
 }
 
 impl<K, I> LaneTx<K, I> {
@@ -131,11 +107,6 @@ impl<K, I> LaneTx<K, I> {
         }
     }
 
-    /// Whether the weight and the stamp travel.
-    pub(crate) fn is_full(&self) -> bool {
-        matches!(self, LaneTx::Full(_))
-    }
-
     /// Whether the lane is closed: the fence is up (S-W9).
     pub(crate) fn is_closed(&self) -> bool {
         match self {
@@ -145,71 +116,139 @@ impl<K, I> LaneTx<K, I> {
     }
 }
 
-impl<K, I> LaneRx<K, I> {
-    /// Closes the lane: every later send fails (S-W9).
-    pub(crate) fn close(&mut self) {
-        match &mut self.rx {
-            Rx::Plain(rx, _) => rx.close(),
-            Rx::Full(rx, _) => rx.close(),
-        }
-    }
-
-    /// Hand-offs queued now.
-    pub(crate) fn len(&self) -> usize {
-        match &self.rx {
-            Rx::Plain(rx, _) => rx.len(),
-            Rx::Full(rx, _) => rx.len(),
-        }
-    }
-
-    /// The next hand-off, if one is queued.
-    pub(crate) fn try_recv(&mut self) -> Result<Handoff<K, I>, TryRecvError> {
-        match &mut self.rx {
-            Rx::Plain(rx, _) => rx.try_recv().map(plain),
-            Rx::Full(rx, _) => rx.try_recv(),
-        }
-    }
-
-    /// Receives up to `limit` (at most [`CHUNK`]) queued hand-offs at once,
-    /// in order, without waiting; `None` if none can be received now (none
-    /// is visible yet, or the calling task's budget is spent: then
-    /// [`try_recv`](Self::try_recv) still works).
+impl<K: Ord + Hash + Clone, I> LaneRx<K, I> {
+    /// Moves the hand-offs staged so far into the engine's intake, in
+    /// their order (S-W19), the one the writer received first. With
+    /// `fence`, closes the lane first and takes in every stage that got
+    /// past it (S-W9): call it right before the engine's fence goes up, in
+    /// the same hold of the lock, so no stage is told `Accepted` and then
+    /// refused. Returns whether the writer must drain.
     ///
-    /// It polls with the writer's waker, the one the channel would keep
+    /// It receives with the writer's waker, the one the channel would keep
     /// anyway (before the writer's first wait, with a no-op one: the
     /// writer registers its own when it first waits).
-    pub(crate) fn recv_queued(&mut self, limit: usize) -> Option<Chunk<'_, K, I>> {
-        let mut cx = Context::from_waker(self.waker.as_ref().unwrap_or(Waker::noop()));
-        let limit = limit.min(CHUNK);
-        match &mut self.rx {
+    pub(crate) fn take_in(&mut self, to: To<'_, K, I>, fence: bool) -> bool {
+        let LaneRx {
+            rx,
+            waker,
+            received,
+        } = self;
+        let mut cx = Context::from_waker(waker.as_ref().unwrap_or(Waker::noop()));
+        match rx {
             Rx::Plain(rx, buf) => {
-                buf.clear();
-                match rx.poll_recv_many(&mut cx, buf, limit) {
-                    Poll::Ready(n) if n > 0 => Some(Chunk::Plain(buf.drain(..))),
-                    _ => None,
-                }
+                take_from(rx, buf, Handoff::plain, &mut cx, received.take(), to, fence)
             }
-            Rx::Full(rx, buf) => {
-                buf.clear();
-                match rx.poll_recv_many(&mut cx, buf, limit) {
-                    Poll::Ready(n) if n > 0 => Some(Chunk::Full(buf.drain(..))),
-                    _ => None,
-                }
-            }
+            Rx::Full(rx, buf) => take_from(
+                rx,
+                buf,
+                std::convert::identity,
+                &mut cx,
+                received.take(),
+                to,
+                fence,
+            ),
         }
     }
+}
 
-    /// Polls for the next hand-off; `None` once closed and empty. The
-    /// writer's call: its waker is kept for [`recv_queued`](Self::recv_queued).
-    pub(crate) fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Handoff<K, I>>> {
+impl<K, I> LaneRx<K, I> {
+    /// Waits for a hand-off: ready when one came (kept for the next
+    /// [`take_in`](Self::take_in) to take in first); pending for good once
+    /// the lane is closed and empty. The writer's call: its waker is kept
+    /// for `take_in`.
+    pub(crate) fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.received.is_some() {
+            return Poll::Ready(());
+        }
         if !self.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
             self.waker = Some(cx.waker().clone());
         }
-        match &mut self.rx {
-            Rx::Plain(rx, _) => rx.poll_recv(cx).map(|h| h.map(plain)),
+        let polled = match &mut self.rx {
+            Rx::Plain(rx, _) => rx.poll_recv(cx).map(|h| h.map(Handoff::plain)),
             Rx::Full(rx, _) => rx.poll_recv(cx),
+        };
+        match polled {
+            Poll::Ready(Some(h)) => {
+                self.received = Some(h);
+                Poll::Ready(())
+            }
+            Poll::Ready(None) | Poll::Pending => Poll::Pending,
         }
     }
+}
+
+/// [`LaneRx::take_in`] on one kind of channel, whose messages `into`
+/// makes hand-offs: `first`, then what is
+/// queued in chunks (each at one update of the channel's count, see the
+/// module doc), then one by one what a chunk could not receive. Checks
+/// (in debug builds) that the engine took in what was reserved.
+fn take_from<K: Ord + Hash + Clone, I, M>(
+    rx: &mut UnboundedReceiver<M>,
+    buf: &mut Vec<M>,
+    into: fn(M) -> Handoff<K, I>,
+    cx: &mut Context<'_>,
+    first: Option<Handoff<K, I>>,
+    (engine, admission, held): To<'_, K, I>,
+    fence: bool,
+) -> bool {
+    if fence {
+        rx.close();
+    }
+    // Without a fence, only what is queued now: a stage that returned
+    // before this call is among it, and a stream of new stages cannot
+    // keep the lock held.
+    let mut left = if fence { usize::MAX } else { rx.len() };
+    if first.is_none() && left == 0 {
+        return false;
+    }
+    // (items, bytes) reserved, whether every item carried its weight (a
+    // plain lane's are weighed at the intake: no bytes were reserved),
+    // and (items, bytes) the intake took.
+    let (mut reserved, mut weighed, mut took) = ((0u64, 0u64), true, (0u64, 0u64));
+    let mut count = |h: &Handoff<K, I>| {
+        reserved.0 += 1;
+        reserved.1 = reserved.1.saturating_add(h.weight.unwrap_or(0));
+        weighed &= h.weight.is_some();
+    };
+    let mut sum = |i: Intake| {
+        took.0 += i.accepted + i.refused;
+        took.1 = (took.1.saturating_add(i.accepted_bytes)).saturating_add(i.refused_bytes);
+        i.wake
+    };
+    let mut wake = first.is_some_and(|h| {
+        sum(admission.intake(engine, held, std::iter::once(h).inspect(&mut count)))
+    });
+    while !fence && left > 0 {
+        buf.clear();
+        match rx.poll_recv_many(cx, buf, left.min(CHUNK)) {
+            Poll::Ready(n) if n > 0 => left -= n,
+            // Nothing now: a send between its count and its push, or the
+            // task's budget is spent. The rest one by one, as below.
+            _ => break,
+        }
+        let chunk = buf.drain(..).map(into).inspect(&mut count);
+        wake |= sum(admission.intake(engine, held, chunk));
+    }
+    if left > 0 {
+        let tail = std::iter::from_fn(|| loop {
+            if left == 0 {
+                return None;
+            }
+            left -= 1;
+            match rx.try_recv() {
+                Ok(h) => return Some(h),
+                // Closed: a stage is between the fence and its push,
+                // which is a few instructions away (S-W9).
+                Err(TryRecvError::Empty) if fence => std::thread::yield_now(),
+                Err(_) => return None,
+            }
+        });
+        let tail = tail.map(into).inspect(&mut count);
+        wake |= sum(admission.intake(engine, held, tail));
+    }
+    debug_assert_eq!(reserved.0, took.0);
+    debug_assert!(!weighed || reserved.1 == took.1);
+    wake
 }
 
 #[cfg(test)]
@@ -218,36 +257,51 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::core::Config;
+
+    /// A fresh engine, its admission and the engine's share of it.
+    fn engine() -> (Engine<u64, u64>, Admission, (u64, u64)) {
+        let engine = Engine::new(Config::default()).unwrap();
+        let admission = Admission::new(engine.config());
+        (engine, admission, (0, 0))
+    }
 
     #[test]
     fn a_plain_hand_off_is_the_tenant_and_the_item_alone() {
         // The point of the plain lane: what a stalled writer holds per item.
         assert_eq!(std::mem::size_of::<(u64, u64)>(), 16);
-        let (tx, mut rx) = lane::<u64, u64>(false);
-        tx.send(1, 2, 99, Some(Time::ZERO)).unwrap();
-        let h = rx.try_recv().unwrap();
+        let h = Handoff::plain((1u64, 2u64));
         assert_eq!((h.tenant, h.item, h.weight, h.at), (1, 2, None, None));
-        rx.close();
-        assert!(tx.is_closed());
-        assert_eq!(tx.send(3, 4, 0, None), Err((3, 4)));
     }
 
     #[test]
-    fn a_chunk_is_what_is_queued_in_order_up_to_the_limit_and_chunk() {
+    fn the_fence_takes_in_what_got_past_it_and_hands_later_items_back() {
         for full in [false, true] {
             let (tx, mut rx) = lane::<u64, u64>(full);
-            assert!(rx.recv_queued(10).is_none(), "nothing queued");
-            for i in 0..(CHUNK as u64 + 10) {
+            let (mut e, a, mut held) = engine();
+            tx.send(1, 2, 0, Some(Time::ZERO)).unwrap();
+            rx.take_in((&mut e, &a, &mut held), true);
+            assert_eq!((e.pending(), held.0), (1, 1), "full {full}");
+            assert!(tx.is_closed());
+            assert_eq!(tx.send(3, 4, 0, None), Err((3, 4)));
+        }
+    }
+
+    #[test]
+    fn take_in_takes_everything_queued_past_a_chunk() {
+        for full in [false, true] {
+            let (tx, mut rx) = lane::<u64, u64>(full);
+            let (mut e, a, mut held) = engine();
+            assert!(
+                !rx.take_in((&mut e, &a, &mut held), false),
+                "nothing queued"
+            );
+            let n = CHUNK as u64 * 2 + 10;
+            for i in 0..n {
                 tx.send(i % 3, i, 1, None).unwrap();
             }
-            let mut items =
-                |limit| -> Vec<u64> { rx.recv_queued(limit).unwrap().map(|h| h.item).collect() };
-            assert_eq!(items(4), [0, 1, 2, 3], "full {full}: the limit");
-            let (n, c) = (CHUNK as u64 + 10, CHUNK as u64);
-            assert_eq!(items(usize::MAX), (4..4 + c).collect::<Vec<_>>(), "CHUNK");
-            assert_eq!(items(usize::MAX), (4 + c..n).collect::<Vec<_>>());
-            assert!(rx.recv_queued(1).is_none());
-            assert_eq!(rx.len(), 0);
+            rx.take_in((&mut e, &a, &mut held), false);
+            assert_eq!((e.pending(), held.0), (n, n), "full {full}");
         }
     }
 
@@ -261,30 +315,24 @@ mod tests {
     }
 
     #[test]
-    fn a_chunk_that_finds_nothing_leaves_the_writers_waker_with_the_channel() {
+    fn an_intake_leaves_the_writers_waker_with_the_channel() {
         // The channel registers the polling waker when it finds nothing: a
         // no-op one there would leave the waiting writer asleep through
         // the next stages (a lost wake-up).
         let writer = Arc::new(Counting(AtomicUsize::new(0)));
         let waker = Waker::from(Arc::clone(&writer));
         let (tx, mut rx) = lane::<u64, u64>(false);
+        let (mut e, a, mut held) = engine();
         let mut cx = Context::from_waker(&waker);
         assert!(rx.poll_recv(&mut cx).is_pending(), "the writer waits");
-        assert!(rx.recv_queued(8).is_none(), "an intake finds nothing");
         tx.send(1, 2, 0, None).unwrap();
-        assert_eq!(
-            writer.0.load(Ordering::SeqCst),
-            1,
-            "the stage wakes the writer"
-        );
-    }
-
-    #[test]
-    fn a_full_hand_off_carries_the_weight_and_the_stamp() {
-        let (tx, mut rx) = lane::<u64, u64>(true);
-        tx.send(1, 2, 99, Some(Time::ZERO)).unwrap();
-        assert_eq!(rx.len(), 1);
-        let h = rx.try_recv().unwrap();
-        assert_eq!((h.weight, h.at), (Some(99), Some(Time::ZERO)));
+        assert!(rx.poll_recv(&mut cx).is_ready(), "kept for the intake");
+        tx.send(1, 3, 0, None).unwrap();
+        rx.take_in((&mut e, &a, &mut held), false);
+        assert_eq!(e.pending(), 2, "the received one and the queued one");
+        assert!(rx.poll_recv(&mut cx).is_pending(), "the writer waits again");
+        assert!(!rx.take_in((&mut e, &a, &mut held), false));
+        tx.send(1, 4, 0, None).unwrap();
+        assert_eq!(writer.0.load(Ordering::SeqCst), 2, "each stage woke it");
     }
 }

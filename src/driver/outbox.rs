@@ -28,12 +28,12 @@ use crate::sink::Sink;
 /// Every method but the constructors may be called from any thread, in
 /// the runtime or not; none blocks beyond a short lock, none panics.
 pub struct Outbox<S: Sink> {
-    handle: Arc<HandleRef<S>>,
+    pub(super) handle: Arc<HandleRef<S>>,
 }
 
 /// Counts the handles: its drop is the last handle's (S-W16).
-struct HandleRef<S: Sink> {
-    shared: Arc<Shared<S>>,
+pub(super) struct HandleRef<S: Sink> {
+    pub(super) shared: Arc<Shared<S>>,
 }
 
 impl<S: Sink> Drop for HandleRef<S> {

@@ -10,14 +10,13 @@ use std::time::Duration;
 use std::task::{Context, Poll};
 
 use tokio::runtime::Handle;
-use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
 use super::contain;
 use super::journal::Journal;
 use super::lane::{lane, LaneRx, LaneTx};
-use crate::core::{Admission, Engine, Handoff, Intake, Report, ShutdownReport, Time, WaitId};
+use crate::core::{Admission, Engine, Report, ShutdownReport, Time, WaitId};
 use crate::sink::Sink;
 use crate::telemetry::Export;
 
@@ -46,22 +45,11 @@ pub(crate) struct State<K, I> {
     export: Export,
     /// The request path's stages on their way to the engine (S-W19): taken
     /// in by whoever holds the lock, before anything else it does.
-    handoffs: LaneRx<K, I>,
-    /// A hand-off the writer received while waiting, taken in first.
-    received: Option<Handoff<K, I>>,
+    pub(crate) handoffs: LaneRx<K, I>,
     /// The engine's pending items and bytes as the admission counts them:
     /// the difference to the engine's own is given back (or added) after
     /// every input.
     pub(crate) admitted: (u64, u64),
-}
-
-impl<K: Ord + std::hash::Hash + Clone, I> State<K, I> {
-    /// Exports the engine's counters (I3: after every step) and the ages
-    /// of the items settled (S-R7).
-    pub(crate) fn export(&mut self) {
-        self.export.export(self.engine.counters());
-        self.export.ages(self.engine.drain_item_ages());
-    }
 }
 
 /// An item's weight on the request path: the same contained weigher the
@@ -160,7 +148,6 @@ impl<S: Sink> Shared<S> {
                 writer_gone: false,
                 export,
                 handoffs,
-                received: None,
                 admitted,
             }),
             handoff,
@@ -207,15 +194,30 @@ impl<S: Sink> Shared<S> {
         &self,
         f: impl FnOnce(&mut State<S::Tenant, S::Item>) -> R,
     ) -> (R, bool) {
-        let mut st = self.lock();
-        let wake = self.take_in(&mut st, false);
+        // As `lock`: the engine is never left half-changed by a panic.
+        let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let State {
+            engine,
+            handoffs,
+            admitted,
+            ..
+        } = &mut *st;
+        let wake = handoffs.take_in((engine, &self.admission, admitted), false);
         let out = f(&mut st);
+        let State {
+            engine,
+            admitted,
+            export,
+            ..
+        } = &mut *st;
         // What settled in the engine gives its reservations back (S-A1,
         // S-B5).
-        let (pending, bytes) = (st.engine.pending(), st.engine.pending_bytes());
-        self.admission.follow(&mut st.admitted, pending, bytes);
-        st.export();
-        let released = st.engine.take_released();
+        (self.admission).follow(admitted, engine.pending(), engine.pending_bytes());
+        // The counters after every step (I3), the ages of the items
+        // settled (S-R7).
+        export.export(engine.counters());
+        export.ages(engine.drain_item_ages());
+        let released = engine.take_released();
         drop(st);
         if !released.is_empty() {
             contain::drop_each(released);
@@ -224,93 +226,16 @@ impl<S: Sink> Shared<S> {
     }
 
     /// Moves the hand-offs staged so far into the engine, in their order
-    /// (S-W19). With `fence`, closes the hand-off first and takes in every
-    /// stage that got past it (S-W9): call it right before the engine's
-    /// fence goes up, in the same hold of the lock, so no stage is told
-    /// `Accepted` and then refused. Returns whether the writer must drain.
+    /// (S-W19); with `fence`, closes the hand-off first (S-W9), see
+    /// [`LaneRx::take_in`]. Returns whether the writer must drain.
     pub(crate) fn take_in(&self, st: &mut State<S::Tenant, S::Item>, fence: bool) -> bool {
         let State {
             engine,
             handoffs,
-            received,
             admitted,
             ..
         } = st;
-        if fence {
-            handoffs.close();
-        }
-        // Without a fence, only what is queued now: a stage that returned
-        // before this call is among it, and a stream of new stages cannot
-        // keep the lock held.
-        let mut left = if fence { usize::MAX } else { handoffs.len() };
-        if received.is_none() && left == 0 {
-            return false;
-        }
-        // The hand-off the writer received while waiting comes first.
-        let mut wake = match received.take() {
-            Some(h) => self.take_in_batch(engine, admitted, std::iter::once(h)),
-            None => false,
-        };
-        // In chunks, each at one update of the channel's count (see
-        // `lane`), while that receives anything.
-        while !fence && left > 0 {
-            let Some(chunk) = handoffs.recv_queued(left) else {
-                // Nothing now: a send between its count and its push, or
-                // the task's budget is spent. The rest one by one, as below.
-                break;
-            };
-            left -= chunk.len();
-            wake |= self.take_in_batch(engine, admitted, chunk);
-        }
-        if left == 0 {
-            return wake;
-        }
-        let batch = std::iter::from_fn(|| loop {
-            if left == 0 {
-                return None;
-            }
-            left -= 1;
-            match handoffs.try_recv() {
-                Ok(h) => return Some(h),
-                // Closed: a stage is between the fence and its push,
-                // which is a few instructions away (S-W9).
-                Err(TryRecvError::Empty) if fence => std::thread::yield_now(),
-                Err(_) => return None,
-            }
-        });
-        wake | self.take_in_batch(engine, admitted, batch)
-    }
-
-    /// The engine's intake of hand-offs from the lane, each admitted
-    /// with a reservation on the request path; checks (in debug builds)
-    /// that the engine's share matches what was reserved.
-    fn take_in_batch(
-        &self,
-        engine: &mut Engine<S::Tenant, S::Item>,
-        admitted: &mut (u64, u64),
-        batch: impl IntoIterator<Item = Handoff<S::Tenant, S::Item>>,
-    ) -> bool {
-        let mut reserved = (0u64, 0u64);
-        let batch = batch.into_iter().inspect(|h| {
-            reserved.0 += 1;
-            // A plain hand-off reserved no bytes (no `capacity_bytes`).
-            reserved.1 = reserved.1.saturating_add(h.weight.unwrap_or(0));
-        });
-        let Intake {
-            accepted,
-            accepted_bytes,
-            refused,
-            refused_bytes,
-            wake,
-            ..
-        } = self.admission.intake(engine, admitted, batch);
-        debug_assert_eq!(reserved.0, accepted + refused);
-        // A plain lane's items are weighed at the intake: no bytes were
-        // reserved for them.
-        debug_assert!(
-            !self.handoff.is_full() || reserved.1 == accepted_bytes.saturating_add(refused_bytes)
-        );
-        wake
+        handoffs.take_in((engine, &self.admission, admitted), fence)
     }
 
     /// The writer's wait for a hand-off: ready when one came (kept for the
@@ -318,17 +243,7 @@ impl<S: Sink> Shared<S> {
     /// then woken by the next stage (S-W19). Pending for good once the
     /// hand-off is closed and empty: the fence was taken in.
     pub(crate) fn poll_handoff(&self, cx: &mut Context<'_>) -> Poll<()> {
-        let mut st = self.lock();
-        if st.received.is_some() {
-            return Poll::Ready(());
-        }
-        match st.handoffs.poll_recv(cx) {
-            Poll::Ready(Some(h)) => {
-                st.received = Some(h);
-                Poll::Ready(())
-            }
-            Poll::Ready(None) | Poll::Pending => Poll::Pending,
-        }
+        self.lock().handoffs.poll_recv(cx)
     }
 
     /// Locks the state. The engine is never left half-changed by a panic

@@ -15,8 +15,9 @@
 
 use std::time::Duration;
 
-use super::journal::{Journal, Piece};
-use crate::core::{decide, Facts, Handoff, OnRefusal, Refusal, Staged, Time, Verdict};
+use super::journal::{Appender, Journal, Piece};
+use super::shared::State;
+use crate::core::{decide, recheck, Facts, Handoff, OnRefusal, Refusal, Staged, Time, Verdict};
 use crate::sink::Sink;
 use crate::Outbox;
 use crate::StageError;
@@ -29,6 +30,9 @@ pub(super) struct Prepared<'r, K, I> {
     pub(super) item: I,
     pub(super) weight: u64,
     pub(super) record: Option<Option<Piece<'r>>>,
+    /// Refused on the request path already (S-W19): only counted under
+    /// the engine's lock, as the fence's if it went up since (S-W21).
+    pub(super) refused: Option<Refusal>,
 }
 
 impl<S: Sink> Outbox<S> {
@@ -98,12 +102,13 @@ impl<S: Sink> Outbox<S> {
         mut item: S::Item,
         timeout: Duration,
     ) -> Result<(), StageError<S::Item>> {
-        let shared = self.shared();
-        let deadline = super::deadline(tokio::time::Instant::now(), timeout);
+        // Far away rather than an overflow: `Duration::MAX` is no deadline.
+        let timer = tokio::time::sleep(timeout);
+        tokio::pin!(timer);
         loop {
             // Registered before the try, so a wake between the two is not
             // missed.
-            let notified = shared.capacity.notified();
+            let notified = self.handle.shared.capacity.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             match self.stage_one(tenant.clone(), item, OnRefusal::Wait) {
@@ -114,7 +119,7 @@ impl<S: Sink> Outbox<S> {
             tokio::select! {
                 biased;
                 () = &mut notified => {}
-                () = tokio::time::sleep_until(deadline) => {
+                () = &mut timer => {
                     return Err(StageError::TimedOut(item));
                 }
             }
@@ -122,132 +127,88 @@ impl<S: Sink> Outbox<S> {
     }
 
     /// The pipeline for one item (S-W21): prepare, then ask and commit on
-    /// the outbox's one path for single stages.
+    /// the outbox's one path for single stages: under the engine's lock
+    /// ([`commit_locked`](Self::commit_locked)) when the outbox decides
+    /// there, else the request path (S-W19): the fence and the capacities
+    /// without the engine's lock, the hand-off, then the append under the
+    /// journal's lock (taken alone, held from its room to the append, D2);
+    /// a refusal is counted under the engine's lock after the journal's
+    /// is let go.
     fn stage_one(&self, tenant: S::Tenant, item: S::Item, on: OnRefusal) -> Verdict<S::Item> {
-        let shared = self.shared();
+        let shared = &*self.handle.shared;
         // Step 1, outside every lock: application code and the clock.
         let weight = crate::core::weight(shared.weigher.as_deref(), &item);
         let at = shared.stamps.then(|| shared.now());
         let journal = shared.journal.as_deref();
-        let mut run = journal.map(Journal::new_run);
-        let record = journal
-            .zip(run.as_mut())
-            .and_then(|(j, run)| j.encode_into(run, &tenant, &item));
-        let prepared = Prepared {
-            tenant,
-            item,
-            weight,
-            record: run.as_ref().map(|run| record.and_then(|i| run.get(i))),
-        };
-        let verdict = if shared.locked_stage {
-            // Overwritten: the commit answers once per item.
-            let mut verdict = Ok(Staged::Accepted);
-            self.commit_locked([prepared], at, on, &mut |v| verdict = v);
-            verdict
+        let mut run = None;
+        let record = journal.map(|j| j.encode_into(&mut run, &tenant, &item));
+        let record = record.map(|i| i.and_then(|i| run.as_ref()?.get(i)));
+        let mut verdict = Ok(Staged::Accepted);
+        // What is left for the engine's lock: nothing (handed off), the
+        // item to decide there (`None`), or a refusal to count (`Some`).
+        let refused = if shared.locked_stage {
+            Some((None, tenant, item))
         } else {
-            self.commit_handed_off(prepared, at, on)
-        };
-        if let Some(run) = run {
-            Journal::<S::Tenant, S::Item>::recycle_run(run);
-        }
-        verdict
-    }
-
-    /// Steps 2 and 3 on the request path (S-W19): the fence and the
-    /// capacities without the engine's lock, the hand-off, then the
-    /// append under the journal's lock (taken alone, held from its room
-    /// to the append, D2).
-    fn commit_handed_off(
-        &self,
-        prepared: Prepared<'_, S::Tenant, S::Item>,
-        at: Option<Time>,
-        on: OnRefusal,
-    ) -> Verdict<S::Item> {
-        let shared = self.shared();
-        let Prepared {
-            tenant,
-            item,
-            weight,
-            record,
-        } = prepared;
-        let appender = (shared.journal.as_deref())
-            .filter(|_| matches!(record, Some(Some(_))))
-            .map(Journal::appender);
-        let verdict = decide(&mut Facts::<S::Tenant, S::Item> {
-            table_only: shared.admission.table_only(),
-            fenced: shared.handoff.is_closed(),
-            encoded: !matches!(record, Some(None)),
-            journal_room: (appender.as_ref().zip(record.flatten())).is_none_or(|(a, p)| a.fits(p)),
-            admission: &shared.admission,
-            weight,
-            quota: None,
-        });
-        let (tenant, item, refusal) = match verdict {
-            Err(refusal) => (tenant, item, refusal),
-            Ok(()) => {
-                let key = appender.as_ref().map(|_| tenant.clone());
+            let mut facts = Facts::<S::Tenant, S::Item> {
+                table_only: shared.admission.table_only(),
+                fenced: shared.handoff.is_closed(),
+                encoded: !matches!(record, Some(None)),
+                journal_room: true,
+                admission: &shared.admission,
+                weight,
+                quota: None,
+            };
+            // Steps 2 and 3: decided, sent, and named for the append.
+            let send = |room: bool| {
+                facts.journal_room = room;
+                if let Err(refusal) = decide(&mut facts) {
+                    return (None, Some((Some(refusal), tenant, item)));
+                }
+                let key = matches!(record, Some(Some(_))).then(|| tenant.clone());
                 match shared.handoff.send(tenant, item, weight, at) {
-                    Ok(()) => {
-                        if let (Some(mut a), Some(key), Some(Some(piece))) = (appender, key, record)
-                        {
-                            a.append(key, piece);
-                            a.finish();
-                        }
-                        return Ok(Staged::Accepted);
-                    }
+                    Ok(()) => (key, None),
                     // The fence went up since it was read (S-W9): not
                     // appended, its reservation given back.
                     Err((tenant, item)) => {
                         shared.admission.release(1, weight);
-                        (tenant, item, Refusal::ShuttingDown)
+                        (None, Some((Some(Refusal::ShuttingDown), tenant, item)))
                     }
                 }
+            };
+            match (journal, record) {
+                (Some(j), Some(Some(piece))) => j.appending(|a| a.append_if(piece, send)),
+                _ => send(true).1,
             }
         };
-        // The journal's lock goes before the engine's is taken (S-W19).
-        if let Some(appender) = appender {
-            appender.finish();
+        match refused {
+            Some((Some(refusal), _, item)) if !on.counts(refusal) => verdict = Err((refusal, item)),
+            Some((refused, tenant, item)) => {
+                // A refusal of the request path carries no record.
+                let record = if refused.is_some() { None } else { record };
+                let prepared = Prepared {
+                    tenant,
+                    item,
+                    weight,
+                    record,
+                    refused,
+                };
+                // Overwritten: the commit answers once per item.
+                self.commit_locked([prepared], at, on, &mut |v| verdict = v);
+            }
+            None => {}
         }
-        let handoff = Handoff {
-            tenant,
-            item,
-            weight: Some(weight),
-            at,
-            refusal: Some(refusal),
-        };
-        self.count_refused(handoff, refusal, on)
-    }
-
-    /// A refusal decided on the request path: handed back, or counted
-    /// under the engine's lock in O(1), no tenant lookup, its event
-    /// coalescing with a queued one (S-B8), as the fence's if it went up
-    /// since (S-W21). The item is dropped after the lock (S-W13).
-    fn count_refused(
-        &self,
-        handoff: Handoff<S::Tenant, S::Item>,
-        refusal: Refusal,
-        on: OnRefusal,
-    ) -> Verdict<S::Item> {
-        if !on.counts(refusal) {
-            return Err((refusal, handoff.item));
-        }
-        let shared = self.shared();
-        let staged = shared.engine_input(|st| {
-            let fenced = st.engine.is_shutting_down();
-            let counted = crate::core::recheck(Err(refusal), fenced).err();
-            let _ = st.engine.stage_batch([handoff]);
-            counted.unwrap_or(refusal).staged()
-        });
-        // Its event is drained by the writer.
-        shared.wake();
-        Ok(staged)
+        Journal::<S::Tenant, S::Item>::recycle_run(run);
+        verdict
     }
 
     /// Steps 2 and 3 under the engine's lock (S-B7, S-W20), for `items`
     /// stamped `at`, each answered through `answer` in order: the queued
-    /// hand-offs taken in first, then each item decided, taken in (at
-    /// once with a quota, which reads the engine's count) and its record
-    /// appended under the journal's lock, taken inside the engine's.
+    /// hand-offs taken in first (with a journal, under its lock: each
+    /// appended its record under it, so the engine takes them in the
+    /// journal's order, D2), then each item decided (one refused on the
+    /// request path only counted, S-W21), its record appended, and the
+    /// item taken in: at once with a quota, which reads the engine's
+    /// count, else all together.
     pub(super) fn commit_locked<'r>(
         &self,
         items: impl IntoIterator<Item = Prepared<'r, S::Tenant, S::Item>>,
@@ -255,71 +216,73 @@ impl<S: Sink> Outbox<S> {
         on: OnRefusal,
         answer: &mut impl FnMut(Verdict<S::Item>),
     ) {
-        let shared = self.shared();
-        let wake = shared.engine_input(|st| {
-            let mut wake = false;
-            let mut appender = shared.journal.as_deref().map(|j| {
-                let appender = j.appender();
-                // Every queued stage appended its record under the
-                // journal's lock, now held: taking them in again puts each
-                // such item before these in the engine as in the journal
-                // (D2).
-                wake |= shared.take_in(st, false);
-                appender
-            });
-            // Under the lock: the fence cannot go up meanwhile.
-            let fenced = st.engine.is_shutting_down();
-            let mut batch = Vec::new();
-            for p in items {
-                let verdict = decide(&mut Facts {
-                    table_only: shared.admission.table_only(),
-                    fenced,
-                    encoded: !matches!(p.record, Some(None)),
-                    journal_room: (appender.as_ref().zip(p.record.flatten()))
-                        .is_none_or(|(a, piece)| a.fits(piece)),
-                    admission: &shared.admission,
-                    weight: p.weight,
-                    quota: shared.locked_stage.then_some((&st.engine, &p.tenant)),
-                });
-                match verdict {
-                    Err(refusal) if !on.counts(refusal) => {
-                        answer(Err((refusal, p.item)));
-                        continue;
+        let shared = &*self.handle.shared;
+        let commit =
+            |st: &mut State<S::Tenant, S::Item>,
+             mut appender: Option<&mut Appender<'_, S::Tenant, S::Item>>| {
+                let (mut wake, mut batch) = (false, Vec::new());
+                // Under the lock: the fence cannot go up meanwhile.
+                let fenced = st.engine.is_shutting_down();
+                for p in items {
+                    let ask = |room: bool| {
+                        decide(&mut Facts {
+                            table_only: shared.admission.table_only(),
+                            fenced,
+                            encoded: !matches!(p.record, Some(None)),
+                            journal_room: room,
+                            admission: &shared.admission,
+                            weight: p.weight,
+                            quota: shared.locked_stage.then_some((&st.engine, &p.tenant)),
+                        })
+                    };
+                    let verdict = match (p.refused, appender.as_deref_mut(), p.record) {
+                        (Some(refusal), ..) => recheck(Err(refusal), fenced),
+                        (None, Some(a), Some(Some(piece))) => a.append_if(piece, |room| {
+                            let verdict = ask(room);
+                            (verdict.is_ok().then(|| p.tenant.clone()), verdict)
+                        }),
+                        (None, ..) => ask(true),
+                    };
+                    match verdict {
+                        Err(refusal) if !on.counts(refusal) => {
+                            answer(Err((refusal, p.item)));
+                            continue;
+                        }
+                        Err(refusal) => answer(Ok(refusal.staged())),
+                        Ok(()) => answer(Ok(Staged::Accepted)),
                     }
-                    Err(refusal) => answer(Ok(refusal.staged())),
-                    Ok(()) => answer(Ok(Staged::Accepted)),
+                    // Its event is drained by the writer.
+                    wake |= p.refused.is_some();
+                    let handoff = Handoff {
+                        tenant: p.tenant,
+                        item: p.item,
+                        weight: Some(p.weight),
+                        at,
+                        refusal: verdict.err(),
+                    };
+                    if shared.locked_stage {
+                        let intake =
+                            (shared.admission).intake(&mut st.engine, &mut st.admitted, [handoff]);
+                        wake |= intake.wake;
+                    } else {
+                        batch.push(handoff);
+                    }
                 }
-                if let (Ok(()), Some(a), Some(Some(piece))) = (verdict, &mut appender, p.record) {
-                    a.append(p.tenant.clone(), piece);
-                }
-                let handoff = Handoff {
-                    tenant: p.tenant,
-                    item: p.item,
-                    weight: Some(p.weight),
-                    at,
-                    refusal: verdict.err(),
-                };
-                if shared.locked_stage {
-                    // A quota reads the engine's count: each item goes in
-                    // before the next is decided.
-                    let intake =
-                        (shared.admission).intake(&mut st.engine, &mut st.admitted, [handoff]);
-                    wake |= intake.wake;
-                } else {
-                    batch.push(handoff);
-                }
-            }
-            // Accepted ones: the fence is down (read under this lock) and
-            // their room is reserved; refused ones are counted.
-            let intake = (shared.admission).intake(&mut st.engine, &mut st.admitted, batch);
-            debug_assert_eq!(intake.refused, 0);
-            if let Some(appender) = appender {
-                appender.finish();
-            }
-            wake | intake.wake
+                // Accepted ones: the fence is down (read under this lock) and
+                // their room is reserved; refused ones are counted.
+                let intake = (shared.admission).intake(&mut st.engine, &mut st.admitted, batch);
+                debug_assert_eq!(intake.refused, 0);
+                wake | intake.wake
+            };
+        let (wake, took) = shared.input(|st| match shared.journal.as_deref() {
+            Some(j) => j.appending(|a| {
+                let to = (&mut st.engine, &shared.admission, &mut st.admitted);
+                st.handoffs.take_in(to, false) | commit(st, Some(a))
+            }),
+            None => commit(st, None),
         });
-        if wake {
-            shared.wake();
+        if wake || took {
+            shared.wake.notify_one();
         }
     }
 }

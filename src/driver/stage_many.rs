@@ -88,10 +88,10 @@ impl<S: Sink> Outbox<S> {
         items: impl IntoIterator<Item = (S::Tenant, S::Item)>,
         each: bool,
     ) -> Tally {
-        let shared = self.shared();
+        let shared = &*self.handle.shared;
         let journal = shared.journal.as_deref();
         let at = shared.stamps.then(|| shared.now());
-        let mut run = journal.map(Journal::new_run);
+        let mut run = None;
         let mut ready: Vec<Ready<S::Tenant, S::Item>> = Vec::new();
         // The caller's iterator is the caller's code: if it panics, the
         // items it yielded before are staged and counted as usual, then
@@ -104,9 +104,7 @@ impl<S: Sink> Outbox<S> {
             for (tenant, item) in items {
                 ready.push(Ready {
                     weight: crate::core::weight(shared.weigher.as_deref(), &item),
-                    record: journal
-                        .zip(run.as_mut())
-                        .and_then(|(j, run)| j.encode_into(run, &tenant, &item)),
+                    record: journal.and_then(|j| j.encode_into(&mut run, &tenant, &item)),
                     tenant,
                     item,
                 });
@@ -119,15 +117,14 @@ impl<S: Sink> Outbox<S> {
                 tenant: r.tenant,
                 item: r.item,
                 weight: r.weight,
+                refused: None,
             });
             // `Count`: every verdict is `Ok`, a refusal counted.
             self.commit_locked(prepared, at, OnRefusal::Count, &mut |verdict| {
                 tally.note(verdict.unwrap_or_else(|(refusal, _)| refusal.staged()));
             });
         }
-        if let Some(run) = run {
-            Journal::<S::Tenant, S::Item>::recycle_run(run);
-        }
+        Journal::<S::Tenant, S::Item>::recycle_run(run);
         if let Err(panic) = iterated {
             resume_unwind(panic);
         }

@@ -27,11 +27,11 @@ enum TaskEnd<K, I> {
     Lost(WriteId),
 }
 
-/// Hands the ended tasks' writes back to the engine (S-C2, S-W13). The
+/// Finishes the ended tasks' writes in the engine (S-C2, S-W13). The
 /// items it is done with go to `done`, to be dropped after the lock; a
 /// write it did not know (a driver bug) goes there too, its id to
 /// `unknown`.
-fn hand_back<K: Ord + std::hash::Hash + Clone, I>(
+fn finish_ended<K: Ord + std::hash::Hash + Clone, I>(
     engine: &mut Engine<K, I>,
     now: Time,
     ended: Vec<TaskEnd<K, I>>,
@@ -147,7 +147,7 @@ impl<S: Sink> Drop for Writer<S> {
             let _ = self.shared.take_in(st, true);
             // Joined but not yet handed back (only if dropped mid-round);
             // an unknown write is not worth a log line here.
-            hand_back(&mut st.engine, now, ended, &mut done, &mut Vec::new());
+            finish_ended(&mut st.engine, now, ended, &mut done, &mut Vec::new());
             let before = st.engine.counters().lost(LostReason::Abandoned);
             done.extend(st.engine.abandon(now).into_iter().map(|run| run.items));
             for id in self.running.values().flatten() {
@@ -349,7 +349,7 @@ impl<S: Sink> Writer<S> {
         // The hand-offs are taken in first; this input drains anyway.
         let ((mut drained, timeout, closed, handles_gone, freed), _) = self.shared.input(|st| {
             let pending_before = st.engine.pending();
-            hand_back(&mut st.engine, now, ended, &mut done, &mut unknown);
+            finish_ended(&mut st.engine, now, ended, &mut done, &mut unknown);
             if st.handles_gone && !st.engine.is_shutting_down() {
                 // The hand-off closes with the engine's fence (S-W19).
                 let _ = self.shared.take_in(st, true);

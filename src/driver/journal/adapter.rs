@@ -12,7 +12,7 @@
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram};
 use tokio::sync::{oneshot, Notify};
@@ -35,6 +35,7 @@ mod commit;
 #[path = "stage.rs"]
 mod stage;
 pub(crate) use build::{open, spawn, Setup};
+pub(crate) use stage::Appender;
 
 /// One record of a stage or a run, as the journal appends it.
 pub(crate) type Piece<'a> = crate::journal::format::Unsealed<'a>;
@@ -151,13 +152,6 @@ pub(crate) struct Opened<K, I> {
     pub(crate) alone: Vec<(K, u64)>,
 }
 
-/// Milliseconds since the Unix epoch on `wall` (0 before it: unknown).
-fn wall_ms(wall: &WallClock) -> u64 {
-    wall()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
 /// How long before `now_ms` an item stamped `staged_ms` was staged: zero
 /// when unknown (0, a record of the previous format) or after `now_ms`
 /// (a clock set back), S-R3.
@@ -202,7 +196,7 @@ where
         }
         let report = recovered.report;
         let schema = Schema::new(codec.version(), codec.item_type());
-        let now_ms = wall_ms(&config.wall_clock);
+        let now_ms = crate::core::unix_ms((config.wall_clock)());
         let ages = (recovered.staged_ms.iter())
             .map(|&staged| age_at(now_ms, staged))
             .collect();
@@ -427,14 +421,16 @@ mod tests {
         J::open(config, Box::new(Postcard), "test").unwrap()
     }
 
-    fn stage(j: &J, tenant: u64, item: u64) {
-        let mut run = j.new_run();
+    /// Encodes and appends one record: whether it had room (and went in).
+    fn append(j: &J, tenant: u64, item: u64) -> bool {
+        let mut run = None;
         let i = j.encode_into(&mut run, &tenant, &item).unwrap();
-        let record = run.get(i).unwrap();
-        let mut appender = j.appender();
-        assert!(appender.fits(record));
-        appender.append(tenant, record);
-        appender.finish();
+        let record = run.as_ref().unwrap().get(i).unwrap();
+        j.appending(|a| a.append_if(record, |room| (room.then_some(tenant), room)))
+    }
+
+    fn stage(j: &J, tenant: u64, item: u64) {
+        assert!(append(j, tenant, item));
     }
 
     fn recovered(disk: &MemStorage) -> Vec<(u64, u64)> {
@@ -575,7 +571,7 @@ mod tests {
         }
         let config = JournalConfig::with_storage(MemStorage::new());
         let j = J::open(config, Box::new(Bad), "test").unwrap().journal;
-        let mut run = j.new_run();
+        let mut run = None;
         assert_eq!(j.encode_into(&mut run, &1, &0), None);
         assert_eq!(j.encode_into(&mut run, &1, &1), None);
         assert_eq!(j.encode_into(&mut run, &1, &2), Some(0));
@@ -587,16 +583,7 @@ mod tests {
         let config = JournalConfig::with_storage(MemStorage::new()).max_bytes(Some(1_000));
         let j = J::open(config, Box::new(Postcard), "test").unwrap().journal;
         let mut accepted = 0;
-        loop {
-            let mut run = j.new_run();
-            let i = j.encode_into(&mut run, &1, &7).unwrap();
-            let record = run.get(i).unwrap();
-            let mut appender = j.appender();
-            if !appender.fits(record) {
-                break;
-            }
-            appender.append(1, record);
-            appender.finish();
+        while append(&j, 1, 7) {
             accepted += 1;
         }
         // 35-byte records (8 frame, 1 kind, 8 seq, 8 staging time, 4
@@ -622,16 +609,7 @@ mod tests {
             .max_buffered_bytes(1_000);
         let j = J::open(config, Box::new(Postcard), "test").unwrap().journal;
         let mut accepted = 0;
-        loop {
-            let mut run = j.new_run();
-            let i = j.encode_into(&mut run, &1, &7).unwrap();
-            let record = run.get(i).unwrap();
-            let mut appender = j.appender();
-            if !appender.fits(record) {
-                break;
-            }
-            appender.append(1, record);
-            appender.finish();
+        while append(&j, 1, 7) {
             accepted += 1;
         }
         assert!(j.lock().state.buffered() <= 1_000);

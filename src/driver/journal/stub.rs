@@ -41,33 +41,28 @@ impl Run {
 }
 
 impl<K, I> Appender<'_, K, I> {
-    pub(crate) fn fits(&self, _: Piece<'_>) -> bool {
-        match self.0 {}
-    }
-
-    pub(crate) fn append(&mut self, _: K, _: Piece<'_>) {
-        match self.0 {}
-    }
-
-    pub(crate) fn finish(self) {
+    pub(crate) fn append_if<R>(
+        &mut self,
+        _: Piece<'_>,
+        _: impl FnOnce(bool) -> (Option<K>, R),
+    ) -> R {
         match self.0 {}
     }
 }
 
 impl<K, I> Journal<K, I> {
-    pub(crate) fn encode_into(&self, _: &mut Run, _: &K, _: &I) -> Option<usize> {
+    pub(crate) fn encode_into(&self, _: &mut Option<Run>, _: &K, _: &I) -> Option<usize> {
         match self.never {}
     }
 
-    pub(crate) fn new_run(&self) -> Run {
-        match self.never {}
+    /// Nothing to hand back: a run of this build is never made.
+    pub(crate) fn recycle_run(run: Option<Run>) {
+        if let Some(run) = run {
+            match run.0 {}
+        }
     }
 
-    pub(crate) fn recycle_run(run: Run) {
-        match run.0 {}
-    }
-
-    pub(crate) fn appender(&self) -> Appender<'_, K, I> {
+    pub(crate) fn appending<R>(&self, _: impl FnOnce(&mut Appender<'_, K, I>) -> R) -> R {
         match self.never {}
     }
 
