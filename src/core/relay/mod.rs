@@ -370,6 +370,9 @@ impl Relay {
 
     /// The next store call to run, if any.
     pub fn poll_op(&mut self, now: Time) -> Option<StoreOp> {
+        if self.ops.removal_due() {
+            self.refresh_removal_fence();
+        }
         if let Some(op) = self.ops.poll(now) {
             return Some(op);
         }
@@ -446,7 +449,6 @@ impl Relay {
             self.ops.add_removal(partition, id, how);
             self.settle_record(id);
         }
-        self.refresh_removal_fence();
     }
 
     fn refresh_removal_fence(&mut self) {
@@ -473,24 +475,18 @@ impl Relay {
 
     /// The row `id` is settled for its in-flight record (in the next
     /// removal, or no longer this relay's): the record goes with the next
-    /// removal once this was its last row (S-T17). `true` if so.
-    fn settle_record(&mut self, id: i64) -> bool {
+    /// removal once this was its last row (S-T17).
+    fn settle_record(&mut self, id: i64) {
         let Some(first) = self.keys.get_mut(&id).and_then(|k| k.record.take()) else {
-            return false;
+            return;
         };
-        match self.records.settle(first) {
-            Some(partition) => {
-                self.ops.add_record_drop(partition, first);
-                true
-            }
-            None => false,
+        if let Some(partition) = self.records.settle(first) {
+            self.ops.add_record_drop(partition, first);
         }
     }
 
     fn forget_key(&mut self, id: i64) {
-        if self.settle_record(id) {
-            self.refresh_removal_fence();
-        }
+        self.settle_record(id);
         if let Some(key) = self.keys.remove(&id) {
             self.held -= 1;
             if key.open {

@@ -87,6 +87,13 @@ impl Ops {
         self.pending_records.insert(first, partition);
     }
 
+    /// Whether the next poll builds a new removal from what is pending:
+    /// its fence is wanted then, and only then (worked out per removal,
+    /// not per row ended: that was quadratic in the rows pending).
+    pub(crate) fn removal_due(&self) -> bool {
+        self.removal.is_none() && !(self.pending.is_empty() && self.pending_records.is_empty())
+    }
+
     pub(crate) fn removal_partitions(&self) -> BTreeSet<u32> {
         let rows = self.pending.values().map(|(p, _)| *p);
         rows.chain(self.pending_records.values().copied()).collect()
