@@ -136,6 +136,15 @@ pub struct Costs {
     /// rolls (a header and a seal each) for marks, a resume or the closing
     /// roll.
     pub fixed: u64,
+    /// Bytes reserved at all times for the records that count a lone
+    /// suspect's crashes ([`Sizes::lone_reserve`](super::Sizes::lone_reserve),
+    /// S-J17): items and the other records of the journal's lives are
+    /// refused before they touch it.
+    pub lone: u64,
+    /// One roll's bytes (a header and a seal): the records that count a
+    /// lone suspect may also take the roll of `fixed` kept for a resume,
+    /// whose segment S-J10 lets pass the bound during an incident anyway.
+    pub roll: u64,
 }
 
 impl Costs {
@@ -150,6 +159,8 @@ impl Costs {
             seal: sizes.seal,
             per_item: mark + (roll * mark).div_ceil(room),
             fixed: sizes.seal + 2 * roll,
+            lone: sizes.lone_reserve(),
+            roll,
         }
     }
 }
@@ -340,7 +351,7 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
     /// Bytes reserved for the writes that free the items journaled so far
     /// and `more` more (S-J10).
     fn reserved(&self, more: u64) -> u64 {
-        self.costs.fixed + (self.live + more) * self.costs.per_item
+        self.costs.fixed + self.costs.lone + (self.live + more) * self.costs.per_item
     }
 
     /// Takes an accepted item of `tenant` whose record takes `record_bytes`
@@ -545,15 +556,20 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
 
     /// Whether a record of the journal's lives of `len` bytes fits under
     /// `max_bytes`, `outside` bytes more counted, with the writes that
-    /// free the pending items still reserved (S-J10, S-J17). Nothing is
-    /// reserved for these records: under a bound they are written while
-    /// room is left, so they never cost an item its admission nor a
-    /// journal its progress, and near the bound a crash may go uncounted.
-    pub fn note_fits(&self, len: u64, outside: u64) -> bool {
+    /// free the pending items still reserved, and the lone reserve too
+    /// unless `lone` (S-J10, S-J17). Only the records that count a lone
+    /// suspect's crashes (a life record trimmed to one count, one lone
+    /// attempt mark, a clean close) pass `lone`; the others are written
+    /// while room is left beside the reserve, so they never cost an item
+    /// its admission nor a journal its progress.
+    pub fn note_fits(&self, len: u64, outside: u64, lone: bool) -> bool {
         let Some(max) = self.limits.max_bytes else {
             return true;
         };
-        let reserved = self.reserved(0);
+        let mut reserved = self.reserved(0);
+        if lone {
+            reserved -= self.costs.lone + self.costs.roll.min(self.costs.fixed);
+        }
         self.bytes
             .saturating_add(len)
             .saturating_add(outside)
