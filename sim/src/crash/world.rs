@@ -91,12 +91,14 @@ impl Draws {
             .build()
             .expect("a valid config");
         // A bound in a third of the seeds (S-J10), with segments of a
-        // quarter of it or drawn up to half of it; small segments in all.
+        // quarter of it or drawn up to a quarter of it (half of what the
+        // standing reserves leave is the most a build accepts); small
+        // segments in all.
         let max_bytes =
             crate::draw::chance(&mut c, 1, 3).then(|| log_uniform(&mut c, 1_024, 32_768));
         let segment_bytes = match max_bytes {
             Some(_) if crate::draw::chance(&mut c, 1, 2) => None,
-            Some(max) => Some(log_uniform(&mut c, 256, max / 2)),
+            Some(max) => Some(log_uniform(&mut c, 256, max / 4)),
             None => Some(log_uniform(&mut c, 256, 65_536)),
         };
         let poison = draw_poison(seed, &workload);

@@ -64,6 +64,14 @@ impl Sizes {
         2 * (self.header + self.seal + self.life_len(1)) + self.attempts_len(1) + self.clean_len()
     }
 
+    /// Bytes a journal under `max_bytes` keeps free at all times, whatever
+    /// it holds (S-J10): the current segment's seal, two rolls, and the
+    /// [`lone_reserve`](Self::lone_reserve). An explicit `segment_bytes`
+    /// is at most half of what is left.
+    pub fn standing(&self) -> u64 {
+        self.seal + 2 * (self.header + self.seal) + self.lone_reserve()
+    }
+
     /// Bytes of the done records that hold `n` marks.
     pub fn done_len(&self, n: usize) -> u64 {
         let per = self.marks_per_record.max(1);

@@ -210,6 +210,21 @@ impl Limits {
     /// # Errors
     /// [`Bounds`] when the sizes contradict each other.
     pub fn new(segment_bytes: Option<u64>, max_bytes: Option<u64>) -> Result<Limits, Bounds> {
+        Limits::reserving(segment_bytes, max_bytes, 0)
+    }
+
+    /// Like [`new`](Self::new), with `reserved` bytes of `max_bytes` kept
+    /// free at all times ([`Sizes::standing`](super::Sizes::standing)): the
+    /// halves and quarters are of what is left beside them (S-J10).
+    ///
+    /// # Errors
+    /// [`Bounds`] when the sizes contradict each other, or leave less than
+    /// two segments of [`MIN_SEGMENT_BYTES`] beside `reserved`.
+    pub fn reserving(
+        segment_bytes: Option<u64>,
+        max_bytes: Option<u64>,
+        reserved: u64,
+    ) -> Result<Limits, Bounds> {
         let segment = segment_bytes.map(|s| s.max(MIN_SEGMENT_BYTES));
         let Some(max) = max_bytes else {
             return Ok(Limits {
@@ -217,18 +232,21 @@ impl Limits {
                 max_bytes: None,
             });
         };
-        if max < MIN_MAX_BYTES {
+        let room = max.saturating_sub(reserved);
+        if max < MIN_MAX_BYTES || room / 2 < MIN_SEGMENT_BYTES {
             return Err(Bounds::MaxTooSmall { max_bytes: max });
         }
         let segment_bytes = match segment {
-            Some(s) if s > max / 2 => {
+            Some(s) if s > room / 2 => {
                 return Err(Bounds::SegmentAboveHalf {
                     segment_bytes: s,
                     max_bytes: max,
                 })
             }
             Some(s) => s,
-            None => (max / 4).clamp(MIN_SEGMENT_BYTES, DEFAULT_SEGMENT_BYTES),
+            None => (max / 4)
+                .min(room / 2)
+                .clamp(MIN_SEGMENT_BYTES, DEFAULT_SEGMENT_BYTES),
         };
         Ok(Limits {
             segment_bytes,

@@ -184,7 +184,8 @@ where
         codec: Box<dyn Codec<K, I>>,
         outbox: &str,
     ) -> Result<Opened<K, I>, JournalError> {
-        let limits = limits_of(&config)?;
+        let sizes = Schema::new(codec.version(), codec.item_type()).sizes();
+        let limits = limits_of(&config, sizes.standing())?;
         let dir = config.dir.display().to_string();
         let mut storage: Box<dyn Storage> = match config.storage {
             Some(s) => s,
@@ -377,10 +378,10 @@ where
     }
 }
 
-/// The journal's byte limits, or the build error naming the values it
-/// refuses (S-J10).
-fn limits_of(config: &JournalConfig) -> Result<Limits, JournalError> {
-    Limits::new(config.segment_bytes, config.max_bytes).map_err(|b| match b {
+/// The journal's byte limits, `standing` bytes of `max_bytes` kept free,
+/// or the build error naming the values it refuses (S-J10).
+fn limits_of(config: &JournalConfig, standing: u64) -> Result<Limits, JournalError> {
+    Limits::reserving(config.segment_bytes, config.max_bytes, standing).map_err(|b| match b {
         Bounds::SegmentAboveHalf {
             segment_bytes,
             max_bytes,
