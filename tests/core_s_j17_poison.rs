@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use outbox::core::journal::{plan, Head, Limits, Lives, SegmentFile};
-use outbox::core::{Config, DeadReason, Durable, Engine, Event, LostReason, Outcome, Time};
+use outbox::core::{Config, DeadReason, Durable, Engine, Event, LostReason, Outcome, Time, Write};
 
 /// One sealed segment holding `items` (sequence, tenant) and `lives`.
 fn segment(items: &[(u64, u32)], lives: Lives) -> SegmentFile<u32, u64> {
@@ -48,6 +48,7 @@ fn s_j17_only_the_item_cut_in_every_life_is_poisoned_and_the_suspects_go_alone()
             (3, vec![(1, 2), (2, 1), (4, 1)]),
         ],
         clean: vec![5],
+        ..Lives::default()
     };
     let files = vec![segment(&[(1, 1), (2, 1), (3, 1), (4, 2)], lives)];
     let (r, _) = plan(files, 17).unwrap().finish(limits(), 48, 3);
@@ -63,6 +64,7 @@ fn s_j17_only_the_item_cut_in_every_life_is_poisoned_and_the_suspects_go_alone()
         attempts: vec![(3, 1)],
         starts: vec![(3, vec![(1, 2)])],
         clean: vec![],
+        ..Lives::default()
     };
     let (r, _) = plan(vec![segment(&[(1, 1)], lives)], 17)
         .unwrap()
@@ -77,6 +79,7 @@ fn s_j17_a_clean_close_cuts_nothing() {
         attempts: vec![(1, 1)],
         starts: Vec::new(),
         clean: vec![1],
+        ..Lives::default()
     };
     let (r, _) = plan(vec![segment(&[(1, 1)], lives)], 17)
         .unwrap()
@@ -170,4 +173,75 @@ fn s_j17_a_suspect_waits_for_the_writes_in_flight_before_it() {
     let w = e.poll_write(t0).unwrap();
     assert_eq!(w.items, [10]);
     assert!(e.poll_write(t0).is_none());
+}
+
+#[test]
+fn s_j17_a_suspect_that_keeps_failing_holds_no_other_tenant_back_and_retries_alone() {
+    // S-W8: tenant 1's suspect fails every attempt, without end (no
+    // `max_attempts`); tenants 2 and 3 stage an item after each write, for
+    // a minute. Each write takes 10 ms. The suspect's attempts each start
+    // with nothing in flight and nothing starts beside them; while it
+    // waits for its retry, the others are written.
+    let config = Config::builder().concurrency(4).build().unwrap();
+    let mut e: Engine<u32, u32> = Engine::new(config).unwrap();
+    let t0 = Time::ZERO;
+    let items = [(1, 10), (2, 20), (3, 30)];
+    let _ = e.stage_durable(t0, items.map(|(t, i)| durable(t, i)), 0);
+    e.write_alone(1, 1);
+    let took = Duration::from_millis(10);
+    let busy_until = t0 + Duration::from_secs(60);
+    let mut now = t0;
+    let mut flying: Vec<(Time, Write<u32, u32>)> = Vec::new();
+    let mut suspect_attempts = 0;
+    let mut healthy_written: Vec<(u32, Time)> = Vec::new();
+    while now < t0 + Duration::from_secs(600) {
+        while let Some(group) = e.poll_group(now) {
+            for w in group {
+                assert!(
+                    flying.iter().all(|(_, f)| f.tenant != 1),
+                    "tenant {} started beside the suspect's attempt at {now}",
+                    w.tenant
+                );
+                if w.tenant == 1 {
+                    assert!(flying.is_empty(), "attempt {} not alone", w.attempt);
+                    suspect_attempts += 1;
+                }
+                flying.push((now + took, w));
+            }
+        }
+        let next = flying.iter().map(|(at, _)| *at).min();
+        let Some(next) = [next, e.poll_timeout()].into_iter().flatten().min() else {
+            break;
+        };
+        now = next.max(now);
+        let (due, rest) = flying.into_iter().partition(|(at, _)| *at <= now);
+        flying = rest;
+        for (_, w) in due {
+            let tenant = w.tenant;
+            let outcome = if tenant == 1 {
+                Outcome::Failed
+            } else {
+                Outcome::WRITTEN
+            };
+            e.finish(now, w, outcome).unwrap();
+            if tenant != 1 {
+                healthy_written.push((tenant, now));
+                if now < busy_until {
+                    let _ = e.stage(now, tenant, tenant * 10);
+                }
+            }
+        }
+    }
+    let first = |t: u32| healthy_written.iter().find(|(x, _)| *x == t).map(|w| w.1);
+    for t in [2, 3] {
+        let at = first(t).unwrap_or_else(|| panic!("tenant {t} never written"));
+        assert!(
+            at <= t0 + Duration::from_secs(1),
+            "tenant {t} first written at {at}"
+        );
+    }
+    assert!(healthy_written.len() > 1_000, "{}", healthy_written.len());
+    // Its retries are not starved by the others' steady load either.
+    assert!(suspect_attempts >= 10, "{suspect_attempts} attempts");
+    assert_eq!(e.counters().written, healthy_written.len() as u64);
 }

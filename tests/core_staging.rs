@@ -310,7 +310,7 @@ fn durable(tenant: u8, item: u32, age_ms: u64, key: Option<u64>) -> outbox::core
 fn keys_done(e: &mut Engine<u8, u32>) -> Vec<(u64, bool)> {
     std::iter::from_fn(|| e.poll_event())
         .filter_map(|ev| match ev {
-            Event::KeyDone { key, written } => Some((key, written)),
+            Event::KeyDone { key, written, .. } => Some((key, written)),
             _ => None,
         })
         .collect()

@@ -2,7 +2,10 @@
 //! after life (a crash simulated by forgetting the outbox in mid-write and
 //! cutting the in-memory disk to what was synced). After its third crash
 //! the next recovery dead-letters it under `poisoned`; the item behind it
-//! in its slice and the one in flight beside it are written, once.
+//! in its slice and the one in flight beside it are written, once. An
+//! item that failed and was waiting for its retry at a crash is not
+//! counted (its attempt's end is on disk), and a suspect backing off
+//! holds no other tenant back.
 #![cfg(all(feature = "journal", feature = "testkit"))]
 
 mod support;
@@ -124,6 +127,157 @@ fn s_j17_a_poison_item_is_dead_lettered_after_three_crashes_and_its_neighbours_a
             .unwrap();
         assert_eq!(o.counters().recovered, 0);
         let _ = o.shutdown(Duration::from_secs(1)).await;
+    });
+}
+
+/// The item whose datastore is down: every attempt fails at once.
+const DOWN: u32 = 30;
+
+/// One life of a datastore outage (tenant 3's writes fail at once and
+/// back off for a second; tenant 1's hang): the process dies half a
+/// second in, while 30 waits for its retry and 13 is in flight (after
+/// the first life: the suspect's, alone). Returns 30's attempts.
+fn outage_life(disk: &MemStorage, first: bool) -> usize {
+    let rt = support::rt::paused();
+    let sink = TestSink::new("outage");
+    sink.set(t(1), Act::Hang);
+    sink.set(t(3), Act::Fail);
+    let config = Config::builder()
+        .concurrency(4)
+        .initial_backoff(Duration::from_secs(1))
+        .max_backoff(Duration::from_secs(1))
+        .jitter(0.0)
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let o = Outbox::builder(sink.clone())
+            .config(config)
+            .journal(journal(disk))
+            .build()
+            .unwrap();
+        if first {
+            assert_eq!(o.stage(t(3), DOWN), Staged::Accepted);
+            assert_eq!(o.stage(t(1), POISON), Staged::Accepted);
+            assert_eq!(o.sync().await, Ok(()));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        std::mem::forget(o);
+    });
+    std::mem::forget(rt);
+    disk.crash();
+    sink.attempts()
+        .into_iter()
+        .filter(|a| a.items == [DOWN])
+        .count()
+}
+
+#[test]
+fn s_j17_items_waiting_for_their_retry_at_three_crashes_are_not_poisoned() {
+    // A pod killed three times while its datastore is down: 30's write
+    // failed and waited for its retry at each crash (its attempt's end is
+    // on disk), so no crash counts against it; 13 was in flight at each
+    // (alone after the first), so each does.
+    let disk = MemStorage::new();
+    for life in 1..=3 {
+        let attempts = outage_life(&disk, life == 1);
+        assert!(attempts >= 1, "life {life}: 30 tried {attempts} times");
+    }
+    let rt = support::rt::paused();
+    let sink = TestSink::new("back");
+    sink.set_all(Act::Ok);
+    let (letters, mut rx) = DeadLetters::channel(8);
+    rt.block_on(async {
+        let o = Outbox::builder(sink.clone())
+            .config(config())
+            .journal(journal(&disk))
+            .dead_letters(letters)
+            .build()
+            .unwrap();
+        let c = o.counters();
+        assert_eq!((c.recovered, c.lost(LostReason::Poisoned)), (2, 1), "{c:?}");
+        let letter = rx.recv().await.unwrap();
+        assert_eq!(
+            (letter.tenant, letter.items, letter.reason),
+            (t(1), vec![POISON], DeadReason::Poisoned)
+        );
+        let _ = o.settle(Duration::from_secs(10)).await;
+        assert_eq!(sink.stored(t(3)), [DOWN], "written, not poisoned");
+        let _ = o.shutdown(Duration::from_secs(10)).await;
+    });
+}
+
+/// One life in which tenant 1's datastore is down (its writes fail at
+/// once and back off for a second) and tenant 2 stages `item`: the
+/// process dies half a second in. Returns tenant 2's stored items.
+fn suspect_down_life(disk: &MemStorage, item: u32) -> Vec<u32> {
+    let rt = support::rt::paused();
+    let sink = TestSink::new("suspect down");
+    sink.set(t(1), Act::Fail);
+    sink.set(t(2), Act::Ok);
+    let config = Config::builder()
+        .concurrency(4)
+        .initial_backoff(Duration::from_secs(1))
+        .max_backoff(Duration::from_secs(1))
+        .jitter(0.0)
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let o = Outbox::builder(sink.clone())
+            .config(config)
+            .journal(journal(disk))
+            .build()
+            .unwrap();
+        assert_eq!(o.stage(t(2), item), Staged::Accepted);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        std::mem::forget(o);
+    });
+    std::mem::forget(rt);
+    disk.crash();
+    sink.stored(t(2))
+}
+
+#[test]
+fn s_j17_a_suspect_backing_off_holds_no_one_back_and_its_backoffs_count_no_crash() {
+    // 40 is cut once (in flight at the first crash): a suspect, written
+    // alone. Then its datastore is down for three lives, each killed while
+    // 40 waits for its retry: tenant 2's item of each life is written
+    // meanwhile (S-W8), and no crash counts against 40, which is written
+    // once the datastore is back.
+    let disk = MemStorage::new();
+    let rt = support::rt::paused();
+    let sink = TestSink::new("first");
+    sink.set(t(1), Act::Hang);
+    rt.block_on(async {
+        let o = Outbox::builder(sink.clone())
+            .config(config())
+            .journal(journal(&disk))
+            .build()
+            .unwrap();
+        assert_eq!(o.stage(t(1), 40), Staged::Accepted);
+        assert_eq!(o.sync().await, Ok(()));
+        until_attempts(&sink, 1).await;
+        std::mem::forget(o);
+    });
+    std::mem::forget(rt);
+    disk.crash();
+    for item in [51, 52, 53] {
+        let stored = suspect_down_life(&disk, item);
+        assert_eq!(stored, [item], "written while the suspect backs off");
+    }
+    let rt = support::rt::paused();
+    let sink = TestSink::new("back");
+    sink.set_all(Act::Ok);
+    rt.block_on(async {
+        let o = Outbox::builder(sink.clone())
+            .config(config())
+            .journal(journal(&disk))
+            .build()
+            .unwrap();
+        let c = o.counters();
+        assert_eq!((c.recovered, c.lost(LostReason::Poisoned)), (1, 0), "{c:?}");
+        let _ = o.settle(Duration::from_secs(10)).await;
+        assert_eq!(sink.stored(t(1)), [40]);
+        let _ = o.shutdown(Duration::from_secs(10)).await;
     });
 }
 

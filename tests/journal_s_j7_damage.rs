@@ -301,7 +301,8 @@ fn a_single_bit_flip_anywhere_costs_exactly_what_it_hit() {
                             | Record::Schema { .. }
                             | Record::Attempts { .. }
                             | Record::Life { .. }
-                            | Record::Clean(_),
+                            | Record::Clean(_)
+                            | Record::Ended { .. },
                         ),
                     )) => {
                         // A damaged schema record costs no item: each item

@@ -198,7 +198,8 @@ async fn health_against_postgres_shows_the_lag_the_oldest_transaction_and_the_li
 /// S-T36, S-T3 against the real PostgreSQL: a relay whose outbox table is
 /// not there says so (`Missing`, and reads again), and one whose table's
 /// schema this crate refuses says so with the version (`Refused`); in both
-/// nothing is relayed.
+/// nothing is relayed. The refused one reads the schema again: once it is
+/// one the crate reads, the relay starts, without a restart.
 #[cfg(feature = "postgres")]
 #[tokio::test]
 async fn health_against_postgres_says_the_table_is_missing_or_its_schema_refused() {
@@ -239,7 +240,10 @@ async fn health_against_postgres_says_the_table_is_missing_or_its_schema_refused
         .await
         .expect("a future version");
     w.stage(3, &[common::table::Usage::new(1)], true).await;
-    let refused = w.outbox(Config::default(), TableRelay::new("hs2"));
+    let refused = w.outbox(
+        Config::default(),
+        TableRelay::new("hs2").poll_interval(Duration::from_millis(100)),
+    );
     common::servers::eventually("refused", Duration::from_secs(20), || async {
         (schema(&refused)
             == SchemaState::Refused {
@@ -251,5 +255,27 @@ async fn health_against_postgres_says_the_table_is_missing_or_its_schema_refused
     .await;
     assert_eq!(refused.counters().written, 0, "nothing relayed");
     assert_eq!(w.left().await, 1, "the row stays");
+    // The schema becomes one this crate reads (as after the migrations
+    // ran): the running relay reads it again, starts, and relays the row,
+    // with no restart.
+    w.admin
+        .execute(
+            &format!("DELETE FROM \"{}_schema\" WHERE version = 999", w.name),
+            &[],
+        )
+        .await
+        .expect("back to a known version");
+    common::servers::eventually("accepted", Duration::from_secs(20), || async {
+        (schema(&refused)
+            == SchemaState::Accepted {
+                version: outbox::table::SCHEMA_VERSION,
+            })
+        .then_some(())
+    })
+    .await;
+    common::servers::eventually("relayed", Duration::from_secs(20), || async {
+        (refused.counters().written == 1).then_some(())
+    })
+    .await;
     w.close(refused, Duration::from_millis(200)).await;
 }

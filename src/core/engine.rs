@@ -478,17 +478,23 @@ impl<K: Ord + Clone> Keys<K> {
     /// `tenant`'s state before it) settles.
     fn expect<I>(&mut self, tenant: &K, state: Option<&Tenant<I>>, key: u64) {
         let pending = state.map_or(0, |t| t.pending as u64);
-        let keyed = self.0.entry(tenant.clone()).or_default();
+        // The tenant cloned only for its first key in the engine.
+        if !self.0.contains_key(tenant) {
+            self.0.insert(tenant.clone(), Keyed::default());
+        }
+        let Some(keyed) = self.0.get_mut(tenant) else {
+            return;
+        };
         keyed.keys.push_back((keyed.settled + pending, key));
     }
 
-    /// `n` more of `tenant`'s oldest items settled, `written(i)` saying
-    /// whether the i-th was written: the keys among them, in order.
+    /// `n` more of `tenant`'s oldest items settled, `how(i)` saying how
+    /// the i-th did: the keys among them, in order.
     fn settle(
         &mut self,
         tenant: &K,
         n: usize,
-        written: impl Fn(usize) -> bool,
+        how: impl Fn(usize) -> ItemOutcome,
         out: &mut VecDeque<Event<K, impl Sized>>,
     ) {
         let Some(keyed) = self.0.get_mut(tenant) else {
@@ -500,10 +506,11 @@ impl<K: Ord + Clone> Keys<K> {
                 break;
             }
             keyed.keys.pop_front();
-            let i = (at - keyed.settled) as usize;
+            let outcome = how((at - keyed.settled) as usize);
             out.push_back(Event::KeyDone {
                 key,
-                written: written(i),
+                written: outcome == ItemOutcome::Written,
+                outcome,
             });
         }
         keyed.settled = end;
@@ -868,6 +875,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                     self.events.push_back(Event::KeyDone {
                         key,
                         written: false,
+                        outcome: ItemOutcome::Lost(LostReason::Shutdown),
                     });
                 }
                 intake.refused += 1;
@@ -1163,20 +1171,13 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             if !self.group_slot_free() {
                 return None;
             }
-            if let Some(lone) = self.suspects.lone() {
-                // A lone slice until it settles: only its retry starts
-                // (S-J17), once nothing else is in flight.
-                let lone = lone.clone();
-                if self.groups.len() > 0 || !self.sched.take_ready_tenant(&lone) {
-                    return None;
-                }
-                if !self.expire(&lone) {
-                    return Some(lone);
-                }
-                continue;
+            if self.suspects.lone().is_some() {
+                // A suspect's attempt is in flight: nothing starts beside
+                // it until it comes back (S-J17).
+                return None;
             }
-            // A suspect of a crash starts once nothing else is in flight
-            // (S-J17); what is ready behind it waits.
+            // A suspect of a crash starts once nothing else is in flight,
+            // its retry too (S-J17); what is ready behind it waits.
             if self.groups.len() > 0
                 && self
                     .sched
@@ -1469,6 +1470,8 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         let n = write.items.len();
         let settled = match next {
             AfterFailure::RetryIn(wait) => {
+                // A suspect backing off holds no one back (S-J17, S-W8).
+                self.suspects.came_back(&rec.tenant);
                 let t = self.tenants.get_mut(&rec.tenant).expect("tenant in flight");
                 self.sched
                     .backoff(rec.tenant.clone(), &mut t.phase, self.now + wait);
@@ -2129,8 +2132,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         self.suspects.settled(tenant, n as u64);
         t.stamps.settle(n, self.now, &how, &mut self.ages);
         if !self.keys.0.is_empty() {
-            let written = |i| how(i) == ItemOutcome::Written;
-            self.keys.settle(tenant, n, written, &mut self.events);
+            self.keys.settle(tenant, n, &how, &mut self.events);
         }
         for id in self
             .waits
@@ -2326,8 +2328,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         t.pending -= n;
         t.stamps.settle(n, self.now, |_| outcome, &mut self.ages);
         if !self.keys.0.is_empty() {
-            let written = |_| false;
-            self.keys.settle(tenant, n, written, &mut self.events);
+            self.keys.settle(tenant, n, |_| outcome, &mut self.events);
         }
         [retry.map(|(r, _)| r), backlog.map(|(r, _)| r)]
     }

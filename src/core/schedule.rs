@@ -121,22 +121,6 @@ impl<K> Schedule<K> {
         self.ready.front()
     }
 
-    /// Takes `tenant` out of the ready FIFO wherever it is (S-J17: a
-    /// lone slice's retry goes before what became ready meanwhile).
-    /// Returns whether it was ready. Linear in the ready tenants.
-    pub(crate) fn take_ready_tenant(&mut self, tenant: &K) -> bool
-    where
-        K: PartialEq,
-    {
-        match self.ready.iter().position(|t| t == tenant) {
-            Some(i) => {
-                self.ready.remove(i);
-                true
-            }
-            None => false,
-        }
-    }
-
     /// Whether a tenant is ready.
     pub(crate) fn has_ready(&self) -> bool {
         !self.ready.is_empty()

@@ -4,6 +4,9 @@
 //! written alone: one item per write, in a group of its own, started
 //! only when no other write is in flight, and no other write starts
 //! while it is. A crash during such a write implicates its item alone.
+//! Once an attempt of it has come back, others may start while it waits
+//! for its retry (S-W8): the retry goes alone again, and a crash while it
+//! waits counts against nobody (its attempt's end is on disk).
 //!
 //! Empty outside a recovery after a crash: every check is one emptiness
 //! test then.
@@ -15,8 +18,8 @@ use std::collections::BTreeMap;
 pub(crate) struct Suspects<K> {
     /// Per tenant, how many of its oldest pending items go alone.
     alone: BTreeMap<K, u64>,
-    /// The tenant whose lone slice started and has not settled (written
-    /// or given up, its retries included): nothing else starts meanwhile.
+    /// The tenant whose lone attempt is in flight: nothing else starts
+    /// until it comes back.
     lone: Option<K>,
 }
 
@@ -65,8 +68,16 @@ impl<K: Ord> Suspects<K> {
         self.lone = Some(tenant);
     }
 
-    /// The tenant whose lone slice has not settled: only its retry may
-    /// start.
+    /// An attempt of `tenant` came back failed and waits for its retry:
+    /// if it was the lone one, others may start meanwhile (S-W8); the
+    /// retry still goes alone.
+    pub(crate) fn came_back(&mut self, tenant: &K) {
+        if self.lone.as_ref() == Some(tenant) {
+            self.lone = None;
+        }
+    }
+
+    /// The tenant whose lone attempt is in flight: nothing else starts.
     pub(crate) fn lone(&self) -> Option<&K> {
         self.lone.as_ref()
     }
@@ -92,5 +103,19 @@ mod tests {
         assert!(s.is_alone(&1));
         s.settled(&1, 1);
         assert!(!s.is_alone(&1));
+    }
+
+    #[test]
+    fn a_lone_attempt_that_came_back_lifts_the_gate_and_its_retry_goes_alone() {
+        let mut s: Suspects<u32> = Suspects::default();
+        s.set(1, 1);
+        s.started(1);
+        s.came_back(&2);
+        assert_eq!(s.lone(), Some(&1), "another tenant's attempt");
+        s.came_back(&1);
+        assert_eq!(s.lone(), None, "others may start while it backs off");
+        assert!(s.is_alone(&1), "its retry still goes alone");
+        s.started(1);
+        assert_eq!(s.lone(), Some(&1));
     }
 }

@@ -506,14 +506,19 @@ pub enum Event<K, I> {
         latency: Duration,
     },
     /// A durable item's key ([`Durable::key`](super::Durable::key), S-W22)
-    /// comes back: the item settled, written or not (dropped or lost,
-    /// counted under its reason as any item). Queued in each tenant's
-    /// staging order, with the event that counted the item.
+    /// comes back: the item settled, written or not (dropped, lost or
+    /// handed over, counted under its reason as any item). Queued in each
+    /// tenant's staging order, with the event that counted the item
+    /// (before or after it). Names the item exactly, whatever else
+    /// settles: the outbox table's driver decides each row's removal by
+    /// it (S-T31).
     KeyDone {
         /// The key the item was staged with.
         key: u64,
-        /// Whether the item was written.
+        /// Whether the item was written (`outcome` is `Written`).
         written: bool,
+        /// How it settled: the reason it was counted under.
+        outcome: super::ItemOutcome,
     },
     /// The driver must cancel every write in flight and finish each (with
     /// [`Outcome::Cancelled`] or whatever it got first). The engine has

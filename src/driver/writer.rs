@@ -442,7 +442,7 @@ impl<S: Sink> Writer<S> {
             .first()
             .and_then(|w| w.deadline)
             .map(|at| self.shared.instant(at));
-        // S-J17: a first attempt in this life waits for its attempt marks.
+        // S-J17: an attempt waits for its attempt marks.
         let gate = self
             .shared
             .journal

@@ -16,14 +16,19 @@
 //!           epoch, 0 unknown) · codec version u32 · tenant length u32
 //!           · tenant bytes · item bytes
 //!         6 attempts: life u64 · sequence u64, repeated (S-J17: these
-//!           items' first attempts in that life start once it is on disk)
+//!           items' attempts in that life start once it is on disk)
 //!         7 life: life u64 · (sequence u64 · crashes u32), repeated (a
 //!           life's start after a recovery, with the crashes counted)
 //!         8 clean: life u64 (that life closed cleanly)
+//!         9 ended: life u64 · sequence u64, repeated (S-J17: these
+//!           items' attempts in that life came back failed and wait for
+//!           a retry; an attempt mark after it starts the next one)
 //! ```
 //!
-//! A life is numbered by the first segment it created. The kinds 6 to 8
-//! are read by this version only: an older one skips them as damage.
+//! A life is numbered by the first segment it created. The kinds 6 to 9
+//! are read by this version only: an older one skips them as damage. A
+//! version 2 journal written before kind 9 existed recovers: its marked
+//! attempts have no end, so each counts as cut, as it did then (S-J15).
 //!
 //! Integers are little-endian. A record is valid when its length is
 //! within bounds and its checksum matches; the scanner skips an invalid
@@ -73,6 +78,7 @@ const KIND_ITEM: u8 = 5;
 const KIND_ATTEMPTS: u8 = 6;
 const KIND_LIFE: u8 = 7;
 const KIND_CLEAN: u8 = 8;
+const KIND_ENDED: u8 = 9;
 /// Where an item record's fields sit in its framed bytes.
 const AT_SEQ: usize = FRAME_LEN + 1;
 const AT_STAGED: usize = AT_SEQ + 8;
@@ -290,6 +296,14 @@ pub fn done_len(n: usize) -> usize {
     n.div_ceil(MARKS_PER_RECORD) * DONE_OVERHEAD + n * MARK_LEN
 }
 
+/// Bytes [`note`] appends for the attempt-end marks (kind 9, S-J17) of
+/// `n` items: the records of a life's number and `n` sequence numbers,
+/// at most [`MARKS_PER_RECORD`] in each. The same as the attempt marks'
+/// (kind 6) of `n` items.
+pub fn ended_len(n: usize) -> usize {
+    n.div_ceil(MARKS_PER_RECORD) * (DONE_OVERHEAD + 8) + n * MARK_LEN
+}
+
 /// Appends a done record marking `seqs` to `out` (in records of at most
 /// [`MARKS_PER_RECORD`] marks each).
 pub fn done(out: &mut Vec<u8>, seqs: &[u64]) {
@@ -308,17 +322,8 @@ pub fn done(out: &mut Vec<u8>, seqs: &[u64]) {
 pub fn note(out: &mut Vec<u8>, note: &crate::core::journal::Note) {
     use crate::core::journal::Note;
     match note {
-        Note::Attempts { life, seqs } => {
-            for chunk in seqs.chunks(MARKS_PER_RECORD) {
-                frame(out, |b| {
-                    b.push(KIND_ATTEMPTS);
-                    b.extend_from_slice(&life.to_le_bytes());
-                    for s in chunk {
-                        b.extend_from_slice(&s.to_le_bytes());
-                    }
-                });
-            }
-        }
+        Note::Attempts { life, seqs } => life_marks(out, KIND_ATTEMPTS, *life, seqs),
+        Note::Ended { life, seqs } => life_marks(out, KIND_ENDED, *life, seqs),
         Note::Life { life, counts } => {
             let mut chunks = counts.chunks(MARKS_PER_RECORD).peekable();
             if chunks.peek().is_none() {
@@ -342,6 +347,20 @@ pub fn note(out: &mut Vec<u8>, note: &crate::core::journal::Note) {
             b.push(KIND_CLEAN);
             b.extend_from_slice(&life.to_le_bytes());
         }),
+    }
+}
+
+/// Appends records of `kind` holding `life` and `seqs`, at most
+/// [`MARKS_PER_RECORD`] in each.
+fn life_marks(out: &mut Vec<u8>, kind: u8, life: u64, seqs: &[u64]) {
+    for chunk in seqs.chunks(MARKS_PER_RECORD) {
+        frame(out, |b| {
+            b.push(kind);
+            b.extend_from_slice(&life.to_le_bytes());
+            for s in chunk {
+                b.extend_from_slice(&s.to_le_bytes());
+            }
+        });
     }
 }
 
@@ -668,6 +687,14 @@ pub enum Record<'a> {
     },
     /// A life closed cleanly (S-J17).
     Clean(u64),
+    /// Attempt-end marks of a life (S-J17): these items' attempts came
+    /// back failed and wait for a retry.
+    Ended {
+        /// The life.
+        life: u64,
+        /// The items.
+        seqs: Vec<u64>,
+    },
 }
 
 /// What [`scan`] found in a segment's records.
@@ -766,14 +793,16 @@ fn parse_body(body: &[u8]) -> Option<Record<'_>> {
         KIND_SEAL if rest.len() == 8 => {
             Some(Record::Seal(u64::from_le_bytes(rest.try_into().ok()?)))
         }
-        KIND_ATTEMPTS if rest.len() >= 8 && rest.len() % 8 == 0 => {
+        KIND_ATTEMPTS | KIND_ENDED if rest.len() >= 8 && rest.len() % 8 == 0 => {
             let mut words = rest
                 .chunks_exact(8)
                 .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")));
             let life = words.next()?;
-            Some(Record::Attempts {
-                life,
-                seqs: words.collect(),
+            let seqs = words.collect();
+            Some(if kind == KIND_ATTEMPTS {
+                Record::Attempts { life, seqs }
+            } else {
+                Record::Ended { life, seqs }
             })
         }
         KIND_LIFE if rest.len() >= 8 && (rest.len() - 8) % 12 == 0 => {
@@ -873,6 +902,49 @@ mod tests {
             done(&mut out, &seqs);
             assert_eq!(out.len(), done_len(n), "{n} marks");
         }
+    }
+
+    #[test]
+    fn attempt_end_marks_round_trip_and_ended_len_is_what_note_appends() {
+        use crate::core::journal::Note;
+        for n in [0, 1, 3, MARKS_PER_RECORD, MARKS_PER_RECORD + 1] {
+            let seqs: Vec<u64> = (1..=n as u64).collect();
+            let mut out = Vec::new();
+            note(&mut out, &Note::Ended { life: 7, seqs });
+            assert_eq!(out.len(), ended_len(n), "{n} marks");
+            assert_eq!(SIZES.ended_len(n), ended_len(n) as u64, "{n} marks");
+        }
+        let mut bytes = header(1, 1).to_vec();
+        let mut records = Vec::new();
+        note(
+            &mut records,
+            &Note::Attempts {
+                life: 7,
+                seqs: vec![4, 5],
+            },
+        );
+        note(
+            &mut records,
+            &Note::Ended {
+                life: 7,
+                seqs: vec![4],
+            },
+        );
+        seal_records(&mut records);
+        bytes.extend_from_slice(&records);
+        assert_eq!(
+            scan(&bytes, HEADER_LEN).records,
+            [
+                Record::Attempts {
+                    life: 7,
+                    seqs: vec![4, 5]
+                },
+                Record::Ended {
+                    life: 7,
+                    seqs: vec![4]
+                },
+            ]
+        );
     }
 
     fn item(seq: u64, tenant: &[u8], body: &[u8]) -> Vec<u8> {

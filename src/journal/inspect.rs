@@ -276,7 +276,8 @@ fn describe(id: u64, name: String, bytes: &[u8]) -> SegmentInfo {
             // The journal's lives (S-J17): read at recovery, not shown.
             format::Record::Attempts { .. }
             | format::Record::Life { .. }
-            | format::Record::Clean(_) => {}
+            | format::Record::Clean(_)
+            | format::Record::Ended { .. } => {}
         }
     }
     SegmentInfo {

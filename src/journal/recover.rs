@@ -190,6 +190,13 @@ where
             }
             Record::Life { life, counts } => file.lives.starts.push((life, counts)),
             Record::Clean(life) => file.lives.clean.push(life),
+            Record::Ended { life, seqs } => {
+                // After the attempt marks read so far (S-J17).
+                let after = file.lives.attempts.len();
+                file.lives
+                    .ends
+                    .extend(seqs.into_iter().map(|s| (after, life, s)));
+            }
         }
     }
     read

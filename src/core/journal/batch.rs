@@ -41,6 +41,12 @@ impl Sizes {
         n.div_ceil(per) as u64 * (self.done + LIFE_LEN) + n as u64 * self.mark
     }
 
+    /// Bytes of the attempt-end records that hold `n` marks (S-J17): as
+    /// many as [`attempts_len`](Self::attempts_len).
+    pub fn ended_len(&self, n: usize) -> u64 {
+        self.attempts_len(n)
+    }
+
     /// Bytes of a life record counting `n` items' crashes (S-J17).
     pub fn life_len(&self, n: usize) -> u64 {
         let per = self.marks_per_record.max(1);
@@ -87,8 +93,8 @@ pub const LIFE_LEN: u64 = 8;
 /// segment it created.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Note {
-    /// The first attempts of these items in this life start once this is
-    /// on disk.
+    /// The attempts of these items in this life start once this is on
+    /// disk.
     Attempts {
         /// The life.
         life: u64,
@@ -107,6 +113,15 @@ pub enum Note {
     Clean {
         /// The life.
         life: u64,
+    },
+    /// The attempts of these items in this life came back failed and
+    /// wait for a retry: a crash from now until an attempt mark of their
+    /// next attempt cuts none of them.
+    Ended {
+        /// The life.
+        life: u64,
+        /// The items, in sequence order.
+        seqs: Vec<Seq>,
     },
 }
 

@@ -156,9 +156,9 @@ impl<K: Ord + Hash + Clone> Commits<K> {
         self.ops.push(Op::Note { id, note });
     }
 
-    /// The first attempt in this life of `tenant`'s oldest `n` items
-    /// starts: whether attempt marks wait for the next commit (S-J17).
-    /// Never while the journal is down.
+    /// An attempt of `tenant`'s oldest `n` items starts: whether attempt
+    /// marks wait for the next commit (S-J17). Never while the journal is
+    /// down.
     pub(super) fn attempt(&mut self, tenant: &K, n: u64) -> bool {
         let added = self.ledger.mark_attempt(tenant, n);
         if self.down {
@@ -166,6 +166,42 @@ impl<K: Ord + Hash + Clone> Commits<K> {
             return false;
         }
         added > 0
+    }
+
+    /// The attempt of `tenant`'s oldest `n` items came back failed and
+    /// waits for its retry: its end marks ride the next commit, none
+    /// waits for them (S-J17). Dropped while the journal is down (the
+    /// attempt then counts as cut).
+    pub(super) fn ended(&mut self, tenant: &K, n: u64) {
+        self.ledger.mark_ended(tenant, n);
+        if self.down {
+            self.ledger.take_ends();
+        }
+    }
+
+    /// The attempt-end marks waiting, as a record in the current segment,
+    /// before the attempt marks (a retry's mark follows its attempt's
+    /// end), if it fits under `max_bytes` (else a crash counts those
+    /// attempts as cut: the safe side).
+    fn push_ends(&mut self) {
+        let seqs = self.ledger.take_ends();
+        if seqs.is_empty() {
+            return;
+        }
+        let len = self.sizes.ended_len(seqs.len());
+        if !self.ledger.note_fits(len, self.doomed_bytes, false) {
+            return;
+        }
+        let id = self.ledger.current();
+        self.ledger.add_bytes(len);
+        self.ledger.remark(&seqs);
+        self.ops.push(Op::Note {
+            id,
+            note: Note::Ended {
+                life: self.life,
+                seqs,
+            },
+        });
     }
 
     /// The attempt marks waiting, as a record in the current segment, if
@@ -363,6 +399,7 @@ impl<K: Ord + Hash + Clone> Commits<K> {
                 seqs: run.seqs,
             });
         }
+        self.push_ends();
         self.push_attempts();
         if roll_if_idle && self.ledger.live() == 0 {
             self.roll();

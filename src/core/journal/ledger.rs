@@ -290,12 +290,24 @@ pub struct Ledger<K> {
     /// Pending items that are on no disk: accepted while the journal was
     /// down, or journaled in a commit that failed (S-J5).
     undurable: u64,
-    /// Per tenant, how many of its oldest pending items have their attempt
-    /// mark in this life (S-J17): a tenant's slice is always its oldest
-    /// items, so the marked ones are a prefix. Empty without attempts.
-    attempted: HashMap<K, u64, foldhash::fast::FixedState>,
+    /// Per tenant, its oldest pending items with attempt marks in this
+    /// life (S-J17). Empty without attempts.
+    attempted: HashMap<K, Marked, foldhash::fast::FixedState>,
     /// Attempt marks waiting for the next commit.
     attempts: Vec<Seq>,
+    /// Attempt-end marks waiting for the next commit.
+    ends: Vec<Seq>,
+}
+
+/// A tenant's oldest pending items marked in this life (S-J17): a
+/// tenant's slice is always its oldest items, so both are prefixes.
+#[derive(Clone, Copy, Debug, Default)]
+struct Marked {
+    /// Items with an attempt mark in this life.
+    marked: u64,
+    /// Of those, the ones whose attempt started and has not come back
+    /// failed since (no end mark after their attempt mark).
+    open: u64,
 }
 
 impl<K: Ord + Hash + Clone> Ledger<K> {
@@ -323,6 +335,7 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
             undurable: 0,
             attempted: HashMap::default(),
             attempts: Vec::new(),
+            ends: Vec::new(),
         };
         ledger.open_segment(segment, next_seq, header_bytes);
         ledger
@@ -479,6 +492,7 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
         moved.sort_unstable();
         // Marks not yet written are for items on no disk now.
         self.attempts.clear();
+        self.ends.clear();
         self.undurable += moved.len() as u64;
         for seq in &moved {
             if let Some(id) = self.segment_of(*seq) {
@@ -529,8 +543,9 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
         }
         if !self.attempted.is_empty() {
             if let Some(a) = self.attempted.get_mut(tenant) {
-                *a = a.saturating_sub(take as u64);
-                if *a == 0 {
+                a.marked = a.marked.saturating_sub(take as u64);
+                a.open = a.open.saturating_sub(take as u64);
+                if a.marked == 0 {
                     self.attempted.remove(tenant);
                 }
             }
@@ -539,29 +554,62 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
     }
 
     /// The attempt of `tenant`'s oldest `n` pending items starts (S-J17):
-    /// the attempt marks of the journaled ones not yet marked in this
-    /// life wait for the next commit. Returns how many marks that adds (0
-    /// for a retry, or items on no disk).
+    /// the attempt marks of the journaled ones whose attempt is not open
+    /// in this life (never marked, or come back failed since) wait for
+    /// the next commit. Returns how many marks that adds (0 for items on
+    /// no disk).
     pub fn mark_attempt(&mut self, tenant: &K, n: u64) -> u64 {
         let Some(queue) = self.tenants.get(tenant) else {
             return 0;
         };
         let n = usize::try_from(n).unwrap_or(usize::MAX).min(queue.len());
-        let marked = self.attempted.get(tenant).copied().unwrap_or(0);
-        let from = usize::try_from(marked).unwrap_or(usize::MAX);
+        let m = self.attempted.get(tenant).copied().unwrap_or_default();
+        let from = usize::try_from(m.open).unwrap_or(usize::MAX);
         if n <= from {
             return 0;
         }
         let before = self.attempts.len();
         self.attempts
             .extend(queue.range(from..n).filter_map(|e| e.seq()));
-        self.attempted.insert(tenant.clone(), n as u64);
+        let marked = Marked {
+            marked: m.marked.max(n as u64),
+            open: n as u64,
+        };
+        self.attempted.insert(tenant.clone(), marked);
         (self.attempts.len() - before) as u64
+    }
+
+    /// The attempt of `tenant`'s oldest `n` pending items came back
+    /// failed and waits for its retry (S-J17): the attempt-end marks of
+    /// those whose attempt is open wait for the next commit. Returns how
+    /// many marks that adds.
+    pub fn mark_ended(&mut self, tenant: &K, n: u64) -> u64 {
+        let Some(m) = self.attempted.get_mut(tenant) else {
+            return 0;
+        };
+        let Some(queue) = self.tenants.get(tenant) else {
+            return 0;
+        };
+        let open = usize::try_from(m.open).unwrap_or(usize::MAX);
+        let n = usize::try_from(n).unwrap_or(usize::MAX);
+        let k = open.min(n).min(queue.len());
+        // A tenant has one attempt in flight: its items are the open ones.
+        m.open = 0;
+        let before = self.ends.len();
+        self.ends.extend(queue.range(..k).filter_map(|e| e.seq()));
+        (self.ends.len() - before) as u64
     }
 
     /// The attempt marks waiting, in sequence order.
     pub fn take_attempts(&mut self) -> Vec<Seq> {
         let mut seqs = std::mem::take(&mut self.attempts);
+        seqs.sort_unstable();
+        seqs
+    }
+
+    /// The attempt-end marks waiting, in sequence order.
+    pub fn take_ends(&mut self) -> Vec<Seq> {
+        let mut seqs = std::mem::take(&mut self.ends);
         seqs.sort_unstable();
         seqs
     }

@@ -110,6 +110,9 @@ struct Round {
 /// - [`handle_done`](Self::handle_done): a tenant's oldest items are
 ///   done (written, lost or dropped): their done marks wait for the next
 ///   commit (S-J3).
+/// - [`handle_attempt`](Self::handle_attempt) and
+///   [`handle_ended`](Self::handle_ended): an attempt starts, or comes
+///   back failed to be retried (S-J17).
 /// - [`handle_sync`](Self::handle_sync): a durability barrier (D1).
 /// - [`handle_close`](Self::handle_close): the writer is done.
 /// - [`handle_wake`](Self::handle_wake)`(now)`: something was buffered
@@ -224,14 +227,23 @@ impl<K: Ord + Hash + Clone, W> Machine<K, W> {
     }
 
     /// An attempt of `tenant`'s oldest `n` pending items is about to start
-    /// (S-J17). Returns whether it must wait for the next commit: the
-    /// first attempt in this life of a journaled item needs its attempt
-    /// mark on disk first, so a crash during it is counted at the next
-    /// recovery. Then pass a waiter to [`handle_sync`](Self::handle_sync)
-    /// and start the attempt once it is answered (whatever the answer).
-    /// A retry, or a journal that is down, never waits.
+    /// (S-J17). Returns whether it must wait for the next commit: an
+    /// attempt of a journaled item needs its attempt mark on disk first,
+    /// so a crash during it is counted at the next recovery. Then pass a
+    /// waiter to [`handle_sync`](Self::handle_sync) and start the attempt
+    /// once it is answered (whatever the answer). A journal that is down
+    /// never waits.
     pub fn handle_attempt(&mut self, tenant: &K, n: u64) -> bool {
         self.commits.attempt(tenant, n)
+    }
+
+    /// The attempt of `tenant`'s oldest `n` pending items came back failed
+    /// and waits for its retry (S-J17): its attempt-end marks ride the
+    /// next commit (nothing waits for them), so a crash while it waits
+    /// does not count against its items. Then wake the machine like after
+    /// a done mark.
+    pub fn handle_ended(&mut self, tenant: &K, n: u64) {
+        self.commits.ended(tenant, n);
     }
 
     /// After a recovery: the first commit records this life's start with

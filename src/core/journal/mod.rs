@@ -72,7 +72,23 @@ pub use recovery::{
     plan, segment_ids, Found, Head, Plan, Recovery, Refused, ScannedSegment, SegmentFile, Step,
 };
 
-use super::{DropReason, Event as EngineEvent, LostReason};
+use super::{AfterFailure, DropReason, Event as EngineEvent, LostReason};
+
+/// The tenant and count of items whose attempt an engine event ends
+/// failed, to be retried, for [`Machine::handle_ended`] (S-J17): always
+/// the tenant's oldest pending items. `None` for every other event (an
+/// attempt that ends its items is a done mark, [`done_by`]).
+pub fn ended_by<K, I>(event: &EngineEvent<K, I>) -> Option<(&K, u64)> {
+    match event {
+        EngineEvent::AttemptFailed {
+            tenant,
+            items,
+            next: AfterFailure::RetryIn(_),
+            ..
+        } => Some((tenant, *items as u64)),
+        _ => None,
+    }
+}
 
 /// The tenant and count of accepted items an engine event ends (written,
 /// lost or dropped), for [`Machine::handle_done`]: they are always the

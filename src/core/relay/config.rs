@@ -43,7 +43,8 @@ pub struct RelayConfig {
     /// See `retry_backoff`.
     pub max_retry_backoff: Duration,
     /// Crashed attempts after which a row is dead-lettered as `poisoned`
-    /// (default [`DEFAULT_MAX_CRASH_ATTEMPTS`]; at least 1, S-T18).
+    /// (default [`DEFAULT_MAX_CRASH_ATTEMPTS`]; 0 is taken as 1, as the
+    /// journal's, S-T18).
     pub max_crash_attempts: u32,
     /// Codec versions this relay can decode (default `{0}`; not empty).
     pub known_versions: BTreeSet<u32>,
@@ -97,10 +98,16 @@ impl RelayConfig {
         self
     }
 
-    /// Sets `max_crash_attempts`.
+    /// Sets `max_crash_attempts` (0 is taken as 1, S-T18).
     pub fn max_crash_attempts(mut self, attempts: u32) -> Self {
-        self.max_crash_attempts = attempts;
+        self.max_crash_attempts = attempts.max(1);
         self
+    }
+
+    /// `max_crash_attempts` as the relay applies it: at least 1, whatever
+    /// the field holds (S-T18).
+    pub(crate) fn crash_limit(&self) -> u32 {
+        self.max_crash_attempts.max(1)
     }
 
     /// Sets the codec versions this relay decodes.
@@ -137,9 +144,6 @@ impl RelayConfig {
         }
         if self.max_retry_backoff < self.retry_backoff {
             return Err(E::InvertedBackoff);
-        }
-        if self.max_crash_attempts == 0 {
-            return Err(E::Zero);
         }
         if self.known_versions.is_empty() {
             return Err(E::NoKnownVersion);
@@ -178,8 +182,8 @@ impl fmt::Display for RelayConfigError {
         match self {
             RelayConfigError::EmptyOwner => f.write_str("the relay's owner is empty"),
             RelayConfigError::Zero => f.write_str(
-                "read_ahead, tenant_share, page_rows, poll_interval, retry_backoff and \
-                 max_crash_attempts must be positive",
+                "read_ahead, tenant_share, page_rows, poll_interval and retry_backoff \
+                 must be positive",
             ),
             RelayConfigError::ShareAboveReadAhead => {
                 f.write_str("tenant_share is above read_ahead")

@@ -145,7 +145,7 @@ impl Relay {
             });
             return Step::Skipped;
         }
-        if row.crashes >= self.config.max_crash_attempts {
+        if row.crashes >= self.config.crash_limit() {
             return self.take_dead(row, DeadReason::Poisoned);
         }
         if self.held >= self.config.read_ahead {

@@ -263,7 +263,8 @@ where
     }
 
     /// Under the outbox's lock, with the engine's events, in order: marks
-    /// the items they end done (S-J3).
+    /// the items they end done (S-J3), and the attempts that came back
+    /// failed to be retried ended (S-J17).
     pub(crate) fn mark_done<'a>(&self, events: impl IntoIterator<Item = &'a Event<K, I>>)
     where
         K: 'a,
@@ -278,6 +279,10 @@ where
         for event in events {
             if let Some((tenant, n)) = plan::done_by(event) {
                 g.state.handle_done(tenant, n);
+                any = true;
+            } else if let Some((tenant, n)) = plan::ended_by(event) {
+                // Rides the next commit, waited for by nobody (S-J17).
+                g.state.handle_ended(tenant, n);
                 any = true;
             }
         }
@@ -294,8 +299,8 @@ where
         self.soon.notify_one();
     }
 
-    /// A group of writes starts (S-J17): the first attempt in this life
-    /// of journaled items needs their attempt marks on disk first, so the
+    /// A group of writes starts (S-J17): an attempt of journaled items
+    /// needs their attempt marks on disk first, so the
     /// gate returned waits for the next group commit (whatever it
     /// answers: a journal that fails lets the write go at once). `None`:
     /// nothing to wait for. Under the `early_mark` canary, each first

@@ -1,11 +1,16 @@
-//! Which row each of the engine's outcomes is about (S-T31). The relay
-//! hands rows to the engine per tenant in delivery order, and the engine
-//! ends a tenant's items in that order (one slice of a tenant at a time,
-//! S-W5), so a tenant's queue of row ids, popped by each outcome's item
-//! count, names the rows an outcome ends. Kept under the engine's lock,
-//! pushed as rows go in and popped as the writer drains its events.
+//! Which row each of the engine's outcomes is about (S-T31). Each row goes
+//! into the engine with its id as its key ([`Durable::key`]), and the
+//! engine hands the key back with how the item settled
+//! ([`Event::KeyDone`]): every removal (delete or dead-letter move) is
+//! decided by that key, never by counting a tenant's items, so nothing
+//! can drift whatever ends a slice (a stale epoch's hand-over, a
+//! partition lost and gained again, a shutdown). Kept under the engine's
+//! lock, a row added as it goes in and taken out as the writer drains its
+//! events.
+//!
+//! [`Durable::key`]: crate::core::Durable::key
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, PoisonError};
 
 use tokio::sync::{mpsc, watch};
@@ -14,13 +19,15 @@ use super::gate::Gate;
 use super::health::TableWatch;
 use crate::core::lease::WriteGrant;
 use crate::core::relay::{DeadReason, Done};
-use crate::core::{DropReason, Event, LostReason, Outcome, Write, WriteId};
+use crate::core::{
+    AfterFailure, DropReason, Event, ItemOutcome, LostReason, Outcome, Write, WriteId,
+};
 use crate::sink::WriteEpoch;
 
 /// A row's end, for the relay task.
 pub(crate) type Ended = (i64, Done);
 
-/// The row ids the engine holds, per tenant, and where their ends go.
+/// The rows the engine holds, by id, and where their ends go.
 pub(crate) struct Feed<K> {
     inner: Mutex<Inner<K>>,
     ends: mpsc::UnboundedSender<Ended>,
@@ -86,17 +93,31 @@ impl Phase {
 }
 
 struct Inner<K> {
-    ids: BTreeMap<K, VecDeque<i64>>,
-    /// The partition of each tenant with rows in the engine.
-    partitions: BTreeMap<K, u32>,
+    /// Each row in the engine, by its id (the key it went in with), with
+    /// its tenant.
+    rows: BTreeMap<i64, K>,
+    /// Each tenant with rows in the engine: its partition and how many.
+    tenants: BTreeMap<K, Held>,
     /// The same, by partition: a lost partition's tenants without a scan
     /// (S-L16, S-C4).
     by_partition: BTreeMap<u32, BTreeSet<K>>,
     /// The lease's grant of each write in flight (S-T37).
     grants: BTreeMap<WriteId, WriteGrant>,
-    /// The last attempt number seen failing, per tenant: a slice given up
-    /// next goes to the dead-letter table with it.
+    /// The last attempt number seen failing, per tenant whose slice waits
+    /// for a retry: given up while it waits (expired), it goes to the
+    /// dead-letter table with it.
     attempts: BTreeMap<K, u32>,
+    /// The attempt number of the slice whose end the engine counted last
+    /// (its failed attempt, or the number its retry waited with; 1 for a
+    /// slice never attempted): its keys follow, so its rows given up
+    /// carry it (S-T13).
+    ending: u32,
+}
+
+/// A tenant's rows in the engine.
+struct Held {
+    partition: u32,
+    rows: usize,
 }
 
 impl<K: Ord + Clone> Feed<K> {
@@ -108,11 +129,12 @@ impl<K: Ord + Clone> Feed<K> {
     ) -> Self {
         Feed {
             inner: Mutex::new(Inner {
-                ids: BTreeMap::new(),
-                partitions: BTreeMap::new(),
+                rows: BTreeMap::new(),
+                tenants: BTreeMap::new(),
                 by_partition: BTreeMap::new(),
                 grants: BTreeMap::new(),
                 attempts: BTreeMap::new(),
+                ending: 1,
             }),
             ends,
             phase,
@@ -124,20 +146,10 @@ impl<K: Ord + Clone> Feed<K> {
     }
 
     /// The row `id` of `tenant`, in `partition`, went into the engine
-    /// (under its lock).
+    /// with `id` as its key (under its lock).
     pub(crate) fn push(&self, tenant: &K, partition: u32, id: i64) {
         let mut g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        g.ids.entry(tenant.clone()).or_default().push_back(id);
-        if let Some(old) = g.partitions.insert(tenant.clone(), partition) {
-            if old == partition {
-                return;
-            }
-            g.forget_partition_of(tenant, old);
-        }
-        g.by_partition
-            .entry(partition)
-            .or_default()
-            .insert(tenant.clone());
+        g.push(tenant, partition, id);
     }
 
     /// The tenants of `partition` with rows in the engine, in key order
@@ -162,7 +174,7 @@ impl<K: Ord + Clone> Feed<K> {
             refused: Vec::new(),
         };
         for write in group {
-            let Some(&partition) = g.partitions.get(&write.tenant) else {
+            let Some(partition) = g.tenants.get(&write.tenant).map(|h| h.partition) else {
                 admitted.epochs = None;
                 admitted.writes.push(write);
                 continue;
@@ -202,7 +214,8 @@ impl<K: Ord + Clone> Feed<K> {
     }
 
     /// Under the engine's lock, with its events in order: sends each row's
-    /// end; notes where the engine's life stands.
+    /// end, named by the key the engine hands back; notes where the
+    /// engine's life stands.
     pub(crate) fn on_events<'a, I: 'a>(
         &self,
         events: impl IntoIterator<Item = &'a Event<K, I>>,
@@ -212,39 +225,41 @@ impl<K: Ord + Clone> Feed<K> {
     {
         let mut g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         for event in events {
-            if let Event::AttemptFailed {
-                tenant, attempt, ..
-            } = event
-            {
-                g.attempts.insert(tenant.clone(), *attempt);
-                continue;
-            }
-            let Some((tenant, items, how)) = ends(event) else {
-                continue;
-            };
-            let attempts = g.attempts.remove(tenant).unwrap_or(1);
-            let how = match how {
-                End::Written => Done::Written,
-                End::HandedOver => Done::HandedOver,
-                End::Dead(reason) => Done::GivenUp { reason, attempts },
-            };
-            let partition = g.partitions.get(tenant).copied();
-            let Some(queue) = g.ids.get_mut(tenant) else {
-                continue;
-            };
-            for _ in 0..items {
-                let Some(id) = queue.pop_front() else { break };
-                if let (Some(p), Done::Written | Done::GivenUp { .. }) = (partition, how) {
-                    self.unremoved_lock().rows.insert(id, p);
+            match event {
+                Event::AttemptFailed {
+                    tenant,
+                    attempt,
+                    next,
+                    ..
+                } => {
+                    // Queued after the loss or drop it causes, before the
+                    // slice's keys: the keys carry this attempt's number.
+                    g.ending = *attempt;
+                    if matches!(next, AfterFailure::RetryIn(_)) {
+                        g.attempts.insert(tenant.clone(), *attempt);
+                    } else {
+                        g.attempts.remove(tenant);
+                    }
                 }
-                // The relay task gone (its runtime shut down): the rows
-                // stay in the table for the next start.
-                let _ = self.ends.send((id, how));
-            }
-            if queue.is_empty() {
-                g.ids.remove(tenant);
-                if let Some(partition) = g.partitions.remove(tenant) {
-                    g.forget_partition_of(tenant, partition);
+                Event::KeyDone { key, outcome, .. } => {
+                    // Keys are row ids (`feed_engine`): the cast back is exact.
+                    let id = *key as i64;
+                    let Some(partition) = g.pop(id) else {
+                        // Not a row of ours, or a repeat: nothing to end.
+                        continue;
+                    };
+                    let done = done_of(*outcome, g.ending);
+                    if matches!(done, Done::Written | Done::GivenUp { .. }) {
+                        self.unremoved_lock().rows.insert(id, partition);
+                    }
+                    // The relay task gone (its runtime shut down): the rows
+                    // stay in the table for the next start.
+                    let _ = self.ends.send((id, done));
+                }
+                event => {
+                    if let Some(tenant) = slice_end(event) {
+                        g.ending = g.attempts.remove(tenant).unwrap_or(1);
+                    }
                 }
             }
         }
@@ -347,7 +362,50 @@ impl<K> Feed<K> {
     }
 }
 
-impl<K: Ord> Inner<K> {
+impl<K: Ord + Clone> Inner<K> {
+    /// Adds the row `id` of `tenant`, in `partition`.
+    fn push(&mut self, tenant: &K, partition: u32, id: i64) {
+        if self.rows.insert(id, tenant.clone()).is_some() {
+            // In the engine twice (S-T39 keeps a relay from it): the second
+            // end is a repeat the policy ignores.
+            return;
+        }
+        let old = match self.tenants.get_mut(tenant) {
+            Some(held) => {
+                held.rows += 1;
+                if held.partition == partition {
+                    return;
+                }
+                Some(std::mem::replace(&mut held.partition, partition))
+            }
+            None => {
+                let held = Held { partition, rows: 1 };
+                self.tenants.insert(tenant.clone(), held);
+                None
+            }
+        };
+        if let Some(old) = old {
+            self.forget_partition_of(tenant, old);
+        }
+        self.by_partition
+            .entry(partition)
+            .or_default()
+            .insert(tenant.clone());
+    }
+
+    /// Takes the row `id` out: its partition, or `None` if it is not here.
+    fn pop(&mut self, id: i64) -> Option<u32> {
+        let tenant = self.rows.remove(&id)?;
+        let held = self.tenants.get_mut(&tenant)?;
+        let partition = held.partition;
+        held.rows -= 1;
+        if held.rows == 0 {
+            self.tenants.remove(&tenant);
+            self.forget_partition_of(&tenant, partition);
+        }
+        Some(partition)
+    }
+
     /// Takes `tenant` out of `partition`'s index entry.
     fn forget_partition_of(&mut self, tenant: &K, partition: u32) {
         if let Some(set) = self.by_partition.get_mut(&partition) {
@@ -359,48 +417,33 @@ impl<K: Ord> Inner<K> {
     }
 }
 
-enum End {
-    Written,
-    HandedOver,
-    Dead(DeadReason),
+/// A row's end, from how its item settled (S-T31): written rows are
+/// deleted, and so are those the sink consumed without writing (S-W12);
+/// rows given up by policy are dead-lettered with `attempts`; every other
+/// end (a stale epoch, a lost partition, a shutdown's deadline, a lost
+/// task) hands the row over: it stays in the table (S-T29, S-T33).
+fn done_of(outcome: ItemOutcome, attempts: u32) -> Done {
+    let reason = match outcome {
+        ItemOutcome::Written | ItemOutcome::Lost(LostReason::Discarded) => return Done::Written,
+        ItemOutcome::Dropped(DropReason::SinkError) => DeadReason::SinkError,
+        ItemOutcome::Lost(LostReason::Terminal) => DeadReason::Terminal,
+        ItemOutcome::Lost(LostReason::RetriesExhausted) => DeadReason::RetriesExhausted,
+        ItemOutcome::Lost(LostReason::Expired) => DeadReason::Expired,
+        ItemOutcome::Lost(LostReason::Poisoned) => DeadReason::Poisoned,
+        ItemOutcome::HandedOver | ItemOutcome::Lost(_) | ItemOutcome::Dropped(_) => {
+            return Done::HandedOver
+        }
+    };
+    Done::GivenUp { reason, attempts }
 }
 
-/// The tenant, item count and end of an event that ends relayed items
-/// (as the journal's done marks, S-J3, with the shutdown's ends handed
-/// over instead of lost: the rows stay in the table, S-T33).
-fn ends<K, I>(event: &Event<K, I>) -> Option<(&K, u64, End)> {
+/// The tenant of an event that counts a slice's end, its keys to follow.
+fn slice_end<K, I>(event: &Event<K, I>) -> Option<&K> {
     match event {
-        // A write given up at a deadline that committed after all: its
-        // rows were ended (handed over) when it was given up.
-        Event::Written { given_up: true, .. } => None,
-        Event::Written { tenant, items, .. } => Some((tenant, *items as u64, End::Written)),
-        // A stale epoch, or a write the lease refused (S-E7, S-T37).
-        Event::HandedOver { tenant, items } => Some((tenant, *items, End::HandedOver)),
-        Event::Dropped {
-            tenant,
-            items,
-            reason: DropReason::SinkError,
-            ..
-        } => Some((tenant, *items, End::Dead(DeadReason::SinkError))),
-        Event::Lost {
-            tenant,
-            items,
-            reason,
-            ..
-        } => {
-            let end = match reason {
-                LostReason::Terminal => End::Dead(DeadReason::Terminal),
-                LostReason::RetriesExhausted => End::Dead(DeadReason::RetriesExhausted),
-                LostReason::Expired => End::Dead(DeadReason::Expired),
-                LostReason::Deadline | LostReason::Abandoned | LostReason::JoinFailed => {
-                    End::HandedOver
-                }
-                // Refused after the fence (the relay feeds nothing then), part
-                // of a written slice, or a journal's.
-                _ => return None,
-            };
-            Some((tenant, *items, end))
-        }
+        Event::Written { tenant, .. }
+        | Event::HandedOver { tenant, .. }
+        | Event::Dropped { tenant, .. }
+        | Event::Lost { tenant, .. } => Some(tenant),
         _ => None,
     }
 }
@@ -408,6 +451,7 @@ fn ends<K, I>(event: &Event<K, I>) -> Option<(&K, u64, End)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::{Config, Durable, Engine, Outcome, Time};
 
     fn feed() -> (Feed<u64>, mpsc::UnboundedReceiver<Ended>) {
         let (ends, rx) = mpsc::unbounded_channel();
@@ -423,6 +467,148 @@ mod tests {
         )
     }
 
+    /// An engine as an outbox table's driver builds it, `max_batch` items
+    /// per write, no linger, a retry 1 ms after a failure.
+    fn engine(max_batch: usize, max_attempts: u32) -> Engine<u64, i64> {
+        let mut config = Config::builder()
+            .concurrency(1)
+            .max_batch(max_batch)
+            .linger(std::time::Duration::ZERO)
+            .initial_backoff(std::time::Duration::from_millis(1))
+            .max_backoff(std::time::Duration::from_millis(1))
+            .jitter(0.0)
+            .max_attempts(max_attempts)
+            .build()
+            .unwrap();
+        config.table_only = true;
+        config.outbox_table = true;
+        Engine::new(config).unwrap()
+    }
+
+    /// Rows `ids` of `tenant` (partition 0) go in, keyed by id, as the
+    /// relay task feeds them.
+    fn deliver(e: &mut Engine<u64, i64>, feed: &Feed<u64>, now: Time, tenant: u64, ids: &[i64]) {
+        for &id in ids {
+            let durable = Durable {
+                tenant,
+                item: id,
+                age: std::time::Duration::ZERO,
+                key: Some(id as u64),
+            };
+            assert_eq!(e.stage_durable(now, [durable], 0).accepted, 1);
+            feed.push(&tenant, 0, id);
+        }
+    }
+
+    /// Drains the engine's events into the feed, as the writer does, and
+    /// checks the invariant the feed once counted on: the keys handed back
+    /// are exactly the items the slice ends count (S-T31).
+    fn drain(
+        e: &mut Engine<u64, i64>,
+        feed: &Feed<u64>,
+        rx: &mut mpsc::UnboundedReceiver<Ended>,
+    ) -> Vec<Ended> {
+        let events: Vec<Event<u64, i64>> = std::iter::from_fn(|| e.poll_event()).collect();
+        let counted: u64 = events
+            .iter()
+            .map(|ev| match ev {
+                Event::Written {
+                    given_up: false,
+                    items,
+                    ..
+                } => *items as u64,
+                Event::HandedOver { items, .. } | Event::Dropped { items, .. } => *items,
+                Event::Lost { items, reason, .. } if *reason != LostReason::Discarded => *items,
+                _ => 0,
+            })
+            .sum();
+        let keys = events
+            .iter()
+            .filter(|ev| matches!(ev, Event::KeyDone { .. }))
+            .count();
+        assert_eq!(
+            counted, keys as u64,
+            "every item a slice's end counts hands its key back: {events:?}"
+        );
+        feed.on_events(&events, Phase::Open);
+        std::iter::from_fn(|| rx.try_recv().ok()).collect()
+    }
+
+    /// S-T31, S-L16: a partition lost in the middle of a delivered page,
+    /// while a write of its tenant is in flight, and a later delivery of
+    /// the same tenant: each row's end is the one its key names. The write
+    /// commits: its rows are deleted, every row behind it (the later
+    /// delivery too) is handed over, none deleted.
+    #[tokio::test(start_paused = true)]
+    async fn a_hand_over_mid_page_names_each_rows_end_by_its_key() {
+        let (feed, mut rx) = feed();
+        let mut e = engine(2, 10);
+        let t0 = Time::ZERO;
+        deliver(&mut e, &feed, t0, 1, &[10, 11, 12]);
+        deliver(&mut e, &feed, t0, 2, &[20]);
+        let w = e.poll_write(t0).expect("tenant 1's write");
+        assert_eq!(w.items, [10, 11]);
+        // The partition is lost: tenant 1 waits behind its write.
+        assert_eq!(
+            e.hand_over_tenants(t0, feed.tenants_of(0)),
+            1,
+            "tenant 2's row"
+        );
+        assert_eq!(drain(&mut e, &feed, &mut rx), [(20, Done::HandedOver)]);
+        assert_eq!(feed.tenants_of(0), [1]);
+        // A later delivery of the same tenant, before the write ends.
+        deliver(&mut e, &feed, t0, 1, &[13]);
+        e.finish(t0, w, Outcome::WRITTEN).unwrap();
+        assert_eq!(
+            drain(&mut e, &feed, &mut rx),
+            [
+                (10, Done::Written),
+                (11, Done::Written),
+                (12, Done::HandedOver),
+                (13, Done::HandedOver)
+            ]
+        );
+        assert!(feed.tenants_of(0).is_empty(), "every row ended");
+        assert!(feed.inner.lock().unwrap().rows.is_empty());
+    }
+
+    /// S-T13, S-T31: a slice given up carries the number of its last
+    /// attempt to the dead-letter table (the engine queues that attempt's
+    /// event after the loss it causes; counted by the loss alone, the rows
+    /// carried the attempt before it). A stale epoch hands over what the
+    /// tenant holds; the tenant, delivered again, ends by its new keys.
+    #[tokio::test(start_paused = true)]
+    async fn a_slice_given_up_carries_its_last_attempt_and_a_stale_epoch_hands_over() {
+        let (feed, mut rx) = feed();
+        let mut e = engine(1, 2);
+        let mut now = Time::ZERO;
+        deliver(&mut e, &feed, now, 1, &[10, 11]);
+        let w = e.poll_write(now).unwrap();
+        e.finish(now, w, Outcome::Failed).unwrap();
+        assert!(drain(&mut e, &feed, &mut rx).is_empty(), "a retry waits");
+        now = now + std::time::Duration::from_millis(5);
+        e.handle_timeout(now);
+        let w = e.poll_write(now).expect("the retry");
+        assert_eq!((w.items.as_slice(), w.attempt), (&[10][..], 2));
+        e.finish(now, w, Outcome::Failed).unwrap();
+        let dead = Done::GivenUp {
+            reason: DeadReason::RetriesExhausted,
+            attempts: 2,
+        };
+        assert_eq!(drain(&mut e, &feed, &mut rx), [(10, dead)]);
+        // Row 11 goes; the sink answers a stale epoch: it is handed over.
+        let w = e.poll_write(now).unwrap();
+        assert_eq!(w.items, [11]);
+        e.finish(now, w, Outcome::StaleEpoch).unwrap();
+        assert_eq!(drain(&mut e, &feed, &mut rx), [(11, Done::HandedOver)]);
+        // Delivered again (the relay reads it back), then written.
+        deliver(&mut e, &feed, now, 1, &[11]);
+        let w = e.poll_write(now).unwrap();
+        e.finish(now, w, Outcome::WRITTEN).unwrap();
+        assert_eq!(drain(&mut e, &feed, &mut rx), [(11, Done::Written)]);
+        assert!(feed.tenants_of(0).is_empty());
+    }
+
     /// S-L16, S-C4: a partition's tenants with rows in the engine are
     /// found by the index, which forgets a tenant once its last row ended.
     #[tokio::test(start_paused = true)]
@@ -435,25 +621,20 @@ mod tests {
         assert_eq!(feed.tenants_of(0), [1, 3]);
         assert_eq!(feed.tenants_of(1), [2]);
         assert!(feed.tenants_of(2).is_empty());
-        let events: Vec<Event<u64, ()>> = vec![
-            Event::HandedOver {
-                tenant: 3,
-                items: 1,
-            },
-            Event::HandedOver {
-                tenant: 1,
-                items: 1,
-            },
-        ];
+        let done = |key| Event::KeyDone {
+            key,
+            written: false,
+            outcome: ItemOutcome::HandedOver,
+        };
+        let events: Vec<Event<u64, ()>> = vec![done(12), done(10)];
         feed.on_events(&events, Phase::Open);
         assert_eq!(rx.try_recv().unwrap(), (12, Done::HandedOver));
         assert_eq!(rx.try_recv().unwrap(), (10, Done::HandedOver));
         assert_eq!(feed.tenants_of(0), [3], "tenant 3 still has row 13");
-        let events: Vec<Event<u64, ()>> = vec![Event::HandedOver {
-            tenant: 3,
-            items: 1,
-        }];
+        let events: Vec<Event<u64, ()>> = vec![done(13), done(13)];
         feed.on_events(&events, Phase::Open);
+        assert_eq!(rx.try_recv().unwrap(), (13, Done::HandedOver));
+        assert!(rx.try_recv().is_err(), "a repeated key ends nothing");
         assert!(feed.tenants_of(0).is_empty());
         assert_eq!(feed.tenants_of(1), [2]);
     }

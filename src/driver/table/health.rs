@@ -55,8 +55,10 @@ pub enum SchemaState {
     Unreadable,
     /// This crate refuses the table's schema (S-T3): a version below the
     /// oldest it reads (run the migrations), or one that needs a newer
-    /// crate. The relay does not start; an outbox of a crate that knows the
-    /// version relays the rows.
+    /// crate. The relay does not start meanwhile (an outbox of a crate
+    /// that knows the version relays the rows); it reads the schema again
+    /// every `poll_interval` and starts once it accepts it, without a
+    /// restart.
     Refused {
         /// The table's schema version (0: no migration recorded).
         version: u32,
@@ -99,6 +101,13 @@ pub struct TableHealth {
     /// Horizon reads failed (an error or past their 5 s) since the last
     /// that succeeded.
     pub horizon_failures: u32,
+    /// Rows of partitions this instance lost that the engine still holds
+    /// (a write of them in flight): such a partition, gained again, is
+    /// read only once they ended (S-T39). The wait lasts as long as that
+    /// write: bounded by `write_timeout` when one is set, else by the
+    /// sink's answer alone, so a count that stays up names a write that
+    /// hangs.
+    pub orphans: usize,
 }
 
 /// Where the relay task notes what [`TableHealth`] reports.
@@ -111,6 +120,7 @@ struct Noted {
     listener: ListenerState,
     horizon: Option<(Horizon, Time)>,
     failures: u32,
+    orphans: usize,
 }
 
 impl TableWatch {
@@ -127,6 +137,7 @@ impl TableWatch {
                 listener,
                 horizon: None,
                 failures: 0,
+                orphans: 0,
             }),
         }
     }
@@ -154,6 +165,11 @@ impl TableWatch {
         self.with(|n| n.schema = state);
     }
 
+    /// The relay holds `n` orphans (S-T39).
+    pub(crate) fn orphans(&self, n: usize) {
+        self.with(|o| o.orphans = n);
+    }
+
     /// A horizon read at `at` answered `read` (`None`: it failed).
     pub(crate) fn horizon(&self, at: Time, read: Option<Horizon>) {
         self.with(|n| match read {
@@ -173,6 +189,7 @@ impl TableWatch {
             horizon: n.horizon.map(|(h, _)| h),
             horizon_age: n.horizon.map(|(_, at)| now.saturating_since(at)),
             horizon_failures: n.failures,
+            orphans: n.orphans,
         })
     }
 }
@@ -201,6 +218,9 @@ mod tests {
         assert_eq!(s.horizon_age, Some(Duration::from_secs(5)));
         assert_eq!(s.horizon_failures, 1);
         assert_eq!(s.listener, ListenerState::Listening);
+        assert_eq!(s.orphans, 0);
+        w.orphans(2);
+        assert_eq!(w.snapshot(t(15)).orphans, 2);
         let p = TableWatch::new(false);
         p.listening(true);
         assert_eq!(p.snapshot(t(0)).listener, ListenerState::PollingOnly);

@@ -106,9 +106,9 @@ impl<K, I> TableRelay<K, I> {
     }
 
     /// Crashed attempts after which a row is dead-lettered as `poisoned`
-    /// (default 3, S-T18).
+    /// (default 3; 0 is taken as 1, as the journal's, S-T18).
     pub fn max_crash_attempts(mut self, attempts: u32) -> Self {
-        self.relay.max_crash_attempts = attempts;
+        self.relay.max_crash_attempts = attempts.max(1);
         self
     }
 
@@ -210,6 +210,7 @@ where
         let lease = Arc::clone(&options.lease);
         let name = shared.sink.name().to_owned();
         let noted = Arc::clone(&feed);
+        let every = options.relay.poll_interval;
         let leases = {
             let store = Arc::clone(&store);
             async move {
@@ -220,7 +221,7 @@ where
                 let config = tokio::select! {
                     biased;
                     _ = stop.wait_for(|stopped| *stopped) => return,
-                    config = lease_config(&*store, &instance, &*lease, &name, &noted.watch) => config,
+                    config = lease_config(&*store, &instance, &*lease, &name, &noted.watch, every) => config,
                 };
                 let Some(config) = config else {
                     return;
@@ -262,21 +263,59 @@ fn check_lease<K, I>(options: &TableRelay<K, I>) -> Result<(), BuildError> {
     }
 }
 
-/// Reads the table's schema (retrying while the store is unreachable or
-/// the table missing, noted for `health()`, S-T36) and builds the lease
-/// policy's configuration with its P; `None`, logged, for a schema this
-/// crate refuses (S-T3) or settings the policy refuses.
+/// Reads the table's schema until this crate accepts it (noted for
+/// `health()`, S-T36) and builds the lease policy's configuration with its
+/// P. A schema refused (S-T3) is read again every `every` (the relay's
+/// `poll_interval`): once the migrations ran, the relay starts without a
+/// restart. `None`, logged, for settings the lease policy refuses.
 async fn lease_config<St: Store>(
     store: &St,
     instance: &str,
     lease: &(dyn Fn(LeaseConfigBuilder) -> LeaseConfigBuilder + Send + Sync),
     name: &str,
     noted: &health::TableWatch,
+    every: Duration,
 ) -> Option<LeaseConfig> {
-    let mut wait = Duration::from_millis(100);
+    let mut logged = false;
     let schema = loop {
+        let schema = read_schema(store, name, noted).await;
+        let Err(e) = check(&schema) else {
+            break schema;
+        };
+        noted.schema(health::SchemaState::Refused {
+            version: schema.version,
+            min_reader: schema.min_reader,
+        });
+        if !logged {
+            tracing::error!(outbox = %name, error = %e, "outbox table: the relay refuses this schema; it reads it again every poll_interval and starts once it accepts it");
+            logged = true;
+        }
+        tokio::time::sleep(every).await;
+    };
+    noted.schema(health::SchemaState::Accepted {
+        version: schema.version,
+    });
+    let builder = LeaseConfig::builder(instance).partitions(schema.partitions);
+    match lease(builder).build() {
+        Ok(config) => Some(config),
+        Err(e) => {
+            tracing::error!(outbox = %name, error = %e, "outbox table: the lease settings are refused; the relay does not start");
+            None
+        }
+    }
+}
+
+/// Reads the table's schema, again while the store is unreachable or the
+/// table missing (backing off up to 5 s), noting why for `health()`.
+async fn read_schema<St: Store>(
+    store: &St,
+    name: &str,
+    noted: &health::TableWatch,
+) -> crate::table::SchemaInfo {
+    let mut wait = Duration::from_millis(100);
+    loop {
         match store.schema().await {
-            Ok(schema) => break schema,
+            Ok(schema) => return schema,
             Err(e) => {
                 // 42P01: undefined table.
                 let missing = e.sqlstate() == Some("42P01");
@@ -289,25 +328,6 @@ async fn lease_config<St: Store>(
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(Duration::from_secs(5));
             }
-        }
-    };
-    if let Err(e) = check(&schema) {
-        noted.schema(health::SchemaState::Refused {
-            version: schema.version,
-            min_reader: schema.min_reader,
-        });
-        tracing::error!(outbox = %name, error = %e, "outbox table: the relay refuses this schema and does not start");
-        return None;
-    }
-    noted.schema(health::SchemaState::Accepted {
-        version: schema.version,
-    });
-    let builder = LeaseConfig::builder(instance).partitions(schema.partitions);
-    match lease(builder).build() {
-        Ok(config) => Some(config),
-        Err(e) => {
-            tracing::error!(outbox = %name, error = %e, "outbox table: the lease settings are refused; the relay does not start");
-            None
         }
     }
 }

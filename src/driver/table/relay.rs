@@ -10,8 +10,9 @@
 //!   against the rows still in the table.
 //! - Rows go in through the engine's input for items already durable
 //!   (S-W22: never refused by a capacity; the read-ahead is the
-//!   back-pressure, S-T8, S-T9), with the row's age, each tied to its
-//!   row id through [`Feed`].
+//!   back-pressure, S-T8, S-T9), with the row's age, each keyed by its
+//!   row id: the engine hands the key back with the item's end, and
+//!   [`Feed`] turns it into the row's.
 //! - A partition lost (the lease task stopped it, or a fenced call found
 //!   its lease taken): the policy forgets it, and the engine hands its
 //!   tenants over at once (S-L16), found through the feed's index by
@@ -101,6 +102,8 @@ struct Run<L> {
     closed_at: Option<Instant>,
     /// When the next horizon read is due; `None` while one runs.
     horizon_at: Option<Instant>,
+    /// The policy's orphans as last noted for health (S-T39).
+    orphans: usize,
 }
 
 impl<S, St, I> RelayTask<S, St, I>
@@ -118,6 +121,7 @@ where
             known: Owned::new(),
             closed_at: None,
             horizon_at: Some(Instant::now()),
+            orphans: 0,
         };
         loop {
             let now = self.shared.now();
@@ -125,6 +129,10 @@ where
             self.read_horizon(&mut run);
             self.sync_owned(now, &mut run);
             self.drain(now, &mut run);
+            if self.relay.orphans() != run.orphans {
+                run.orphans = self.relay.orphans();
+                self.feed.watch.orphans(run.orphans);
+            }
             if self.finished(&mut run) {
                 break;
             }
@@ -446,11 +454,13 @@ where
                 }
                 // The input for items already durable (S-W22), with the
                 // row's age on the database's clock (S-R3).
+                // Keyed by the row's id: the engine hands it back with the
+                // item's end, which decides the row's removal (S-T31).
                 let durable = Durable {
                     tenant: tenant.clone(),
                     item: Relayed { row_id, item },
                     age,
-                    key: None,
+                    key: Some(row_id as u64),
                 };
                 let intake = st.engine.stage_durable(now, [durable], 0);
                 if intake.accepted == 1 {

@@ -28,12 +28,18 @@ fn fence_params(fence: &Fence) -> (Vec<i32>, Vec<i64>) {
         .unzip()
 }
 
+/// The removal. Its deletes take the fence's partitions as an array
+/// (an init plan), not as a join: joined, the planner walks every held
+/// partition's rows through the read index to find the ids (about 100 ms
+/// a removal at 50,000 rows), where the array lets it probe the primary
+/// key, or filter one bitmap scan, in a few ms.
 fn remove_sql(store: &PgStore) -> String {
     let n = &store.names;
     format!(
         "WITH {held}, \
-         gone AS (DELETE FROM {outbox} o USING held h \
-                  WHERE o.id = ANY($4::bigint[]) AND o.partition = h.partition RETURNING o.id), \
+         gone AS (DELETE FROM {outbox} o \
+                  WHERE o.id = ANY($4::bigint[]) \
+                    AND o.partition = ANY(ARRAY(SELECT partition FROM held)) RETURNING o.id), \
          moved AS (DELETE FROM {outbox} o USING held h, \
                           unnest($5::bigint[], $6::text[], $7::int[]) AS d(id, reason, attempts) \
                    WHERE o.id = d.id AND o.partition = h.partition \
@@ -46,8 +52,9 @@ fn remove_sql(store: &PgStore) -> String {
                   ON CONFLICT (id) DO NOTHING RETURNING id), \
          ended AS (SELECT id FROM gone UNION ALL SELECT id FROM moved), \
          cr AS (DELETE FROM {crashes} WHERE id IN (SELECT id FROM ended)), \
-         inf AS (DELETE FROM {in_flight} f USING held h \
-                 WHERE f.first_id = ANY($8::bigint[]) AND f.partition = h.partition) \
+         inf AS (DELETE FROM {in_flight} f \
+                 WHERE f.first_id = ANY($8::bigint[]) \
+                   AND f.partition = ANY(ARRAY(SELECT partition FROM held))) \
          SELECT array(SELECT id FROM gone ORDER BY id), array(SELECT id FROM moved ORDER BY id), \
                 array(SELECT f.p FROM unnest($1::int[]) AS f(p) \
                       WHERE f.p NOT IN (SELECT partition FROM held) ORDER BY f.p)",

@@ -111,7 +111,7 @@ pub(super) fn short_event(ev: &Event<u8, u64>) -> String {
             dl.reason.as_str()
         ),
         Event::CancelInFlight => "cancel in-flight writes".to_string(),
-        Event::KeyDone { key, written } => format!("key {key} done written={written}"),
+        Event::KeyDone { key, written, .. } => format!("key {key} done written={written}"),
         Event::WaitDone { id, report } => format!("wait {} done {report:?}", id.0),
         Event::ShutdownDone { id, report } => format!(
             "shutdown {} done first={} {:?} unwritten runs {}",
