@@ -289,7 +289,7 @@ fn a_full_journal_drops_at_stage() {
     sink.set_all(Act::Hang);
     support::rt::current().block_on(async {
         let o = Outbox::builder(sink.clone())
-            .journal(journal(&disk).segment_bytes(500).max_bytes(Some(1_000)))
+            .journal(journal(&disk).segment_bytes(300).max_bytes(Some(1_000)))
             .build()
             .unwrap();
         let staged: Vec<Staged> = (0..20).map(|i| o.stage(t(1), i)).collect();

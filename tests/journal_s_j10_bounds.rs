@@ -3,7 +3,8 @@
 //! segments whose deletion waits), checked at every step; an item is
 //! admitted only if its record and its done mark fit; segments default
 //! to a quarter of `max_bytes`; an explicit `segment_bytes` above half of
-//! it is a build error naming both; every accepted configuration keeps
+//! what it leaves beside the standing reserves is a build error naming
+//! both; every accepted configuration keeps
 //! accepting under steady load with settles.
 #![cfg(feature = "journal")]
 
@@ -61,9 +62,15 @@ fn an_explicit_segment_above_half_of_max_bytes_is_a_build_error_naming_both() {
         let text = e.to_string();
         assert!(text.contains("4096") && text.contains("1000"), "{text}");
         assert!(disk.files().is_empty(), "refused before touching the disk");
-        // Half is accepted; a bound below the smallest is refused.
-        let ok = Outbox::builder(TestSink::new("half"))
+        // Half of what the standing reserves leave is accepted (S-J17's
+        // lone reserve included), half of the bound itself no more; a
+        // bound below the smallest is refused.
+        let half = Outbox::builder(TestSink::new("half"))
             .journal(config(&disk).segment_bytes(500).max_bytes(Some(1_000)))
+            .build();
+        assert!(half.is_err());
+        let ok = Outbox::builder(TestSink::new("half"))
+            .journal(config(&disk).segment_bytes(300).max_bytes(Some(1_000)))
             .build();
         assert!(ok.is_ok());
         drop(ok);
@@ -133,7 +140,7 @@ async fn a_64_kib_bound_with_default_segments_keeps_accepting_with_settles() {
 
 #[tokio::test(start_paused = true)]
 async fn the_smallest_configurations_keep_accepting_with_settles() {
-    for (max, segment) in [(1_000, None), (1_000, Some(500)), (4_096, Some(128))] {
+    for (max, segment) in [(1_000, None), (1_000, Some(300)), (4_096, Some(128))] {
         let disk = MemStorage::new();
         let mut journal = config(&disk).max_bytes(Some(max));
         if let Some(s) = segment {

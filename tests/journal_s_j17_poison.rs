@@ -13,7 +13,7 @@ mod support;
 use std::time::Duration;
 
 use outbox::journal::{JournalConfig, MemStorage};
-use outbox::{Config, DeadLetters, DeadReason, LostReason, Outbox, Staged};
+use outbox::{Config, DeadLetters, DeadReason, DropReason, LostReason, Outbox, Staged};
 use support::{t, Act, TestSink};
 
 const POISON: u32 = 13;
@@ -277,6 +277,100 @@ fn s_j17_a_suspect_backing_off_holds_no_one_back_and_its_backoffs_count_no_crash
         assert_eq!((c.recovered, c.lost(LostReason::Poisoned)), (1, 0), "{c:?}");
         let _ = o.settle(Duration::from_secs(10)).await;
         assert_eq!(sink.stored(t(1)), [40]);
+        let _ = o.shutdown(Duration::from_secs(10)).await;
+    });
+}
+
+/// A journal at a small bound: 3 KiB segments, 8 KiB in all (4 KiB ones
+/// are above half of what the standing reserves leave, a build error).
+fn bounded(disk: &MemStorage) -> JournalConfig {
+    journal(disk).segment_bytes(3_072).max_bytes(Some(8_192))
+}
+
+/// One life at the small bound that crashes once the poison item's
+/// write is in flight (every write hangs). The first stages the poison
+/// item and a neighbour on tenant 1, then tenant 2's items until the
+/// journal is full; returns the attempts it saw and, in the first life,
+/// tenant 2's accepted items.
+fn crashing_bounded_life(disk: &MemStorage, first: bool) -> (Vec<(u128, Vec<u32>)>, Vec<u32>) {
+    let rt = support::rt::paused();
+    let sink = TestSink::new("bounded");
+    sink.set_all(Act::Hang);
+    let mut accepted = Vec::new();
+    rt.block_on(async {
+        let o = Outbox::builder(sink.clone())
+            .config(config())
+            .journal(bounded(disk))
+            .build()
+            .unwrap();
+        if first {
+            for i in [POISON, 14] {
+                assert_eq!(o.stage(t(1), i), Staged::Accepted);
+            }
+            for i in 100..10_000 {
+                match o.stage(t(2), i) {
+                    Staged::Accepted => accepted.push(i),
+                    Staged::Dropped(DropReason::JournalFull) => break,
+                    other => panic!("{other:?}"),
+                }
+            }
+            assert!(accepted.len() > 50, "{}", accepted.len());
+            assert_eq!(o.sync().await, Ok(()));
+        }
+        for _ in 0..2_000 {
+            if sink.attempts().iter().any(|a| a.items.contains(&POISON)) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        std::mem::forget(o);
+    });
+    std::mem::forget(rt);
+    disk.crash();
+    let seen = sink
+        .attempts()
+        .into_iter()
+        .map(|a| (a.tenant.as_uuid().as_u128(), a.items))
+        .collect();
+    (seen, accepted)
+}
+
+#[test]
+fn s_j17_a_poison_item_in_a_journal_at_a_small_bound_is_dead_lettered_after_three_lives() {
+    // S-J10, S-J17 (crash seeds 900143 and five more): the journal is at
+    // its bound, so no full attempt record fits; the standing reserve
+    // still takes one mark of the write cut in the first life and the
+    // lone suspect's marks and life records after, so the poison item
+    // is counted each life instead of looping forever.
+    let disk = MemStorage::new();
+    let (first, neighbours) = crashing_bounded_life(&disk, true);
+    assert!(first.iter().any(|(_, items)| items.contains(&POISON)));
+    for life in [2, 3] {
+        let (seen, _) = crashing_bounded_life(&disk, false);
+        assert_eq!(seen, [(1, vec![POISON])], "life {life}: the suspect alone");
+    }
+    let rt = support::rt::paused();
+    let sink = TestSink::new("last");
+    sink.set_all(Act::Ok);
+    let (letters, mut rx) = DeadLetters::channel(8);
+    rt.block_on(async {
+        let o = Outbox::builder(sink.clone())
+            .config(config())
+            .journal(bounded(&disk))
+            .dead_letters(letters)
+            .build()
+            .unwrap();
+        let c = o.counters();
+        assert_eq!(c.lost(LostReason::Poisoned), 1, "{c:?}");
+        let letter = rx.recv().await.unwrap();
+        assert_eq!(
+            (letter.items, letter.reason, letter.attempted),
+            (vec![POISON], DeadReason::Poisoned, true)
+        );
+        let _ = o.settle(Duration::from_secs(10)).await;
+        assert_eq!(sink.stored(t(1)), [14]);
+        assert_eq!(sink.stored(t(2)), neighbours);
         let _ = o.shutdown(Duration::from_secs(10)).await;
     });
 }

@@ -57,7 +57,7 @@ fn holding(
     let builder = match limit {
         Limit::Journal => builder.journal_with_codec(
             outbox::journal::JournalConfig::with_storage(disk.clone())
-                .segment_bytes(3_000)
+                .segment_bytes(2_400)
                 .max_bytes(Some(6_000)),
             support::codec::Picky::thirteen_seventeen(),
         ),

@@ -176,8 +176,11 @@ impl JournalConfig {
     /// bytes (S-J1); a segment is deleted once all its items are done
     /// (D6), so smaller segments give disk space back sooner. Default
     /// 16 MiB, or with [`max_bytes`](Self::max_bytes) a quarter of it (at
-    /// most 16 MiB); values under [`MIN_SEGMENT_BYTES`] (128 bytes) are
-    /// raised to it. Above half of `max_bytes`, the build fails with
+    /// most 16 MiB, and at most half of what the standing reserves leave:
+    /// the current segment's seal, two rolls and the records that count a
+    /// lone suspect's crashes, S-J17, a few hundred bytes); values under
+    /// [`MIN_SEGMENT_BYTES`] (128 bytes) are raised to it. Above half of
+    /// what `max_bytes` leaves beside those reserves, the build fails with
     /// [`JournalError::Bounds`](super::JournalError::Bounds) naming both
     /// (S-J10): the current segment is never deleted, so such a journal
     /// would stall at its bound.
@@ -192,8 +195,9 @@ impl JournalConfig {
     /// and the done mark that will free it fit, so a journal at its bound
     /// can always write the marks and seals that free it. An item that
     /// does not fit is dropped at stage, counted under `journal_full`.
-    /// Default `None` (no bound); at least [`MIN_MAX_BYTES`] (512 bytes),
-    /// else the build fails with
+    /// Default `None` (no bound); at least [`MIN_MAX_BYTES`] (512 bytes)
+    /// and room for two segments of [`MIN_SEGMENT_BYTES`] beside the
+    /// standing reserves, else the build fails with
     /// [`JournalError::Bounds`](super::JournalError::Bounds).
     pub fn max_bytes(mut self, bytes: Option<u64>) -> Self {
         self.max_bytes = bytes;

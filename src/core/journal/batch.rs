@@ -58,6 +58,26 @@ impl Sizes {
         self.done + LIFE_LEN
     }
 
+    /// Bytes a journal under `max_bytes` keeps free at all times for the
+    /// records that count a lone suspect's crashes (S-J10, S-J17): items
+    /// are refused before they touch it. It holds one life's start at the
+    /// bound and what the life before left until its segment goes: two
+    /// life records trimmed to one count, two rolls (a recovery seals the
+    /// last segment and starts a new one each life), one lone attempt mark
+    /// and a clean-close record. The one place the reserve is sized: a
+    /// record that must count a lone attempt grows it here.
+    pub fn lone_reserve(&self) -> u64 {
+        2 * (self.header + self.seal + self.life_len(1)) + self.attempts_len(1) + self.clean_len()
+    }
+
+    /// Bytes a journal under `max_bytes` keeps free at all times, whatever
+    /// it holds (S-J10): the current segment's seal, two rolls, and the
+    /// [`lone_reserve`](Self::lone_reserve). An explicit `segment_bytes`
+    /// is at most half of what is left.
+    pub fn standing(&self) -> u64 {
+        self.seal + 2 * (self.header + self.seal) + self.lone_reserve()
+    }
+
     /// Bytes of the done records that hold `n` marks.
     pub fn done_len(&self, n: usize) -> u64 {
         let per = self.marks_per_record.max(1);

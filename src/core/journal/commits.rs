@@ -55,6 +55,9 @@ pub(super) struct Commits<K> {
     /// The life record and the items it holds, until a commit carried it
     /// (a resume writes it again).
     life_note: Option<(Note, Vec<Seq>)>,
+    /// The recovered items cut by a crash or more (S-J17): their attempt
+    /// marks may use the lone reserve.
+    suspects: BTreeSet<Seq>,
 }
 
 impl<K: Ord + Hash + Clone> Commits<K> {
@@ -82,6 +85,7 @@ impl<K: Ord + Hash + Clone> Commits<K> {
             doomed_bytes: 0,
             life: id,
             life_note: None,
+            suspects: BTreeSet::new(),
             ledger,
         }
     }
@@ -99,6 +103,7 @@ impl<K: Ord + Hash + Clone> Commits<K> {
         if recovered.is_empty() {
             return;
         }
+        self.suspects = counts.iter().map(|&(seq, _)| seq).collect();
         let note = Note::Life {
             life: self.life,
             counts,
@@ -106,38 +111,49 @@ impl<K: Ord + Hash + Clone> Commits<K> {
         self.life_note = Some((note, recovered));
         let ops = self.ops.len();
         self.push_life();
-        if self.ops.len() > ops {
-            self.buffered += self.sizes.life_len(self.counts_len()) as usize;
+        if let Some(Op::Note {
+            note: Note::Life { counts, .. },
+            ..
+        }) = self.ops.get(ops)
+        {
+            self.buffered += self.sizes.life_len(counts.len()) as usize;
         }
     }
 
-    /// Items the waiting life record counts.
-    fn counts_len(&self) -> usize {
-        match &self.life_note {
-            Some((Note::Life { counts, .. }, _)) => counts.len(),
-            _ => 0,
-        }
-    }
-
-    /// Appends the life record to the current segment, if one waits.
+    /// Appends the life record to the current segment, if one waits:
+    /// whole if it fits beside the lone reserve, else trimmed to its
+    /// highest count (the earliest item of those) in the reserve, so the
+    /// crashes of a lone suspect at the bound are still carried on
+    /// (S-J17); the other counts start again from the marks of this life.
     fn push_life(&mut self) {
-        let Some((note, seqs)) = &self.life_note else {
-            return;
-        };
-        let Note::Life { counts, .. } = note else {
+        let Some((Note::Life { life, counts }, seqs)) = &self.life_note else {
             return;
         };
         let len = self.sizes.life_len(counts.len());
-        if !self.ledger.note_fits(len, self.doomed_bytes) {
+        let note = if self.ledger.note_fits(len, self.doomed_bytes, false) {
+            Note::Life {
+                life: *life,
+                counts: counts.clone(),
+            }
+        } else {
+            // `max_by_key` keeps the last of equals: reversed, the earliest.
+            let top = counts.iter().rev().max_by_key(|(_, n)| *n).copied();
+            Note::Life {
+                life: *life,
+                counts: top.into_iter().collect(),
+            }
+        };
+        let Note::Life { counts: kept, .. } = &note else {
+            return;
+        };
+        let len = self.sizes.life_len(kept.len());
+        if !self.ledger.note_fits(len, self.doomed_bytes, true) {
             return;
         }
         let id = self.ledger.current();
         self.ledger.add_bytes(len);
         self.ledger.remark(seqs);
-        self.ops.push(Op::Note {
-            id,
-            note: note.clone(),
-        });
+        self.ops.push(Op::Note { id, note });
     }
 
     /// An attempt of `tenant`'s oldest `n` items starts: whether attempt
@@ -173,7 +189,7 @@ impl<K: Ord + Hash + Clone> Commits<K> {
             return;
         }
         let len = self.sizes.ended_len(seqs.len());
-        if !self.ledger.note_fits(len, self.doomed_bytes) {
+        if !self.ledger.note_fits(len, self.doomed_bytes, false) {
             return;
         }
         let id = self.ledger.current();
@@ -189,16 +205,33 @@ impl<K: Ord + Hash + Clone> Commits<K> {
     }
 
     /// The attempt marks waiting, as a record in the current segment, if
-    /// it fits under `max_bytes` (else they are not written: a crash
-    /// during those attempts counts against nobody).
+    /// it fits under `max_bytes` beside the lone reserve; else one mark
+    /// alone, in the reserve (S-J17): the first suspect's (a lone
+    /// write's), else the earliest item's, so a crash at the bound still
+    /// counts against an item of each write cut and a poison item's
+    /// neighbours, written alone once suspected, leave it first in line;
+    /// else none is written and a crash then counts against nobody.
     fn push_attempts(&mut self) {
-        let seqs = self.ledger.take_attempts();
+        let mut seqs = self.ledger.take_attempts();
         if seqs.is_empty() {
             return;
         }
-        let len = self.sizes.attempts_len(seqs.len());
-        if !self.ledger.note_fits(len, self.doomed_bytes) {
-            return;
+        let mut len = self.sizes.attempts_len(seqs.len());
+        if !self.ledger.note_fits(len, self.doomed_bytes, false) {
+            let first = seqs.first().copied();
+            let Some(suspect) = seqs
+                .iter()
+                .find(|s| self.suspects.contains(s))
+                .copied()
+                .or(first)
+            else {
+                return;
+            };
+            seqs = vec![suspect];
+            len = self.sizes.attempts_len(1);
+            if !self.ledger.note_fits(len, self.doomed_bytes, true) {
+                return;
+            }
         }
         let id = self.ledger.current();
         self.ledger.add_bytes(len);
@@ -219,7 +252,7 @@ impl<K: Ord + Hash + Clone> Commits<K> {
             return;
         }
         let len = self.sizes.clean_len();
-        if !self.ledger.note_fits(len, self.doomed_bytes) {
+        if !self.ledger.note_fits(len, self.doomed_bytes, true) {
             return;
         }
         let id = self.ledger.current();

@@ -136,6 +136,15 @@ pub struct Costs {
     /// rolls (a header and a seal each) for marks, a resume or the closing
     /// roll.
     pub fixed: u64,
+    /// Bytes reserved at all times for the records that count a lone
+    /// suspect's crashes ([`Sizes::lone_reserve`](super::Sizes::lone_reserve),
+    /// S-J17): items and the other records of the journal's lives are
+    /// refused before they touch it.
+    pub lone: u64,
+    /// One roll's bytes (a header and a seal): the records that count a
+    /// lone suspect may also take the roll of `fixed` kept for a resume,
+    /// whose segment S-J10 lets pass the bound during an incident anyway.
+    pub roll: u64,
 }
 
 impl Costs {
@@ -150,6 +159,8 @@ impl Costs {
             seal: sizes.seal,
             per_item: mark + (roll * mark).div_ceil(room),
             fixed: sizes.seal + 2 * roll,
+            lone: sizes.lone_reserve(),
+            roll,
         }
     }
 }
@@ -199,6 +210,21 @@ impl Limits {
     /// # Errors
     /// [`Bounds`] when the sizes contradict each other.
     pub fn new(segment_bytes: Option<u64>, max_bytes: Option<u64>) -> Result<Limits, Bounds> {
+        Limits::reserving(segment_bytes, max_bytes, 0)
+    }
+
+    /// Like [`new`](Self::new), with `reserved` bytes of `max_bytes` kept
+    /// free at all times ([`Sizes::standing`](super::Sizes::standing)): the
+    /// halves and quarters are of what is left beside them (S-J10).
+    ///
+    /// # Errors
+    /// [`Bounds`] when the sizes contradict each other, or leave less than
+    /// two segments of [`MIN_SEGMENT_BYTES`] beside `reserved`.
+    pub fn reserving(
+        segment_bytes: Option<u64>,
+        max_bytes: Option<u64>,
+        reserved: u64,
+    ) -> Result<Limits, Bounds> {
         let segment = segment_bytes.map(|s| s.max(MIN_SEGMENT_BYTES));
         let Some(max) = max_bytes else {
             return Ok(Limits {
@@ -206,18 +232,21 @@ impl Limits {
                 max_bytes: None,
             });
         };
-        if max < MIN_MAX_BYTES {
+        let room = max.saturating_sub(reserved);
+        if max < MIN_MAX_BYTES || room / 2 < MIN_SEGMENT_BYTES {
             return Err(Bounds::MaxTooSmall { max_bytes: max });
         }
         let segment_bytes = match segment {
-            Some(s) if s > max / 2 => {
+            Some(s) if s > room / 2 => {
                 return Err(Bounds::SegmentAboveHalf {
                     segment_bytes: s,
                     max_bytes: max,
                 })
             }
             Some(s) => s,
-            None => (max / 4).clamp(MIN_SEGMENT_BYTES, DEFAULT_SEGMENT_BYTES),
+            None => (max / 4)
+                .min(room / 2)
+                .clamp(MIN_SEGMENT_BYTES, DEFAULT_SEGMENT_BYTES),
         };
         Ok(Limits {
             segment_bytes,
@@ -353,7 +382,7 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
     /// Bytes reserved for the writes that free the items journaled so far
     /// and `more` more (S-J10).
     fn reserved(&self, more: u64) -> u64 {
-        self.costs.fixed + (self.live + more) * self.costs.per_item
+        self.costs.fixed + self.costs.lone + (self.live + more) * self.costs.per_item
     }
 
     /// Takes an accepted item of `tenant` whose record takes `record_bytes`
@@ -593,15 +622,20 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
 
     /// Whether a record of the journal's lives of `len` bytes fits under
     /// `max_bytes`, `outside` bytes more counted, with the writes that
-    /// free the pending items still reserved (S-J10, S-J17). Nothing is
-    /// reserved for these records: under a bound they are written while
-    /// room is left, so they never cost an item its admission nor a
-    /// journal its progress, and near the bound a crash may go uncounted.
-    pub fn note_fits(&self, len: u64, outside: u64) -> bool {
+    /// free the pending items still reserved, and the lone reserve too
+    /// unless `lone` (S-J10, S-J17). Only the records that count a lone
+    /// suspect's crashes (a life record trimmed to one count, one lone
+    /// attempt mark, a clean close) pass `lone`; the others are written
+    /// while room is left beside the reserve, so they never cost an item
+    /// its admission nor a journal its progress.
+    pub fn note_fits(&self, len: u64, outside: u64, lone: bool) -> bool {
         let Some(max) = self.limits.max_bytes else {
             return true;
         };
-        let reserved = self.reserved(0);
+        let mut reserved = self.reserved(0);
+        if lone {
+            reserved -= self.costs.lone + self.costs.roll.min(self.costs.fixed);
+        }
         self.bytes
             .saturating_add(len)
             .saturating_add(outside)
