@@ -579,6 +579,15 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
         (self.attempts.len() - before) as u64
     }
 
+    /// The marks of `tenant`'s attempt in flight are to be taken anew
+    /// (S-J17): a failed commit lost them, and a suspect's lone attempt
+    /// starts only once they are on disk.
+    pub fn reopen(&mut self, tenant: &K) {
+        if let Some(m) = self.attempted.get_mut(tenant) {
+            m.open = 0;
+        }
+    }
+
     /// The attempt of `tenant`'s oldest `n` pending items came back
     /// failed and waits for its retry (S-J17): the attempt-end marks of
     /// those whose attempt is open wait for the next commit. Returns how

@@ -89,6 +89,21 @@ pub enum Event {
     GaveUp,
 }
 
+/// What a suspect's lone attempt does next
+/// ([`Machine::handle_lone_attempt`], S-J17).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoneStep {
+    /// Start it: its attempt marks are on disk (or it has none to take,
+    /// or the journal is closed).
+    Start,
+    /// Its marks are taken: pass a waiter to
+    /// [`handle_sync`](Machine::handle_sync), ask again once answered.
+    Commit,
+    /// The journal is down: ask again once it works
+    /// ([`Event::Resumed`]).
+    Down,
+}
+
 /// The round a batch handed out belongs to.
 #[derive(Clone, Copy, Debug)]
 struct Round {
@@ -97,6 +112,9 @@ struct Round {
     closing: bool,
     /// The round carries the closing roll (D6).
     rolling: bool,
+    /// The round is a resume: it carries no attempt marks and no done
+    /// marks taken while down.
+    resume: bool,
 }
 
 /// The journal's decisions (S-J1..S-J6), generic over the tenant key `K`
@@ -112,7 +130,10 @@ struct Round {
 ///   commit (S-J3).
 /// - [`handle_attempt`](Self::handle_attempt) and
 ///   [`handle_ended`](Self::handle_ended): an attempt starts, or comes
-///   back failed to be retried (S-J17).
+///   back failed to be retried (S-J17); a suspect's lone attempt, or
+///   any while [`lone_end_waits`](Self::lone_end_waits), through
+///   [`handle_lone_attempt`](Self::handle_lone_attempt) instead, then
+///   [`handle_lone_started`](Self::handle_lone_started) for the lone one.
 /// - [`handle_sync`](Self::handle_sync): a durability barrier (D1).
 /// - [`handle_close`](Self::handle_close): the writer is done.
 /// - [`handle_wake`](Self::handle_wake)`(now)`: something was buffered
@@ -136,6 +157,15 @@ pub struct Machine<K, W> {
     faults: Faults,
     /// Rounds started; a sync waits for a round that starts after it.
     started: u64,
+    /// The last round that worked and was no resume, and the last that
+    /// failed.
+    last_committed: u64,
+    last_failed: u64,
+    /// The tenant whose suspect's lone attempt is in flight (S-J17).
+    lone: Option<K>,
+    /// The round whose commit carries the end (done or attempt-end mark)
+    /// of the last lone attempt, until one at or after it works.
+    lone_end: Option<u64>,
     executing: Option<Round>,
     /// Sync callers: the round they wait for, in order.
     waiters: VecDeque<(u64, W)>,
@@ -164,6 +194,10 @@ impl<K: Ord + Hash + Clone, W> Machine<K, W> {
             faults: Faults::new(settings.retry_interval),
             settings,
             started: 0,
+            last_committed: 0,
+            last_failed: 0,
+            lone: None,
+            lone_end: None,
             executing: None,
             waiters: VecDeque::new(),
             answers: VecDeque::new(),
@@ -224,6 +258,7 @@ impl<K: Ord + Hash + Clone, W> Machine<K, W> {
     /// The oldest `n` pending items of `tenant` are done.
     pub fn handle_done(&mut self, tenant: &K, n: u64) {
         self.commits.ledger.mark_done(tenant, n);
+        self.lone_back(tenant);
     }
 
     /// An attempt of `tenant`'s oldest `n` pending items is about to start
@@ -237,6 +272,46 @@ impl<K: Ord + Hash + Clone, W> Machine<K, W> {
         self.commits.attempt(tenant, n)
     }
 
+    /// An attempt of the writes `writes` (`(tenant, n)`: its oldest `n`
+    /// pending items) is about to start that must not start without its
+    /// attempt marks on disk (S-J17): a suspect's lone attempt, or any
+    /// while [`lone_end_waits`](Self::lone_end_waits). Unlike another it
+    /// never starts on a journal that is down: the commit of its marks
+    /// carries every done and end mark taken before them, an earlier
+    /// suspect's too, so a crash during it is counted against its own
+    /// items alone. `marked` is the attempt's own state, `None` at first:
+    /// the round that carries its marks. Ask again after each answer of
+    /// the sync [`LoneStep::Commit`] asks for, and after each
+    /// [`Event::Resumed`] while [`LoneStep::Down`].
+    pub fn handle_lone_attempt(
+        &mut self,
+        writes: &[(K, u64)],
+        marked: &mut Option<u64>,
+    ) -> LoneStep {
+        if self.closed || self.closing {
+            return LoneStep::Start;
+        }
+        if self.is_down() {
+            // A failed commit lost its marks, if they were taken.
+            *marked = None;
+            return LoneStep::Down;
+        }
+        // Its round worked, and none failed since it started.
+        if marked.is_some_and(|round| self.last_committed >= round && self.last_failed < round) {
+            return LoneStep::Start;
+        }
+        let mut wait = false;
+        for (tenant, n) in writes {
+            self.commits.ledger.reopen(tenant);
+            wait |= self.commits.attempt(tenant, *n);
+        }
+        if !wait {
+            return LoneStep::Start;
+        }
+        *marked = Some(self.started + 1);
+        LoneStep::Commit
+    }
+
     /// The attempt of `tenant`'s oldest `n` pending items came back failed
     /// and waits for its retry (S-J17): its attempt-end marks ride the
     /// next commit (nothing waits for them), so a crash while it waits
@@ -244,6 +319,39 @@ impl<K: Ord + Hash + Clone, W> Machine<K, W> {
     /// a done mark.
     pub fn handle_ended(&mut self, tenant: &K, n: u64) {
         self.commits.ended(tenant, n);
+        self.lone_back(tenant);
+    }
+
+    /// `tenant`'s attempt came back: if it was the lone one, its end
+    /// rides the next round.
+    fn lone_back(&mut self, tenant: &K) {
+        if self.lone.as_ref() == Some(tenant) {
+            self.lone = None;
+            self.lone_end = Some(self.started + 1);
+        }
+    }
+
+    /// A suspect's lone attempt of `tenant` starts (S-J17), after
+    /// [`handle_lone_attempt`](Self::handle_lone_attempt) said so: until
+    /// its end is on disk, every attempt waits for its marks on disk.
+    pub fn handle_lone_started(&mut self, tenant: &K) {
+        self.lone = Some(tenant.clone());
+    }
+
+    /// Whether the end of the last lone attempt is not on disk yet
+    /// (S-J17): then an attempt starts only once its own marks are,
+    /// through [`handle_lone_attempt`](Self::handle_lone_attempt), so
+    /// that a crash during it is not counted against that suspect.
+    pub fn lone_end_waits(&mut self) -> bool {
+        // A failed round's marks are redone by the resume, those taken
+        // while down by the next commit: a commit at or after it worked.
+        if self
+            .lone_end
+            .is_some_and(|round| self.last_committed >= round)
+        {
+            self.lone_end = None;
+        }
+        self.lone_end.is_some()
     }
 
     /// After a recovery: the first commit records this life's start with
@@ -365,6 +473,7 @@ impl<K: Ord + Hash + Clone, W> Machine<K, W> {
             id: self.started,
             closing: self.closing,
             rolling,
+            resume: down,
         });
         Some(self.disk.wrap(body))
     }
@@ -405,8 +514,9 @@ impl<K: Ord + Hash + Clone, W> Machine<K, W> {
         // the resume and then another roll follow.
         self.rolled |= round.rolling && ok;
         if ok {
-            self.worked(round.id);
+            self.worked(round);
         } else {
+            self.last_failed = round.id;
             self.failed(now, kind.unwrap_or(io::ErrorKind::Other));
         }
         self.after_round(round, ok);
@@ -423,7 +533,11 @@ impl<K: Ord + Hash + Clone, W> Machine<K, W> {
     }
 
     /// A round worked: the syncs it covered are answered.
-    fn worked(&mut self, round: u64) {
+    fn worked(&mut self, round: Round) {
+        if !round.resume {
+            self.last_committed = round.id;
+        }
+        let round = round.id;
         if self.faults.worked() {
             self.events.push_back(Event::Resumed);
         }

@@ -64,7 +64,7 @@ pub use ledger::{
     DEFAULT_SEGMENT_BYTES, MIN_MAX_BYTES, MIN_SEGMENT_BYTES,
 };
 #[cfg_attr(not(feature = "testkit"), allow(unused_imports))]
-pub use machine::{Event, Machine, Settings, SyncError};
+pub use machine::{Event, LoneStep, Machine, Settings, SyncError};
 #[cfg_attr(not(feature = "testkit"), allow(unused_imports))]
 pub use poison::{crashes, poisoned, Lives};
 #[cfg_attr(not(feature = "testkit"), allow(unused_imports))]
