@@ -5,7 +5,10 @@
 //! in its slice and the one in flight beside it are written, once. An
 //! item that failed and was waiting for its retry at a crash is not
 //! counted (its attempt's end is on disk), and a suspect backing off
-//! holds no other tenant back.
+//! holds no other tenant back. A suspect written just before the journal
+//! fails is not counted for the crash of a write started after it: that
+//! write waits for the journal, and the commit of its attempt marks
+//! carries the suspect's done mark.
 #![cfg(all(feature = "journal", feature = "testkit"))]
 
 mod support;
@@ -371,6 +374,172 @@ fn s_j17_a_poison_item_in_a_journal_at_a_small_bound_is_dead_lettered_after_thre
         let _ = o.settle(Duration::from_secs(10)).await;
         assert_eq!(sink.stored(t(1)), [14]);
         assert_eq!(sink.stored(t(2)), neighbours);
+        let _ = o.shutdown(Duration::from_secs(10)).await;
+    });
+}
+
+/// The healthy item cut beside the poison one in the first life.
+const HEALTHY: u32 = 60;
+
+/// A life in which the journal fails (EIO) while the suspect `HEALTHY`'s
+/// lone write is in flight, its attempt mark already on disk, and works
+/// again only after it is written: the poison suspect behind it waits
+/// for the journal, so the commit of its attempt mark carries
+/// `HEALTHY`'s done mark, and the crash during it counts against it
+/// alone. Returns the attempts seen.
+fn journal_down_life(disk: &MemStorage) -> Vec<(u128, Vec<u32>)> {
+    let rt = support::rt::paused();
+    let sink = TestSink::new("journal down");
+    sink.script(t(1), [Act::Hang, Act::Hang]);
+    rt.block_on(async {
+        let o = Outbox::builder(sink.clone())
+            .config(config())
+            .journal(journal(disk).retry_interval(Duration::from_millis(100)))
+            .build()
+            .unwrap();
+        until_attempts(&sink, 1).await;
+        disk.fail(Some(std::io::ErrorKind::Other));
+        // A record for the commit to fail on (it goes behind the suspects).
+        assert_eq!(o.stage(t(1), 99), Staged::Accepted);
+        assert!(o.sync().await.is_err(), "the journal is down");
+        // `HEALTHY` is written; its done mark waits for the disk.
+        sink.release();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        disk.fail(None);
+        until_attempts(&sink, 2).await;
+        std::mem::forget(o);
+    });
+    std::mem::forget(rt);
+    disk.crash();
+    sink.attempts()
+        .into_iter()
+        .map(|a| (a.tenant.as_uuid().as_u128(), a.items))
+        .collect()
+}
+
+#[test]
+fn s_j17_a_suspect_written_before_a_journal_outage_is_not_poisoned_by_the_crash_after_it() {
+    // Crash seed 920252. Life 1: `HEALTHY` and the poison item in one
+    // slice; the process dies. Life 2: `HEALTHY` goes alone and is
+    // written, but the journal is down from its write until after the
+    // poison item's lone attempt started. Life 3: the poison item alone
+    // again. Only the poison item is cut in three lives.
+    let disk = MemStorage::new();
+    let rt = support::rt::paused();
+    let sink = TestSink::new("first");
+    sink.set(t(1), Act::Hang);
+    rt.block_on(async {
+        let o = Outbox::builder(sink.clone())
+            .config(config())
+            .journal(journal(&disk))
+            .build()
+            .unwrap();
+        for i in [HEALTHY, POISON] {
+            assert_eq!(o.stage(t(1), i), Staged::Accepted);
+        }
+        assert_eq!(o.sync().await, Ok(()));
+        until_attempts(&sink, 1).await;
+        std::mem::forget(o);
+    });
+    std::mem::forget(rt);
+    disk.crash();
+    let seen = journal_down_life(&disk);
+    assert_eq!(seen, [(1, vec![HEALTHY]), (1, vec![POISON])]);
+    let seen = crashing_life(&disk, false, 1);
+    assert_eq!(
+        seen,
+        [(1, vec![POISON])],
+        "`HEALTHY`'s done mark is on disk"
+    );
+    let rt = support::rt::paused();
+    let sink = TestSink::new("last");
+    sink.set_all(Act::Ok);
+    let (letters, mut rx) = DeadLetters::channel(8);
+    rt.block_on(async {
+        let o = Outbox::builder(sink.clone())
+            .config(config())
+            .journal(journal(&disk))
+            .dead_letters(letters)
+            .build()
+            .unwrap();
+        let c = o.counters();
+        assert_eq!((c.recovered, c.lost(LostReason::Poisoned)), (1, 1), "{c:?}");
+        let letter = rx.recv().await.unwrap();
+        assert_eq!(
+            (letter.items, letter.reason),
+            (vec![POISON], DeadReason::Poisoned)
+        );
+        let _ = o.shutdown(Duration::from_secs(10)).await;
+    });
+}
+
+#[test]
+fn s_j17_another_tenants_write_waits_for_the_journal_while_a_suspects_done_mark_does() {
+    // Crash seed 930101. Life 1: `HEALTHY` is cut, a suspect. Life 2: it
+    // goes alone and is written, but the journal fails (EIO) before its
+    // done mark is on disk; tenant 2's write waits for the journal (not
+    // only a suspect's would), so the commit of its attempt mark carries
+    // `HEALTHY`'s done mark before the crash during it.
+    let disk = MemStorage::new();
+    let rt = support::rt::paused();
+    let sink = TestSink::new("first");
+    sink.set(t(1), Act::Hang);
+    rt.block_on(async {
+        let o = Outbox::builder(sink.clone())
+            .config(config())
+            .journal(journal(&disk))
+            .build()
+            .unwrap();
+        assert_eq!(o.stage(t(1), HEALTHY), Staged::Accepted);
+        assert_eq!(o.sync().await, Ok(()));
+        until_attempts(&sink, 1).await;
+        std::mem::forget(o);
+    });
+    std::mem::forget(rt);
+    disk.crash();
+    let rt = support::rt::paused();
+    let sink = TestSink::new("journal down");
+    sink.set(t(1), Act::Hang);
+    sink.set(t(2), Act::Hang);
+    rt.block_on(async {
+        let o = Outbox::builder(sink.clone())
+            .config(config())
+            .journal(journal(&disk).retry_interval(Duration::from_millis(100)))
+            .build()
+            .unwrap();
+        until_attempts(&sink, 1).await;
+        assert_eq!(o.stage(t(2), 70), Staged::Accepted);
+        assert_eq!(o.sync().await, Ok(()));
+        disk.fail(Some(std::io::ErrorKind::Other));
+        assert_eq!(o.stage(t(2), 71), Staged::Accepted);
+        assert!(o.sync().await.is_err(), "the journal is down");
+        // `HEALTHY` is written; its done mark waits for the disk.
+        sink.release();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(sink.attempts().len(), 1, "tenant 2 waits for the journal");
+        disk.fail(None);
+        until_attempts(&sink, 2).await;
+        std::mem::forget(o);
+    });
+    std::mem::forget(rt);
+    disk.crash();
+    let rt = support::rt::paused();
+    let sink = TestSink::new("last");
+    sink.set_all(Act::Ok);
+    rt.block_on(async {
+        let o = Outbox::builder(sink.clone())
+            .config(config())
+            .journal(journal(&disk))
+            .build()
+            .unwrap();
+        assert_eq!(
+            o.counters().recovered,
+            1,
+            "`HEALTHY`'s done mark is on disk"
+        );
+        let _ = o.settle(Duration::from_secs(10)).await;
+        assert_eq!(sink.stored(t(1)), Vec::<u32>::new());
+        assert_eq!(sink.stored(t(2)), [70]);
         let _ = o.shutdown(Duration::from_secs(10)).await;
     });
 }

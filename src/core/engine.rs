@@ -941,6 +941,12 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         self.suspects.set(tenant, n);
     }
 
+    /// The tenant whose suspect's lone attempt is in flight (S-J17): its
+    /// write waits for its attempt marks even on a journal that is down.
+    pub(crate) fn lone_tenant(&self) -> Option<&K> {
+        self.suspects.lone()
+    }
+
     /// An item's weight as the engine measures it (S-B5): 0 without a
     /// weigher, else the weigher's clamped to `1..=MAX_WEIGHT`. For a
     /// driver that admits items before the engine sees them

@@ -69,6 +69,8 @@ struct Drained<K, I> {
     /// Groups of slices (S-F1): one slice each unless the config asks
     /// for fan-in.
     writes: Vec<Vec<Write<K, I>>>,
+    /// The tenant whose suspect's lone attempt is in flight (S-J17).
+    lone: Option<K>,
     events: Vec<Event<K, I>>,
     waiters: BTreeMap<WaitId, Waiter<K, I>>,
 }
@@ -79,12 +81,14 @@ impl<K: Ord + std::hash::Hash + Clone, I> Drained<K, I> {
     fn take(st: &mut State<K, I>, now: Time) -> Self {
         let mut drained = Drained {
             writes: Vec::new(),
+            lone: None,
             events: Vec::new(),
             waiters: BTreeMap::new(),
         };
         while let Some(group) = st.engine.poll_group(now) {
             drained.writes.push(group);
         }
+        drained.lone = st.engine.lone_tenant().cloned();
         while let Some(event) = st.engine.poll_event() {
             if let Event::WaitDone { id, .. } | Event::ShutdownDone { id, .. } = &event {
                 if let Some(waiter) = st.waiters.remove(id) {
@@ -385,7 +389,7 @@ impl<S: Sink> Writer<S> {
         }
         self.let_go(done, unknown);
         for group in drained.writes {
-            self.spawn(group);
+            self.spawn(group, drained.lone.as_ref());
         }
         for event in drained.events {
             self.handle_event(event, &mut drained.waiters);
@@ -437,17 +441,20 @@ impl<S: Sink> Writer<S> {
 
     /// Starts one task for a group of slices (S-F1); they share their
     /// start, so their deadline.
-    fn spawn(&mut self, group: Vec<Write<S::Tenant, S::Item>>) {
+    fn spawn(&mut self, group: Vec<Write<S::Tenant, S::Item>>, lone: Option<&S::Tenant>) {
         let deadline = group
             .first()
             .and_then(|w| w.deadline)
             .map(|at| self.shared.instant(at));
-        // S-J17: an attempt waits for its attempt marks.
-        let gate = self
-            .shared
-            .journal
-            .as_ref()
-            .and_then(|journal| journal.on_spawn(&group));
+        // S-J17: an attempt waits for its attempt marks; a suspect's lone
+        // one until they are on disk.
+        let gate = self.shared.journal.as_ref().and_then(|journal| {
+            let lone = match (&group[..], lone) {
+                ([write], Some(tenant)) => write.tenant == *tenant,
+                _ => false,
+            };
+            journal.on_spawn(&group, lone)
+        });
         // One span per attempt (S-R6), the sink's own logs nesting in it;
         // under fan-in one per group, named by its first slice.
         let span = match group.first() {

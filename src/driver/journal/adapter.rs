@@ -18,7 +18,7 @@ use metrics::{Counter, Gauge, Histogram};
 use tokio::sync::{oneshot, Notify};
 
 pub use crate::core::journal::SyncError;
-use crate::core::journal::{self as plan, Bounds, Limits, Machine, Settings};
+use crate::core::journal::{self as plan, Bounds, Limits, LoneStep, Machine, Settings};
 use crate::core::Event;
 use crate::journal::format::{Schema, Stamp};
 use crate::journal::WallClock;
@@ -108,6 +108,9 @@ pub(crate) struct Journal<K, I> {
     wall: WallClock,
     /// Commit now: `sync_bytes` reached, a sync caller, closing.
     now: Notify,
+    /// The journal works again, or closed: a suspect's lone attempt
+    /// waiting for it asks again (S-J17).
+    pub(super) resumed: Notify,
     /// Something was buffered: commit within `sync_interval`.
     soon: Notify,
     sync_bytes: usize,
@@ -232,6 +235,7 @@ where
             stamp,
             wall: config.wall_clock,
             now: Notify::new(),
+            resumed: Notify::new(),
             soon: Notify::new(),
             sync_bytes: config.sync_bytes,
             max_buffered: config.max_buffered_bytes.max(config.sync_bytes),
@@ -296,10 +300,17 @@ where
     /// A group of writes starts (S-J17): an attempt of journaled items
     /// needs their attempt marks on disk first, so the
     /// gate returned waits for the next group commit (whatever it
-    /// answers: a journal that fails lets the write go at once). `None`:
-    /// nothing to wait for. Under the `early_mark` canary, each first
-    /// attempt's items are marked done now instead (issue 13).
-    pub(crate) fn on_spawn(&self, group: &[crate::core::Write<K, I>]) -> Option<super::Gate> {
+    /// answers: a journal that fails lets the write go at once), except
+    /// a suspect's `lone` attempt, and any while the last lone one's end
+    /// waits for the disk: those wait until their marks are on disk, the
+    /// journal down or not. `None`: nothing to wait for. Under
+    /// the `early_mark` canary, each first attempt's items are marked
+    /// done now instead (issue 13).
+    pub(crate) fn on_spawn(
+        self: &Arc<Self>,
+        group: &[crate::core::Write<K, I>],
+        lone: bool,
+    ) -> Option<super::Gate> {
         if crate::journal::canary::on(crate::journal::canary::EARLY_MARK) {
             for write in group.iter().filter(|w| w.attempt == 1) {
                 self.mark_early(&write.tenant, write.items.len() as u64);
@@ -307,6 +318,15 @@ where
             return None;
         }
         let mut g = self.lock();
+        if lone || g.state.lone_end_waits() {
+            drop(g);
+            let writes = group
+                .iter()
+                .map(|w| (w.tenant.clone(), w.items.len() as u64))
+                .collect();
+            let lone = lone.then(|| group[0].tenant.clone());
+            return Some(Box::pin(Arc::clone(self).lone_gate(writes, lone)));
+        }
         let mut wait = false;
         for write in group {
             wait |= g
@@ -324,6 +344,48 @@ where
         Some(Box::pin(async move {
             let _ = rx.await;
         }))
+    }
+
+    /// Waits until the attempt marks of `writes` (`(tenant, n)`) are on
+    /// disk (S-J17): a suspect's lone attempt (of tenant `lone`), or any
+    /// while the end of the last lone one waits for the disk. While the
+    /// journal is down, it waits for it to work again, then for the
+    /// commit of its marks, taken anew if that one fails. Else a crash
+    /// during it would go uncounted, and be counted against the suspect
+    /// whose done mark is still waiting for the disk.
+    async fn lone_gate(self: Arc<Self>, writes: Vec<(K, u64)>, lone: Option<K>) {
+        let mut marked = None;
+        loop {
+            // Registered before the machine is asked: no resume is missed.
+            let resumed = self.resumed.notified();
+            tokio::pin!(resumed);
+            resumed.as_mut().enable();
+            let rx = {
+                let mut g = self.lock();
+                match g.state.handle_lone_attempt(&writes, &mut marked) {
+                    LoneStep::Start => {
+                        if let Some(tenant) = &lone {
+                            g.state.handle_lone_started(tenant);
+                        }
+                        return;
+                    }
+                    LoneStep::Down => None,
+                    LoneStep::Commit => {
+                        let (tx, rx) = oneshot::channel();
+                        g.state.handle_sync(tx);
+                        g.answer();
+                        Some(rx)
+                    }
+                }
+            };
+            match rx {
+                Some(rx) => {
+                    self.now.notify_one();
+                    let _ = rx.await;
+                }
+                None => resumed.await,
+            }
+        }
     }
 
     /// Runs `then` (the shutdown's answer) once the journal's last marks

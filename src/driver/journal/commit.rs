@@ -50,6 +50,8 @@ where
             }
         }
         drop(committer);
+        // A suspect's lone attempt waiting for the journal goes (S-J17).
+        self.resumed.notify_waiters();
         tracing::debug!(outbox = %self.name, "journal closed");
     }
 
@@ -146,6 +148,8 @@ where
                     "journal works again; items staged during the fault stay in memory only"
                 );
                 g.unjournaled_in_incident = 0;
+                // A suspect's lone attempt may take its marks now (S-J17).
+                self.resumed.notify_waiters();
             }
             Event::DeletionsWaiting(undeleted) => tracing::warn!(
                 outbox = %outbox,

@@ -74,7 +74,7 @@ impl<K, I> Journal<K, I> {
         match self.never {}
     }
 
-    pub(crate) fn on_spawn(&self, _: &[Write<K, I>]) -> Option<super::Gate> {
+    pub(crate) fn on_spawn(&self, _: &[Write<K, I>], _: bool) -> Option<super::Gate> {
         match self.never {}
     }
 
