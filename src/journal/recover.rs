@@ -183,23 +183,30 @@ where
             Record::Done(seqs) => file.marks.extend(seqs),
             Record::Seal(end) => file.seal = Some(end),
             Record::Schema { version, name } => read.schema = Some(Schema::new(version, &name)),
-            Record::Attempts { life, seqs } => {
-                file.lives
-                    .attempts
-                    .extend(seqs.into_iter().map(|s| (life, s)));
-            }
-            Record::Life { life, counts } => file.lives.starts.push((life, counts)),
-            Record::Clean(life) => file.lives.clean.push(life),
-            Record::Ended { life, seqs } => {
-                // After the attempt marks read so far (S-J17).
-                let after = file.lives.attempts.len();
-                file.lives
-                    .ends
-                    .extend(seqs.into_iter().map(|s| (after, life, s)));
-            }
+            other => note_life(&mut file.lives, other),
         }
     }
     read
+}
+
+/// A record of the lives (S-J17): attempt and attempt-end marks, life
+/// records, clean closes; any other record is not one of them.
+fn note_life(lives: &mut core::Lives, record: Record<'_>) {
+    match record {
+        Record::Attempts { life, seqs } => {
+            lives.attempts.extend(seqs.into_iter().map(|s| (life, s)));
+        }
+        Record::Life { life, counts } => lives.starts.push((life, counts)),
+        Record::Clean(life) => lives.clean.push(life),
+        Record::Ended { life, seqs } => {
+            // After the attempt marks read so far (S-J17).
+            let after = lives.attempts.len();
+            lives
+                .ends
+                .extend(seqs.into_iter().map(|s| (after, life, s)));
+        }
+        Record::Item { .. } | Record::Done(_) | Record::Seal(_) | Record::Schema { .. } => {}
+    }
 }
 
 /// A segment file of `id` with its header read from `bytes` and nothing
