@@ -192,16 +192,7 @@ impl<K: Ord + Hash + Clone> Commits<K> {
         if !self.ledger.note_fits(len, self.doomed_bytes, false) {
             return;
         }
-        let id = self.ledger.current();
-        self.ledger.add_bytes(len);
-        self.ledger.remark(&seqs);
-        self.ops.push(Op::Note {
-            id,
-            note: Note::Ended {
-                life: self.life,
-                seqs,
-            },
-        });
+        self.push_marks(len, seqs, |life, seqs| Note::Ended { life, seqs });
     }
 
     /// The attempt marks waiting, as a record in the current segment, if
@@ -233,16 +224,17 @@ impl<K: Ord + Hash + Clone> Commits<K> {
                 return;
             }
         }
+        self.push_marks(len, seqs, |life, seqs| Note::Attempts { life, seqs });
+    }
+
+    /// A record of marks (`len` bytes) in the current segment: its bytes
+    /// counted, its items' marks noted where they now stand.
+    fn push_marks(&mut self, len: u64, seqs: Vec<Seq>, note: fn(SegmentId, Vec<Seq>) -> Note) {
         let id = self.ledger.current();
         self.ledger.add_bytes(len);
         self.ledger.remark(&seqs);
-        self.ops.push(Op::Note {
-            id,
-            note: Note::Attempts {
-                life: self.life,
-                seqs,
-            },
-        });
+        let note = note(self.life, seqs);
+        self.ops.push(Op::Note { id, note });
     }
 
     /// A closing journal's last round: with items still pending whose
