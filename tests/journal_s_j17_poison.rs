@@ -49,6 +49,21 @@ async fn until_attempts(sink: &TestSink, n: usize) {
 /// One life that crashes once `crashing` attempts are in flight (every
 /// write hangs on tenant 1, tenant 2's too in the first life); returns the
 /// attempts it saw.
+/// The process dies: its runtime is never dropped (nothing of it runs
+/// again), its disk loses what was not synced.
+fn die(rt: tokio::runtime::Runtime, disk: &MemStorage) {
+    std::mem::forget(rt);
+    disk.crash();
+}
+
+/// Every attempt the sink saw, as (tenant, items).
+fn attempts_of(sink: &TestSink) -> Vec<(u128, Vec<u32>)> {
+    sink.attempts()
+        .into_iter()
+        .map(|a| (a.tenant.as_uuid().as_u128(), a.items))
+        .collect()
+}
+
 fn crashing_life(disk: &MemStorage, first: bool, crashing: usize) -> Vec<(u128, Vec<u32>)> {
     let rt = support::rt::paused();
     let sink = TestSink::new("crashing");
@@ -72,12 +87,8 @@ fn crashing_life(disk: &MemStorage, first: bool, crashing: usize) -> Vec<(u128, 
         tokio::time::sleep(Duration::from_millis(50)).await;
         std::mem::forget(o);
     });
-    std::mem::forget(rt);
-    disk.crash();
-    sink.attempts()
-        .into_iter()
-        .map(|a| (a.tenant.as_uuid().as_u128(), a.items))
-        .collect()
+    die(rt, &disk);
+    attempts_of(&sink)
 }
 
 #[test]
@@ -166,8 +177,7 @@ fn outage_life(disk: &MemStorage, first: bool) -> usize {
         tokio::time::sleep(Duration::from_millis(500)).await;
         std::mem::forget(o);
     });
-    std::mem::forget(rt);
-    disk.crash();
+    die(rt, &disk);
     sink.attempts()
         .into_iter()
         .filter(|a| a.items == [DOWN])
@@ -234,8 +244,7 @@ fn suspect_down_life(disk: &MemStorage, item: u32) -> Vec<u32> {
         tokio::time::sleep(Duration::from_millis(500)).await;
         std::mem::forget(o);
     });
-    std::mem::forget(rt);
-    disk.crash();
+    die(rt, &disk);
     sink.stored(t(2))
 }
 
@@ -261,8 +270,7 @@ fn s_j17_a_suspect_backing_off_holds_no_one_back_and_its_backoffs_count_no_crash
         until_attempts(&sink, 1).await;
         std::mem::forget(o);
     });
-    std::mem::forget(rt);
-    disk.crash();
+    die(rt, &disk);
     for item in [51, 52, 53] {
         let stored = suspect_down_life(&disk, item);
         assert_eq!(stored, [item], "written while the suspect backs off");
@@ -329,13 +337,8 @@ fn crashing_bounded_life(disk: &MemStorage, first: bool) -> (Vec<(u128, Vec<u32>
         tokio::time::sleep(Duration::from_millis(50)).await;
         std::mem::forget(o);
     });
-    std::mem::forget(rt);
-    disk.crash();
-    let seen = sink
-        .attempts()
-        .into_iter()
-        .map(|a| (a.tenant.as_uuid().as_u128(), a.items))
-        .collect();
+    die(rt, &disk);
+    let seen = attempts_of(&sink);
     (seen, accepted)
 }
 
@@ -409,12 +412,8 @@ fn journal_down_life(disk: &MemStorage) -> Vec<(u128, Vec<u32>)> {
         until_attempts(&sink, 2).await;
         std::mem::forget(o);
     });
-    std::mem::forget(rt);
-    disk.crash();
-    sink.attempts()
-        .into_iter()
-        .map(|a| (a.tenant.as_uuid().as_u128(), a.items))
-        .collect()
+    die(rt, &disk);
+    attempts_of(&sink)
 }
 
 #[test]
@@ -441,8 +440,7 @@ fn s_j17_a_suspect_written_before_a_journal_outage_is_not_poisoned_by_the_crash_
         until_attempts(&sink, 1).await;
         std::mem::forget(o);
     });
-    std::mem::forget(rt);
-    disk.crash();
+    die(rt, &disk);
     let seen = journal_down_life(&disk);
     assert_eq!(seen, [(1, vec![HEALTHY]), (1, vec![POISON])]);
     let seen = crashing_life(&disk, false, 1);
@@ -495,8 +493,7 @@ fn s_j17_another_tenants_write_waits_for_the_journal_while_a_suspects_done_mark_
         until_attempts(&sink, 1).await;
         std::mem::forget(o);
     });
-    std::mem::forget(rt);
-    disk.crash();
+    die(rt, &disk);
     let rt = support::rt::paused();
     let sink = TestSink::new("journal down");
     sink.set(t(1), Act::Hang);
@@ -521,8 +518,7 @@ fn s_j17_another_tenants_write_waits_for_the_journal_while_a_suspects_done_mark_
         until_attempts(&sink, 2).await;
         std::mem::forget(o);
     });
-    std::mem::forget(rt);
-    disk.crash();
+    die(rt, &disk);
     let rt = support::rt::paused();
     let sink = TestSink::new("last");
     sink.set_all(Act::Ok);
