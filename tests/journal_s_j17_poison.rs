@@ -87,7 +87,7 @@ fn crashing_life(disk: &MemStorage, first: bool, crashing: usize) -> Vec<(u128, 
         tokio::time::sleep(Duration::from_millis(50)).await;
         std::mem::forget(o);
     });
-    die(rt, &disk);
+    die(rt, disk);
     attempts_of(&sink)
 }
 
@@ -177,7 +177,7 @@ fn outage_life(disk: &MemStorage, first: bool) -> usize {
         tokio::time::sleep(Duration::from_millis(500)).await;
         std::mem::forget(o);
     });
-    die(rt, &disk);
+    die(rt, disk);
     sink.attempts()
         .into_iter()
         .filter(|a| a.items == [DOWN])
@@ -244,7 +244,7 @@ fn suspect_down_life(disk: &MemStorage, item: u32) -> Vec<u32> {
         tokio::time::sleep(Duration::from_millis(500)).await;
         std::mem::forget(o);
     });
-    die(rt, &disk);
+    die(rt, disk);
     sink.stored(t(2))
 }
 
@@ -337,7 +337,7 @@ fn crashing_bounded_life(disk: &MemStorage, first: bool) -> (Vec<(u128, Vec<u32>
         tokio::time::sleep(Duration::from_millis(50)).await;
         std::mem::forget(o);
     });
-    die(rt, &disk);
+    die(rt, disk);
     let seen = attempts_of(&sink);
     (seen, accepted)
 }
@@ -412,7 +412,7 @@ fn journal_down_life(disk: &MemStorage) -> Vec<(u128, Vec<u32>)> {
         until_attempts(&sink, 2).await;
         std::mem::forget(o);
     });
-    die(rt, &disk);
+    die(rt, disk);
     attempts_of(&sink)
 }
 
