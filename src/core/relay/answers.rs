@@ -24,6 +24,8 @@ impl Relay {
                 }
                 // Dropped, or (a stale partition) forgotten already.
                 self.records.dropped(&records);
+                // A suspect's retry waiting for its old record's drop.
+                self.send_retry_record();
                 // A suspect waits for every record to go (S-T18).
                 if matches!(self.quarantine, Quarantine::Draining(_)) {
                     self.reads.wanted = true;
@@ -107,12 +109,14 @@ impl Relay {
                 }
                 let rows = self.records.answered(op);
                 self.release(rows);
+                self.retry_recorded(op);
             }
             Err(e) => {
                 self.events
                     .push_back(RelayEvent::StoreFailed { kind: e.kind() });
                 if let Some(fresh) = self.ops.record_failed(now, op) {
                     self.records.renamed(op, fresh);
+                    self.retry_renamed(op, fresh);
                 }
             }
         }

@@ -72,6 +72,7 @@ mod config;
 mod ops;
 mod read;
 mod records;
+mod suspect;
 mod take;
 mod tenants;
 mod types;
@@ -127,8 +128,13 @@ enum Quarantine {
     /// row has ended, then the suspect goes alone; reads meanwhile ask only
     /// for where the suspect is, so it comes first.
     Draining(Source),
-    /// This suspect is the only row delivered and not ended.
+    /// This suspect is the only row delivered and not ended, or its retry
+    /// is (its attempt in flight, or about to start).
     Alone(i64),
+    /// This suspect's attempt came back and it waits for its retry: its
+    /// in-flight record is dropped, the others' rows are read and written
+    /// (S-W8), its tenant's and any other suspect's wait in the table.
+    Waiting(i64),
 }
 
 /// Where a suspect was met.
@@ -155,6 +161,10 @@ pub struct Relay {
     /// Rows handed to the engine and not yet ended.
     open: u32,
     quarantine: Quarantine,
+    /// The suspect whose retry asked for its in-flight record: the record
+    /// call (`None` while an earlier drop of its record is pending), and
+    /// the row (S-T18).
+    retry: Option<(Option<OpId>, i64)>,
     reads: Reads,
     ops: Ops,
     records: Records,
@@ -181,6 +191,7 @@ impl Relay {
             held: 0,
             open: 0,
             quarantine: Quarantine::Off,
+            retry: None,
             records: Records::default(),
             deliveries: VecDeque::new(),
             events: VecDeque::new(),
@@ -334,9 +345,7 @@ impl Relay {
             self.open -= 1;
         }
         let tenant = key.tenant.clone();
-        if self.quarantine == Quarantine::Alone(id) {
-            self.quarantine = Quarantine::Off;
-        }
+        self.suspect_gone(id);
         let ended = match done {
             Done::Written => Ended::Written,
             Done::GivenUp { reason, attempts } => Ended::Dead(DeadLetterRow {
@@ -491,9 +500,7 @@ impl Relay {
             self.held -= 1;
             if key.open {
                 self.open -= 1;
-                if self.quarantine == Quarantine::Alone(id) {
-                    self.quarantine = Quarantine::Off;
-                }
+                self.suspect_gone(id);
             }
         }
     }

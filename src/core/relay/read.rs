@@ -58,10 +58,11 @@ impl Relay {
         Some(StoreOp::ReadPage { op, request })
     }
 
-    /// No read while a suspect waits for, or has, the relay to itself.
+    /// No read while a suspect waits for, or has, the relay to itself; a
+    /// suspect waiting for its retry holds no one back (S-T18).
     fn may_read(&self) -> bool {
         match self.quarantine {
-            Quarantine::Off => true,
+            Quarantine::Off | Quarantine::Waiting(_) => true,
             Quarantine::Draining(_) => self.open == 0 && self.records.idle(),
             Quarantine::Alone(_) => false,
         }

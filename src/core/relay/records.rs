@@ -75,6 +75,19 @@ impl Records {
         records
     }
 
+    /// A record of the one row `id` (a suspect's retry, S-T18), with no
+    /// rows to release: they are in the engine already.
+    pub(crate) fn open_alone(&mut self, partition: u32, id: i64) {
+        let live = self.live.entry(id).or_insert(Live { partition, left: 0 });
+        live.left += 1;
+    }
+
+    /// Whether the record `first` was settled and its drop is not yet
+    /// answered.
+    pub(crate) fn dropping(&self, first: i64) -> bool {
+        self.live.get(&first).is_some_and(|l| l.left == 0)
+    }
+
     /// The record (its first row) of each row of `records`.
     pub(crate) fn keys(records: &[InFlight]) -> impl Iterator<Item = (i64, i64)> + '_ {
         records.iter().flat_map(|r| {

@@ -157,10 +157,20 @@ impl Relay {
             return Step::Skipped;
         }
         if row.crashes > 0 {
+            if matches!(
+                self.quarantine,
+                Quarantine::Alone(_) | Quarantine::Waiting(_)
+            ) {
+                // A suspect is in the engine: this one, and its tenant's
+                // later rows, wait in the table until it ends (S-T18).
+                self.tenants.entry(&row.tenant, row.partition);
+                self.tenants.hold(&row.tenant, Why::Deferred);
+                return Step::Skipped;
+            }
             // Alone: no other row open, and no other record live (a row
             // written but not yet removed is still counted by its record).
             let alone = self.open == 0 && self.records.idle();
-            if !alone || matches!(self.quarantine, Quarantine::Alone(_)) {
+            if !alone {
                 self.quarantine = Quarantine::Draining(source);
                 return Step::Stop;
             }

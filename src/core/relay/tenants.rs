@@ -32,6 +32,11 @@ pub(crate) enum Why {
     /// Its next row has a codec version this relay does not know (S-T19):
     /// left in the table for an instance that does.
     UnknownVersion(u32),
+    /// A suspect of a crash is waiting for its retry (S-T18): this
+    /// tenant's rows (its, or another suspect's and those after it) wait
+    /// in the table until that suspect ends, then catch up as a saturated
+    /// tenant's do.
+    Deferred,
 }
 
 /// A tenant held back: its rows after `after` are skipped until it catches
@@ -60,6 +65,8 @@ pub(crate) struct Tenants {
     by_partition: BTreeMap<u32, BTreeSet<Vec<u8>>>,
     /// Tenants held as [`Why::Saturated`].
     pub(crate) saturated: BTreeSet<Vec<u8>>,
+    /// Tenants held as [`Why::Deferred`].
+    deferred: BTreeSet<Vec<u8>>,
 }
 
 impl Tenants {
@@ -102,6 +109,19 @@ impl Tenants {
             } else {
                 self.saturated.remove(tenant);
             }
+            if why == Why::Deferred {
+                self.deferred.insert(tenant.to_vec());
+            } else {
+                self.deferred.remove(tenant);
+            }
+        }
+    }
+
+    /// Every tenant held as [`Why::Deferred`] catches up as a saturated
+    /// one: from after its last row taken (S-T18, S-T9).
+    pub(crate) fn undefer(&mut self) {
+        for tenant in std::mem::take(&mut self.deferred) {
+            self.hold(&tenant, Why::Saturated);
         }
     }
 
@@ -111,6 +131,7 @@ impl Tenants {
             t.hold = None;
         }
         self.saturated.remove(tenant);
+        self.deferred.remove(tenant);
         self.forget_if_idle(tenant);
     }
 
@@ -137,6 +158,7 @@ impl Tenants {
         let mut entries = Vec::new();
         for tenant in self.by_partition.remove(&partition).unwrap_or_default() {
             self.saturated.remove(&tenant);
+            self.deferred.remove(&tenant);
             if let Some(t) = self.by_tenant.remove(&tenant) {
                 entries.extend(t.queue);
             }

@@ -642,3 +642,128 @@ fn rows_waiting_for_their_record_at_a_loss_hold_nothing_up() {
         .any(|op| matches!(op, StoreOp::RecordCrashes { partition: 0, .. }));
     assert!(starts, "the partition starts at once");
 }
+
+/// S-T18, S-W8: a suspect that keeps failing holds no other tenant back.
+/// Once its attempt came back to be retried, its in-flight record is
+/// dropped and the others' rows are read and delivered; its tenant's
+/// later rows and another suspect wait in the table. Its retry writes its
+/// record again (after the drop, never before it) and stops the reads
+/// until it comes back; once it ends, the tenants deferred behind it
+/// catch up from where they stopped.
+#[test]
+fn a_suspect_waiting_for_its_retry_holds_no_other_tenant_back() {
+    let mut r = relay(RelayConfig::new("a"), &[0]);
+    let (op, _) = expect_read(&mut r);
+    let mut suspect = row(1, 10, 0, b"s");
+    suspect.crashes = 1;
+    answer(
+        &mut r,
+        op,
+        vec![vec![suspect, row(2, 11, 0, b"s"), row(3, 12, 0, b"h")]],
+        vec![],
+    );
+    assert_eq!(delivered(&mut r), [1], "the suspect alone");
+    r.handle_wakeup(NOW);
+    assert!(r.poll_op(NOW).is_none(), "no read while its attempt is out");
+
+    // Its attempt came back; it waits for its retry.
+    r.handle_suspect_back(NOW, 1);
+    let (drop_op, removal) = expect_removal(&mut r);
+    assert_eq!(removal.records, [1], "its record is dropped");
+    assert!(removal.delete.is_empty() && removal.dead.is_empty());
+    let (op, req) = expect_read(&mut r);
+    assert_eq!(req.partitions[0].after, Some(Position { xid: 10, id: 1 }));
+    let mut other = row(4, 13, 0, b"x");
+    other.crashes = 1;
+    answer(
+        &mut r,
+        op,
+        vec![vec![
+            row(2, 11, 0, b"s"),
+            row(3, 12, 0, b"h"),
+            other,
+            row(5, 14, 0, b"x"),
+            row(6, 15, 0, b"h"),
+        ]],
+        vec![],
+    );
+    assert_eq!(
+        delivered(&mut r),
+        [3, 6],
+        "the others' rows go; the suspect's tenant and another suspect wait"
+    );
+
+    // Its retry is due before the drop committed: the record waits for it.
+    r.handle_suspect_retry(NOW, 1);
+    assert!(
+        r.ops.take_record_op().is_none(),
+        "not before the drop of its last record"
+    );
+    r.handle_removed(NOW, drop_op, Ok(Removed::default()));
+    let Some(StoreOp::RecordAttempts { op, records, .. }) = r.ops.take_record_op() else {
+        panic!("the retry's record")
+    };
+    assert_eq!(
+        records,
+        [InFlight {
+            partition: 0,
+            ids: vec![1]
+        }]
+    );
+    assert!(std::iter::from_fn(|| r.poll_event())
+        .all(|e| !matches!(e, RelayEvent::SuspectRetry { .. })));
+    r.handle_attempt_recorded(NOW, op, Ok(Recorded::default()));
+    assert!(std::iter::from_fn(|| r.poll_event()).any(|e| e
+        == RelayEvent::SuspectRetry {
+            id: 1,
+            recorded: true
+        }));
+    r.handle_wakeup(NOW);
+    assert!(r.poll_op(NOW).is_none(), "no read while its retry is out");
+
+    // It comes back again: the others go on meanwhile.
+    r.handle_suspect_back(NOW, 1);
+    let (drop_op, removal) = expect_removal(&mut r);
+    assert_eq!(removal.records, [1]);
+    r.handle_removed(NOW, drop_op, Ok(Removed::default()));
+    r.handle_done(NOW, 3, Done::Written);
+    let (rop, removal) = expect_removal(&mut r);
+    assert_eq!(removal.delete, [3]);
+    r.handle_removed(NOW, rop, Ok(Removed::default()));
+    let (op, _) = expect_read(&mut r);
+    answer(&mut r, op, vec![vec![row(7, 16, 0, b"h")]], vec![]);
+    assert_eq!(delivered(&mut r), [7]);
+
+    // A retry of a row that is not the waiting suspect is refused.
+    r.handle_suspect_retry(NOW, 7);
+    assert!(std::iter::from_fn(|| r.poll_event()).any(|e| e
+        == RelayEvent::SuspectRetry {
+            id: 7,
+            recorded: false
+        }));
+
+    // The suspect is written: the deferred tenants catch up in order.
+    r.handle_suspect_retry(NOW, 1);
+    let Some(StoreOp::RecordAttempts { op, .. }) = r.ops.take_record_op() else {
+        panic!("the retry's record")
+    };
+    r.handle_attempt_recorded(NOW, op, Ok(Recorded::default()));
+    r.handle_done(NOW, 1, Done::Written);
+    let (rop, removal) = expect_removal(&mut r);
+    assert_eq!((removal.delete, removal.records), (vec![1], vec![1]));
+    r.handle_removed(NOW, rop, Ok(Removed::default()));
+    let (_, req) = expect_read(&mut r);
+    let mut catch_up: Vec<(Vec<u8>, Option<Position>)> = req
+        .tenants
+        .iter()
+        .map(|t| (t.tenant.clone(), t.after))
+        .collect();
+    catch_up.sort();
+    assert_eq!(
+        catch_up,
+        [
+            (b"s".to_vec(), Some(Position { xid: 10, id: 1 })),
+            (b"x".to_vec(), None)
+        ]
+    );
+}

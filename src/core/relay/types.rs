@@ -464,6 +464,16 @@ pub enum RelayEvent {
         /// The row.
         id: i64,
     },
+    /// The answer to [`Relay::handle_suspect_retry`](super::Relay::handle_suspect_retry)
+    /// (S-T18): `recorded`, the suspect's in-flight record for its retry is
+    /// durable and the retry may reach the sink; else the retry must not
+    /// (the row is no longer this relay's, or not waiting for a retry).
+    SuspectRetry {
+        /// The row.
+        id: i64,
+        /// Whether its record is durable.
+        recorded: bool,
+    },
     /// A store call failed; it is tried again after a backoff.
     StoreFailed {
         /// What failed.
