@@ -243,3 +243,201 @@ async fn a_row_that_crashes_the_relay_is_poisoned_and_its_neighbours_are_not() {
     assert_eq!(w.left().await, 0, "report {report:?}; {}", state(&w).await);
     w.finish().await;
 }
+
+/// What [`Flaky`] does with the poison row's writes.
+const CRASH: u8 = 0;
+const FAIL: u8 = 1;
+const WRITE: u8 = 2;
+
+/// The target sink; a write holding the poison item crashes the life
+/// (as [`Crashing`]), fails retryably, or goes, as `mode` says.
+struct Flaky {
+    inner: Target,
+    crashed: mpsc::UnboundedSender<()>,
+    mode: std::sync::Arc<std::sync::atomic::AtomicU8>,
+    poison_attempts: std::sync::Arc<std::sync::atomic::AtomicU32>,
+}
+
+impl Flaky {
+    async fn poison(&self, items: &[Relayed<Usage>]) -> Result<(), WriteError> {
+        use std::sync::atomic::Ordering;
+        if !items.iter().any(|r| r.item.id == POISON) {
+            return Ok(());
+        }
+        self.poison_attempts.fetch_add(1, Ordering::SeqCst);
+        match self.mode.load(Ordering::SeqCst) {
+            CRASH => {
+                let _ = self.crashed.send(());
+                std::future::pending().await
+            }
+            FAIL => Err(WriteError::retryable("the poison row fails")),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Sink for Flaky {
+    type Tenant = u64;
+    type Item = Relayed<Usage>;
+
+    fn name(&self) -> &str {
+        "flaky"
+    }
+
+    async fn write(&self, tenant: &u64, items: &[Relayed<Usage>]) -> Result<Written, WriteError> {
+        self.poison(items).await?;
+        self.inner.write(tenant, items).await
+    }
+
+    async fn write_with_epoch(
+        &self,
+        epoch: WriteEpoch,
+        tenant: &u64,
+        items: &[Relayed<Usage>],
+    ) -> Result<Written, WriteError> {
+        self.poison(items).await?;
+        self.inner.write_with_epoch(epoch, tenant, items).await
+    }
+}
+
+/// The crash counts: (row id, crashes).
+async fn crash_counts(w: &World) -> Vec<(i64, i32)> {
+    let sql = format!("SELECT id, crashes FROM \"{}_crashes\" ORDER BY id", w.name);
+    let rows = w.admin.query(&sql, &[]).await.expect("the crash counts");
+    rows.iter().map(|r| (r.get(0), r.get(1))).collect()
+}
+
+/// S-T18, S-W8: a suspect of a crash whose writes keep failing
+/// (retryably, retried without end) holds no other tenant back: while it
+/// waits for its retries, other tenants' rows are read and written; its
+/// tenant's later rows wait behind it; the crashes of its life count
+/// nothing new against it; once it goes, its tenant follows in order.
+/// (Before: the suspect held the whole relay until it ended, and nothing
+/// of the other tenants was written.)
+#[tokio::test]
+async fn a_suspect_that_keeps_failing_holds_no_other_tenant_back() {
+    use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+    use std::sync::Arc;
+    let Some(w) = World::new("suspect_fails").await else {
+        return;
+    };
+    let url = std::env::var(common::postgres::VAR).expect("set");
+    for id in [POISON, 1, 2] {
+        w.stage(5, &[Usage::new(id)], true).await;
+    }
+    let mode = Arc::new(AtomicU8::new(CRASH));
+    let attempts = Arc::new(AtomicU32::new(0));
+    let life = |w: &World| {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let names = TableNames::new(&w.name).expect("name");
+        let store = PgStore::new(life_pool(&url), url.parse().expect("a postgres URL"), names);
+        let (tx, crashed) = mpsc::unbounded_channel();
+        let sink = Flaky {
+            inner: PostgresSink::new(life_pool(&url), &w.target).expect("name"),
+            crashed: tx,
+            mode: Arc::clone(&mode),
+            poison_attempts: Arc::clone(&attempts),
+        };
+        let relay = TableRelay::new("i1")
+            .poll_interval(Duration::from_millis(50))
+            .max_crash_attempts(3)
+            .lease(|b| {
+                b.lease_ttl(TTL)
+                    .renew_every(TTL / 5)
+                    .max_clock_drift(TTL / 10)
+                    .acquire_poll(TTL / 10)
+                    .heartbeat_every(TTL / 10)
+                    .rejoin_grace(TTL / 2)
+            });
+        let config = Config::builder()
+            .max_batch(1)
+            .max_backoff(Duration::from_millis(200))
+            .build()
+            .expect("config");
+        let outbox = Outbox::builder(sink)
+            .runtime(runtime.handle().clone())
+            .config(config)
+            .table(store, relay)
+            .build()
+            .expect("build");
+        (runtime, outbox, crashed)
+    };
+
+    // Life 1: the poison row's write crashes it; every row read is now a
+    // suspect.
+    let (runtime, outbox, mut crashed) = life(&w);
+    tokio::time::timeout(Duration::from_secs(30), crashed.recv())
+        .await
+        .expect("the crash");
+    runtime.shutdown_background();
+    drop(outbox);
+
+    // Life 2: the poison row's writes fail, retried without end; other
+    // tenants stage meanwhile.
+    mode.store(FAIL, Ordering::SeqCst);
+    attempts.store(0, Ordering::SeqCst);
+    let (runtime, outbox, _crashed) = life(&w);
+    w.stage(6, &[Usage::new(10), Usage::new(11)], true).await;
+    w.stage(7, &[Usage::new(20)], true).await;
+    let others: BTreeMap<i64, Vec<u128>> = [(6, vec![10, 11]), (7, vec![20])].into_iter().collect();
+    let started = std::time::Instant::now();
+    loop {
+        let d = delivered(&w).await;
+        if d == others && attempts.load(Ordering::SeqCst) >= 3 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the others wait behind the failing suspect: delivered {d:?}, {} attempts of it; {}",
+            attempts.load(Ordering::SeqCst),
+            state(&w).await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        crash_counts(&w)
+            .await
+            .iter()
+            .find(|(id, _)| *id == 1)
+            .map(|c| c.1),
+        Some(1),
+        "no crash counted against the suspect in this life: {}",
+        state(&w).await
+    );
+    assert!(dead(&w).await.is_empty());
+
+    // The poison row goes: its tenant follows, in order.
+    mode.store(WRITE, Ordering::SeqCst);
+    let expected: BTreeMap<i64, Vec<u128>> =
+        [(5, vec![POISON, 1, 2]), (6, vec![10, 11]), (7, vec![20])]
+            .into_iter()
+            .collect();
+    let started = std::time::Instant::now();
+    while !(delivered(&w).await == expected && w.left().await == 0) {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "delivered {:?}; {}",
+            delivered(&w).await,
+            state(&w).await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(dead(&w).await.is_empty());
+    let report = runtime
+        .handle()
+        .clone()
+        .spawn({
+            let outbox = outbox.clone();
+            async move { outbox.shutdown(Duration::from_secs(5)).await }
+        })
+        .await
+        .expect("the shutdown");
+    drop(report);
+    drop(outbox);
+    runtime.shutdown_background();
+    w.finish().await;
+}

@@ -490,12 +490,26 @@ impl<S: Sink> Writer<S> {
         };
         #[cfg(not(feature = "table"))]
         let epochs = None;
+        // A suspect's retry waits for its in-flight record (S-T18).
+        #[cfg(feature = "table")]
+        let recorded = self
+            .shared
+            .relay_feed
+            .as_ref()
+            .and_then(|feed| feed.retry_gate(&group));
+        #[cfg(not(feature = "table"))]
+        let recorded: Option<tokio::sync::oneshot::Receiver<()>> = None;
         let ids: Vec<_> = group.iter().map(|w| w.id).collect();
         let sink = Arc::clone(&self.shared.sink);
         let cancel = self.cancel.clone();
         let run = async move {
             if let Some(gate) = gate {
                 wait_gate(gate, deadline, &cancel).await;
+            }
+            if let Some(recorded) = recorded {
+                if let Some(outcome) = wait_recorded(recorded, deadline, &cancel).await {
+                    return not_started(group, outcome);
+                }
             }
             write_task::run_group_with_epochs(sink, group, epochs, deadline, cancel).await
         };
@@ -629,6 +643,41 @@ async fn wait_gate(
         () = gate => {}
         () = until => {}
     }
+}
+
+/// Waits for a suspect's in-flight record (S-T18): `None` once it is
+/// durable; else the outcome the write ends with, without reaching the
+/// sink: cancelled, timed out at its deadline, or (the record refused)
+/// timed out at once, to be retried or handed over as the engine decides.
+async fn wait_recorded(
+    recorded: tokio::sync::oneshot::Receiver<()>,
+    deadline: Option<tokio::time::Instant>,
+    cancel: &CancellationToken,
+) -> Option<Outcome> {
+    let until = async {
+        match deadline {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        biased;
+        () = cancel.cancelled() => Some(Outcome::Cancelled),
+        answer = recorded => answer.err().map(|_| Outcome::TimedOut),
+        () = until => Some(Outcome::TimedOut),
+    }
+}
+
+/// The group's writes, ended with `outcome` before reaching the sink.
+fn not_started<K, I>(group: Vec<Write<K, I>>, outcome: Outcome) -> Vec<write_task::Finished<K, I>> {
+    group
+        .into_iter()
+        .map(|write| write_task::Finished {
+            write,
+            outcome,
+            error: Some("the suspect's in-flight record is not durable".to_owned()),
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, PoisonError};
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::gate::Gate;
 use super::health::TableWatch;
@@ -27,10 +27,21 @@ use crate::sink::WriteEpoch;
 /// A row's end, for the relay task.
 pub(crate) type Ended = (i64, Done);
 
+/// What the writer tells the relay task of a suspect of a crash (S-T18).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SuspectNote {
+    /// Its attempt came back and it waits for its retry.
+    Back(i64),
+    /// Its retry is about to start: record it, then open its gate.
+    Retry(i64),
+}
+
 /// The rows the engine holds, by id, and where their ends go.
 pub(crate) struct Feed<K> {
     inner: Mutex<Inner<K>>,
     ends: mpsc::UnboundedSender<Ended>,
+    /// Where the suspects' attempts are told (S-T18).
+    notes: mpsc::UnboundedSender<SuspectNote>,
     /// Where the engine's life stands, for the relay task.
     pub(crate) phase: watch::Sender<Phase>,
     /// The lease policy the writer asks before each write (S-T37).
@@ -112,6 +123,11 @@ struct Inner<K> {
     /// slice never attempted): its keys follow, so its rows given up
     /// carry it (S-T13).
     ending: u32,
+    /// Each tenant whose oldest row in the engine is a suspect of a crash,
+    /// written alone (S-T18), with that row.
+    suspects: BTreeMap<K, i64>,
+    /// Each suspect's retry waiting for its in-flight record (S-T18).
+    gates: BTreeMap<i64, oneshot::Sender<()>>,
 }
 
 /// A tenant's rows in the engine.
@@ -123,6 +139,7 @@ struct Held {
 impl<K: Ord + Clone> Feed<K> {
     pub(crate) fn new(
         ends: mpsc::UnboundedSender<Ended>,
+        notes: mpsc::UnboundedSender<SuspectNote>,
         phase: watch::Sender<Phase>,
         gate: std::sync::Arc<Gate>,
         watch: TableWatch,
@@ -135,8 +152,11 @@ impl<K: Ord + Clone> Feed<K> {
                 grants: BTreeMap::new(),
                 attempts: BTreeMap::new(),
                 ending: 1,
+                suspects: BTreeMap::new(),
+                gates: BTreeMap::new(),
             }),
             ends,
+            notes,
             phase,
             gate,
             watch,
@@ -150,6 +170,48 @@ impl<K: Ord + Clone> Feed<K> {
     pub(crate) fn push(&self, tenant: &K, partition: u32, id: i64) {
         let mut g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         g.push(tenant, partition, id);
+    }
+
+    /// The row `id` of `tenant`, a suspect of a crash, went into the engine
+    /// (the relay delivers one at a time, with no other row of its tenant
+    /// in the engine): its attempts are told to the relay task (S-T18).
+    pub(crate) fn suspect(&self, tenant: &K, id: i64) {
+        let mut g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        g.suspects.insert(tenant.clone(), id);
+    }
+
+    /// The gate of a suspect's retry (S-T18): `Some` for a group that is
+    /// the retry of a suspect's lone write, which must not reach the sink
+    /// before the relay task wrote the suspect's in-flight record again
+    /// (the gate opens) or refused to (the gate's sender is dropped). The
+    /// first attempt went with the record its page read wrote.
+    pub(crate) fn retry_gate<I>(&self, group: &[Write<K, I>]) -> Option<oneshot::Receiver<()>> {
+        let [write] = group else { return None };
+        if write.attempt < 2 {
+            return None;
+        }
+        let mut g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let id = *g.suspects.get(&write.tenant)?;
+        let (tx, rx) = oneshot::channel();
+        g.gates.insert(id, tx);
+        drop(g);
+        if self.notes.send(SuspectNote::Retry(id)).is_err() {
+            // The relay task is gone: the gate stays shut.
+            self.retry_recorded(id, false);
+        }
+        Some(rx)
+    }
+
+    /// The relay task's answer to a suspect's retry (S-T18): its gate
+    /// opens if `recorded`, else stays shut.
+    pub(crate) fn retry_recorded(&self, id: i64, recorded: bool) {
+        let gate = {
+            let mut g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+            g.gates.remove(&id)
+        };
+        if let (Some(tx), true) = (gate, recorded) {
+            let _ = tx.send(());
+        }
     }
 
     /// The tenants of `partition` with rows in the engine, in key order
@@ -237,6 +299,11 @@ impl<K: Ord + Clone> Feed<K> {
                     g.ending = *attempt;
                     if matches!(next, AfterFailure::RetryIn(_)) {
                         g.attempts.insert(tenant.clone(), *attempt);
+                        if let Some(&id) = g.suspects.get(tenant) {
+                            // Its attempt is over: a crash while it backs
+                            // off is not its own (S-T18).
+                            let _ = self.notes.send(SuspectNote::Back(id));
+                        }
                     } else {
                         g.attempts.remove(tenant);
                     }
@@ -396,6 +463,10 @@ impl<K: Ord + Clone> Inner<K> {
     /// Takes the row `id` out: its partition, or `None` if it is not here.
     fn pop(&mut self, id: i64) -> Option<u32> {
         let tenant = self.rows.remove(&id)?;
+        if self.suspects.get(&tenant) == Some(&id) {
+            self.suspects.remove(&tenant);
+            self.gates.remove(&id);
+        }
         let held = self.tenants.get_mut(&tenant)?;
         let partition = held.partition;
         held.rows -= 1;
@@ -455,10 +526,12 @@ mod tests {
 
     fn feed() -> (Feed<u64>, mpsc::UnboundedReceiver<Ended>) {
         let (ends, rx) = mpsc::unbounded_channel();
+        let (notes, _) = mpsc::unbounded_channel();
         let (phase, _) = watch::channel(Phase::Open);
         (
             Feed::new(
                 ends,
+                notes,
                 phase,
                 std::sync::Arc::new(Gate::new(None)),
                 TableWatch::new(false),

@@ -196,10 +196,17 @@ where
     let relay = Relay::new(options.relay_config(config)).map_err(BuildError::Relay)?;
     check_lease(&options)?;
     let (ends_tx, ends) = mpsc::unbounded_channel();
+    let (notes_tx, notes) = mpsc::unbounded_channel();
     let (phase_tx, phase) = watch::channel(Phase::Open);
     let gate = Arc::new(gate::Gate::new(options.lease_clock.clone()));
     let noted = health::TableWatch::new(options.listen);
-    let feed = Arc::new(Feed::new(ends_tx, phase_tx, Arc::clone(&gate), noted));
+    let feed = Arc::new(Feed::new(
+        ends_tx,
+        notes_tx,
+        phase_tx,
+        Arc::clone(&gate),
+        noted,
+    ));
     let feed_out = Arc::clone(&feed);
     let spawn = move |shared: &Arc<Shared<S>>| {
         let store = Arc::new(store);
@@ -241,6 +248,7 @@ where
             feed,
             owned,
             ends,
+            notes,
             stale,
             _stop_leases: stop_leases,
             phase,

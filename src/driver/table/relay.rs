@@ -36,7 +36,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::feed::{Ended, Feed, Phase};
+use super::feed::{Ended, Feed, Phase, SuspectNote};
 use super::health::{HORIZON_EVERY, HORIZON_TIMEOUT};
 use super::lease::{Owned, Stale};
 use super::metrics::RelayMetrics;
@@ -82,6 +82,8 @@ pub(crate) struct RelayTask<S: Sink, St: Store, I> {
     pub(crate) feed: Arc<Feed<S::Tenant>>,
     pub(crate) owned: watch::Receiver<Owned>,
     pub(crate) ends: mpsc::UnboundedReceiver<Ended>,
+    /// A suspect's attempts, from the writer (S-T18).
+    pub(crate) notes: mpsc::UnboundedReceiver<SuspectNote>,
     pub(crate) stale: mpsc::UnboundedSender<Stale>,
     /// Dropped when the task ends: the lease task shuts down.
     pub(crate) _stop_leases: watch::Sender<bool>,
@@ -140,6 +142,7 @@ where
             tokio::select! {
                 biased;
                 Some(ended) = self.ends.recv() => self.ended(ended),
+                Some(note) = self.notes.recv() => self.suspect_note(note),
                 Some(joined) = run.calls.join_next() => match joined {
                     Ok(answer) => self.answer(answer, &mut run),
                     // A panicked store call: its op is answered by the
@@ -173,6 +176,16 @@ where
         // Ends of a partition lost meanwhile are no removal of ours.
         let owned: BTreeSet<u32> = self.relay.partitions().map(|(p, _)| p).collect();
         self.feed.keep_owned(|p| owned.contains(&p));
+    }
+
+    /// A suspect's attempt came back, or its retry asks for its record
+    /// (S-T18).
+    fn suspect_note(&mut self, note: SuspectNote) {
+        let now = self.shared.now();
+        match note {
+            SuspectNote::Back(id) => self.relay.handle_suspect_back(now, id),
+            SuspectNote::Retry(id) => self.relay.handle_suspect_retry(now, id),
+        }
     }
 
     /// The next instant anything is due: the policy's timer, a listener
@@ -321,6 +334,7 @@ where
                 tracing::warn!(outbox = %self.shared.sink.name(), row = id, partition, version,
                     "outbox table: a row's codec version is unknown here; it stays in the table");
             }
+            RelayEvent::SuspectRetry { id, recorded } => self.feed.retry_recorded(id, recorded),
             RelayEvent::StoreFailed { kind } => {
                 tracing::debug!(outbox = %self.shared.sink.name(), ?kind, "outbox table: a store call failed; it is tried again");
             }
@@ -432,7 +446,8 @@ where
             let item = self.codec.decode_item(&row.item);
             match (tenant, item) {
                 (Ok(tenant), Ok(item)) => {
-                    decoded.push((row.id, row.partition, row.age, tenant, item));
+                    let suspect = row.crashes > 0;
+                    decoded.push((row.id, row.partition, row.age, tenant, item, suspect));
                 }
                 (Err(e), _) | (_, Err(e)) => {
                     tracing::error!(outbox = %self.shared.sink.name(), row = row.id, error = %e,
@@ -447,7 +462,7 @@ where
         }
         let feed = Arc::clone(&self.feed);
         self.shared.engine_input(|st| {
-            for (row_id, partition, age, tenant, item) in decoded {
+            for (row_id, partition, age, tenant, item, suspect) in decoded {
                 if st.engine.is_shutting_down() {
                     ends.push((row_id, Done::HandedOver));
                     continue;
@@ -465,6 +480,12 @@ where
                 let intake = st.engine.stage_durable(now, [durable], 0);
                 if intake.accepted == 1 {
                     feed.push(&tenant, partition, row_id);
+                    if suspect {
+                        // Its every attempt goes alone (S-T18): it is its
+                        // tenant's only row in the engine.
+                        st.engine.write_alone(tenant.clone(), 1);
+                        feed.suspect(&tenant, row_id);
+                    }
                 } else {
                     ends.push((row_id, Done::HandedOver));
                 }
