@@ -14,7 +14,9 @@
 //! [`handle_partition_lost`] (from the lease policy), [`handle_wakeup`]
 //! (a notification), [`handle_page`], [`handle_removed`],
 //! [`handle_crashes_recorded`], [`handle_attempt_recorded`] (store
-//! answers), [`handle_done`] (from the engine), [`handle_timeout`].
+//! answers), [`handle_done`] (from the engine), [`handle_suspect_back`]
+//! and [`handle_suspect_retry`] (a suspect's attempts, from the writer,
+//! S-T18), [`handle_timeout`].
 //! Outputs, drained after every input: [`poll_op`] (store calls to run),
 //! [`poll_delivery`] (rows for the engine, in order per tenant, once their
 //! in-flight records are durable), [`poll_event`], then [`poll_timeout`].
@@ -61,6 +63,8 @@
 //! [`handle_crashes_recorded`]: Relay::handle_crashes_recorded
 //! [`handle_attempt_recorded`]: Relay::handle_attempt_recorded
 //! [`handle_done`]: Relay::handle_done
+//! [`handle_suspect_back`]: Relay::handle_suspect_back
+//! [`handle_suspect_retry`]: Relay::handle_suspect_retry
 //! [`handle_timeout`]: Relay::handle_timeout
 //! [`poll_op`]: Relay::poll_op
 //! [`poll_delivery`]: Relay::poll_delivery

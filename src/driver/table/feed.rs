@@ -119,9 +119,9 @@ struct Inner<K> {
     /// dead-letter table with it.
     attempts: BTreeMap<K, u32>,
     /// The attempt number of the slice whose end the engine counted last
-    /// (its failed attempt, or the number its retry waited with; 1 for a
-    /// slice never attempted): its keys follow, so its rows given up
-    /// carry it (S-T13).
+    /// (its failed attempt, or the number its retry waited with; 0 for a
+    /// slice never attempted, such as a backlog that expired): its keys
+    /// follow, so its rows given up carry it (S-T13).
     ending: u32,
     /// Each tenant whose oldest row in the engine is a suspect of a crash,
     /// written alone (S-T18), with that row.
@@ -151,7 +151,7 @@ impl<K: Ord + Clone> Feed<K> {
                 by_partition: BTreeMap::new(),
                 grants: BTreeMap::new(),
                 attempts: BTreeMap::new(),
-                ending: 1,
+                ending: 0,
                 suspects: BTreeMap::new(),
                 gates: BTreeMap::new(),
             }),
@@ -324,8 +324,11 @@ impl<K: Ord + Clone> Feed<K> {
                     let _ = self.ends.send((id, done));
                 }
                 event => {
+                    // A retry slice's end carries the attempt it waited
+                    // with; any other (an attempt's end follows with its
+                    // own number) was never attempted: 0 (S-T13).
                     if let Some(tenant) = slice_end(event) {
-                        g.ending = g.attempts.remove(tenant).unwrap_or(1);
+                        g.ending = g.attempts.remove(tenant).unwrap_or(0);
                     }
                 }
             }
@@ -680,6 +683,42 @@ mod tests {
         e.finish(now, w, Outcome::WRITTEN).unwrap();
         assert_eq!(drain(&mut e, &feed, &mut rx), [(11, Done::Written)]);
         assert!(feed.tenants_of(0).is_empty());
+    }
+
+    /// S-T13: a row that expired without ever being tried goes to the
+    /// dead-letter table with 0 attempts; one that expired while its retry
+    /// waited, with the attempt it waited after. (Both carried 1 before.)
+    #[tokio::test(start_paused = true)]
+    async fn an_expired_row_carries_the_attempts_it_had() {
+        let (feed, mut rx) = feed();
+        let mut config = Config::builder()
+            .concurrency(1)
+            .max_batch(1)
+            .linger(std::time::Duration::ZERO)
+            .initial_backoff(std::time::Duration::from_secs(1))
+            .jitter(0.0)
+            .max_item_age(std::time::Duration::from_millis(100))
+            .build()
+            .unwrap();
+        config.table_only = true;
+        config.outbox_table = true;
+        let mut e: Engine<u64, i64> = Engine::new(config).unwrap();
+        let mut now = Time::ZERO;
+        deliver(&mut e, &feed, now, 1, &[10, 11]);
+        let w = e.poll_write(now).expect("row 10's write");
+        e.finish(now, w, Outcome::Failed).unwrap();
+        assert!(drain(&mut e, &feed, &mut rx).is_empty(), "a retry waits");
+        now = now + std::time::Duration::from_millis(500);
+        e.handle_timeout(now);
+        let _ = e.poll_write(now);
+        let expired = |attempts| Done::GivenUp {
+            reason: DeadReason::Expired,
+            attempts,
+        };
+        assert_eq!(
+            drain(&mut e, &feed, &mut rx),
+            [(10, expired(1)), (11, expired(0))]
+        );
     }
 
     /// S-L16, S-C4: a partition's tenants with rows in the engine are
