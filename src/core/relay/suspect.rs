@@ -29,7 +29,7 @@ impl Relay {
         // A retry's record still being written is dropped after it: the
         // drop could overtake the write. Meanwhile the record is live,
         // so a crash counts the suspect: the safe side.
-        if !self.retry.is_some_and(|(_, r)| r == id) {
+        if self.retry.is_none_or(|(_, r)| r != id) {
             self.settle_record(id);
         }
         self.quarantine = Quarantine::Waiting(id);
