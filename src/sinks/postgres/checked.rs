@@ -141,7 +141,14 @@ impl<R: Record, K: PgTenant> PostgresSink<R, K> {
                 .map_err(pg_error)?;
             at += n;
         }
-        let stale = epochs.check(&*tx, &leases).await.map_err(pg_error)?;
+        let check = tx
+            .prepare_typed_cached(epochs.check_sql(), &EpochSql::CHECK_TYPES)
+            .await
+            .map_err(pg_error)?;
+        let stale = epochs
+            .check(&*tx, &check, &leases)
+            .await
+            .map_err(pg_error)?;
         if stale.is_empty() {
             tx.commit().await.map_err(pg_error)?;
         } else {

@@ -207,9 +207,20 @@ impl EpochSql {
     /// partitions whose `(partition, epoch)` is not the one installed, in
     /// order (empty: the check passed). Takes the rows' shared locks in
     /// partition order.
+    /// The check's statement text, to prepare (cached per connection) with
+    /// [`EpochSql::CHECK_TYPES`]: prepared once, it is not parsed and
+    /// planned again for every write.
+    pub(crate) fn check_sql(&self) -> &str {
+        &self.check
+    }
+
+    /// The check's parameter types: partitions, epochs.
+    pub(crate) const CHECK_TYPES: [Type; 2] = [Type::INT4_ARRAY, Type::INT8_ARRAY];
+
     pub(crate) async fn check(
         &self,
         client: &impl GenericClient,
+        statement: &tokio_postgres::Statement,
         epochs: &[(u32, u64)],
     ) -> Result<Vec<u32>, tokio_postgres::Error> {
         let mut sorted = epochs.to_vec();
@@ -217,12 +228,7 @@ impl EpochSql {
         sorted.dedup();
         let (ps, es): (Vec<i32>, Vec<i64>) =
             sorted.iter().map(|&(p, e)| (p as i32, to_i64(e))).unzip();
-        let rows = client
-            .query_typed(
-                &self.check,
-                &[(&ps, Type::INT4_ARRAY), (&es, Type::INT8_ARRAY)],
-            )
-            .await?;
+        let rows = client.query(statement, &[&ps, &es]).await?;
         let held: Vec<u32> = rows
             .iter()
             .map(|r| u32::try_from(r.get::<_, i32>(0)).unwrap_or(u32::MAX))

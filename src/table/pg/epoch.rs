@@ -86,7 +86,14 @@ impl PgEpochTx {
 impl EpochTx for PgEpochTx {
     async fn check_epochs(&mut self, epochs: &[(u32, u64)]) -> Result<Fenced<()>, StoreError> {
         let client = self.client.as_ref().ok_or_else(Self::gone)?;
-        match self.epochs.check(&***client, epochs).await {
+        let checked = match client
+            .prepare_typed_cached(self.epochs.check_sql(), &EpochSql::CHECK_TYPES)
+            .await
+        {
+            Ok(check) => self.epochs.check(&***client, &check, epochs).await,
+            Err(e) => Err(e),
+        };
+        match checked {
             Ok(stale) if stale.is_empty() => Ok(Fenced::Done(())),
             Ok(_) => Ok(Fenced::Stale),
             Err(e) => {

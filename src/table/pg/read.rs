@@ -77,21 +77,28 @@ pub(super) async fn read_page(store: &PgStore, request: &PageRequest) -> Result<
     let (tux, tui): (Vec<i64>, Vec<i64>) = tens.iter().map(|r| after(Some(r.until))).unzip();
     let tlim: Vec<i32> = tens.iter().map(|r| limit(r.limit)).collect();
     let client = store.client().await?;
+    let types = [
+        Type::INT4_ARRAY,
+        Type::INT8_ARRAY,
+        Type::INT8_ARRAY,
+        Type::INT4_ARRAY,
+        Type::BYTEA_ARRAY,
+        Type::INT8_ARRAY,
+        Type::INT8_ARRAY,
+        Type::INT8_ARRAY,
+        Type::INT8_ARRAY,
+        Type::INT4_ARRAY,
+    ];
+    // Prepared once per connection: parsing and planning this statement
+    // for every page cost the server more than running it.
+    let statement = client
+        .prepare_typed_cached(&page_sql(store, request.order), &types)
+        .await
+        .map_err(error)?;
     let rows = client
-        .query_typed(
-            &page_sql(store, request.order),
-            &[
-                (&p, Type::INT4_ARRAY),
-                (&pax, Type::INT8_ARRAY),
-                (&pai, Type::INT8_ARRAY),
-                (&plim, Type::INT4_ARRAY),
-                (&t, Type::BYTEA_ARRAY),
-                (&tax, Type::INT8_ARRAY),
-                (&tai, Type::INT8_ARRAY),
-                (&tux, Type::INT8_ARRAY),
-                (&tui, Type::INT8_ARRAY),
-                (&tlim, Type::INT4_ARRAY),
-            ],
+        .query(
+            &statement,
+            &[&p, &pax, &pai, &plim, &t, &tax, &tai, &tux, &tui, &tlim],
         )
         .await
         .map_err(error)?;

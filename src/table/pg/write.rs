@@ -81,18 +81,32 @@ pub(super) async fn remove(
         .map(|d| i32::try_from(d.attempts).unwrap_or(i32::MAX))
         .collect();
     let client = store.client().await?;
+    let types = [
+        Type::INT4_ARRAY,
+        Type::INT8_ARRAY,
+        Type::TEXT,
+        Type::INT8_ARRAY,
+        Type::INT8_ARRAY,
+        Type::TEXT_ARRAY,
+        Type::INT4_ARRAY,
+        Type::INT8_ARRAY,
+    ];
+    let statement = client
+        .prepare_typed_cached(&remove_sql(store), &types)
+        .await
+        .map_err(error)?;
     let row = client
-        .query_typed_one(
-            &remove_sql(store),
+        .query_one(
+            &statement,
             &[
-                (&ps, Type::INT4_ARRAY),
-                (&es, Type::INT8_ARRAY),
-                (&fence.owner, Type::TEXT),
-                (&ids, Type::INT8_ARRAY),
-                (&dead_ids, Type::INT8_ARRAY),
-                (&reasons, Type::TEXT_ARRAY),
-                (&attempts, Type::INT4_ARRAY),
-                (&removal.records, Type::INT8_ARRAY),
+                &ps,
+                &es,
+                &fence.owner,
+                &ids,
+                &dead_ids,
+                &reasons,
+                &attempts,
+                &removal.records,
             ],
         )
         .await
@@ -145,17 +159,22 @@ pub(super) async fn record_attempts(
     }
     let partitions: Vec<i32> = records.iter().map(|r| r.partition as i32).collect();
     let client = store.client().await?;
+    let types = [
+        Type::INT4_ARRAY,
+        Type::INT8_ARRAY,
+        Type::TEXT,
+        Type::INT8_ARRAY,
+        Type::INT4_ARRAY,
+        Type::INT4_ARRAY,
+    ];
+    let statement = client
+        .prepare_typed_cached(&record_sql(store), &types)
+        .await
+        .map_err(error)?;
     let row = client
-        .query_typed_one(
-            &record_sql(store),
-            &[
-                (&ps, Type::INT4_ARRAY),
-                (&es, Type::INT8_ARRAY),
-                (&fence.owner, Type::TEXT),
-                (&ids, Type::INT8_ARRAY),
-                (&recs, Type::INT4_ARRAY),
-                (&partitions, Type::INT4_ARRAY),
-            ],
+        .query_one(
+            &statement,
+            &[&ps, &es, &fence.owner, &ids, &recs, &partitions],
         )
         .await
         .map_err(error)?;
