@@ -91,6 +91,7 @@ pub fn run(opts: &CampaignOptions) -> Result<Summary, WorldError> {
         steps: opts.steps,
         net_secs: opts.net_secs,
         trace: false,
+        fixed_versions: false,
     };
     let bar = if opts.progress {
         let bar = ProgressBar::new(opts.seeds);

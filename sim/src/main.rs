@@ -61,6 +61,11 @@ enum Command {
         /// Print the trace, one line per op and event.
         #[arg(long)]
         trace: bool,
+        /// Crash world: one codec version for every life (how a seed
+        /// caught before version changes were drawn replays, `versions=fixed`
+        /// in sim/regressions.txt).
+        #[arg(long)]
+        fixed_versions: bool,
         /// Draw the run as an SVG timeline into FILE.
         #[arg(long, value_name = "FILE")]
         svg: Option<PathBuf>,
@@ -106,12 +111,14 @@ fn main() -> ExitCode {
             steps,
             secs,
             trace,
+            fixed_versions,
             svg: svg_path,
         } => {
             let opts = RunOptions {
                 steps,
                 net_secs: secs,
                 trace: trace || svg_path.is_some(),
+                fixed_versions,
             };
             let r = match run_seed(world, seed, &opts, true) {
                 Ok(r) => r,

@@ -1,8 +1,10 @@
 //! The regression list, `sim/regressions.txt`: one seed per line as
-//! `SEED WORLD [secs=N] WHAT-IT-CAUGHT`, `#` starts a comment; `secs=N`
-//! sets the faulty phase's virtual seconds (`--secs`, the net, crash and
-//! fleet worlds), the default's otherwise. `cargo test -p outbox-sim`
-//! replays every entry.
+//! `SEED WORLD [secs=N] [versions=fixed] WHAT-IT-CAUGHT`, `#` starts a
+//! comment; `secs=N` sets the faulty phase's virtual seconds (`--secs`,
+//! the net, crash and fleet worlds), the default's otherwise;
+//! `versions=fixed` runs the crash world with one codec version for every
+//! life (`--fixed-versions`), as it ran before version changes were drawn.
+//! `cargo test -p outbox-sim` replays every entry.
 
 use crate::world::WorldKind;
 
@@ -16,6 +18,9 @@ pub struct Regression {
     /// Virtual seconds of the faulty phase it failed with (`--secs`),
     /// `None` for the default.
     pub secs: Option<u64>,
+    /// Crash world: one codec version for every life
+    /// ([`RunOptions::fixed_versions`](crate::RunOptions::fixed_versions)).
+    pub fixed_versions: bool,
     /// What it caught.
     pub what: String,
     /// Its line in the file (1-based).
@@ -57,10 +62,20 @@ pub fn parse(text: &str) -> Result<Vec<Regression>, String> {
             secs = Some(n);
             what = tail.trim();
         }
+        let mut fixed_versions = false;
+        if let Some(rest) = what.strip_prefix("versions=") {
+            let (v, tail) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+            if v != "fixed" {
+                return Err(format!("line {}: `versions=` wants `fixed`: {raw}", i + 1));
+            }
+            fixed_versions = true;
+            what = tail.trim();
+        }
         out.push(Regression {
             seed,
             world,
             secs,
+            fixed_versions,
             what: what.to_string(),
             line: i + 1,
         });
@@ -93,6 +108,18 @@ mod tests {
         assert_eq!(list[1].what, "");
         assert!(parse("1 fleet secs=x y").is_err());
         assert!(parse("1 fleet secs=0 y").is_err());
+    }
+
+    #[test]
+    fn parses_fixed_versions() {
+        let list =
+            parse("259 crash versions=fixed D6 left\n7 crash secs=5 versions=fixed\n8 crash x\n")
+                .unwrap();
+        assert!(list[0].fixed_versions);
+        assert_eq!(list[0].what, "D6 left");
+        assert_eq!((list[1].secs, list[1].fixed_versions), (Some(5), true));
+        assert!(!list[2].fixed_versions);
+        assert!(parse("1 crash versions=drawn y").is_err());
     }
 
     #[test]

@@ -105,6 +105,10 @@ pub struct RunOptions {
     pub net_secs: u64,
     /// Keep a trace and a timeline.
     pub trace: bool,
+    /// Crash world: one codec version for every life, none drawn (S-J14;
+    /// how the seeds caught before version changes were drawn replay their
+    /// case: `versions=fixed` in `sim/regressions.txt`, `--fixed-versions`).
+    pub fixed_versions: bool,
 }
 
 impl Default for RunOptions {
@@ -113,6 +117,7 @@ impl Default for RunOptions {
             steps: 10_000,
             net_secs: 60,
             trace: false,
+            fixed_versions: false,
         }
     }
 }

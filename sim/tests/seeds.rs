@@ -16,10 +16,14 @@ fn regression_list_replays() {
         if let Some(secs) = r.secs {
             opts.net_secs = secs;
         }
+        opts.fixed_versions = r.fixed_versions;
         let result = run_seed(r.world, r.seed, &opts, true).expect("every world is built");
         if let Some(f) = result.failure {
             let replay = outbox_sim::replay_command(r.seed, r.world);
-            let secs = r.secs.map(|s| format!(" --secs {s}")).unwrap_or_default();
+            let mut secs = r.secs.map(|s| format!(" --secs {s}")).unwrap_or_default();
+            if r.fixed_versions {
+                secs.push_str(" --fixed-versions");
+            }
             panic!(
                 "regression seed {} ({}, line {}: {}) fails again: {f}\n  replay: {replay}{secs}",
                 r.seed, r.world, r.line, r.what,

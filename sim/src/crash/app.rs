@@ -12,13 +12,14 @@
 //!
 //! [`Ledger`]: super::ledger::Ledger
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use outbox::core::{Counters, LostReason};
-use outbox::journal::JournalConfig;
-use outbox::{Config, Outbox, Staged, TenantId};
+use outbox::journal::{JournalConfig, JournalError, OtherRecord, OtherVersion, Versioned};
+use outbox::{BuildError, Config, Outbox, Staged, TenantId};
 use rand::Rng;
 
 use super::check::{self, Broken};
@@ -26,9 +27,11 @@ use super::codec::ItemCodec;
 use super::disk::{self, SharedFaults, SimDisk};
 use super::ledger::{self, SharedLedger};
 use super::sink::CrashSink;
+use super::versions::{OnOther, Versions};
 use crate::draw::{gap, rng, SimRng};
 use crate::net::book::{self, Admit, Ev, ItemRec, SharedBook};
 use crate::net::check::i3;
+use crate::net::datastore::{self, SharedStore};
 use crate::net::sink::Item;
 use crate::net::workload::NetWorkload;
 use crate::timeline::HostMark;
@@ -55,6 +58,8 @@ pub struct AppPlan {
     pub workload: NetWorkload,
     /// Mean gap between two `sync` calls.
     pub sync_gap: Duration,
+    /// The codec versions of the lives (S-J14).
+    pub versions: Versions,
 }
 
 impl AppPlan {
@@ -99,6 +104,8 @@ pub struct Ctx {
     pub control: Arc<Control>,
     /// The end.
     pub end: Arc<Mutex<AppEnd>>,
+    /// The datastore (what is written, for S-J14's checks at recovery).
+    pub store: SharedStore,
 }
 
 /// How often the journal retries after a fault (S-J5).
@@ -111,13 +118,34 @@ fn fail(book: &SharedBook, broken: impl IntoIterator<Item = Broken>) {
     }
 }
 
-fn build(ctx: &Ctx) -> Result<Crash, outbox::BuildError> {
+/// The records a `Hand` recovery handed over (S-J14), per build.
+type Handed = Arc<Mutex<Vec<OtherRecord>>>;
+
+fn build(
+    ctx: &Ctx,
+    (version, on_other): (u32, OnOther),
+    handed: &Handed,
+) -> Result<Crash, BuildError> {
     let plan = &ctx.plan;
+    let other = match on_other {
+        OnOther::Refuse => OtherVersion::Refuse,
+        OnOther::Fail => OtherVersion::Fail,
+        OnOther::Hand => {
+            let handed = Arc::clone(handed);
+            OtherVersion::hand(move |r| {
+                handed
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(r);
+            })
+        }
+    };
     let mut journal = JournalConfig::with_storage(SimDisk::new(Arc::clone(&ctx.faults)))
         .inline_io(true)
         .max_bytes(plan.max_bytes)
         .sync_interval(plan.sync_interval)
-        .retry_interval(RETRY_INTERVAL);
+        .retry_interval(RETRY_INTERVAL)
+        .other_version(other);
     if let Some(segment) = plan.segment_bytes {
         journal = journal.segment_bytes(segment);
     }
@@ -127,7 +155,7 @@ fn build(ctx: &Ctx) -> Result<Crash, outbox::BuildError> {
         Arc::clone(&ctx.faults),
     ))
     .config(plan.config.clone())
-    .journal_with_codec(journal, ItemCodec)
+    .journal_with_codec(journal, Versioned::new(ItemCodec, version))
     .dead_letters(poisoned_letters(ctx))
     .build()
 }
@@ -149,37 +177,169 @@ fn poisoned_letters(ctx: &Ctx) -> outbox::DeadLetters<TenantId, Item> {
     })
 }
 
+/// Builds the life's outbox (recovery runs in the build) as a supervisor
+/// would: again a moment later when it fails, and, when a `Fail` build
+/// meets items of another codec version (S-J14), rolled back to the
+/// version the last life ran, handing over what that one does not read.
+/// The deploy it ran and the records handed over; `None` when the journal
+/// does not open after the heal (D5, failed).
+async fn open(ctx: &Ctx, life: u32) -> Option<(Crash, (u32, OnOther), Vec<OtherRecord>)> {
+    let deploy = ctx.plan.versions.of(life);
+    let mut run = (deploy.version, deploy.on_other);
+    let handed: Handed = Arc::default();
+    loop {
+        handed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+        ledger::lock(&ctx.ledger).version = run.0;
+        let before = (run.1 == OnOther::Fail).then(disk::snapshot);
+        let e = match build(ctx, run, &handed) {
+            Ok(o) => {
+                let records =
+                    std::mem::take(&mut *handed.lock().unwrap_or_else(PoisonError::into_inner));
+                return Some((o, run, records));
+            }
+            Err(e) => e,
+        };
+        if let BuildError::Journal(JournalError::OtherVersion {
+            file,
+            version,
+            expected,
+            items,
+        }) = &e
+        {
+            if run.1 == OnOther::Fail {
+                let unchanged = before.is_some_and(|b| b.ok() == disk::snapshot().ok());
+                let error = (file.as_str(), *version, *expected, *items);
+                run = rolled_back(ctx, life, run.0, error, unchanged);
+                continue;
+            }
+        }
+        let healed = ctx.control.healed.load(Ordering::SeqCst);
+        book::lock(&ctx.book).record(
+            book::now(),
+            Ev::Note(format!("life {life}: the outbox did not build: {e}")),
+        );
+        if healed {
+            fail(
+                &ctx.book,
+                [(
+                    "D5",
+                    format!("the journal does not open after the faults stopped: {e}"),
+                )],
+            );
+            ctx.end
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .finished = true;
+            return None;
+        }
+        // A supervisor starts the process again a moment later.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A `Fail` build of `version` met items of another version (S-J14):
+/// checks its error, and rolls the deploy back to the version the last
+/// life ran, under `Hand`.
+fn rolled_back(
+    ctx: &Ctx,
+    life: u32,
+    version: u32,
+    error: (&str, u32, u32, u64),
+    unchanged: bool,
+) -> (u32, OnOther) {
+    let written = written(ctx);
+    let rotten = disk::lock(&ctx.faults).rotten_items.clone();
+    let mut b = book::lock(&ctx.book);
+    let mut l = ledger::lock(&ctx.ledger);
+    l.version_fails += 1;
+    let r = check::s_j14::refusable(&b, &l, version, &written, &rotten);
+    let broken = check::s_j14::failed_as_told(life, version, error, &r, &l, unchanged);
+    let back = l.versions.values().next_back().copied().unwrap_or(version);
+    b.record(
+        book::now(),
+        Ev::Note(format!(
+            "life {life}: the build of codec version {version} refused {} items of version {} \
+             (OtherVersion); the deploy is rolled back to version {back}, handing them over",
+            error.3, error.1
+        )),
+    );
+    for (rule, detail) in broken {
+        b.fail(rule, detail);
+    }
+    (back, OnOther::Hand)
+}
+
+/// The items in the datastore now.
+fn written(ctx: &Ctx) -> BTreeSet<u64> {
+    let st = datastore::lock(&ctx.store);
+    st.by_tenant.values().flatten().copied().collect()
+}
+
+/// The recovery of a life that runs codec `version` under `on_other`
+/// (S-J14): what it counted lost under `other_version` and the records it
+/// handed over are checked against what it may and must refuse; the
+/// ledger learns the life's version and what may be gone.
+fn refusals(
+    ctx: &Ctx,
+    outbox: &Crash,
+    life: u32,
+    (version, on_other): (u32, OnOther),
+    records: &[OtherRecord],
+) {
+    let lost = outbox.counters().lost(LostReason::OtherVersion);
+    let written = written(ctx);
+    let rotten = disk::lock(&ctx.faults).rotten_items.clone();
+    let mut b = book::lock(&ctx.book);
+    let mut l = ledger::lock(&ctx.ledger);
+    let r = check::s_j14::refusable(&b, &l, version, &written, &rotten);
+    let mut broken = Vec::new();
+    let mut ids = Vec::new();
+    for rec in records {
+        match check::s_j14::handed_record(&b, &l, version, rec) {
+            Ok(id) => ids.push(id),
+            Err(e) => broken.push(e),
+        }
+    }
+    let handed = (on_other == OnOther::Hand).then_some(&ids[..]);
+    broken.extend(check::s_j14::refused_as_told(
+        life, version, lost, handed, &r,
+    ));
+    if l.versions
+        .values()
+        .next_back()
+        .is_some_and(|&v| v != version)
+    {
+        l.version_changes += 1;
+        b.record(
+            book::now(),
+            Ev::Note(format!(
+                "life {life}: codec version {version} ({on_other:?}); {lost} items of another \
+                 version counted lost under other_version"
+            )),
+        );
+    }
+    l.versions.insert(life, version);
+    l.other_version += lost;
+    if on_other == OnOther::Hand {
+        l.refused.extend(ids);
+    } else if lost > 0 {
+        l.refused.extend(r.may);
+    }
+    for (rule, detail) in broken {
+        b.fail(rule, detail);
+    }
+}
+
 /// One life of the host (its software; turmoil calls it at every start).
 pub async fn life(ctx: Ctx) -> turmoil::Result {
     let life = ledger::lock(&ctx.ledger).life;
-    let outbox = loop {
-        match build(&ctx) {
-            Ok(o) => break o,
-            Err(e) => {
-                let healed = ctx.control.healed.load(Ordering::SeqCst);
-                book::lock(&ctx.book).record(
-                    book::now(),
-                    Ev::Note(format!("life {life}: the outbox did not build: {e}")),
-                );
-                if healed {
-                    fail(
-                        &ctx.book,
-                        [(
-                            "D5",
-                            format!("the journal does not open after the faults stopped: {e}"),
-                        )],
-                    );
-                    ctx.end
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .finished = true;
-                    return Ok(());
-                }
-                // A supervisor starts the process again a moment later.
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
+    let Some((outbox, run, records)) = open(&ctx, life).await else {
+        return Ok(());
     };
+    refusals(&ctx, &outbox, life, run, &records);
     let c = outbox.counters();
     let unreadable = c.lost(LostReason::JournalUnreadable);
     let accepted_before = book::lock(&ctx.book)

@@ -3,7 +3,7 @@
 //! each item, which items an answered `sync` covered, what each recovery
 //! reported, and which items of earlier lives each life wrote.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::check::s_j17::Cuts;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -39,6 +39,29 @@ pub struct Ledger {
     pub cuts: Cuts,
     /// Items dead-lettered `poisoned`.
     pub poisoned: BTreeSet<u64>,
+    /// The codec version the current life builds or runs with (S-J14).
+    pub version: u32,
+    /// Per life whose outbox built: the codec version it ran with.
+    pub versions: BTreeMap<u32, u32>,
+    /// Items a recovery of another codec version may have refused (each
+    /// one a `Hand` recovery handed over; every pending one of another
+    /// version when a `Refuse` recovery counted any): their segments may
+    /// be gone, so D1 spares them.
+    pub refused: BTreeSet<u64>,
+    /// Lives that ran another codec version than the life before.
+    pub version_changes: u64,
+    /// Items counted lost under `other_version`, over every life.
+    pub other_version: u64,
+    /// Builds that failed with `JournalError::OtherVersion` (`Fail`).
+    pub version_fails: u64,
+}
+
+impl Ledger {
+    /// The codec version item `id` was staged with: its life's.
+    pub fn version_of(&self, id: u64) -> Option<u32> {
+        let life = self.item_life.get(usize::try_from(id).ok()?)?;
+        self.versions.get(life).copied()
+    }
 }
 
 /// The ledger, shared by the world, the app and the sink.

@@ -23,6 +23,7 @@ pub mod disk;
 pub mod faults;
 pub mod ledger;
 pub mod sink;
+pub mod versions;
 pub mod world;
 
 pub use world::{run, FAULT_KINDS};

@@ -7,7 +7,9 @@
 //! It notes every item of an earlier life it is handed ([`Ledger::replayed`]):
 //! the journal recovered it, so it must be counted recovered (D4). An item
 //! whose journal record a rotten byte hit must never be handed to it again
-//! (D4: a corrupt record's item is counted lost, never read back).
+//! (D4: a corrupt record's item is counted lost, never read back), nor an
+//! item staged with another codec version than the life's (S-J14: never
+//! decoded by another version).
 //!
 //! [`Ledger::replayed`]: super::ledger::Ledger::replayed
 
@@ -118,6 +120,13 @@ impl CrashSink {
             return false;
         }
         let mut l = ledger::lock(&self.ledger);
+        if let Some((rule, detail)) =
+            super::check::s_j14::read_by_its_version(&l, items.iter().map(|i| i.id))
+        {
+            drop(l);
+            book::lock(&self.book).fail(rule, detail);
+            return false;
+        }
         let life = l.life;
         l.handed.extend(items.iter().map(|i| i.id));
         for i in items {

@@ -19,6 +19,7 @@ use super::check;
 use super::disk::{self, DiskFaults, Trip};
 use super::faults::{CrashFaults, How, DISK_RNG_STREAM};
 use super::ledger::{self, Ledger, SharedLedger};
+use super::versions::Versions;
 use crate::draw::{log_uniform, rng};
 use crate::net::book::{self, Book, Ev, SharedBook};
 use crate::net::datastore::{self, Durable, SharedStore, HOST};
@@ -33,8 +34,12 @@ pub const APP: &str = "app";
 /// Turmoil's tick.
 pub const TICK: Duration = Duration::from_millis(1);
 
-/// Fault and control kinds, in report order.
-pub const FAULT_KINDS: [&str; 15] = [
+/// Fault and control kinds, in report order. Of the codec versions
+/// (S-J14): `version_change` counts the lives that ran another version
+/// than the life before, `version_seed` the seeds with one,
+/// `version_fail` the builds that failed under `Fail` (each rolled back),
+/// `other_version` the items recoveries counted lost under that reason.
+pub const FAULT_KINDS: [&str; 19] = [
     "crash",
     "poison",
     "poisoned",
@@ -50,6 +55,10 @@ pub const FAULT_KINDS: [&str; 15] = [
     "sync_ok",
     "recovered",
     "unreadable",
+    "version_change",
+    "version_seed",
+    "version_fail",
+    "other_version",
 ];
 
 /// The stream of the config and the journal's settings.
@@ -111,6 +120,11 @@ impl Draws {
             sync_interval: Duration::from_millis(log_uniform(&mut c, 1, 20)),
             workload,
             sync_gap: Duration::from_millis(log_uniform(&mut c, 5, 500)),
+            versions: if opts.fixed_versions {
+                Versions::fixed(0)
+            } else {
+                Versions::draw(seed)
+            },
         };
         Draws {
             phase,
@@ -124,7 +138,7 @@ impl Draws {
         let (p, f) = (&self.plan, &self.faults);
         format!(
             "config {:?} | segment {} B, max {:?} B, sync interval {:?}, sync gap {:?} | tenants {} \
-             items ~{} stagers {} | poison {:?} | crashes {:?} downtime <= {:?} | block {:?} disk {:?}",
+             items ~{} stagers {} | poison {:?} | versions {:?} | crashes {:?} downtime <= {:?} | block {:?} disk {:?}",
             p.config,
             p.segment(),
             p.max_bytes,
@@ -134,6 +148,7 @@ impl Draws {
             p.workload.items,
             p.workload.stagers,
             p.poison,
+            p.versions.deploys,
             f.crashes,
             f.max_downtime,
             f.block_size,
@@ -174,6 +189,7 @@ fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
         faults: Arc::clone(&faults),
         control: Arc::new(Control::default()),
         end: Arc::new(Mutex::new(AppEnd::default())),
+        store: Arc::clone(&store),
     };
     if d.faults.block_size.is_some() {
         book::lock(&book).fault(Time::ZERO, "torn_writes");
@@ -191,9 +207,14 @@ fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
             let st = datastore::lock(&store);
             let l = ledger::lock(&ledger);
             let rotten = disk::lock(&faults).rotten_items.clone();
-            // S-J17: a poisoned item is given up, not written.
-            let spared: std::collections::BTreeSet<u64> =
-                rotten.union(&l.poisoned).copied().collect();
+            // S-J17: a poisoned item is given up, not written; S-J14: an
+            // item a recovery of another codec version may have refused
+            // is counted lost, its segment perhaps gone.
+            let spared: std::collections::BTreeSet<u64> = rotten
+                .union(&l.poisoned)
+                .chain(&l.refused)
+                .copied()
+                .collect();
             let max = outbox::core::relay::DEFAULT_MAX_CRASH_ATTEMPTS;
             if let Some((rule, detail)) =
                 check::d1::synced_items_written(&b, &st, &l.synced, &spared).or_else(|| {
@@ -217,6 +238,10 @@ fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
     *b.faults.entry("recovered").or_default() += l.recoveries.iter().map(|r| r.1).sum::<u64>();
     *b.faults.entry("unreadable").or_default() += l.unreadable;
     *b.faults.entry("poisoned").or_default() += l.poisoned.len() as u64;
+    *b.faults.entry("version_change").or_default() += l.version_changes;
+    *b.faults.entry("version_seed").or_default() += u64::from(l.version_changes > 0);
+    *b.faults.entry("version_fail").or_default() += l.version_fails;
+    *b.faults.entry("other_version").or_default() += l.other_version;
     drop(l);
     let counters = app_end.counters;
     RunResult {

@@ -15,6 +15,11 @@
 //! | D6 | [`d6::disk_use_small`] | after the final settle, and after the final shutdown (the app) |
 //! | S-J10 | [`s_j10::bound_held`] | each answered sync while writes cannot fail, and after the final settle (the app) |
 //! | S-J17 | [`s_j17::poisoned_only_after_its_crashes`]; D1 spares a poisoned item | at the end |
+//! | S-J14 | [`s_j14::refused_as_told`]: items of another codec version counted lost under `other_version` between what the recovery must and may refuse; under `Hand` exactly the records handed over | each recovery (the app) |
+//! | S-J14 | [`s_j14::handed_record`]: a handed record is an item staged with its version, byte for byte | each record handed over (the app) |
+//! | S-J14 | [`s_j14::failed_as_told`]: under `Fail` the build error names the versions and a count in bounds, with the files unchanged | each build that fails so (the app) |
+//! | S-J14 | [`s_j14::read_by_its_version`]: the sink is never handed an item of another version than its life's | each write (`CrashSink`) |
+//! | S-J14 | D1 spares an item a recovery of another version may have refused | at the end |
 //! | I3 | [`crate::net::check::i3::counters_balance`] | each sync answer, each sample (the app) |
 
 use crate::net::book::Book;
@@ -28,6 +33,7 @@ pub mod d4;
 pub mod d5;
 pub mod d6;
 pub mod s_j10;
+pub mod s_j14;
 pub mod s_j17;
 
 pub use crate::net::check::Broken;
