@@ -6,7 +6,9 @@
 
 use std::time::Duration;
 
-use outbox::core::journal::{plan, Head, Limits, Lives, SegmentFile};
+use outbox::core::journal::{
+    plan, Head, Limits, Lives, Machine, Note, Op, SegmentFile, Settings, Sizes,
+};
 use outbox::core::{Config, DeadReason, Durable, Engine, Event, LostReason, Outcome, Time, Write};
 
 /// One sealed segment holding `items` (sequence, tenant) and `lives`.
@@ -244,4 +246,146 @@ fn s_j17_a_suspect_that_keeps_failing_holds_no_other_tenant_back_and_retries_alo
     // Its retries are not starved by the others' steady load either.
     assert!(suspect_attempts >= 10, "{suspect_attempts} attempts");
     assert_eq!(e.counters().written, healthy_written.len() as u64);
+}
+
+/// A sealed segment `id` from `first` to `end` holding `items`
+/// (sequence, tenant), the done marks `marks` and `lives`, of `len` bytes.
+fn file(
+    id: u64,
+    (first, end): (u64, u64),
+    items: &[(u64, u32)],
+    marks: &[u64],
+    lives: Lives,
+    len: u64,
+) -> SegmentFile<u32, u64> {
+    SegmentFile {
+        id,
+        head: Head::Valid {
+            id,
+            first,
+            v1: false,
+        },
+        torn: false,
+        len,
+        valid_end: len,
+        skipped: 0,
+        items: items.iter().map(|&(s, t)| (s, t, s * 10)).collect(),
+        undecodable: Vec::new(),
+        other: Vec::new(),
+        marks: marks.to_vec(),
+        seal: Some(end),
+        lives,
+    }
+}
+
+/// The first batch of the life that recovers `files` under a bound of
+/// 2,048 bytes with segments of 256 (S-J10, S-J17).
+fn first_batch(files: Vec<SegmentFile<u32, u64>>) -> Vec<Op> {
+    let sizes = Sizes {
+        header: 48,
+        seal: 17,
+        done: 9,
+        mark: 8,
+        marks_per_record: 8_192,
+    };
+    let limits = Limits {
+        segment_bytes: 256,
+        max_bytes: Some(2_048),
+    };
+    let (r, ledger) = plan(files, sizes.seal)
+        .unwrap()
+        .finish(limits, sizes.header, 3);
+    let settings = Settings {
+        sync_interval: Duration::from_millis(1),
+        sync_bytes: 1,
+        retry_interval: Duration::from_millis(1),
+        sizes,
+    };
+    let mut m: Machine<u32, ()> = Machine::new(ledger, settings);
+    let seqs = r.items.iter().map(|x| x.0).collect();
+    m.start_life(r.crashes, seqs);
+    m.handle_wake(Time::ZERO);
+    m.poll_batch(Time::ZERO).expect("a first commit").ops
+}
+
+/// Crash seed 960183: at the bound, the life record of a life did not
+/// fit, and the life deleted the segment holding the latest life record
+/// and the last attempt mark anyway, so the poison item's count fell
+/// back by the crashes they counted, every other life, forever.
+#[test]
+fn s_j17_a_life_whose_record_does_not_fit_keeps_the_records_its_counts_come_from() {
+    // Segment 1 holds poison item 1; segment 2, of life 2, its life
+    // record (1 crash) and the attempt mark the crash of life 2 cut.
+    let lives = Lives {
+        attempts: vec![(2, 1)],
+        starts: vec![(2, vec![(1, 1)])],
+        ..Lives::default()
+    };
+    let files = vec![
+        file(1, (1, 2), &[(1, 1)], &[], Lives::default(), 1_800),
+        file(2, (2, 2), &[], &[], lives, 100),
+    ];
+    let ops = first_batch(files);
+    assert!(
+        !ops.iter().any(|op| matches!(
+            op,
+            Op::Note {
+                note: Note::Life { .. },
+                ..
+            }
+        )),
+        "no room for the life record: {ops:?}"
+    );
+    assert!(
+        !ops.contains(&Op::Delete(2)),
+        "the records counting 2 crashes stay until a life record carries them: {ops:?}"
+    );
+}
+
+/// Crash seed 960183: a segment kept only for its done marks of a
+/// segment of pending items held an earlier life's life record and lone
+/// attempt marks, written in the standing reserve: kept for good, they
+/// left the next lives too little of it for their own records.
+#[test]
+fn s_j17_at_the_bound_a_segment_kept_for_its_marks_is_folded_into_the_new_life() {
+    // Segment 1 holds poison item 1 (tenant 1) and item 2 (tenant 2),
+    // done: its mark is in segment 2, with life 2's records. Segment 3
+    // holds life 3's record and attempt mark: 1 was cut twice.
+    let old = Lives {
+        attempts: vec![(2, 1), (2, 2)],
+        starts: vec![(2, vec![(1, 1)])],
+        ..Lives::default()
+    };
+    let last = Lives {
+        attempts: vec![(3, 1)],
+        starts: vec![(3, vec![(1, 1)])],
+        ..Lives::default()
+    };
+    let files = vec![
+        file(1, (1, 3), &[(1, 1), (2, 2)], &[], Lives::default(), 1_500),
+        file(2, (3, 3), &[], &[2], old, 100),
+        file(3, (3, 3), &[], &[], last, 100),
+    ];
+    let ops = first_batch(files);
+    assert!(
+        ops.contains(&Op::Note {
+            id: 4,
+            note: Note::Life {
+                life: 4,
+                counts: vec![(1, 2)]
+            }
+        }),
+        "{ops:?}"
+    );
+    assert!(
+        ops.contains(&Op::Marks {
+            id: 4,
+            seqs: vec![2]
+        }),
+        "segment 2's mark is written again: {ops:?}"
+    );
+    assert!(
+        ops.contains(&Op::Delete(2)) && ops.contains(&Op::Delete(3)),
+        "{ops:?}"
+    );
 }

@@ -58,6 +58,9 @@ pub(super) struct Commits<K> {
     /// The recovered items cut by a crash or more (S-J17): their attempt
     /// marks may use the lone reserve.
     suspects: BTreeSet<Seq>,
+    /// Done marks of folded segments written again in the next commit
+    /// (S-J17): redone by a resume if it fails.
+    folded: Vec<Seq>,
 }
 
 impl<K: Ord + Hash + Clone> Commits<K> {
@@ -86,6 +89,7 @@ impl<K: Ord + Hash + Clone> Commits<K> {
             life: id,
             life_note: None,
             suspects: BTreeSet::new(),
+            folded: Vec::new(),
             ledger,
         }
     }
@@ -101,6 +105,8 @@ impl<K: Ord + Hash + Clone> Commits<K> {
     /// counting again (S-J17). Only if it fits under `max_bytes`.
     pub(super) fn start_life(&mut self, counts: Vec<(Seq, u32)>, recovered: Vec<Seq>) {
         if recovered.is_empty() {
+            // No item pending: no count to carry on.
+            self.ledger.release();
             return;
         }
         self.suspects = counts.iter().map(|&(seq, _)| seq).collect();
@@ -154,6 +160,33 @@ impl<K: Ord + Hash + Clone> Commits<K> {
         self.ledger.add_bytes(len);
         self.ledger.remark(seqs);
         self.ops.push(Op::Note { id, note });
+        // The counts go on in this record: the records of earlier lives
+        // may go, and at the bound those in segments kept only for their
+        // done marks do, the marks written again here.
+        self.ledger.release();
+        if self.ledger.in_reserve() {
+            self.fold();
+        }
+    }
+
+    /// Writes again in the current segment the done marks of the restored
+    /// segments kept only for them, which then go (S-J17): the records of
+    /// earlier lives they hold no longer take the standing reserve. On a
+    /// journal that is down, the resume writes them with its redo.
+    fn fold(&mut self) {
+        let seqs = self.ledger.fold();
+        if seqs.is_empty() {
+            return;
+        }
+        if self.down {
+            self.redo_marks.extend(seqs);
+            return;
+        }
+        let id = self.ledger.current();
+        self.ledger.add_bytes(self.sizes.done_len(seqs.len()));
+        self.ledger.remark(&seqs);
+        self.folded.extend_from_slice(&seqs);
+        self.ops.push(Op::Marks { id, seqs });
     }
 
     /// An attempt of `tenant`'s oldest `n` items starts: whether attempt
@@ -408,6 +441,7 @@ impl<K: Ord + Hash + Clone> Commits<K> {
             self.doomed.insert(id, bytes);
             self.doomed_bytes += bytes;
         }
+        marks.append(&mut self.folded);
         self.taken_marks = marks;
         self.in_flight = ops.iter().filter_map(Op::writes).collect();
         Batch {

@@ -297,6 +297,14 @@ pub struct Ledger<K> {
     attempts: Vec<Seq>,
     /// Attempt-end marks waiting for the next commit.
     ends: Vec<Seq>,
+    /// Segments holding the records of the lives a recovery counted
+    /// crashes from (S-J17): kept until this life's life record carries
+    /// the counts on, even with nothing else in them.
+    held: BTreeSet<SegmentId>,
+    /// Restored segments with no pending item kept only for their done
+    /// marks of other segments, with those marks: a recovery may write
+    /// the marks again and let the segment go (S-J17).
+    foldable: BTreeMap<SegmentId, Vec<Seq>>,
 }
 
 /// A tenant's oldest pending items marked in this life (S-J17): a
@@ -336,6 +344,8 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
             attempted: HashMap::default(),
             attempts: Vec::new(),
             ends: Vec::new(),
+            held: BTreeSet::new(),
+            foldable: BTreeMap::new(),
         };
         ledger.open_segment(segment, next_seq, header_bytes);
         ledger
@@ -907,7 +917,7 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
             return;
         }
         if let Some(seg) = self.segments.get(&id) {
-            if seg.live == 0 && seg.marks_for.is_empty() {
+            if seg.live == 0 && seg.marks_for.is_empty() && !self.held.contains(&id) {
                 self.deletable.insert(id);
             }
         }
@@ -931,6 +941,65 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
         }
     }
 
+    /// Keeps the segments `ids` until [`release`](Self::release): they
+    /// hold the records of the lives whose crashes a recovery counted
+    /// (S-J17).
+    pub(super) fn hold(&mut self, ids: BTreeSet<SegmentId>) {
+        self.held = ids;
+        for id in self.held.clone() {
+            self.deletable.remove(&id);
+        }
+    }
+
+    /// This life's life record carries the counts on: the segments held
+    /// for the records of earlier lives may go (S-J17).
+    pub(super) fn release(&mut self) {
+        for id in std::mem::take(&mut self.held) {
+            self.check_deletable(id);
+        }
+    }
+
+    /// Whether `max_bytes` is passed into the standing reserves (S-J10):
+    /// the records of the journal's lives took part of them.
+    pub(super) fn in_reserve(&self) -> bool {
+        self.limits
+            .max_bytes
+            .is_some_and(|max| self.bytes.saturating_add(self.reserved(0)) > max)
+    }
+
+    /// Folds the restored segments kept only for their done marks of
+    /// other segments (S-J17, S-J2): they stop holding those segments and
+    /// become deletable, and their marks, returned in sequence order, are
+    /// to be written again in the current segment (the caller counts
+    /// their bytes and calls [`remark`](Self::remark)), so that the
+    /// records of earlier lives they hold stop taking room. None while a
+    /// segment is [held](Self::hold).
+    pub(super) fn fold(&mut self) -> Vec<Seq> {
+        if !self.held.is_empty() {
+            return Vec::new();
+        }
+        let mut seqs = Vec::new();
+        for (id, marks) in std::mem::take(&mut self.foldable) {
+            let Some(seg) = self.segments.get_mut(&id) else {
+                continue;
+            };
+            if id == self.current || seg.live > 0 {
+                continue;
+            }
+            let others = std::mem::take(&mut seg.marks_for);
+            for other in others {
+                if let Some(o) = self.segments.get_mut(&other) {
+                    o.marked_by.remove(&id);
+                }
+            }
+            self.check_deletable(id);
+            seqs.extend(marks);
+        }
+        seqs.sort_unstable();
+        seqs.dedup();
+        seqs
+    }
+
     /// A recovered item under `seq` is done at once (S-J17: poisoned):
     /// its mark waits for the first commit.
     pub(super) fn restore_done(&mut self, seq: Seq) {
@@ -938,15 +1007,21 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
     }
 
     /// Adds a segment read back by a recovery, with `live` items not done,
-    /// `bytes` on disk and done marks for the `marks_for` segments.
+    /// `bytes` on disk and the done marks `marks` of items of other
+    /// segments still on disk (in any order).
     pub(super) fn restore(
         &mut self,
         id: SegmentId,
         first: Seq,
         live: u64,
         bytes: u64,
-        marks_for: BTreeSet<SegmentId>,
+        marks: Vec<(Seq, SegmentId)>,
     ) {
+        let marks_for: BTreeSet<SegmentId> = marks.iter().map(|(_, of)| *of).collect();
+        if live == 0 && !marks.is_empty() {
+            self.foldable
+                .insert(id, marks.into_iter().map(|(seq, _)| seq).collect());
+        }
         self.by_first.insert((first, id));
         self.bytes += bytes;
         self.live += live;

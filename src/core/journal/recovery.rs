@@ -138,6 +138,9 @@ pub struct Plan<K, P> {
     pub other: Vec<Seq>,
     segments: Vec<ScannedSegment<K, P>>,
     lives: Lives,
+    /// Segments holding records of the lives the crashes are counted from
+    /// (S-J17): kept until the new life's record carries the counts on.
+    counted_in: BTreeSet<SegmentId>,
 }
 
 /// One segment as the plan reads it (D4).
@@ -256,6 +259,7 @@ pub fn plan<K, P>(files: Vec<SegmentFile<K, P>>, seal_bytes: u64) -> Result<Plan
         kept.push(file);
     }
     found.segments = kept.len();
+    let counted_in = counted_in(&kept);
     let mut lives = Lives::default();
     for file in &mut kept {
         lives.extend(std::mem::take(&mut file.lives));
@@ -277,7 +281,33 @@ pub fn plan<K, P>(files: Vec<SegmentFile<K, P>>, seal_bytes: u64) -> Result<Plan
         other,
         segments,
         lives,
+        counted_in,
     })
+}
+
+/// The files holding records of the lives a recovery counts crashes from
+/// (S-J17): the latest life record's life and the lives after it (every
+/// life without one).
+fn counted_in<K, P>(files: &[SegmentFile<K, P>]) -> BTreeSet<SegmentId> {
+    let base = files
+        .iter()
+        .flat_map(|f| f.lives.starts.iter().map(|(life, _)| *life))
+        .max()
+        .unwrap_or(0);
+    files
+        .iter()
+        .filter(|f| {
+            let l = &f.lives;
+            l.attempts
+                .iter()
+                .map(|(life, _)| *life)
+                .chain(l.ends.iter().map(|(_, life, _)| *life))
+                .chain(l.starts.iter().map(|(life, _)| *life))
+                .chain(l.clean.iter().copied())
+                .any(|life| life >= base)
+        })
+        .map(|f| f.id)
+        .collect()
 }
 
 /// The items of another codec version not marked done, in sequence order.
@@ -389,6 +419,7 @@ impl<K: Ord + Hash + Clone, P> Plan<K, P> {
         max_crash_attempts: u32,
     ) -> (Recovery<K, P>, Ledger<K>) {
         let (mut r, mut ledger) = Recovery::new(self.segments, limits, header_bytes);
+        ledger.hold(self.counted_in);
         r.judge(&self.lives, max_crash_attempts, &mut ledger);
         (r, ledger)
     }
@@ -504,18 +535,17 @@ fn restore_segments<K: Ord + Hash + Clone, P>(
     let mut sorted: Vec<&ScannedSegment<K, P>> = segments.iter().collect();
     sorted.sort_by_key(|s| s.id);
     for s in &sorted {
-        let marks_for: BTreeSet<SegmentId> = s
+        let marks: Vec<(Seq, SegmentId)> = s
             .marks
             .iter()
             .filter_map(|q| {
                 let id = segment_of(*q)?;
                 let past_end = ends.get(&id).copied().flatten().is_some_and(|e| *q >= e);
-                (!past_end).then_some(id)
+                (!past_end && id != s.id).then_some((*q, id))
             })
-            .filter(|id| *id != s.id)
             .collect();
         let live = live_per.get(&s.id).copied().unwrap_or(0);
-        ledger.restore(s.id, s.first, live, s.bytes, marks_for);
+        ledger.restore(s.id, s.first, live, s.bytes, marks);
     }
     for s in &sorted {
         ledger.check_deletable(s.id);
