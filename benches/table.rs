@@ -21,8 +21,8 @@
 //!    a page ordered by id (`FOR UPDATE SKIP LOCKED`), inserts the rows
 //!    into a target table with the sink's multi-row statement and deletes
 //!    them by id. Same page size: the loop's page is `PAGE` rows; the relay
-//!    reads at most `PAGE` rows per partition per read and writes groups of
-//!    at most `PAGE` rows. Target: relay throughput at least 0.7x the
+//!    reads at most `PAGE` rows per read (at least 64 per partition) and
+//!    writes groups of at most `PAGE` rows. Target: relay throughput at least 0.7x the
 //!    loop's. Each loop's PostgreSQL server CPU-seconds per million rows
 //!    are printed (utime + stime of every process whose `comm` is
 //!    `postgres`, from `/proc`, before and after: other sessions of the
@@ -284,6 +284,16 @@ async fn count(admin: &Client, sql: &str) -> i64 {
 
 /// The CPU time of every process named `postgres` (the server's), from
 /// `/proc/PID/stat`; `None` if none is visible.
+/// A checkpoint before a measured run, so that no run pays for the dirty
+/// buffers of the one before (without it, a checkpoint that starts inside
+/// one run and not the other moved a ratio by a third on this VM). Needs
+/// superuser or `pg_checkpoint`; without, the runs go on unsettled.
+async fn checkpoint(admin: &Client) {
+    if let Err(e) = admin.batch_execute("CHECKPOINT").await {
+        eprintln!("table bench: CHECKPOINT refused ({e}); runs are not settled");
+    }
+}
+
 fn postgres_cpu() -> Option<Duration> {
     // SAFETY: `sysconf` only reads a constant of the system.
     let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
@@ -638,6 +648,7 @@ fn stage_group(c: &mut Criterion, rt: &Runtime, url: &str, var: &str, p: &Params
     for n in [1, STAGERS] {
         for way in ways {
             let id = format!("c{n}/{}", way_name(way));
+            rt.block_on(checkpoint(&admin));
             group.bench_function(&id, |b| {
                 samples.iter_custom(b, &id, |iters| run_stagers(rt, &stagers, &w, n, way, iters));
             });
@@ -817,6 +828,7 @@ async fn relay_bare_once(
     p: &Params,
 ) -> Drained {
     let n = ids.end - ids.start;
+    checkpoint(admin).await;
     stage_all(admin, table, ids, p.relay_tenants).await;
     admin
         .batch_execute(&format!("VACUUM ANALYZE {RELAY_TABLE}"))
@@ -852,6 +864,7 @@ async fn relay_once(
     let records0 = inserted(admin, &format!("{RELAY_TABLE}_in_flight")).await;
     let outbox = relay_outbox(url, var, names, p.page);
     wait_owned(admin, names, &[RELAY_INSTANCE.to_owned()], Duration::ZERO).await;
+    checkpoint(admin).await;
     // Every row commits at once: the relay sees none before the COMMIT.
     let tx = admin.transaction().await.expect("begin");
     let all: Vec<(u64, Usage)> = ids.map(|i| (i % p.relay_tenants, usage(i))).collect();
@@ -1256,6 +1269,7 @@ async fn instances_run(url: &str, var: &str, k: usize, p: &Params) -> Window {
         .batch_execute(&format!("VACUUM ANALYZE {INST_TABLE}"))
         .await
         .expect("vacuum");
+    checkpoint(&admin).await;
     let ids: Vec<String> = (1..=k).map(|i| format!("bench-inst-{i}")).collect();
     let sinks: Vec<Slow> = ids.iter().map(|_| Slow::default()).collect();
     // Each instance on a runtime of its own (one worker), as separate

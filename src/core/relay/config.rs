@@ -30,8 +30,12 @@ pub struct RelayConfig {
     /// `read_ahead`, at least 1; at most `read_ahead`): the tenant's share
     /// of the read-ahead (S-T9).
     pub tenant_share: u32,
-    /// Rows per partition per page, at most (default
-    /// [`DEFAULT_PAGE_ROWS`]; at least 1).
+    /// Rows per page read, at most (default [`DEFAULT_PAGE_ROWS`]; at
+    /// least 1): a read asks each ready partition for an equal share of
+    /// the read-ahead's room up to `page_rows`, at least 64 rows each (so
+    /// a read of many partitions may bring more). Pages this size let the
+    /// first writes start while the next page is read, where one read of
+    /// the whole read-ahead held them back until it came (S-T7).
     pub page_rows: u32,
     /// How long the relay waits for a wake-up before it reads anyway
     /// (default [`DEFAULT_POLL_INTERVAL`]; not zero).

@@ -69,7 +69,11 @@ impl Relay {
     }
 
     fn page_request(&self) -> Option<PageRequest> {
-        let room = self.config.read_ahead.saturating_sub(self.held);
+        let room = self
+            .config
+            .read_ahead
+            .saturating_sub(self.held)
+            .min(self.config.page_rows);
         let only = match &self.quarantine {
             Quarantine::Draining(Source::Partition(p)) => Some(*p),
             Quarantine::Draining(Source::Tenant(_)) => Some(u32::MAX),

@@ -99,7 +99,8 @@ impl<K, I> TableRelay<K, I> {
         self
     }
 
-    /// Rows per partition per page read, at most (default 1,000).
+    /// Rows per page read, at most (default 1,000; at least 64 per ready
+    /// partition): see [`RelayConfig::page_rows`](crate::core::relay::RelayConfig::page_rows).
     pub fn page_rows(mut self, rows: u32) -> Self {
         self.relay.page_rows = rows;
         self
