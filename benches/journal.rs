@@ -1,19 +1,22 @@
 //! `journal`: what the write-ahead journal costs (D1-D6), in one run:
 //!
 //! 1. `Outbox::stage` of one item with the journal on vs off (1 thread,
-//!    the callers in the runtime's context; target ratio <= 3);
+//!    the callers in the runtime's context; target ratio <= 2);
 //! 2. sustained journal throughput: 200,000 items staged through
-//!    `Outbox::stage_many` in runs of 100 (S-W20), then `sync`, vs writing
-//!    the same bytes with `write` + `fdatasync` in as many equal batches
-//!    as the journal made group commits (target: journal throughput >=
-//!    0.7x the raw one). Then the same through one `Outbox::stage` call
-//!    per item, reported beside it (not judged: its per-item hand-off,
-//!    not the journal, bounds it).
+//!    `Outbox::stage_many` in runs of 100 (S-W20), timed until the last
+//!    stage returns, with the group commits running alongside, vs the
+//!    same stages into the same outbox without a journal (target: journal
+//!    throughput >= 0.5x the unjournaled one). The final `sync`'s wait
+//!    (for the last group commit) is timed apart and reported beside the
+//!    ratio, not in it. Then the same through one `Outbox::stage` call
+//!    per item, judged alike. For context (not judged), writing the
+//!    journal's bytes with `write` + `fdatasync` in as many equal batches
+//!    as the journal made group commits.
 //!    Twice: `u64` items (40-byte records: the journal's per-item cost
 //!    against few bytes), and usage records of about 165 bytes (a struct
 //!    with strings, encoded by the default serde codec; 203-byte
-//!    records). Each case runs 5 times, journal and raw back to back, and
-//!    the medians are compared;
+//!    records). Each case runs 5 times, journal, raw and unjournaled back
+//!    to back, and the medians are compared, each case judged alone;
 //! 3. recovery: building an outbox on a journal of 1,000,000 pending
 //!    items (reported in items per second).
 //!
@@ -221,10 +224,19 @@ where
     })
 }
 
+/// What one journaled sustained run took: the stages (until the last one
+/// returned), then the final sync's wait; the journal's bytes written
+/// (segment file sizes before cleanup) and its group commits.
+struct JournalRun {
+    stages: Duration,
+    sync: Duration,
+    bytes: u64,
+    commits: u64,
+}
+
 /// Stages `items` (built before the clock starts, round robin over
-/// `TENANTS` tenants) and syncs; returns the time, the journal's bytes
-/// written (segment file sizes before cleanup) and its commits.
-fn sustained_journal<S>(sink: S, items: Vec<S::Item>, staging: Staging) -> (Duration, u64, u64)
+/// `TENANTS` tenants), the group commits running alongside, then syncs.
+fn sustained_journal<S>(sink: S, items: Vec<S::Item>, staging: Staging) -> JournalRun
 where
     S: Sink<Tenant = TenantId>,
     S::Item: Serialize + DeserializeOwned,
@@ -232,24 +244,33 @@ where
     let commits = Arc::new(Commits::default());
     let dir = temp("sustained");
     let rt = runtime();
-    let (d, bytes) = metrics::with_local_recorder(&CountCommits(Arc::clone(&commits)), || {
-        rt.block_on(async {
-            let outbox = holding(sink, Some(JournalConfig::new(&dir).segment_bytes(1 << 30)));
-            let start = Instant::now();
-            staging.stage(&outbox, items);
-            outbox.sync().await.unwrap();
-            let d = start.elapsed();
-            let bytes: u64 = std::fs::read_dir(&dir)
-                .unwrap()
-                .map(|e| e.unwrap().metadata().unwrap().len())
-                .sum();
-            outbox.abandon();
-            (d, bytes)
-        })
-    });
+    let (stages, sync, bytes) =
+        metrics::with_local_recorder(&CountCommits(Arc::clone(&commits)), || {
+            rt.block_on(async {
+                let outbox = holding(sink, Some(JournalConfig::new(&dir).segment_bytes(1 << 30)));
+                let start = Instant::now();
+                staging.stage(&outbox, items);
+                // The target's time: until the last stage returns (issue 25).
+                let stages = start.elapsed();
+                let synced = Instant::now();
+                outbox.sync().await.unwrap();
+                let sync = synced.elapsed();
+                let bytes: u64 = std::fs::read_dir(&dir)
+                    .unwrap()
+                    .map(|e| e.unwrap().metadata().unwrap().len())
+                    .sum();
+                outbox.abandon();
+                (stages, sync, bytes)
+            })
+        });
     drop(rt);
     let _ = std::fs::remove_dir_all(&dir);
-    (d, bytes, commits.0.load(Ordering::Relaxed).max(1))
+    JournalRun {
+        stages,
+        sync,
+        bytes,
+        commits: commits.0.load(Ordering::Relaxed).max(1),
+    }
 }
 
 /// Group commits counted through the journal's sync latency histogram.
@@ -306,49 +327,48 @@ fn sustained_raw(bytes: u64, batches: u64) -> Duration {
     d
 }
 
-/// The sustained case `name`, `SUSTAINED_RUNS` times: the journal, then
-/// the raw writes of its bytes in its number of commits right after it
-/// (so both see the same load on a shared machine); prints the medians
-/// and returns the ratio of the median throughputs (raw time / journal
-/// time). For context, also the same items staged without a journal (not
-/// part of the ratio).
+/// The sustained case `name`, `SUSTAINED_RUNS` times: the journal, the
+/// raw writes of its bytes in its number of commits, and the same stages
+/// without a journal, back to back (so all see the same load on a shared
+/// machine); prints the medians and returns the ratio of the median
+/// throughputs, the journal's stages against the unjournaled ones
+/// (unjournaled time / journal time). The final sync's wait is reported
+/// beside it, not in it; the raw writes are context.
 fn sustained<S>(name: &str, staging: Staging, sink: S, items: impl Fn() -> Vec<S::Item>) -> f64
 where
     S: Sink<Tenant = TenantId> + Clone,
     S::Item: Serialize + DeserializeOwned,
 {
     let n = items().len();
-    let (mut journal, mut raw, mut memory) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut journal, mut sync, mut raw, mut memory) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut bytes, mut commits) = (0, 0);
     for _ in 0..SUSTAINED_RUNS {
-        let (jd, b, c) = sustained_journal(sink.clone(), items(), staging);
-        journal.push(jd.as_secs_f64());
-        raw.push(sustained_raw(b, c).as_secs_f64());
+        let run = sustained_journal(sink.clone(), items(), staging);
+        journal.push(run.stages.as_secs_f64());
+        sync.push(run.sync.as_secs_f64());
+        raw.push(sustained_raw(run.bytes, run.commits).as_secs_f64());
         memory.push(sustained_memory(sink.clone(), items(), staging).as_secs_f64());
-        (bytes, commits) = (b, c);
+        (bytes, commits) = (run.bytes, run.commits);
     }
-    let (jd, rd, md) = (median(journal), median(raw), median(memory));
-    let ratio = rd / jd;
-    // The target's baseline leaves out the stages themselves; this one
-    // puts them in (what the journal costs beyond staging and the disk).
-    let floor = (md + rd) / jd;
+    let (jd, sd, rd, md) = (median(journal), median(sync), median(raw), median(memory));
+    let ratio = md / jd;
     println!(
-        "journal sustained {name} by {}: {n} items, {bytes} bytes in {commits} commits (last run), medians of {SUSTAINED_RUNS}: journal {} ({:.0} items/s) vs raw write+fdatasync {} = {ratio:.2}x (target >= 0.7); the same stages without a journal take {}, so no journal can beat {:.2}x here; stages without a journal plus the raw writes vs the journal: {floor:.2}x",
+        "journal sustained {name} by {}: {n} items, {bytes} bytes in {commits} commits (last run), medians of {SUSTAINED_RUNS}: journal stages {} ({:.0} items/s, then the final sync waits {}) vs the same stages without a journal {} = {ratio:.2}x (target >= 0.5); raw write+fdatasync of its bytes in its commits: {}",
         staging.name(),
         fmt_secs(jd),
         n as f64 / jd,
-        fmt_secs(rd),
+        fmt_secs(sd),
         fmt_secs(md),
-        rd / md,
+        fmt_secs(rd),
     );
     // What the target leaves the journal: its own time per item beyond
-    // the stages without it, against what it takes (negative: even a free
-    // journal misses the target here).
+    // the stages without it, against what it takes.
     let per_item = |secs: f64| secs / n as f64 * 1e9;
     println!(
-        "journal sustained {name} by {}: for 0.7x the journal may add {:.0} ns per item beyond the stages without it; it adds {:.0} ns",
+        "journal sustained {name} by {}: for 0.5x the journal may add {:.0} ns per item beyond the stages without it; it adds {:.0} ns",
         staging.name(),
-        per_item(rd / 0.7 - md),
+        per_item(md / 0.5 - md),
         per_item(jd - md),
     );
     ratio
@@ -403,9 +423,9 @@ fn journal(c: &mut Criterion) {
         samples.median("stage/journal", SAMPLES),
     ) {
         stage_ratio = on / off;
-        all_met &= stage_ratio <= 3.0;
+        all_met &= stage_ratio <= 2.0;
         println!(
-            "journal stage: on {} / off {} per item = {stage_ratio:.2} (target <= 3)",
+            "journal stage: on {} / off {} per item = {stage_ratio:.2} (target <= 2)",
             fmt_secs(on),
             fmt_secs(off)
         );
@@ -415,19 +435,15 @@ fn journal(c: &mut Criterion) {
             fmt_secs(off)
         ));
     }
-    // The target is judged on the batched path, the one meant for
-    // sustained volume (S-W20); the per-item path is reported beside it:
-    // its hand-off per item, not the journal, bounds it (see the README).
-    for (staging, judged) in [(Staging::Runs(RUN), true), (Staging::Each, false)] {
+    // Judged per case: both paths, both kinds of items (issue 25).
+    for staging in [Staging::Runs(RUN), Staging::Each] {
         let u64s = sustained("u64", staging, Counting::default(), || {
             (0..SUSTAINED).collect()
         });
         let usages = sustained("usage", staging, Usages, || {
             (0..SUSTAINED).map(Usage::new).collect()
         });
-        if judged {
-            all_met &= u64s >= 0.7 && usages >= 0.7;
-        }
+        all_met &= u64s >= 0.5 && usages >= 0.5;
         parts.push(format!(
             "sustained by {}: u64={u64s:.2}x usage={usages:.2}x",
             staging.name()
@@ -443,7 +459,7 @@ fn journal(c: &mut Criterion) {
     summary(
         "journal",
         stage_ratio,
-        "<=3 and sustained by stage_many (u64 and usage) >=0.7",
+        "<=2 and sustained (stage_many and stage, u64 and usage) >=0.5 of unjournaled",
         Some(all_met),
         &parts.join(" | "),
     );

@@ -272,18 +272,23 @@ where
             // The canary marks at the first attempt's start instead.
             return;
         }
-        let mut g = self.lock();
-        let mut any = false;
+        // The journal's lock is taken at the first event that marks
+        // something, not for every drain: the writer drains after each
+        // hand-off it is woken for, and taking the lock for nothing there
+        // made every `stage` (which holds it across its hand-off, D2)
+        // contend with the writer's empty drains.
+        let mut g = None;
         for event in events {
             if let Some((tenant, n)) = plan::done_by(event) {
+                let g = g.get_or_insert_with(|| self.lock());
                 g.state.handle_done(tenant, n);
-                any = true;
             } else if let Some((tenant, n)) = plan::ended_by(event) {
                 // Rides the next commit, waited for by nobody (S-J17).
+                let g = g.get_or_insert_with(|| self.lock());
                 g.state.handle_ended(tenant, n);
-                any = true;
             }
         }
+        let any = g.is_some();
         drop(g);
         if any {
             self.soon.notify_one();
