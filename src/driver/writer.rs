@@ -624,6 +624,14 @@ impl<S: Sink> Writer<S> {
     }
 }
 
+/// Sleeps until `deadline`, or for ever without one.
+async fn until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Waits for a write's attempt marks (S-J17), at most until its
 /// deadline or its cancellation, which the write then meets at once.
 async fn wait_gate(
@@ -631,12 +639,7 @@ async fn wait_gate(
     deadline: Option<tokio::time::Instant>,
     cancel: &CancellationToken,
 ) {
-    let until = async {
-        match deadline {
-            Some(at) => tokio::time::sleep_until(at).await,
-            None => std::future::pending().await,
-        }
-    };
+    let until = until(deadline);
     tokio::select! {
         biased;
         () = cancel.cancelled() => {}
@@ -654,12 +657,7 @@ async fn wait_recorded(
     deadline: Option<tokio::time::Instant>,
     cancel: &CancellationToken,
 ) -> Option<Outcome> {
-    let until = async {
-        match deadline {
-            Some(at) => tokio::time::sleep_until(at).await,
-            None => std::future::pending().await,
-        }
-    };
+    let until = until(deadline);
     tokio::select! {
         biased;
         () = cancel.cancelled() => Some(Outcome::Cancelled),
