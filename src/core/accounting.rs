@@ -170,8 +170,10 @@ impl fmt::Display for DropReason {
 pub struct Counters {
     /// Items offered to `stage`, accepted or not.
     pub staged: u64,
-    /// Items a journal recovery found pending (D4): staged again, or
-    /// counted lost under `journal_unreadable`. 0 without a journal.
+    /// Items taken in already durable (S-W14): those a journal recovery
+    /// found pending (D4), staged again or counted lost under
+    /// `journal_unreadable`, and the rows an outbox table's relay read.
+    /// 0 with neither.
     pub recovered: u64,
     /// Items accepted and not yet written, lost or dropped.
     pub pending: u64,

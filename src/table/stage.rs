@@ -131,10 +131,11 @@ impl<K, I, C: Codec<K, I>> OutboxTable<K, I, C> {
     /// [`InvalidTableName`] (see [`TableNames::new`]).
     pub fn with_codec(name: &str, codec: C) -> Result<Self, InvalidTableName> {
         let names = TableNames::new(name)?;
+        let codec_version = codec.version();
         let mut table = OutboxTable {
             names: Arc::new(names),
             codec,
-            codec_version: 0,
+            codec_version,
             wakeup: Wakeup::InTransaction,
             one_sql: String::new(),
             run_sql: String::new(),
@@ -144,8 +145,9 @@ impl<K, I, C: Codec<K, I>> OutboxTable<K, I, C> {
         Ok(table)
     }
 
-    /// The codec's schema version stored with every row (S-T3; default 0).
-    /// Until the codec carries its version itself, the handle does.
+    /// The codec's schema version stored with every row (S-T3; default
+    /// the codec's own, [`Codec::version`], 0 for [`Postcard`]): sets
+    /// another.
     pub fn codec_version(mut self, version: u32) -> Self {
         self.codec_version = version;
         self

@@ -10,6 +10,7 @@ pub(crate) mod lease;
 pub(crate) mod metrics;
 pub(crate) mod relay;
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -73,11 +74,15 @@ where
 
 impl<K, I> TableRelay<K, I> {
     /// Like [`new`](Self::new), decoding rows with `codec` (the one the
-    /// rows were staged with).
+    /// rows were staged with). The versions it decodes default to the
+    /// codec's own, [`Codec::version`] (S-T19); [`versions`](Self::versions)
+    /// sets others.
     pub fn with_codec(instance: impl Into<String>, codec: impl Codec<K, I>) -> Self {
+        let mut relay = RelayConfig::new(instance);
+        relay.known_versions = BTreeSet::from([codec.version()]);
         TableRelay {
             codec: Arc::new(codec),
-            relay: RelayConfig::new(instance),
+            relay,
             lease: Arc::new(|b| b),
             listen: true,
             lease_clock: None,
@@ -114,7 +119,7 @@ impl<K, I> TableRelay<K, I> {
     }
 
     /// The codec versions this relay decodes, and those declared retired
-    /// (S-T19; defaults `{0}` and none).
+    /// (S-T19; defaults: the codec's own version, and none).
     pub fn versions(
         mut self,
         known: impl IntoIterator<Item = u32>,
@@ -338,5 +343,32 @@ async fn read_schema<St: Store>(
                 wait = (wait * 2).min(Duration::from_secs(5));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TableRelay;
+    use crate::codec::{Postcard, Versioned};
+    use crate::table::OutboxTable;
+
+    /// S-T3, S-T19: a versioned codec's version is the one rows are
+    /// stamped with and the one a relay on that codec decodes; the
+    /// handle's and the relay's own settings still override it.
+    #[test]
+    fn a_versioned_codec_gives_its_version_to_the_rows_and_the_relay() {
+        let codec = || Versioned::new(Postcard, 2);
+        let table: OutboxTable<u64, u64, _> =
+            OutboxTable::with_codec("versioned", codec()).expect("a valid name");
+        assert_eq!(table.version(), 2);
+        assert_eq!(table.codec_version(7).version(), 7);
+        let plain: OutboxTable<u64, u64> = OutboxTable::new("plain").expect("a valid name");
+        assert_eq!(plain.version(), 0);
+        let relay: TableRelay<u64, u64> = TableRelay::with_codec("i1", codec());
+        assert_eq!(relay.relay.known_versions, [2].into());
+        let relay = relay.versions([1, 2], [0]);
+        assert_eq!(relay.relay.known_versions, [1, 2].into());
+        let plain: TableRelay<u64, u64> = TableRelay::new("i1");
+        assert_eq!(plain.relay.known_versions, [0].into());
     }
 }
