@@ -80,23 +80,24 @@ struct Life {
     crashed: mpsc::UnboundedReceiver<()>,
 }
 
-fn life(w: &World) -> Life {
-    let url = std::env::var(common::postgres::VAR).expect("set");
+/// What every life of these tests shares: a runtime of one worker (as a
+/// process of its own would have), the store on `w`'s table, and the
+/// relay's settings (a short poll and lease, `max_crash_attempts`).
+fn life_parts(
+    w: &World,
+    url: &str,
+    max_crash_attempts: u32,
+) -> (tokio::runtime::Runtime, PgStore, TableRelay<u64, Usage>) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .expect("a runtime");
     let names = TableNames::new(&w.name).expect("name");
-    let store = PgStore::new(life_pool(&url), url.parse().expect("a postgres URL"), names);
-    let (tx, crashed) = mpsc::unbounded_channel();
-    let sink = Crashing {
-        inner: PostgresSink::new(life_pool(&url), &w.target).expect("name"),
-        crashed: tx,
-    };
+    let store = PgStore::new(life_pool(url), url.parse().expect("a postgres URL"), names);
     let relay = TableRelay::new("i1")
         .poll_interval(Duration::from_millis(50))
-        .max_crash_attempts(MAX_CRASHES)
+        .max_crash_attempts(max_crash_attempts)
         .lease(|b| {
             b.lease_ttl(TTL)
                 .renew_every(TTL / 5)
@@ -105,6 +106,17 @@ fn life(w: &World) -> Life {
                 .heartbeat_every(TTL / 10)
                 .rejoin_grace(TTL / 2)
         });
+    (runtime, store, relay)
+}
+
+fn life(w: &World) -> Life {
+    let url = std::env::var(common::postgres::VAR).expect("set");
+    let (runtime, store, relay) = life_parts(w, &url, MAX_CRASHES);
+    let (tx, crashed) = mpsc::unbounded_channel();
+    let sink = Crashing {
+        inner: PostgresSink::new(life_pool(&url), &w.target).expect("name"),
+        crashed: tx,
+    };
     let outbox = Outbox::builder(sink)
         .runtime(runtime.handle().clone())
         .config(Config::builder().max_batch(1).build().expect("config"))
@@ -328,13 +340,7 @@ async fn a_suspect_that_keeps_failing_holds_no_other_tenant_back() {
     let mode = Arc::new(AtomicU8::new(CRASH));
     let attempts = Arc::new(AtomicU32::new(0));
     let life = |w: &World| {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("a runtime");
-        let names = TableNames::new(&w.name).expect("name");
-        let store = PgStore::new(life_pool(&url), url.parse().expect("a postgres URL"), names);
+        let (runtime, store, relay) = life_parts(w, &url, 3);
         let (tx, crashed) = mpsc::unbounded_channel();
         let sink = Flaky {
             inner: PostgresSink::new(life_pool(&url), &w.target).expect("name"),
@@ -342,17 +348,6 @@ async fn a_suspect_that_keeps_failing_holds_no_other_tenant_back() {
             mode: Arc::clone(&mode),
             poison_attempts: Arc::clone(&attempts),
         };
-        let relay = TableRelay::new("i1")
-            .poll_interval(Duration::from_millis(50))
-            .max_crash_attempts(3)
-            .lease(|b| {
-                b.lease_ttl(TTL)
-                    .renew_every(TTL / 5)
-                    .max_clock_drift(TTL / 10)
-                    .acquire_poll(TTL / 10)
-                    .heartbeat_every(TTL / 10)
-                    .rejoin_grace(TTL / 2)
-            });
         let config = Config::builder()
             .max_batch(1)
             .max_backoff(Duration::from_millis(200))
