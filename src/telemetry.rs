@@ -339,12 +339,12 @@ struct WriteLog<'a, K> {
     outbox: &'a str,
     id: WriteId,
     tenant: &'a K,
-    items: usize,
+    items: u64,
     attempt: u32,
 }
 
 impl<'a, K: Debug> WriteLog<'a, K> {
-    fn new(outbox: &'a str, id: WriteId, tenant: &'a K, items: usize, attempt: u32) -> Self {
+    fn new(outbox: &'a str, id: WriteId, tenant: &'a K, items: u64, attempt: u32) -> Self {
         WriteLog {
             outbox,
             id,

@@ -1430,7 +1430,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         self.events.push_back(Event::Written {
             id: write.id,
             tenant: rec.tenant.clone(),
-            items: n,
+            items: n as u64,
             attempt: rec.attempt,
             latency: self.now - rec.started,
             given_up: false,
@@ -1737,7 +1737,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                 self.events.push_back(Event::Written {
                     id: write.id,
                     tenant: write.tenant.clone(),
-                    items: rec.len,
+                    items: rec.len as u64,
                     attempt: rec.attempt,
                     latency: self.now - rec.started,
                     given_up: true,
@@ -1767,7 +1767,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         self.events.push_back(Event::AttemptFailed {
             id,
             tenant: rec.tenant.clone(),
-            items: rec.len,
+            items: rec.len as u64,
             attempt: rec.attempt,
             failure,
             next,

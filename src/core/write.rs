@@ -477,7 +477,7 @@ pub enum Event<K, I> {
         /// Whose.
         tenant: K,
         /// Items in the slice (written plus discarded).
-        items: usize,
+        items: u64,
         /// Which attempt succeeded.
         attempt: u32,
         /// From this attempt's start to its outcome.
@@ -495,7 +495,7 @@ pub enum Event<K, I> {
         /// Whose.
         tenant: K,
         /// Items in the slice.
-        items: usize,
+        items: u64,
         /// Which attempt failed.
         attempt: u32,
         /// How it failed.

@@ -113,12 +113,11 @@ pub struct MarkRun {
     pub seqs: Vec<Seq>,
 }
 
-/// Why [`Ledger::append`] refused an item.
+/// [`Ledger::append`] refused an item: `max_bytes` would be exceeded
+/// (S-J4), so the item is dropped at stage (the staging pipeline names it
+/// [`Refusal::JournalFull`](crate::core::Refusal::JournalFull)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refusal {
-    /// `max_bytes` would be exceeded (S-J4): the item is dropped at stage.
-    Full,
-}
+pub struct NoRoom;
 
 /// What the ledger counts and reserves under `max_bytes` besides item
 /// records (S-J10): every byte of the segment files is counted, and an
@@ -400,16 +399,16 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
     /// `header_bytes` first (S-J1).
     ///
     /// # Errors
-    /// [`Refusal::Full`] when `max_bytes` would be exceeded (S-J4); nothing
+    /// [`NoRoom`] when `max_bytes` would be exceeded (S-J4); nothing
     /// is recorded then.
     pub fn append(
         &mut self,
         tenant: K,
         record_bytes: u64,
         header_bytes: u64,
-    ) -> Result<Append, Refusal> {
+    ) -> Result<Append, NoRoom> {
         if !self.fits(record_bytes, header_bytes, 0) {
-            return Err(Refusal::Full);
+            return Err(NoRoom);
         }
         let (roll, _) = self.cost(record_bytes, header_bytes);
         let seq = self.next_seq;
@@ -1278,7 +1277,7 @@ mod tests {
             H,
         );
         l.append(1, 20, H).unwrap();
-        assert_eq!(l.append(1, 20, H), Err(Refusal::Full));
+        assert_eq!(l.append(1, 20, H), Err(NoRoom));
         assert_eq!(l.next_seq(), 2);
         assert_eq!(l.mark_done(&1, 5), 1);
         l.take_marks();

@@ -60,7 +60,7 @@ pub use batch::{Batch, Executed, Note, Op, Record, Sizes, LIFE_LEN};
 pub use faults::{Faults, Next, CLOSING_RETRIES, CLOSING_RETRY_CAP};
 #[cfg_attr(not(feature = "testkit"), allow(unused_imports))]
 pub use ledger::{
-    Append, Bounds, Costs, Ledger, Limits, MarkRun, MarkSizes, Refusal, SegmentId, Seq,
+    Append, Bounds, Costs, Ledger, Limits, MarkRun, MarkSizes, NoRoom, SegmentId, Seq,
     DEFAULT_SEGMENT_BYTES, MIN_MAX_BYTES, MIN_SEGMENT_BYTES,
 };
 #[cfg_attr(not(feature = "testkit"), allow(unused_imports))]
@@ -85,7 +85,7 @@ pub fn ended_by<K, I>(event: &EngineEvent<K, I>) -> Option<(&K, u64)> {
             items,
             next: AfterFailure::RetryIn(_),
             ..
-        } => Some((tenant, *items as u64)),
+        } => Some((tenant, *items)),
         _ => None,
     }
 }
@@ -99,7 +99,7 @@ pub fn ended_by<K, I>(event: &EngineEvent<K, I>) -> Option<(&K, u64)> {
 /// its `Written` event; its `discarded` loss ends nothing more.
 pub fn done_by<K, I>(event: &EngineEvent<K, I>) -> Option<(&K, u64)> {
     match event {
-        EngineEvent::Written { tenant, items, .. } => Some((tenant, *items as u64)),
+        EngineEvent::Written { tenant, items, .. } => Some((tenant, *items)),
         // In the outbox table still, for the partition's next owner.
         EngineEvent::HandedOver { tenant, items } => Some((tenant, *items)),
         EngineEvent::Dropped {

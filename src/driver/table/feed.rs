@@ -592,7 +592,7 @@ mod tests {
                     given_up: false,
                     items,
                     ..
-                } => *items as u64,
+                } => *items,
                 Event::HandedOver { items, .. } | Event::Dropped { items, .. } => *items,
                 Event::Lost { items, reason, .. } if *reason != LostReason::Discarded => *items,
                 _ => 0,

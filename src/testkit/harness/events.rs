@@ -77,14 +77,15 @@ impl Harness {
 
     /// A write the harness handed out came back written: its items are
     /// written but for those the sink discarded (lost, S-W12).
-    fn on_written(&mut self, id: WriteId, items: usize) -> Result<(), Violation> {
+    fn on_written(&mut self, id: WriteId, items: u64) -> Result<(), Violation> {
         self.writes_seen += 1;
         let Some(s) = self.slices.remove(&id) else {
             return Err(self.violation("I2", format!("unknown write {id} written")));
         };
-        if s.items.len() != items {
+        if s.items.len() as u64 != items {
             return Err(self.violation("S-C2", format!("write {id} size changed")));
         }
+        let items = s.items.len();
         let d = self.discard.remove(&id).unwrap_or(0).min(items);
         self.set_fates(&s.items[..items - d], Fate::Written);
         self.set_fates(&s.items[items - d..], Fate::Lost);
