@@ -13,7 +13,7 @@ mod support;
 use std::time::Duration;
 
 use outbox::core::journal::Limits;
-use outbox::journal::format::EncodedItem;
+use outbox::journal::format::{self, EncodedItem, Record};
 use outbox::journal::{Codec, JournalConfig, JournalError, MemStorage, Postcard};
 use outbox::{BuildError, Outbox, Staged};
 use support::hand::Hand;
@@ -231,4 +231,87 @@ fn the_segment_files_never_hold_more_than_max_bytes_at_any_step() {
         }
         assert!(accepted > 20, "seed {seed}: {accepted} accepted");
     }
+}
+
+/// Crash seed 1000883 (S-J10, S-J17, D6): at the bound, each write's
+/// attempt mark went in the standing reserve, one after another, until a
+/// life's marks took all of it. The next recovery's life record then fit
+/// nowhere, so that life kept the segments its counts came from for good
+/// (in the seed, with every item written, it refused every new one and
+/// left them on disk after its close).
+#[test]
+fn the_attempt_marks_of_a_life_at_the_bound_leave_the_next_life_room_to_start() {
+    let limits = Limits::new(Some(2_048), Some(8_192)).unwrap();
+    let disk = MemStorage::new();
+    let (mut j, _) = Hand::<u8, _>::open::<u64, _>(disk.clone(), &Postcard, limits).unwrap();
+    j.round().unwrap();
+    // Tenant 1's items until the journal is full.
+    let mut next = 0;
+    while j.machine.fits(record(1, next).len()) {
+        assert!(j.append(1, &record(1, next)));
+        next += 1;
+    }
+    j.round().unwrap();
+    assert!(next > 60, "{next} items");
+    // The oldest written one at a time, each attempt marked first (no
+    // segment empties meanwhile), for as long as its mark is written; the
+    // process dies during the last attempt marked: the disk as the commit
+    // of its mark left it.
+    let mut at_crash = None;
+    let mut marked = 0;
+    loop {
+        let before = disk_bytes(&disk);
+        j.machine.handle_attempt(&1, 1);
+        j.round().unwrap();
+        if disk_bytes(&disk) == before {
+            break;
+        }
+        at_crash = Some(disk.files());
+        marked += 1;
+        assert!(marked < 40, "the marks never stop");
+        j.done(&1, 1);
+        j.round().unwrap();
+    }
+    assert!(marked > 5, "{marked} attempts marked");
+    drop(j);
+    for name in disk.files().keys() {
+        disk.remove(name);
+    }
+    for (name, bytes) in at_crash.unwrap() {
+        disk.put(&name, bytes);
+    }
+    // The next life starts: its first commit carries its life record,
+    // trimmed or not, with the count.
+    let (mut j, back) = Hand::<u8, _>::open::<u64, _>(disk.clone(), &Postcard, limits).unwrap();
+    let recovered: Vec<u64> = back.items.iter().map(|x| x.0).collect();
+    assert_eq!(recovered.len() as u64, next - (marked - 1));
+    assert_eq!(
+        back.crashes,
+        [(recovered[0], 1)],
+        "the last attempt was cut"
+    );
+    j.machine.start_life(back.crashes, recovered.clone());
+    j.round().unwrap();
+    let files = disk.files();
+    let (new, bytes) = files.last_key_value().unwrap();
+    let life = format::scan(bytes, bytes.len().min(format::HEADER_LEN))
+        .records
+        .into_iter()
+        .find(|r| matches!(r, Record::Life { .. }));
+    assert_eq!(
+        life,
+        Some(Record::Life {
+            life: 4,
+            counts: vec![(recovered[0], 1)]
+        }),
+        "{new}"
+    );
+    // Every item recovered is written: the restored segments go.
+    j.done(&1, recovered.len() as u64);
+    for _ in 0..3 {
+        j.round().unwrap();
+    }
+    let left: Vec<String> = disk.files().into_keys().collect();
+    assert_eq!(&left, std::slice::from_ref(new));
+    assert!(j.machine.fits(record(1, next).len()));
 }

@@ -35,6 +35,8 @@ pub fn limits(segment_bytes: u64) -> Limits {
 pub struct Back<K, I> {
     pub report: RecoveryReport,
     pub items: Vec<(Seq, K, I)>,
+    /// `(item, crashes)` counted (S-J17), for the life's start.
+    pub crashes: Vec<(Seq, u32)>,
 }
 
 /// The machine and its committer.
@@ -62,6 +64,7 @@ impl<K: Ord + Hash + Clone, S: Storage> Hand<K, S> {
         let back = Back {
             report: rec.report,
             items: rec.items,
+            crashes: rec.crashes,
         };
         Ok((hand, back))
     }

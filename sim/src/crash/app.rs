@@ -272,6 +272,43 @@ fn rolled_back(
     (back, OnOther::Hand)
 }
 
+/// S-J17: before the recovery, each crash since the last start counts
+/// against the items whose attempt marks a failed commit of its process
+/// left on the disk (never handed to the sink then: on a journal that is
+/// down the attempt waits, and the journal cannot make "did not start"
+/// durable before that commit's sync, so its recovery counts the mark).
+fn unstarted_cuts(ctx: &Ctx) {
+    let pending = std::mem::take(&mut ledger::lock(&ctx.ledger).unstarted);
+    if pending.is_empty() {
+        return;
+    }
+    let on_disk = match disk::attempt_marks() {
+        Ok(m) => m,
+        Err(e) => {
+            fail(
+                &ctx.book,
+                [("S-J17", format!("the disk cannot be read: {e}"))],
+            );
+            return;
+        }
+    };
+    let mut l = ledger::lock(&ctx.ledger);
+    for (marks, poison) in pending {
+        let cut: BTreeSet<u64> = marks
+            .iter()
+            .filter(|(mark, _)| on_disk.contains(mark))
+            .map(|(_, id)| *id)
+            .collect();
+        for id in cut {
+            let c = l.cuts.entry(id).or_default();
+            c.0 += 1;
+            if poison.is_some_and(|p| p != id) {
+                c.1 += 1;
+            }
+        }
+    }
+}
+
 /// The items in the datastore now.
 fn written(ctx: &Ctx) -> BTreeSet<u64> {
     let st = datastore::lock(&ctx.store);
@@ -336,6 +373,7 @@ fn refusals(
 /// One life of the host (its software; turmoil calls it at every start).
 pub async fn life(ctx: Ctx) -> turmoil::Result {
     let life = ledger::lock(&ctx.ledger).life;
+    unstarted_cuts(&ctx);
     let Some((outbox, run, records)) = open(&ctx, life).await else {
         return Ok(());
     };

@@ -34,6 +34,7 @@ use outbox::journal::{format, Storage};
 use rand::Rng;
 use turmoil::fs::shim::std::fs::{self as simfs, File, OpenOptions};
 
+use super::ledger::UnstartedMarks;
 use crate::draw::SimRng;
 use crate::net::book::{self, Ev, SharedBook};
 
@@ -117,6 +118,21 @@ pub struct DiskFaults {
     /// valid item record): from that read on the journal must never hand
     /// them to the sink again, and may lose them (D1, D4).
     pub rotten_items: BTreeSet<u64>,
+    /// Per file, the bytes appended since its last sync that worked, in
+    /// this process: on no disk yet, but a crash may keep them (torn
+    /// writes) and a later sync of the file (a resume's seal) makes them
+    /// durable.
+    unsynced: BTreeMap<String, Vec<u8>>,
+    /// The item id of each sequence number, from the item records
+    /// appended (the latest record of a number wins: a number whose
+    /// record a crash lost is given again).
+    seq_items: BTreeMap<u64, u64>,
+    /// The attempt marks (S-J17) this process appended in a commit whose
+    /// storage call failed, `(journal life, sequence number)` to item:
+    /// their attempts did not start (on a journal that is down, a
+    /// suspect's waits for a new commit of its marks), yet the marks may
+    /// be on disk after a crash.
+    failed_marks: UnstartedMarks,
     book: SharedBook,
 }
 
@@ -141,6 +157,9 @@ impl DiskFaults {
             tripped: None,
             rot_events: 0,
             rotten_items: BTreeSet::new(),
+            unsynced: BTreeMap::new(),
+            seq_items: BTreeMap::new(),
+            failed_marks: BTreeMap::new(),
             book,
         }))
     }
@@ -180,6 +199,49 @@ impl DiskFaults {
     pub fn crashed(&mut self) {
         self.locked = false;
         self.tripped = None;
+        self.unsynced.clear();
+        self.failed_marks.clear();
+    }
+
+    /// The attempt marks the process that just crashed appended in a
+    /// commit that failed (S-J17), `(journal life, sequence number)` to
+    /// item, taken once: the world counts the crash against such an item
+    /// if its mark is on disk at the next start ([`attempt_marks`]).
+    pub fn take_failed_marks(&mut self) -> UnstartedMarks {
+        std::mem::take(&mut self.failed_marks)
+    }
+
+    /// `bytes` were appended to `name` (the whole record or a failed
+    /// call's prefix): not durable until the file's next sync; the item
+    /// records among them name their sequence numbers' items.
+    fn appended(&mut self, name: &str, bytes: &[u8]) {
+        for r in format::scan(bytes, 0).records {
+            if let format::Record::Item { seq, item, .. } = r {
+                if let Some(id) = item.get(..8).and_then(|b| b.try_into().ok()) {
+                    self.seq_items.insert(seq, u64::from_le_bytes(id));
+                }
+            }
+        }
+        self.unsynced
+            .entry(name.to_owned())
+            .or_default()
+            .extend_from_slice(bytes);
+    }
+
+    /// A storage call failed: the commit it belongs to failed, and the
+    /// attempt marks in the bytes not synced yet are noted (S-J17).
+    fn commit_failed(&mut self) {
+        for bytes in self.unsynced.values() {
+            for r in format::scan(bytes, 0).records {
+                if let format::Record::Attempts { life, seqs } = r {
+                    for seq in seqs {
+                        if let Some(&id) = self.seq_items.get(&seq) {
+                            self.failed_marks.insert((life, seq), id);
+                        }
+                    }
+                }
+            }
+        }
     }
 
     fn fault(&mut self, kind: &'static str) {
@@ -364,7 +426,11 @@ impl SimDisk {
     }
 
     fn check(&mut self, call: Call, name: &str) -> io::Result<()> {
-        lock(&self.faults).before(call, name, 0).map_err(|(e, _)| e)
+        let mut f = lock(&self.faults);
+        f.before(call, name, 0).map_err(|(e, _)| {
+            f.commit_failed();
+            e
+        })
     }
 
     fn file(&mut self, name: &str) -> io::Result<&mut File> {
@@ -434,11 +500,17 @@ impl Storage for SimDisk {
     fn append(&mut self, name: &str, bytes: &[u8]) -> io::Result<()> {
         let before = lock(&self.faults).before(Call::Append, name, bytes.len());
         match before {
-            Ok(()) => self.file(name)?.write_all(bytes),
+            Ok(()) => {
+                self.file(name)?.write_all(bytes)?;
+                lock(&self.faults).appended(name, bytes);
+                Ok(())
+            }
             Err((e, prefix)) => {
                 if prefix > 0 {
                     self.file(name)?.write_all(&bytes[..prefix])?;
+                    lock(&self.faults).appended(name, &bytes[..prefix]);
                 }
+                lock(&self.faults).commit_failed();
                 Err(e)
             }
         }
@@ -446,10 +518,17 @@ impl Storage for SimDisk {
 
     fn sync(&mut self, name: &str) -> io::Result<()> {
         self.check(Call::Sync, name)?;
-        if lock(&self.faults).plan.skip_sync {
-            return Ok(());
+        {
+            let mut f = lock(&self.faults);
+            if f.plan.skip_sync {
+                // The canary's commit worked, as far as the journal knows.
+                f.unsynced.remove(name);
+                return Ok(());
+            }
         }
-        self.file(name)?.sync_data()
+        self.file(name)?.sync_data()?;
+        lock(&self.faults).unsynced.remove(name);
+        Ok(())
     }
 
     fn truncate(&mut self, name: &str, len: u64) -> io::Result<()> {
@@ -457,7 +536,9 @@ impl Storage for SimDisk {
         let f = self.file(name)?;
         f.set_len(len)?;
         f.sync_data()?;
-        lock(&self.faults).forget(name, Some(usize::try_from(len).unwrap_or(usize::MAX)));
+        let mut faults = lock(&self.faults);
+        faults.unsynced.remove(name);
+        faults.forget(name, Some(usize::try_from(len).unwrap_or(usize::MAX)));
         Ok(())
     }
 
@@ -466,7 +547,9 @@ impl Storage for SimDisk {
         self.open.remove(name);
         simfs::remove_file(self.path(name))?;
         simfs::sync_dir(&self.dir)?;
-        lock(&self.faults).forget(name, None);
+        let mut faults = lock(&self.faults);
+        faults.unsynced.remove(name);
+        faults.forget(name, None);
         Ok(())
     }
 }
@@ -509,4 +592,21 @@ pub fn snapshot() -> io::Result<BTreeMap<String, Vec<u8>>> {
         );
     }
     Ok(files)
+}
+
+/// `(journal life, sequence number)` of every attempt mark (S-J17) in the
+/// journal's files on the disk now, inside the host.
+///
+/// # Errors
+/// The directory or a file cannot be read.
+pub fn attempt_marks() -> io::Result<BTreeSet<(u64, u64)>> {
+    let mut marks = BTreeSet::new();
+    for bytes in snapshot()?.values() {
+        for r in format::scan(bytes, format::HEADER_LEN).records {
+            if let format::Record::Attempts { life, seqs } = r {
+                marks.extend(seqs.into_iter().map(|s| (life, s)));
+            }
+        }
+    }
+    Ok(marks)
 }

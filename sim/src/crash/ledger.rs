@@ -8,6 +8,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::check::s_j17::Cuts;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+/// Attempt marks a failed commit left (S-J17), `(journal life, sequence
+/// number)` to item.
+pub type UnstartedMarks = BTreeMap<(u64, u64), u64>;
+
 /// The ledger (see the module docs).
 #[derive(Debug, Default)]
 pub struct Ledger {
@@ -37,6 +41,13 @@ pub struct Ledger {
     pub handed: BTreeSet<u64>,
     /// Per item, the crashes that may have cut its attempts (S-J17).
     pub cuts: Cuts,
+    /// Per crash not counted in `cuts` yet: the attempt marks its process
+    /// left in a commit that failed, `(journal life, sequence number)` to
+    /// item, of items the sink was not handed in that life, and the
+    /// poison item whose write it was. Each counts against its item once
+    /// the next life finds the mark on disk (S-J17: the journal counts
+    /// it; the attempt never started).
+    pub unstarted: Vec<(UnstartedMarks, Option<u64>)>,
     /// Items dead-lettered `poisoned`.
     pub poisoned: BTreeSet<u64>,
     /// The codec version the current life builds or runs with (S-J14).

@@ -342,8 +342,11 @@ impl Host {
 
     fn crash(&mut self, sim: &mut turmoil::Sim<'_>, ctx: &Ctx, kind: &'static str, what: &str) {
         sim.crash(APP);
+        let mut failed = disk::lock(&ctx.faults).take_failed_marks();
         {
-            // S-J17: the crash may cut every item handed in this life.
+            // S-J17: the crash may cut every item handed in this life, and
+            // an item whose mark a failed commit left on disk (the next
+            // life looks).
             let mut l = ledger::lock(&ctx.ledger);
             let poison = if kind == "poison" {
                 l.poison_hit.take()
@@ -352,6 +355,10 @@ impl Host {
             };
             l.poison_hit = None;
             let handed = std::mem::take(&mut l.handed);
+            failed.retain(|_, id| !handed.contains(id));
+            if !failed.is_empty() {
+                l.unstarted.push((failed, poison));
+            }
             for id in handed {
                 let c = l.cuts.entry(id).or_default();
                 c.0 += 1;

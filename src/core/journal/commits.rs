@@ -234,7 +234,12 @@ impl<K: Ord + Hash + Clone> Commits<K> {
     /// write's), else the earliest item's, so a crash at the bound still
     /// counts against an item of each write cut and a poison item's
     /// neighbours, written alone once suspected, leave it first in line;
-    /// else none is written and a crash then counts against nobody.
+    /// else none is written and a crash then counts against nobody. A
+    /// mark in the reserve leaves in it the next life's start (a roll and
+    /// a life record of one count): the marks of many writes at the bound
+    /// took all of it, and the next recovery, its life record written
+    /// nowhere, kept its restored segments for the whole life, refusing
+    /// every item (crash seed 1000883).
     fn push_attempts(&mut self) {
         let mut seqs = self.ledger.take_attempts();
         if seqs.is_empty() {
@@ -253,7 +258,11 @@ impl<K: Ord + Hash + Clone> Commits<K> {
             };
             seqs = vec![suspect];
             len = self.sizes.attempts_len(1);
-            if !self.ledger.note_fits(len, self.doomed_bytes, true) {
+            let next_start = self.sizes.header + self.sizes.seal + self.sizes.life_len(1);
+            if !self
+                .ledger
+                .note_fits(len + next_start, self.doomed_bytes, true)
+            {
                 return;
             }
         }

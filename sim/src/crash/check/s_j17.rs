@@ -10,8 +10,11 @@ use super::Broken;
 
 /// The crashes that could have counted against each item: `(all, caused
 /// by another item's poison write)`, over the crashes during which it had
-/// been handed to the sink in that life (an upper bound of what the
-/// journal counts).
+/// been handed to the sink in that life, or after which its attempt mark,
+/// left by a group commit of that life that failed, was on disk (its
+/// attempt never started; the journal cannot make that durable before
+/// the commit's sync: crash seed 970612). An upper bound of what the
+/// journal counts.
 pub type Cuts = BTreeMap<u64, (u32, u32)>;
 
 /// Every item of `poisoned` was cut `max` times, and one that is not a
