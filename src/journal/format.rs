@@ -904,6 +904,39 @@ mod tests {
         }
     }
 
+    /// S-J10, S-J17: the machine counts each record of the journal's
+    /// lives, and each done record, at the bytes the format appends for
+    /// it, across the record boundary too: the bound relies on it.
+    #[test]
+    fn s_j10_the_machine_counts_each_note_at_the_bytes_it_takes() {
+        use crate::core::journal::Note;
+        for n in [0, 1, 3, MARKS_PER_RECORD, MARKS_PER_RECORD + 1] {
+            let seqs: Vec<u64> = (1..=n as u64).collect();
+            let mut out = Vec::new();
+            note(
+                &mut out,
+                &Note::Attempts {
+                    life: 7,
+                    seqs: seqs.clone(),
+                },
+            );
+            assert_eq!(out.len() as u64, SIZES.attempts_len(n), "{n} attempt marks");
+            let mut out = Vec::new();
+            done(&mut out, &seqs);
+            assert_eq!(out.len() as u64, SIZES.done_len(n), "{n} done marks");
+            let counts: Vec<(u64, u32)> = seqs.iter().map(|&s| (s, 2)).collect();
+            let mut out = Vec::new();
+            note(&mut out, &Note::Life { life: 7, counts });
+            assert_eq!(out.len() as u64, SIZES.life_len(n), "a life of {n} counts");
+        }
+        let mut out = Vec::new();
+        note(&mut out, &Note::Clean { life: 7 });
+        assert_eq!(out.len() as u64, SIZES.clean_len());
+        let mut out = Vec::new();
+        seal(&mut out, 9);
+        assert_eq!(out.len() as u64, SIZES.seal);
+    }
+
     #[test]
     fn attempt_end_marks_round_trip_and_ended_len_is_what_note_appends() {
         use crate::core::journal::Note;

@@ -249,4 +249,29 @@ mod tests {
         assert_eq!(out.deleted, [4]);
         assert!(disk.wrap(Batch::default()).is_empty(), "segment 2 cleared");
     }
+
+    /// S-J5: a failed resume's segment whose removal fails is not counted
+    /// deleted (its file is on disk still, S-J10 counts its bytes): its
+    /// deletion waits like a failed deletion, and the next batch does it.
+    #[test]
+    fn s_j5_a_removal_that_fails_waits_and_is_not_counted_deleted() {
+        let mut disk = Disk::default();
+        let batch = disk.wrap(Batch {
+            ops: vec![Op::Remove(4), Op::Remove(5), Op::Create { id: 6, first: 3 }],
+            upto: 3,
+        });
+        let done = Executed {
+            unremoved: vec![4],
+            ..Executed::all(&batch)
+        };
+        let out = disk.report(&batch, &done);
+        assert!(out.ok, "a failed removal does not stop the batch");
+        assert_eq!(out.deleted, [5]);
+        assert_eq!(disk.undeleted(), 1);
+        let waiting = disk.wrap(Batch::default());
+        assert_eq!(waiting.ops, [Op::Delete(4)]);
+        let out = disk.report(&waiting, &Executed::all(&waiting));
+        assert_eq!(out.deleted, [4]);
+        assert_eq!(disk.undeleted(), 0);
+    }
 }
