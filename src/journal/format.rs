@@ -937,6 +937,39 @@ mod tests {
         assert_eq!(out.len() as u64, SIZES.seal);
     }
 
+    /// S-J10, S-J17: the reserves hold the records they are kept for, at
+    /// the bytes the format writes: the lone reserve two lives' starts (a
+    /// roll's head and seal and a life record counting one crash each),
+    /// one lone attempt mark and a clean-close record; the standing
+    /// reserve adds the current segment's seal and two rolls.
+    #[test]
+    fn s_j10_the_reserves_hold_the_records_they_are_kept_for() {
+        use crate::core::journal::Note;
+        let schema = Schema::new(3, "an item type");
+        let sizes = schema.sizes();
+        let len = |n: Note| {
+            let mut out = Vec::new();
+            note(&mut out, &n);
+            out.len() as u64
+        };
+        let head = schema.head(2, 1).len() as u64;
+        let mut out = Vec::new();
+        seal(&mut out, 9);
+        let seal = out.len() as u64;
+        let life = len(Note::Life {
+            life: 2,
+            counts: vec![(5, 1)],
+        });
+        let attempt = len(Note::Attempts {
+            life: 2,
+            seqs: vec![5],
+        });
+        let clean = len(Note::Clean { life: 2 });
+        let lone = 2 * (head + seal + life) + attempt + clean;
+        assert_eq!(sizes.lone_reserve(), lone);
+        assert_eq!(sizes.standing(), seal + 2 * (head + seal) + lone);
+    }
+
     #[test]
     fn attempt_end_marks_round_trip_and_ended_len_is_what_note_appends() {
         use crate::core::journal::Note;
