@@ -904,6 +904,72 @@ mod tests {
         }
     }
 
+    /// S-J10, S-J17: the machine counts each record of the journal's
+    /// lives, and each done record, at the bytes the format appends for
+    /// it, across the record boundary too: the bound relies on it.
+    #[test]
+    fn s_j10_the_machine_counts_each_note_at_the_bytes_it_takes() {
+        use crate::core::journal::Note;
+        for n in [0, 1, 3, MARKS_PER_RECORD, MARKS_PER_RECORD + 1] {
+            let seqs: Vec<u64> = (1..=n as u64).collect();
+            let mut out = Vec::new();
+            note(
+                &mut out,
+                &Note::Attempts {
+                    life: 7,
+                    seqs: seqs.clone(),
+                },
+            );
+            assert_eq!(out.len() as u64, SIZES.attempts_len(n), "{n} attempt marks");
+            let mut out = Vec::new();
+            done(&mut out, &seqs);
+            assert_eq!(out.len() as u64, SIZES.done_len(n), "{n} done marks");
+            let counts: Vec<(u64, u32)> = seqs.iter().map(|&s| (s, 2)).collect();
+            let mut out = Vec::new();
+            note(&mut out, &Note::Life { life: 7, counts });
+            assert_eq!(out.len() as u64, SIZES.life_len(n), "a life of {n} counts");
+        }
+        let mut out = Vec::new();
+        note(&mut out, &Note::Clean { life: 7 });
+        assert_eq!(out.len() as u64, SIZES.clean_len());
+        let mut out = Vec::new();
+        seal(&mut out, 9);
+        assert_eq!(out.len() as u64, SIZES.seal);
+    }
+
+    /// S-J10, S-J17: the reserves hold the records they are kept for, at
+    /// the bytes the format writes: the lone reserve two lives' starts (a
+    /// roll's head and seal and a life record counting one crash each),
+    /// one lone attempt mark and a clean-close record; the standing
+    /// reserve adds the current segment's seal and two rolls.
+    #[test]
+    fn s_j10_the_reserves_hold_the_records_they_are_kept_for() {
+        use crate::core::journal::Note;
+        let schema = Schema::new(3, "an item type");
+        let sizes = schema.sizes();
+        let len = |n: Note| {
+            let mut out = Vec::new();
+            note(&mut out, &n);
+            out.len() as u64
+        };
+        let head = schema.head(2, 1).len() as u64;
+        let mut out = Vec::new();
+        seal(&mut out, 9);
+        let seal = out.len() as u64;
+        let life = len(Note::Life {
+            life: 2,
+            counts: vec![(5, 1)],
+        });
+        let attempt = len(Note::Attempts {
+            life: 2,
+            seqs: vec![5],
+        });
+        let clean = len(Note::Clean { life: 2 });
+        let lone = 2 * (head + seal + life) + attempt + clean;
+        assert_eq!(sizes.lone_reserve(), lone);
+        assert_eq!(sizes.standing(), seal + 2 * (head + seal) + lone);
+    }
+
     #[test]
     fn attempt_end_marks_round_trip_and_ended_len_is_what_note_appends() {
         use crate::core::journal::Note;

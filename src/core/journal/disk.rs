@@ -135,3 +135,143 @@ impl Disk {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use super::*;
+
+    fn failed_at(done: usize) -> Executed {
+        Executed {
+            done,
+            error: Some(io::Error::other("injected")),
+            unremoved: Vec::new(),
+        }
+    }
+
+    /// S-J5, S-J2: deletions that fail wait, counted, in the ledger's
+    /// order, and every later batch carries them until they are done; a
+    /// disk that owes nothing hands a body with nothing to do back empty,
+    /// so the driver skips the IO.
+    #[test]
+    fn s_j5_failed_deletions_wait_in_order_until_a_batch_does_them() {
+        let mut disk = Disk::default();
+        assert!(disk.wrap(Batch::default()).is_empty(), "nothing owed");
+        let body = Batch {
+            ops: vec![
+                Op::Delete(1),
+                Op::Append {
+                    id: 3,
+                    bytes: vec![7],
+                },
+                Op::Delete(2),
+            ],
+            upto: 5,
+        };
+        let batch = disk.wrap(body);
+        let append = Op::Append {
+            id: 3,
+            bytes: vec![7],
+        };
+        assert_eq!(
+            batch.ops,
+            [append, Op::Sync(3), Op::Delete(1), Op::Delete(2)]
+        );
+        // The first deletion fails: the writes are durable, both wait.
+        let out = disk.report(&batch, &failed_at(2));
+        assert!(out.ok);
+        assert!(out.deleted.is_empty());
+        assert_eq!(disk.undeleted(), 2);
+
+        let waiting = disk.wrap(Batch::default());
+        assert!(!waiting.is_empty(), "the owed deletions make a batch");
+        assert_eq!(waiting.ops, [Op::Delete(1), Op::Delete(2)]);
+        let out = disk.report(&waiting, &Executed::all(&waiting));
+        assert!(out.ok);
+        assert_eq!(out.deleted, [1, 2]);
+        assert_eq!(disk.undeleted(), 0);
+        assert!(disk.wrap(Batch::default()).is_empty(), "nothing owed again");
+    }
+
+    /// S-J5, S-J7: a failed resume's segment is removed before anything
+    /// else the batch does, the clearing of a failed creation included,
+    /// and a creation that failed counts as tried (its file may be on
+    /// disk, torn), so that the segment is cleared before the next write.
+    #[test]
+    fn s_j5_removals_go_first_and_a_failed_creation_is_tried_and_cleared() {
+        let mut disk = Disk::default();
+        let batch = disk.wrap(Batch {
+            ops: vec![Op::Seal { id: 1, end: 5 }, Op::Create { id: 2, first: 5 }],
+            upto: 5,
+        });
+        assert_eq!(
+            batch.ops,
+            [
+                Op::Seal { id: 1, end: 5 },
+                Op::Create { id: 2, first: 5 },
+                Op::Sync(1)
+            ]
+        );
+        let out = disk.report(&batch, &failed_at(1));
+        assert!(!out.ok);
+        assert_eq!(out.created, [2], "the failed creation was tried");
+
+        let batch = disk.wrap(Batch {
+            ops: vec![
+                Op::Remove(4),
+                Op::Create { id: 6, first: 5 },
+                Op::Marks {
+                    id: 6,
+                    seqs: vec![3],
+                },
+            ],
+            upto: 5,
+        });
+        assert_eq!(
+            batch.ops,
+            [
+                Op::Remove(4),
+                Op::Clear { id: 2, first: 5 },
+                Op::Create { id: 6, first: 5 },
+                Op::Marks {
+                    id: 6,
+                    seqs: vec![3]
+                },
+                Op::Sync(6)
+            ]
+        );
+        let done = Executed::all(&batch);
+        assert_eq!(done.done, batch.ops.len(), "every op carried out");
+        let out = disk.report(&batch, &done);
+        assert!(out.ok);
+        assert_eq!(out.created, [6]);
+        assert_eq!(out.deleted, [4]);
+        assert!(disk.wrap(Batch::default()).is_empty(), "segment 2 cleared");
+    }
+
+    /// S-J5: a failed resume's segment whose removal fails is not counted
+    /// deleted (its file is on disk still, S-J10 counts its bytes): its
+    /// deletion waits like a failed deletion, and the next batch does it.
+    #[test]
+    fn s_j5_a_removal_that_fails_waits_and_is_not_counted_deleted() {
+        let mut disk = Disk::default();
+        let batch = disk.wrap(Batch {
+            ops: vec![Op::Remove(4), Op::Remove(5), Op::Create { id: 6, first: 3 }],
+            upto: 3,
+        });
+        let done = Executed {
+            unremoved: vec![4],
+            ..Executed::all(&batch)
+        };
+        let out = disk.report(&batch, &done);
+        assert!(out.ok, "a failed removal does not stop the batch");
+        assert_eq!(out.deleted, [5]);
+        assert_eq!(disk.undeleted(), 1);
+        let waiting = disk.wrap(Batch::default());
+        assert_eq!(waiting.ops, [Op::Delete(4)]);
+        let out = disk.report(&waiting, &Executed::all(&waiting));
+        assert_eq!(out.deleted, [4]);
+        assert_eq!(disk.undeleted(), 0);
+    }
+}
