@@ -513,9 +513,11 @@ impl<S: Sink> Writer<S> {
             }
             write_task::run_group_with_epochs(sink, group, epochs, deadline, cancel).await
         };
+        // Boxed: the task's cell then holds a pointer, not the ~1 KB
+        // future, which spawning would otherwise copy on every write.
         let task = self
             .tasks
-            .spawn(tracing::Instrument::instrument(run, span))
+            .spawn(tracing::Instrument::instrument(Box::pin(run), span))
             .id();
         self.running.insert(task, ids);
     }
