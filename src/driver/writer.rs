@@ -473,18 +473,18 @@ impl<S: Sink> Writer<S> {
         #[cfg(feature = "table")]
         let (group, epochs) = match &self.shared.relay_feed {
             Some(feed) => {
-                let admitted = feed.admit(group);
-                if !admitted.refused.is_empty() {
-                    for write in admitted.refused {
+                let granted = feed.grant(group);
+                if !granted.refused.is_empty() {
+                    for write in granted.refused {
                         self.ended
                             .push(TaskEnd::Finished(write, Outcome::StaleEpoch));
                     }
                     self.shared.wake();
                 }
-                if admitted.writes.is_empty() {
+                if granted.writes.is_empty() {
                     return;
                 }
-                (admitted.writes, admitted.epochs)
+                (granted.writes, granted.epochs)
             }
             None => (group, None),
         };

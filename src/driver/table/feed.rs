@@ -67,7 +67,7 @@ struct Unremoved {
 
 /// A group of writes (S-F1) as the lease lets it go: the writes granted,
 /// with their epochs for the sink, and those refused.
-pub(crate) struct Admitted<K, I> {
+pub(crate) struct Granted<K, I> {
     /// The writes to start.
     pub(crate) writes: Vec<Write<K, I>>,
     /// Their epochs, one per write, when every one of them is relayed.
@@ -228,37 +228,37 @@ impl<K: Ord + Clone> Feed<K> {
     /// tenant's write starts only under a grant, and carries its epoch. A
     /// write of a tenant with no relayed row in the engine (not from the
     /// table) is not gated and carries no epoch.
-    pub(crate) fn admit<I>(&self, group: Vec<Write<K, I>>) -> Admitted<K, I> {
+    pub(crate) fn grant<I>(&self, group: Vec<Write<K, I>>) -> Granted<K, I> {
         let mut g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut admitted = Admitted {
+        let mut granted = Granted {
             writes: Vec::with_capacity(group.len()),
             epochs: Some(Vec::with_capacity(group.len())),
             refused: Vec::new(),
         };
         for write in group {
             let Some(partition) = g.tenants.get(&write.tenant).map(|h| h.partition) else {
-                admitted.epochs = None;
-                admitted.writes.push(write);
+                granted.epochs = None;
+                granted.writes.push(write);
                 continue;
             };
             match self.gate.begin(partition) {
                 Ok(grant) => {
-                    if let Some(epochs) = &mut admitted.epochs {
+                    if let Some(epochs) = &mut granted.epochs {
                         epochs.push(WriteEpoch::new(partition, grant.epoch.0));
                     }
                     g.grants.insert(write.id, grant);
-                    admitted.writes.push(write);
+                    granted.writes.push(write);
                 }
                 Err(why) => {
                     tracing::debug!(write = %write.id, partition, %why, "outbox table: the lease refuses the write; its items are handed over");
-                    admitted.refused.push(write);
+                    granted.refused.push(write);
                 }
             }
         }
-        if admitted.writes.is_empty() {
-            admitted.epochs = None;
+        if granted.writes.is_empty() {
+            granted.epochs = None;
         }
-        admitted
+        granted
     }
 
     /// The write `id` ended with `outcome` (`None`: its task was lost):
