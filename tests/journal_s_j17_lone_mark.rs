@@ -106,3 +106,63 @@ fn s_j17_a_lone_attempt_waits_for_a_journal_that_is_down_and_marks_itself_anew()
     assert_eq!(items, [13], "60's done mark is on disk");
     assert_eq!(crashes, [(2, 1)]);
 }
+
+/// Bytes in the disk's segment files.
+fn disk_bytes(disk: &MemStorage) -> u64 {
+    disk.files()
+        .iter()
+        .filter(|(n, _)| n.starts_with("segment-"))
+        .map(|(_, b)| b.len() as u64)
+        .sum()
+}
+
+/// S-J17: an attempt waits for a commit only when it has attempt marks
+/// to write: not for a tenant with nothing journaled, nor for an attempt
+/// whose items are marked already.
+#[test]
+fn s_j17_an_attempt_waits_for_a_commit_only_when_it_has_marks_to_write() {
+    let (mut hand, _) =
+        Hand::<u8, _>::open::<u64, _>(MemStorage::new(), &Postcard, limits(10_000)).unwrap();
+    assert!(hand.append(1, &record(1, 60)));
+    hand.round().unwrap();
+    let m = &mut hand.machine;
+    assert!(!m.handle_attempt(&2, 1), "tenant 2 has nothing journaled");
+    assert!(m.handle_attempt(&1, 1), "tenant 1's item needs its mark");
+    assert!(!m.handle_attempt(&1, 1), "its mark waits already");
+    hand.round().unwrap();
+    assert!(!hand.machine.handle_attempt(&1, 1), "its mark is on disk");
+}
+
+/// S-J10, S-J17: a new life's record is counted at the bytes its first
+/// commit writes, so the machine's buffered bytes (which start a commit
+/// at `sync_bytes`) match the disk.
+#[test]
+fn s_j17_a_new_lifes_record_is_buffered_at_the_bytes_it_takes() {
+    let disk = MemStorage::new();
+    let (mut hand, _) =
+        Hand::<u8, _>::open::<u64, _>(disk.clone(), &Postcard, limits(10_000)).unwrap();
+    for item in [60, 13] {
+        assert!(hand.append(1, &record(1, item)));
+    }
+    hand.round().unwrap();
+    assert!(hand.machine.handle_attempt(&1, 1));
+    hand.round().unwrap();
+    drop(hand);
+    disk.crash();
+    let (mut hand, back) =
+        Hand::<u8, _>::open::<u64, _>(disk.clone(), &Postcard, limits(10_000)).unwrap();
+    let recovered: Vec<u64> = back.items.iter().map(|x| x.0).collect();
+    assert_eq!(recovered.len(), 2);
+    assert_eq!(back.crashes.len(), 1, "60's attempt was cut");
+    let before = hand.machine.buffered();
+    hand.machine.start_life(back.crashes, recovered);
+    let buffered = hand.machine.buffered();
+    assert!(buffered > before, "the life record is buffered");
+    let on_disk = disk_bytes(&disk);
+    hand.round().unwrap();
+    assert_eq!(
+        disk_bytes(&disk) - on_disk,
+        buffered as u64,
+        "the first commit writes what was counted"
+    );
+}

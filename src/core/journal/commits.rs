@@ -94,11 +94,6 @@ impl<K: Ord + Hash + Clone> Commits<K> {
         }
     }
 
-    /// This life's number (S-J17).
-    pub(super) fn life(&self) -> SegmentId {
-        self.life
-    }
-
     /// A recovery restored the items `recovered` (in sequence order), of
     /// which `counts` were cut by crashes: the first commit writes the life
     /// record, which keeps their segments' records of earlier lives from

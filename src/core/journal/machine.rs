@@ -364,11 +364,6 @@ impl<K: Ord + Hash + Clone, W> Machine<K, W> {
         self.commits.start_life(counts, recovered);
     }
 
-    /// This life's number: the first segment it creates (S-J17).
-    pub fn life(&self) -> u64 {
-        self.commits.life()
-    }
-
     /// Something was buffered or marked done at `now`: a commit is due
     /// `sync_interval` later, unless one is due sooner.
     pub fn handle_wake(&mut self, now: Time) {
