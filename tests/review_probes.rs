@@ -946,3 +946,60 @@ fn s_w20_a_panicking_iterator_stages_what_it_yielded_then_panics() {
         assert_eq!(sink.stored(t(1)), [0, 1, 2]);
     });
 }
+
+// ----- S-J5, S-W15: a journal that is down --------------------------------
+
+#[test]
+fn s_j5_a_journal_that_is_down_writes_items_and_a_shutdown_answers_by_its_deadline() {
+    support::rt::paused().block_on(async {
+        let disk = MemStorage::new();
+        let sink = TestSink::new("probe");
+        let journal = JournalConfig::with_storage(disk.clone())
+            .inline_io(true)
+            .retry_interval(100 * MS);
+        let outbox = Outbox::builder(sink.clone())
+            .journal(journal)
+            .build()
+            .unwrap();
+        disk.fail(Some(std::io::ErrorKind::Other));
+        for i in 0..4 {
+            assert_eq!(outbox.stage(t(1), i), Staged::Accepted);
+        }
+        assert!(outbox.sync().await.is_err(), "S-J5: sync says so");
+        let report = outbox.flush(5 * S).await;
+        assert_eq!(report.pending, 0, "{report:?}");
+        assert_eq!(outbox.counters().written, 4);
+        sink.set(t(2), Act::Hang);
+        assert_eq!(outbox.stage(t(2), 9), Staged::Accepted);
+        let start = Instant::now();
+        let report = outbox.shutdown(2 * S).await;
+        let took = Instant::now() - start;
+        assert!(took <= 2 * S, "answered after {took:?}");
+        assert_eq!((report.lost, report.pending), (1, 0), "{report:?}");
+        assert_eq!(sink.stored(t(1)), [0, 1, 2, 3]);
+    });
+}
+
+#[test]
+fn s_r5_a_waiting_stage_answers_when_the_outbox_is_abandoned() {
+    // An abandon gives up at once (S-A7) and fences like a shutdown: a
+    // stage waiting for room must not sit out its whole timeout.
+    support::rt::paused().block_on(async {
+        let sink = TestSink::new("probe");
+        let outbox = journaled(&sink, Config::builder().tenant_capacity(1));
+        sink.set(t(1), Act::Hang);
+        assert_eq!(outbox.stage(t(1), 1), Staged::Accepted);
+        let waiting = {
+            let outbox = outbox.clone();
+            tokio::spawn(async move { outbox.stage_wait(t(1), 2, 60 * S).await })
+        };
+        tokio::time::sleep(100 * MS).await;
+        let at = Instant::now();
+        let _ = outbox.abandon();
+        match waiting.await.unwrap() {
+            Err(StageError::ShuttingDown(2)) => {}
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(Instant::now(), at, "answered at the abandon");
+    });
+}
