@@ -79,7 +79,9 @@ impl<S: Sink> Outbox<S> {
     /// Stages `item`, waiting up to `timeout` for room when a capacity is
     /// full (S-R5): for batch jobs that would rather wait than drop. Not
     /// for request paths, where [`stage`](Self::stage) never waits. Waits
-    /// are woken when items settle; the item is tried again each time,
+    /// are woken when items settle and, with a journal, when a group
+    /// commit ends (a full journal's room comes back with the commit of
+    /// its done marks, S-J2); the item is tried again each time,
     /// with no place kept in a queue (a waiter may be overtaken). A
     /// shutdown is never waited out: once its fence is up, the answer is
     /// [`StageError::ShuttingDown`] at once, whatever else is full (S-W21).
@@ -111,6 +113,14 @@ impl<S: Sink> Outbox<S> {
             let notified = self.handle.shared.capacity.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
+            // A full journal's room comes back with its commits, not with
+            // a settle.
+            let journal = self.handle.shared.journal.as_deref();
+            let room = journal.map(Journal::room_freed);
+            tokio::pin!(room);
+            if let Some(room) = room.as_mut().as_pin_mut() {
+                room.enable();
+            }
             match self.stage_one(tenant.clone(), item, OnRefusal::Wait) {
                 Ok(_) => return Ok(()),
                 Err((refusal, back)) if OnRefusal::Wait.waits(refusal) => item = back,
@@ -119,6 +129,12 @@ impl<S: Sink> Outbox<S> {
             tokio::select! {
                 biased;
                 () = &mut notified => {}
+                () = async {
+                    match room.as_mut().as_pin_mut() {
+                        Some(room) => room.await,
+                        None => std::future::pending().await,
+                    }
+                } => {}
                 () = &mut timer => {
                     return Err(StageError::TimedOut(item));
                 }

@@ -113,6 +113,9 @@ pub(crate) struct Journal<K, I> {
     pub(super) resumed: Notify,
     /// Something was buffered: commit within `sync_interval`.
     soon: Notify,
+    /// A commit ended: its done marks and deleted segments may have given
+    /// room back, so callers waiting for room try again (S-R5).
+    room: Notify,
     sync_bytes: usize,
     max_buffered: usize,
     inline_io: bool,
@@ -237,6 +240,7 @@ where
             now: Notify::new(),
             resumed: Notify::new(),
             soon: Notify::new(),
+            room: Notify::new(),
             sync_bytes: config.sync_bytes,
             max_buffered: config.max_buffered_bytes.max(config.sync_bytes),
             inline_io: config.inline_io,
@@ -429,6 +433,13 @@ where
         drop(g);
         self.now.notify_one();
         async move { rx.await.unwrap_or(Err(SyncError::Closed)) }
+    }
+
+    /// Resolves after the next commit ends (S-R5): register it before
+    /// trying for room, as [`Notify::notified`] says, and try again when
+    /// it resolves.
+    pub(crate) fn room_freed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.room.notified()
     }
 
     /// The writer is done: commit what is left, then stop.

@@ -45,6 +45,10 @@ where
                     let mut g = self.lock();
                     g.state.handle_executed(clock.now(), batch, done);
                     self.drain(&mut g, error.as_deref());
+                    drop(g);
+                    // Done marks on disk and segments deleted give room
+                    // back: a `stage_wait` on a full journal tries again.
+                    self.room.notify_waiters();
                 }
                 None => self.wait(clock, timeout).await,
             }

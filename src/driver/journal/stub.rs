@@ -55,6 +55,10 @@ impl<K, I> Journal<K, I> {
         match self.never {}
     }
 
+    pub(crate) fn room_freed(&self) -> tokio::sync::futures::Notified<'_> {
+        match self.never {}
+    }
+
     /// Nothing to hand back: a run of this build is never made.
     pub(crate) fn recycle_run(run: Option<Run>) {
         if let Some(run) = run {
