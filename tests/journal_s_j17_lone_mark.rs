@@ -166,3 +166,25 @@ fn s_j17_a_new_lifes_record_is_buffered_at_the_bytes_it_takes() {
         "the first commit writes what was counted"
     );
 }
+
+/// S-J17: a clean close with an attempted item still pending (its write
+/// failed and waits for a retry) records that no crash cut it, so the
+/// next start counts no crash against it.
+#[test]
+fn s_j17_a_clean_close_counts_no_crash_against_an_attempted_item() {
+    let disk = MemStorage::new();
+    let (mut hand, _) =
+        Hand::<u8, _>::open::<u64, _>(disk.clone(), &Postcard, limits(10_000)).unwrap();
+    assert!(hand.append(1, &record(1, 60)));
+    hand.round().unwrap();
+    assert!(hand.machine.handle_attempt(&1, 1));
+    hand.round().unwrap();
+    hand.machine.handle_close();
+    while !hand.machine.is_closed() {
+        hand.round().unwrap();
+    }
+    drop(hand);
+    let (_, back) = Hand::<u8, _>::open::<u64, _>(disk.clone(), &Postcard, limits(10_000)).unwrap();
+    assert_eq!(back.items.len(), 1, "60 is still pending");
+    assert_eq!(back.crashes, [], "closed cleanly: no crash cut it");
+}
