@@ -16,19 +16,10 @@ use outbox::core::journal::Limits;
 use outbox::journal::format::{self, EncodedItem, Record};
 use outbox::journal::{Codec, JournalConfig, JournalError, MemStorage, Postcard};
 use outbox::{BuildError, Outbox, Staged};
-use support::hand::Hand;
+use support::hand::{disk_bytes, Hand};
 use support::{t, TestSink};
 
 const S: Duration = Duration::from_secs(1);
-
-/// Bytes in the disk's segment files.
-fn disk_bytes(disk: &MemStorage) -> u64 {
-    disk.files()
-        .iter()
-        .filter(|(n, _)| n.starts_with("segment-"))
-        .map(|(_, b)| b.len() as u64)
-        .sum()
-}
 
 fn config(disk: &MemStorage) -> JournalConfig {
     JournalConfig::with_storage(disk.clone())

@@ -15,7 +15,7 @@ use std::io;
 use outbox::core::journal::{LoneStep, Seq};
 use outbox::journal::format::EncodedItem;
 use outbox::journal::{recover, Codec, MemStorage, Postcard};
-use support::hand::{limits, Hand};
+use support::hand::{disk_bytes, limits, Hand};
 
 fn record(tenant: u8, item: u64) -> EncodedItem {
     EncodedItem::new(
@@ -105,15 +105,6 @@ fn s_j17_a_lone_attempt_waits_for_a_journal_that_is_down_and_marks_itself_anew()
     let (items, crashes) = after_crash(&disk);
     assert_eq!(items, [13], "60's done mark is on disk");
     assert_eq!(crashes, [(2, 1)]);
-}
-
-/// Bytes in the disk's segment files.
-fn disk_bytes(disk: &MemStorage) -> u64 {
-    disk.files()
-        .iter()
-        .filter(|(n, _)| n.starts_with("segment-"))
-        .map(|(_, b)| b.len() as u64)
-        .sum()
 }
 
 /// S-J17: an attempt waits for a commit only when it has attempt marks

@@ -10,7 +10,9 @@ use std::time::Duration;
 use outbox::core::journal::{Limits, Machine, Op, Seq, Settings};
 use outbox::core::Time;
 use outbox::journal::format::{EncodedItem, Schema};
-use outbox::journal::{recover, Codec, Committer, JournalError, RecoveryReport, Storage};
+use outbox::journal::{
+    recover, Codec, Committer, JournalError, MemStorage, RecoveryReport, Storage,
+};
 
 /// The machine's settings in these tests, for segments headed by
 /// `schema`: no interval, a 1 ms retry.
@@ -105,4 +107,13 @@ impl<K: Ord + Hash + Clone, S: Storage> Hand<K, S> {
         while self.machine.poll_event().is_some() {}
         error.map_or(Ok(()), Err)
     }
+}
+
+/// Bytes in `disk`'s segment files.
+pub fn disk_bytes(disk: &MemStorage) -> u64 {
+    disk.files()
+        .iter()
+        .filter(|(n, _)| n.starts_with("segment-"))
+        .map(|(_, b)| b.len() as u64)
+        .sum()
 }
