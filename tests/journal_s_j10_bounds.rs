@@ -306,3 +306,33 @@ fn the_attempt_marks_of_a_life_at_the_bound_leave_the_next_life_room_to_start() 
     assert_eq!(&left, std::slice::from_ref(new));
     assert!(j.machine.fits(record(1, next).len()));
 }
+
+/// S-J10: the machine's count of the segment files' bytes (what the bound
+/// is checked against, and the `outbox_journal_bytes` gauge) is the
+/// disk's, as items are appended, marked done and their segments go.
+#[test]
+fn the_machines_byte_count_is_the_bytes_in_the_segment_files() {
+    let disk = MemStorage::new();
+    let limits = Limits::new(Some(256), Some(8_192)).unwrap();
+    let (mut j, _) = Hand::<u8, _>::open::<u64, _>(disk.clone(), &Postcard, limits).unwrap();
+    j.round().unwrap();
+    assert_eq!(j.machine.disk_bytes(), disk_bytes(&disk), "a fresh segment");
+    for item in 0..40 {
+        assert!(j.append(1, &record(1, item)));
+        j.round().unwrap();
+        assert_eq!(j.machine.disk_bytes(), disk_bytes(&disk), "item {item}");
+    }
+    let segments = |disk: &MemStorage| {
+        (disk.files().keys())
+            .filter(|n| n.starts_with("segment-"))
+            .count()
+    };
+    assert!(segments(&disk) > 3, "{} segments", segments(&disk));
+    for n in 0..40 {
+        j.done(&1, 1);
+        j.round().unwrap();
+        j.round().unwrap();
+        assert_eq!(j.machine.disk_bytes(), disk_bytes(&disk), "{n} done");
+    }
+    assert!(segments(&disk) < 3, "{} segments left", segments(&disk));
+}
