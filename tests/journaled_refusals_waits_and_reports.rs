@@ -23,6 +23,14 @@ use tokio::time::Instant;
 
 const S: Duration = Duration::from_secs(1);
 
+/// Nothing pending, `lost` items lost under `reason`, every item counted
+/// once (S-W14).
+fn all_settled(outbox: &Outbox<TestSink>, reason: LostReason, lost: u64) {
+    let c = outbox.counters();
+    assert_eq!((c.lost(reason), c.pending), (lost, 0), "{c:?}");
+    assert!(c.balanced(), "{c:?}");
+}
+
 /// An in-memory journal whose IO runs inline (the paused clock decides).
 fn mem_journal() -> JournalConfig {
     JournalConfig::with_storage(MemStorage::new()).inline_io(true)
@@ -423,9 +431,7 @@ fn s_j16_shutdown_unwritten_runs_say_what_was_attempted() {
                 run(3, vec![6], false),
             ]
         );
-        let c = outbox.counters();
-        assert_eq!((c.lost(LostReason::Deadline), c.pending), (6, 0), "{c:?}");
-        assert!(c.balanced(), "{c:?}");
+        all_settled(&outbox, LostReason::Deadline, 6);
     });
 }
 
@@ -489,9 +495,7 @@ fn s_a7_abandon_hands_back_held_items_not_the_one_in_flight() {
             [(t(1), vec![1]), (t(1), vec![2])],
             "the in-flight write of tenant 2 stays with the sink"
         );
-        let c = outbox.counters();
-        assert_eq!((c.lost(LostReason::Abandoned), c.pending), (3, 0), "{c:?}");
-        assert!(c.balanced(), "{c:?}");
+        all_settled(&outbox, LostReason::Abandoned, 3);
     });
 }
 
@@ -922,9 +926,7 @@ fn s_w20_a_shutdown_begun_inside_the_iterator_refuses_the_whole_run() {
         });
         let outcomes = outbox.stage_many_outcomes(run);
         assert_eq!(outcomes, [Staged::ShuttingDown; 3]);
-        let c = outbox.counters();
-        assert_eq!((c.lost(LostReason::Shutdown), c.pending), (3, 0), "{c:?}");
-        assert!(c.balanced(), "{c:?}");
+        all_settled(&outbox, LostReason::Shutdown, 3);
     });
 }
 
