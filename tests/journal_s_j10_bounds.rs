@@ -16,7 +16,7 @@ use outbox::core::journal::Limits;
 use outbox::journal::format::{self, EncodedItem, Record};
 use outbox::journal::{Codec, JournalConfig, JournalError, MemStorage, Postcard};
 use outbox::{BuildError, Outbox, Staged};
-use support::hand::{disk_bytes, Hand};
+use support::hand::{disk_bytes, limits, Hand};
 use support::{t, TestSink};
 
 const S: Duration = Duration::from_secs(1);
@@ -335,4 +335,291 @@ fn the_machines_byte_count_is_the_bytes_in_the_segment_files() {
         assert_eq!(j.machine.disk_bytes(), disk_bytes(&disk), "{n} done");
     }
     assert!(segments(&disk) < 3, "{} segments left", segments(&disk));
+}
+
+/// S-J10 through an outage (S-J5): every resume that fails leaves its
+/// segment on disk, created, until the next resume removes it; while that
+/// removal fails too, the file stays and its bytes still count against
+/// `max_bytes`, so the machine's count never falls below the disk's; it
+/// is the disk's once the file is gone.
+#[test]
+fn s_j10_a_failed_resumes_segment_counts_until_its_removal_works() {
+    use std::io;
+    use std::sync::{Arc, Mutex};
+
+    use support::gated::Gated;
+
+    // (sync fails, delete fails)
+    let faults = Arc::new(Mutex::new((false, false)));
+    let f = Arc::clone(&faults);
+    let mem = MemStorage::new();
+    let disk = Gated::new(
+        &mem,
+        Arc::new(move |op, _, _, _| {
+            let (sync, delete) = *f.lock().unwrap();
+            if (op == "sync" && sync) || (op == "delete" && delete) {
+                return Err(io::Error::other(format!("injected on {op}")));
+            }
+            Ok(())
+        }),
+    );
+    let limits = Limits::new(Some(256), Some(8_192)).unwrap();
+    let (mut j, _) = Hand::<u8, _>::open::<u64, _>(disk, &Postcard, limits).unwrap();
+    assert!(j.append(1, &record(1, 0)));
+    j.round().unwrap();
+    assert_eq!(
+        j.machine.disk_bytes(),
+        disk_bytes(&mem),
+        "before the outage"
+    );
+    *faults.lock().unwrap() = (true, true);
+    assert!(j.append(1, &record(1, 1)));
+    assert!(j.round().is_err());
+    assert!(j.is_down());
+    let segments = |mem: &MemStorage| {
+        (mem.files().keys())
+            .filter(|n| n.starts_with("segment-"))
+            .count()
+    };
+    for retry in 0..4 {
+        assert!(j.round().is_err(), "retry {retry} fails at its sync");
+        assert_eq!(
+            segments(&mem),
+            2,
+            "retry {retry}: the first resume's file stays"
+        );
+        assert!(
+            j.machine.disk_bytes() >= disk_bytes(&mem),
+            "retry {retry}: the machine counts {} bytes, the disk holds {}",
+            j.machine.disk_bytes(),
+            disk_bytes(&mem)
+        );
+    }
+    // The disk heals but for deletions: the resume works, and the first
+    // resume's file waits for its deletion, counted.
+    *faults.lock().unwrap() = (false, true);
+    j.round().unwrap();
+    assert!(!j.is_down());
+    assert_eq!(segments(&mem), 3, "the old, the waiting, the new");
+    // (Over by the seal counted for that segment at the roll away from
+    // it, which its removal never wrote: the safe side.)
+    assert!(
+        j.machine.disk_bytes() >= disk_bytes(&mem),
+        "a deletion waits: the machine counts {} bytes, the disk holds {}",
+        j.machine.disk_bytes(),
+        disk_bytes(&mem)
+    );
+    *faults.lock().unwrap() = (false, false);
+    for _ in 0..3 {
+        j.round().unwrap();
+    }
+    assert_eq!(segments(&mem), 2, "the waiting file is deleted");
+    assert_eq!(j.machine.disk_bytes(), disk_bytes(&mem), "after the outage");
+}
+
+/// S-J1: a commit starts at once when `sync_bytes` are buffered, so the
+/// machine's buffered bytes are the bytes the next commit writes: each
+/// record, and the seal and header of every segment the appends roll to.
+#[test]
+fn s_j1_the_buffered_bytes_are_what_the_next_commit_writes_rolls_included() {
+    let disk = MemStorage::new();
+    let (mut j, _) = Hand::<u8, _>::open::<u64, _>(disk.clone(), &Postcard, limits(256)).unwrap();
+    j.round().unwrap();
+    let mut item = 0;
+    let mut rolls = 0;
+    for per_round in [1, 3, 7, 12, 20] {
+        let files = disk.files().len();
+        for _ in 0..per_round {
+            assert!(j.append(1, &record(1, item)));
+            item += 1;
+        }
+        let buffered = j.machine.buffered() as u64;
+        let on_disk = disk_bytes(&disk);
+        j.round().unwrap();
+        assert_eq!(
+            disk_bytes(&disk) - on_disk,
+            buffered,
+            "{per_round} appends: the commit writes what was counted"
+        );
+        rolls += disk.files().len() - files;
+    }
+    assert!(rolls >= 2, "the appends rolled {rolls} segments");
+}
+
+/// The machine over `disk` with `sync_bytes` (S-J1), driven by hand: one
+/// batch out at a time, handed back when the test says.
+struct Turns {
+    machine: outbox::core::journal::Machine<u8, ()>,
+    committer: outbox::journal::Committer<MemStorage>,
+    now: outbox::core::Time,
+    item: u64,
+}
+
+impl Turns {
+    fn new(disk: &MemStorage, sync_bytes: usize) -> Self {
+        use outbox::core::journal::Machine;
+        use outbox::journal::format::Schema;
+        use outbox::journal::{recover, Committer};
+
+        let mut storage = disk.clone();
+        let rec = recover::<u8, u64, _, _>(&mut storage, &Postcard, limits(1 << 20)).unwrap();
+        let schema = Schema::new(
+            Codec::<u8, u64>::version(&Postcard),
+            Codec::<u8, u64>::item_type(&Postcard),
+        );
+        let settings = outbox::core::journal::Settings {
+            sync_bytes,
+            ..support::hand::settings(&schema)
+        };
+        Turns {
+            machine: Machine::new(rec.ledger, settings),
+            committer: Committer::new(storage, schema),
+            now: outbox::core::Time::ZERO,
+            item: 0,
+        }
+    }
+
+    /// Appends `n` records.
+    fn append(&mut self, n: u64) {
+        for _ in 0..n {
+            assert!(self.machine.append(1, &record(1, self.item)));
+            self.item += 1;
+        }
+    }
+
+    /// The next batch, and its one record buffer's address and capacity.
+    fn take(&mut self) -> (outbox::core::journal::Batch, *const u8, usize) {
+        self.now = self.now + S;
+        self.machine.handle_sync(());
+        let batch = self.machine.poll_batch(self.now).expect("a batch");
+        let buffers: Vec<(*const u8, usize)> = (batch.ops.iter())
+            .filter_map(|op| match op {
+                outbox::core::journal::Op::Append { bytes, .. } => {
+                    Some((bytes.as_ptr(), bytes.capacity()))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(buffers.len(), 1, "one segment, one buffer");
+        (batch, buffers[0].0, buffers[0].1)
+    }
+
+    /// Carries `batch` out and hands it back.
+    fn commit(&mut self, mut batch: outbox::core::journal::Batch) {
+        let done = self.committer.commit(&mut batch);
+        assert!(done.error.is_none(), "{:?}", done.error);
+        self.machine.handle_executed(self.now, Some(batch), done);
+        while self.machine.poll_answer().is_some() {}
+        while self.machine.poll_event().is_some() {}
+    }
+}
+
+/// S-J1: `stage` appends its record under the lock, so it must not
+/// allocate there in steady state: the buffer a finished commit hands
+/// back is the one the next appends fill, two buffers taking turns while
+/// one is written; of two handed back, the larger is kept, and one past 4
+/// × `sync_bytes` (a burst) is let go.
+#[test]
+fn s_j1_two_record_buffers_take_turns_and_a_burst_is_let_go() {
+    let disk = MemStorage::new();
+    // Buffers over 8 KiB are let go.
+    let mut j = Turns::new(&disk, 2_048);
+    j.append(1);
+    let (b, first, cap) = j.take();
+    assert!(cap >= 4_096, "a buffer starts at 4 KiB, not {cap}");
+    j.commit(b);
+    // The handed back buffer is filled again, not a new one.
+    j.append(1);
+    let (b, again, _) = j.take();
+    assert_eq!(again, first, "the spare buffer is reused");
+    // While it is written, staging fills a second one; then they take
+    // turns.
+    j.append(1);
+    j.commit(b);
+    let (b, second, _) = j.take();
+    assert_ne!(second, first);
+    j.append(1);
+    j.commit(b);
+    let (b, turn, _) = j.take();
+    assert_eq!(turn, first, "turns: the first again");
+    j.append(1);
+    j.commit(b);
+    let (b, turn, _) = j.take();
+    assert_eq!(turn, second, "turns: the second again");
+    // The first grows (and may move) while the second is written: the
+    // larger is kept.
+    let len = record(1, 0).len() as u64;
+    j.append(5_000 / len + 1);
+    j.commit(b);
+    let (b, grown, grown_cap) = j.take();
+    assert!(grown_cap > 4_096 && grown_cap <= 8_192, "{grown_cap}");
+    j.commit(b);
+    j.append(1);
+    let (b, kept, kept_cap) = j.take();
+    assert_eq!((kept, kept_cap), (grown, grown_cap), "the larger is kept");
+    j.commit(b);
+    // A burst past 8 KiB: its buffer is let go, the spare kept before it
+    // fills the next round.
+    j.append(1);
+    let (b, spare, _) = j.take();
+    j.append(9_000 / len + 1);
+    j.commit(b);
+    let (b, burst, burst_cap) = j.take();
+    assert_ne!(burst, spare);
+    assert!(burst_cap > 8_192, "{burst_cap}");
+    j.commit(b);
+    j.append(1);
+    let (b, after, after_cap) = j.take();
+    assert_eq!(
+        after, spare,
+        "the burst's buffer is let go, the spare reused"
+    );
+    assert!(after_cap <= 8_192, "{after_cap}");
+    j.commit(b);
+}
+
+/// S-J10 through an outage where appends work and syncs fail (S-J5):
+/// every resume seals again the segments the failed commit wrote, so each
+/// retry that gets past its seals appends one more seal record to them;
+/// each counts (the machine counted a segment's seal once, so the files
+/// outgrew its count by a seal per retry, without bound while the outage
+/// lasted).
+#[test]
+fn s_j10_the_seals_every_resume_writes_again_are_counted() {
+    use std::io;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    use support::gated::Gated;
+
+    let fail_sync = Arc::new(AtomicBool::new(false));
+    let f = Arc::clone(&fail_sync);
+    let mem = MemStorage::new();
+    let disk = Gated::new(
+        &mem,
+        Arc::new(move |op, _, _, _| {
+            if op == "sync" && f.load(Ordering::SeqCst) {
+                return Err(io::Error::other("injected on sync"));
+            }
+            Ok(())
+        }),
+    );
+    let limits = Limits::new(Some(256), Some(8_192)).unwrap();
+    let (mut j, _) = Hand::<u8, _>::open::<u64, _>(disk, &Postcard, limits).unwrap();
+    assert!(j.append(1, &record(1, 0)));
+    j.round().unwrap();
+    fail_sync.store(true, Ordering::SeqCst);
+    assert!(j.append(1, &record(1, 1)));
+    assert!(j.round().is_err());
+    for retry in 0..10 {
+        assert!(j.round().is_err(), "retry {retry} fails at a sync");
+        assert_eq!(
+            j.machine.disk_bytes(),
+            disk_bytes(&mem),
+            "retry {retry}: {:?}",
+            (mem.files().iter())
+                .map(|(k, v)| (k.clone(), v.len()))
+                .collect::<Vec<_>>()
+        );
+    }
 }

@@ -61,6 +61,9 @@ pub(super) struct Commits<K> {
     /// Done marks of folded segments written again in the next commit
     /// (S-J17): redone by a resume if it fails.
     folded: Vec<Seq>,
+    /// Segments the resume in flight seals again: each seal record it
+    /// writes to them is counted once written (S-J10).
+    resealing: Vec<SegmentId>,
 }
 
 impl<K: Ord + Hash + Clone> Commits<K> {
@@ -90,6 +93,7 @@ impl<K: Ord + Hash + Clone> Commits<K> {
             life_note: None,
             suspects: BTreeSet::new(),
             folded: Vec::new(),
+            resealing: Vec::new(),
             ledger,
         }
     }
@@ -323,6 +327,16 @@ impl<K: Ord + Hash + Clone> Commits<K> {
         }
     }
 
+    /// Seal records were written to the segments `ids`: those the resume
+    /// sealed again count their bytes now (S-J10).
+    pub(super) fn sealed(&mut self, ids: &[SegmentId]) {
+        for id in std::mem::take(&mut self.resealing) {
+            if ids.contains(&id) {
+                self.ledger.resealed(id);
+            }
+        }
+    }
+
     /// The files of `ids` are deleted.
     pub(super) fn deleted(&mut self, ids: &[SegmentId]) {
         for id in ids {
@@ -531,13 +545,16 @@ impl<K: Ord + Hash + Clone> Commits<K> {
             }
         }
         let mut ops: Vec<Op> = discard.map(Op::Remove).into_iter().collect();
+        self.resealing.clear();
         for s in std::mem::take(&mut self.in_flight) {
             if Some(s) == discard {
                 continue;
             }
-            if s != old {
-                // The roll counted the old current segment's seal.
-                self.ledger.seal(s);
+            // The roll counted the old current segment's seal. A segment
+            // sealed already (by an earlier resume that failed) takes
+            // another seal record: counted if this one writes it.
+            if s != old && !self.ledger.seal(s) {
+                self.resealing.push(s);
             }
             ops.push(Op::Seal { id: s, end });
         }

@@ -32,6 +32,8 @@ pub(super) struct Outcome {
     pub(super) deleted: Vec<SegmentId>,
     /// Segments whose creation the batch tried.
     pub(super) created: Vec<SegmentId>,
+    /// Segments whose seal record was written.
+    pub(super) sealed: Vec<SegmentId>,
 }
 
 impl Disk {
@@ -100,10 +102,14 @@ impl Disk {
         let tried = (done.done + 1).min(batch.ops.len());
         let mut created = Vec::new();
         let mut deleted = Vec::new();
-        for op in &batch.ops[..tried] {
+        let mut sealed = Vec::new();
+        for (i, op) in batch.ops[..tried].iter().enumerate() {
             match op {
                 Op::Create { id, .. } => created.push(*id),
                 Op::Remove(id) if !done.unremoved.contains(id) => deleted.push(*id),
+                // A seal that failed wrote nothing (a torn one is cut at
+                // recovery).
+                Op::Seal { id, .. } if i < done.done => sealed.push(*id),
                 _ => {}
             }
         }
@@ -132,6 +138,7 @@ impl Disk {
             ok,
             deleted,
             created,
+            sealed,
         }
     }
 }
@@ -213,9 +220,13 @@ mod tests {
                 Op::Sync(1)
             ]
         );
+        let out = disk.report(&batch, &failed_at(0));
+        assert!(!out.ok);
+        assert!(out.sealed.is_empty(), "the seal failed: nothing written");
         let out = disk.report(&batch, &failed_at(1));
         assert!(!out.ok);
         assert_eq!(out.created, [2], "the failed creation was tried");
+        assert_eq!(out.sealed, [1], "the seal before it was written");
 
         let batch = disk.wrap(Batch {
             ops: vec![

@@ -895,10 +895,23 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
         self.check_deletable(id);
     }
 
-    /// Segment `id` (if it exists) takes a seal record (S-J10).
-    pub fn seal(&mut self, id: SegmentId) {
-        if let Some(seg) = self.segments.get_mut(&id).filter(|s| !s.sealed) {
-            seg.sealed = true;
+    /// Segment `id` (if it exists) takes a seal record (S-J10). Returns
+    /// whether it was unsealed.
+    pub fn seal(&mut self, id: SegmentId) -> bool {
+        let Some(seg) = self.segments.get_mut(&id).filter(|s| !s.sealed) else {
+            return false;
+        };
+        seg.sealed = true;
+        seg.bytes += self.costs.seal;
+        self.bytes += self.costs.seal;
+        true
+    }
+
+    /// Segment `id`, sealed already, took its seal record again (a resume
+    /// seals what failed commits wrote, S-J5): the record's bytes count
+    /// too (S-J10).
+    pub fn resealed(&mut self, id: SegmentId) {
+        if let Some(seg) = self.segments.get_mut(&id).filter(|s| s.sealed) {
             seg.bytes += self.costs.seal;
             self.bytes += self.costs.seal;
         }

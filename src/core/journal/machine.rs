@@ -486,6 +486,7 @@ impl<K: Ord + Hash + Clone, W> Machine<K, W> {
             Some(b) => {
                 let outcome = self.disk.report(b, &done);
                 self.commits.created(&outcome.created);
+                self.commits.sealed(&outcome.sealed);
                 self.commits.deleted(&outcome.deleted);
                 outcome.ok
             }
