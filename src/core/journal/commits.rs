@@ -513,12 +513,13 @@ impl<K: Ord + Hash + Clone> Commits<K> {
     }
 
     /// The ledger rolled from segment `old` to `id` with no item between:
-    /// seal the one, create the other.
+    /// seal the one, create the other. Only [`take_batch`](Self::take_batch)
+    /// rolls so, and it empties the buffer count after: these bytes are
+    /// not added to it.
     fn rolled(&mut self, old: SegmentId, id: SegmentId) {
         let end = self.ledger.next_seq();
         self.ops.push(Op::Seal { id: old, end });
         self.ops.push(Op::Create { id, first: end });
-        self.buffered += (self.sizes.header + self.sizes.seal) as usize;
     }
 
     /// After a fault: the batch that retries the journal, removing the
