@@ -834,4 +834,47 @@ mod tests {
         assert!(!writer.pump().exit);
         assert_eq!(writer.tasks.len(), 1);
     }
+
+    struct AtOnce;
+    impl Sink for AtOnce {
+        type Tenant = TenantId;
+        type Item = u32;
+        fn name(&self) -> &str {
+            "at_once"
+        }
+        async fn write(&self, _: &TenantId, _: &[u32]) -> Result<Written, WriteError> {
+            Ok(Written::ALL)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_the_sink_ends_at_its_first_poll_runs_without_a_task() {
+        // Issue 27: no task is spawned for it, and its outcome reaches the
+        // engine in the next drain as a joined task's would (S-C2).
+        let engine = Engine::new(Config::default()).unwrap();
+        let shared = Arc::new(Shared::new(
+            engine,
+            None,
+            crate::telemetry::register("at_once").0,
+            Arc::new(AtOnce),
+            tokio::runtime::Handle::current(),
+        ));
+        let mut writer = Writer::new(
+            Arc::clone(&shared),
+            crate::telemetry::register("at_once").1,
+            Duration::ZERO,
+        );
+        let now = shared.now();
+        let t = TenantId::from_u128(1);
+        assert_eq!(shared.lock().engine.stage(now, t, 7), Staged::Accepted);
+        assert!(!writer.pump().exit);
+        assert!(writer.tasks.is_empty(), "no task for it");
+        assert!(writer.running.is_empty());
+        assert_eq!(writer.ended.len(), 1, "ended at once");
+        assert_eq!(shared.lock().engine.in_flight(), 1, "not yet finished");
+        assert!(!writer.pump().exit);
+        let c = shared.lock().engine.counters().clone();
+        assert_eq!((c.written, c.writes, c.pending), (1, 1, 0));
+        assert!(c.balanced());
+    }
 }
