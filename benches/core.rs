@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use common::{fmt_secs, summary, tenant, Samples};
 use criterion::{criterion_group, criterion_main, Criterion};
-use outbox::core::{AfterFailure, Config, Engine, Event, Outcome, Time, Write};
+use outbox::core::{AfterFailure, Config, Engine, Event, Failure, Outcome, Time, Write};
 use outbox::TenantId;
 
 const STEPS: u64 = 100_000;
@@ -83,9 +83,9 @@ fn run_engine(mut record: Option<&mut Vec<Move>>) -> u64 {
                 if let Some(w) = in_flight.pop_front() {
                     let outcome = match rng.below(100) {
                         0..93 => Outcome::WRITTEN,
-                        93..96 => Outcome::Failed,
-                        96..97 => Outcome::Panicked,
-                        97..98 => Outcome::TimedOut,
+                        93..96 => Outcome::Failed(Failure::Error),
+                        96..97 => Outcome::Failed(Failure::Panic),
+                        97..98 => Outcome::Failed(Failure::Timeout),
                         _ => Outcome::Written { discarded: 1 },
                     };
                     engine.finish(now, w, outcome).unwrap();

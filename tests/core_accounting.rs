@@ -109,7 +109,7 @@ fn s_w18_every_given_up_attempt_ends_in_one_counted_outcome() {
     let _ = w.e.abandon(w.now);
     w.at(7);
     w.finish(a, Outcome::WRITTEN);
-    w.finish(b, Outcome::Cancelled);
+    w.finish(b, Outcome::Failed(Failure::Cancelled));
     assert!(w.e.finish_lost(w.now, c.id));
     w.at(7); // collects the events
     let ends: Vec<_> = w

@@ -10,7 +10,7 @@ use std::cmp::Ordering;
 use std::time::Duration;
 
 use core_world::{dur, ms, World};
-use outbox::core::{Config, Engine, Event, Outcome, Time};
+use outbox::core::{Config, Engine, Event, Failure, Outcome, Time};
 
 // ----- S-C1: the core is a sans-IO state machine ------------------------
 
@@ -65,7 +65,7 @@ fn scripted_run(seed: u64) -> Run {
     let t = w.now + dur(50);
     w.at_time(t);
     for x in in_flight {
-        w.finish(x, Outcome::Cancelled);
+        w.finish(x, Outcome::Failed(Failure::Cancelled));
     }
     (w.events, w.attempts)
 }
@@ -103,7 +103,8 @@ fn s_c1_an_earlier_now_in_finish_and_poll_write_is_taken_as_the_latest() {
     let t10 = Time::from_millis(10_000);
     let _ = e.stage(t10, 1, 1);
     let w = e.poll_write(Time::ZERO).unwrap();
-    e.finish(Time::from_millis(5), w, Outcome::Failed).unwrap();
+    e.finish(Time::from_millis(5), w, Outcome::Failed(Failure::Error))
+        .unwrap();
     // Backoff 50 ms from 10 s, not from 5 ms or 0.
     assert_eq!(e.poll_timeout(), Some(Time::from_millis(10_050)));
     assert!(e.poll_write(Time::from_millis(10_049)).is_none());
@@ -129,7 +130,8 @@ fn s_c1_time_max_and_deadline_max_saturate_without_panicking() {
     // Lingering until Time::MAX == now: it is due at once.
     let w = e.poll_write(Time::MAX).expect("due at Time::MAX");
     assert_eq!(w.deadline, Some(Time::MAX));
-    e.finish(Time::MAX, w, Outcome::Failed).unwrap();
+    e.finish(Time::MAX, w, Outcome::Failed(Failure::Error))
+        .unwrap();
     // Backoff saturates at Time::MAX, and is due there.
     let w = e
         .poll_write(Time::MAX)
@@ -258,7 +260,7 @@ fn key_ops_per_step(backing_off: u32) -> u64 {
         let _ = e.stage(t0, Key(t), t);
     }
     while let Some(x) = e.poll_write(t0) {
-        e.finish(t0, x, Outcome::Failed).unwrap();
+        e.finish(t0, x, Outcome::Failed(Failure::Error)).unwrap();
     }
     while e.poll_event().is_some() {}
     assert_eq!(e.tenants(), backing_off as usize);

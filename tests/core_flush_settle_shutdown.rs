@@ -6,7 +6,9 @@
 mod core_world;
 
 use core_world::{dur, ms, World};
-use outbox::core::{Config, Engine, Event, LostReason, Outcome, Report, Staged, Time, WriteId};
+use outbox::core::{
+    Config, Engine, Event, Failure, LostReason, Outcome, Report, Staged, Time, WriteId,
+};
 
 // ----- S-W10: settle ----------------------------------------------------
 
@@ -276,7 +278,7 @@ fn s_w9_a_second_caller_with_an_earlier_deadline_tightens_it() {
     assert_eq!(w.e.poll_timeout(), Some(ms(100)));
     w.at(100);
     assert_eq!(w.lost(LostReason::Deadline), 1);
-    w.finish(hung, Outcome::Cancelled);
+    w.finish(hung, Outcome::Failed(Failure::Cancelled));
     let reports: Vec<_> = [sd, second, third]
         .iter()
         .map(|id| w.shutdown_done(*id).expect("every caller answered"))
@@ -299,7 +301,7 @@ fn s_w9_a_joining_shutdown_with_the_same_deadline_keeps_the_first_timer() {
     w.at(100);
     let r = w.wait_done(f).expect("answered at 100");
     assert_eq!((r.lost, r.pending), (1, 0), "the shutdown gave it up first");
-    w.finish(a, Outcome::Cancelled);
+    w.finish(a, Outcome::Failed(Failure::Cancelled));
     assert!(w.shutdown_done(sd).is_some());
 }
 
@@ -330,7 +332,7 @@ fn s_w9_a_tenant_with_a_given_up_write_is_held_until_the_write_returns() {
     assert_eq!(w.e.pending(), 0);
     assert_eq!(w.e.tenants(), 1, "held while its write is out");
     assert!(w.shutdown_done(sd).is_none(), "waits for the dead letters");
-    w.finish(a, Outcome::Cancelled);
+    w.finish(a, Outcome::Failed(Failure::Cancelled));
     assert_eq!(w.e.tenants(), 0);
     let report = w
         .shutdown_done(sd)
@@ -391,7 +393,7 @@ fn s_a7_abandon_during_shutdown_reports_through_the_shutdown() {
     let sd = w.shutdown(10_000);
     let held = w.abandon();
     assert!(held.is_empty(), "the shutdown's report hands them back");
-    w.finish(a, Outcome::Cancelled);
+    w.finish(a, Outcome::Failed(Failure::Cancelled));
     let r = w.shutdown_done(sd).expect("answered");
     assert_eq!(r.lost, 2);
     assert_eq!(r.unwritten, [(1, vec![1]), (2, vec![2])]);

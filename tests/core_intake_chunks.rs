@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use outbox::core::{Config, Engine, Event, Handoff, Intake, Outcome, Time, Write};
+use outbox::core::{Config, Engine, Event, Failure, Handoff, Intake, Outcome, Time, Write};
 use proptest::prelude::*;
 
 type Eng = Engine<u32, u64>;
@@ -137,7 +137,9 @@ impl Side {
             self.log.push(format!("{ev:?}"));
             if cancel {
                 for w in std::mem::take(&mut self.in_flight) {
-                    let back = self.engine.finish(now, w, Outcome::Cancelled);
+                    let back = self
+                        .engine
+                        .finish(now, w, Outcome::Failed(Failure::Cancelled));
                     self.log
                         .push(format!("cancelled {:?}", back.map(|v| v.len())));
                 }
@@ -195,9 +197,9 @@ fn handoff(
 fn outcome(o: u8) -> Outcome {
     match o {
         0 | 1 => Outcome::Written { discarded: 0 },
-        2 => Outcome::Failed,
-        3 => Outcome::Rejected,
-        4 => Outcome::TimedOut,
+        2 => Outcome::Failed(Failure::Error),
+        3 => Outcome::Failed(Failure::Rejected),
+        4 => Outcome::Failed(Failure::Timeout),
         _ => Outcome::Written { discarded: 1 },
     }
 }

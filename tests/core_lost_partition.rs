@@ -134,7 +134,7 @@ fn s_l16_a_stale_write_after_the_hand_over_ends_once_as_stale() {
     let a = w.poll_one();
     let now = w.now;
     w.e.hand_over_tenants(now, [1]);
-    w.finish(a, Outcome::StaleEpoch);
+    w.finish(a, Outcome::Failed(Failure::StaleEpoch));
     assert_eq!(handed_over(&w), [(1, 2)]);
     let c = w.c();
     assert_eq!((c.handed_over, c.failed(Failure::StaleEpoch)), (2, 1));
@@ -240,7 +240,9 @@ mod property {
 
     use std::collections::BTreeMap;
 
-    use outbox::core::{BreakerConfig, Config, Engine, Event, Outcome, Time, WaitId, Write};
+    use outbox::core::{
+        BreakerConfig, Config, Engine, Event, Failure, Outcome, Time, WaitId, Write,
+    };
     use proptest::prelude::*;
 
     #[derive(Clone, Debug)]
@@ -300,9 +302,9 @@ mod property {
     fn outcome(n: u8) -> Option<Outcome> {
         match n {
             0 | 1 => Some(Outcome::WRITTEN),
-            2 => Some(Outcome::Failed),
-            3 => Some(Outcome::Rejected),
-            4 => Some(Outcome::StaleEpoch),
+            2 => Some(Outcome::Failed(Failure::Error)),
+            3 => Some(Outcome::Failed(Failure::Rejected)),
+            4 => Some(Outcome::Failed(Failure::StaleEpoch)),
             _ => None, // the task is lost
         }
     }

@@ -5,7 +5,7 @@
 mod core_world;
 
 use core_world::{dur, ms, World};
-use outbox::core::{BreakerConfig, BreakerState, Config, Event, LostReason, Outcome};
+use outbox::core::{BreakerConfig, BreakerState, Config, Event, Failure, LostReason, Outcome};
 
 fn breaker(failures: u32) -> BreakerConfig {
     BreakerConfig::new()
@@ -93,7 +93,7 @@ fn s_r2_no_probe_timeout_without_a_tenant_ready() {
     assert_eq!(w.e.poll_timeout(), Some(ms(1_000)));
     w.at(1_000);
     let p = w.poll_one();
-    w.finish(p, Outcome::Rejected);
+    w.finish(p, Outcome::Failed(Failure::Rejected));
     assert_eq!(w.e.breaker(), BreakerState::Closed, "the sink answered");
 }
 

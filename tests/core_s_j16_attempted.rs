@@ -6,7 +6,7 @@
 mod core_world;
 
 use core_world::World;
-use outbox::core::{Config, DeadReason, Event, Outcome};
+use outbox::core::{Config, DeadReason, Event, Failure, Outcome};
 
 fn letters(w: &World) -> Vec<(u32, Vec<u32>, DeadReason, bool)> {
     w.events
@@ -43,7 +43,7 @@ fn a_shutdown_says_which_runs_were_attempted() {
     w.stage_ok(3, [5]);
     let sd = w.shutdown(10);
     w.at(10);
-    w.finish(a, Outcome::Cancelled);
+    w.finish(a, Outcome::Failed(Failure::Cancelled));
     let r = w.shutdown_done(sd).expect("answered").clone_runs();
     assert_eq!(
         r,
@@ -80,7 +80,7 @@ fn run_time_dead_letters_say_whether_they_were_attempted() {
     );
     w.stage_ok(1, [1]);
     let a = w.poll_one();
-    w.finish(a, Outcome::Rejected);
+    w.finish(a, Outcome::Failed(Failure::Rejected));
     w.stage_ok(2, [2]);
     let b = w.poll_one();
     w.stage_ok(3, [3]);

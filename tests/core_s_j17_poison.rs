@@ -9,7 +9,9 @@ use std::time::Duration;
 use outbox::core::journal::{
     plan, Head, Limits, Lives, Machine, Note, Op, SegmentFile, Settings, Sizes,
 };
-use outbox::core::{Config, DeadReason, Durable, Engine, Event, LostReason, Outcome, Time, Write};
+use outbox::core::{
+    Config, DeadReason, Durable, Engine, Event, Failure, LostReason, Outcome, Time, Write,
+};
 
 /// One sealed segment holding `items` (sequence, tenant) and `lives`.
 fn segment(items: &[(u64, u32)], lives: Lives) -> SegmentFile<u32, u64> {
@@ -221,7 +223,7 @@ fn s_j17_a_suspect_that_keeps_failing_holds_no_other_tenant_back_and_retries_alo
         for (_, w) in due {
             let tenant = w.tenant;
             let outcome = if tenant == 1 {
-                Outcome::Failed
+                Outcome::Failed(Failure::Error)
             } else {
                 Outcome::WRITTEN
             };

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use outbox::core::{
-    Config, DropReason, Durable, Engine, ErrorPolicy, ItemAge, ItemOutcome, LostReason, Outcome,
-    Time,
+    Config, DropReason, Durable, Engine, ErrorPolicy, Failure, ItemAge, ItemOutcome, LostReason,
+    Outcome, Time,
 };
 
 fn secs(s: u64) -> Time {
@@ -50,7 +50,8 @@ fn a_retried_slice_is_aged_when_it_finally_settles_and_discards_are_lost() {
     let _ = e.stage(secs(0), 1, 10);
     let _ = e.stage(secs(0), 1, 11);
     let w = e.poll_write(secs(0)).unwrap();
-    e.finish(secs(1), w, Outcome::Failed).unwrap();
+    e.finish(secs(1), w, Outcome::Failed(Failure::Error))
+        .unwrap();
     assert!(ages(&mut e).is_empty(), "a retried slice has not settled");
     e.handle_timeout(secs(30));
     let w = e.poll_write(secs(30)).expect("the retry");
@@ -71,14 +72,16 @@ fn given_up_items_are_sampled_under_their_reason() {
     let mut e = engine(aged());
     let _ = e.stage(secs(0), 1, 10);
     let w = e.poll_write(secs(2)).unwrap();
-    e.finish(secs(3), w, Outcome::Rejected).unwrap();
+    e.finish(secs(3), w, Outcome::Failed(Failure::Rejected))
+        .unwrap();
     assert_eq!(ages(&mut e), [(ItemOutcome::Lost(LostReason::Terminal), 3)]);
 
     // Dropped under the `drop` error policy.
     let mut e = engine(aged().error_policy(ErrorPolicy::Drop));
     let _ = e.stage(secs(0), 1, 10);
     let w = e.poll_write(secs(0)).unwrap();
-    e.finish(secs(4), w, Outcome::Failed).unwrap();
+    e.finish(secs(4), w, Outcome::Failed(Failure::Error))
+        .unwrap();
     assert_eq!(
         ages(&mut e),
         [(ItemOutcome::Dropped(DropReason::SinkError), 4)]
@@ -88,7 +91,8 @@ fn given_up_items_are_sampled_under_their_reason() {
     let mut e = engine(aged().max_attempts(100));
     let _ = e.stage(secs(0), 1, 10);
     let w = e.poll_write(secs(0)).unwrap();
-    e.finish(secs(1), w, Outcome::Failed).unwrap();
+    e.finish(secs(1), w, Outcome::Failed(Failure::Error))
+        .unwrap();
     e.handle_timeout(secs(61));
     let got = ages(&mut e);
     assert_eq!(got.len(), 1);
@@ -100,7 +104,8 @@ fn given_up_items_are_sampled_under_their_reason() {
     let _ = e.stage(secs(0), 1, 10);
     let w = e.poll_write(secs(0)).unwrap();
     let _ = e.stage(secs(2), 1, 11);
-    e.finish(secs(7), w, Outcome::StaleEpoch).unwrap();
+    e.finish(secs(7), w, Outcome::Failed(Failure::StaleEpoch))
+        .unwrap();
     assert_eq!(
         ages(&mut e),
         [(ItemOutcome::HandedOver, 7), (ItemOutcome::HandedOver, 5)]
@@ -124,7 +129,8 @@ fn a_shutdown_deadline_samples_the_in_flight_and_the_waiting_items() {
         ],
     );
     // The given-up write coming back settles nothing again.
-    e.finish(secs(5), w, Outcome::Cancelled).unwrap();
+    e.finish(secs(5), w, Outcome::Failed(Failure::Cancelled))
+        .unwrap();
     assert!(ages(&mut e).is_empty());
 }
 

@@ -8,7 +8,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use outbox::core::{Config, Engine, Event, LostReason, Outcome, Time};
+use outbox::core::{Config, Engine, Event, Failure, LostReason, Outcome, Time};
 
 struct Counting;
 
@@ -80,7 +80,11 @@ fn close(tenants: u64, per: u32, max_item_age: bool) -> u64 {
     assert_eq!((r.lost, r.written, r.pending), (n, 0, 0));
     assert_eq!(e.counters().lost(LostReason::Deadline), n);
     for w in hanging {
-        let _ = e.finish(Time::from_millis(1_000), w, Outcome::Cancelled);
+        let _ = e.finish(
+            Time::from_millis(1_000),
+            w,
+            Outcome::Failed(Failure::Cancelled),
+        );
     }
     let mut report = None;
     while let Some(ev) = e.poll_event() {

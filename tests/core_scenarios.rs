@@ -173,7 +173,7 @@ fn s06_shutdown_counts_what_is_unwritten_at_the_deadline() {
         w.shutdown_done(sd).is_none(),
         "the report waits for the hung write's items (dead letters)"
     );
-    w.finish(hung, Outcome::Cancelled);
+    w.finish(hung, Outcome::Failed(Failure::Cancelled));
     let r = w.shutdown_done(sd).expect("answered");
     assert_eq!(
         r.report(),
@@ -196,16 +196,16 @@ fn s06_shutdown_counts_what_is_unwritten_at_the_deadline() {
 /// Scenario 7: S-W5: a panicking write is retried.
 #[test]
 fn s07_panicking_write_is_retried() {
-    panic_like_retry(Outcome::Panicked);
+    panic_like_retry(Outcome::Failed(Failure::Panic));
 }
 
 /// Scenario 8: S-W5: a sink error whose Display panics reaches the core as a panic
 /// (the driver contains it); the outcome is the same as 7.
 #[test]
 fn s08_error_display_panics() {
-    panic_like_retry(Outcome::Panicked);
+    panic_like_retry(Outcome::Failed(Failure::Panic));
     // And a plain error takes the same road, only named differently.
-    panic_like_retry(Outcome::Failed);
+    panic_like_retry(Outcome::Failed(Failure::Error));
 }
 
 fn panic_like_retry(outcome: Outcome) {
@@ -218,7 +218,7 @@ fn panic_like_retry(outcome: Outcome) {
         Event::AttemptFailed { failure, next, .. } => Some((*failure, *next)),
         _ => None,
     });
-    let name = if outcome == Outcome::Panicked {
+    let name = if outcome == Outcome::Failed(Failure::Panic) {
         Failure::Panic
     } else {
         Failure::Error
@@ -506,7 +506,7 @@ fn s23_every_drop_path_is_counted() {
     let ws = w.poll();
     let mut it = ws.into_iter();
     let (t1, t2, t3) = (it.next().unwrap(), it.next().unwrap(), it.next().unwrap());
-    w.finish(t1, Outcome::Rejected);
+    w.finish(t1, Outcome::Failed(Failure::Rejected));
     assert_eq!(w.lost(LostReason::Terminal), 2);
     w.fail(t2);
     w.at(50);
@@ -521,7 +521,7 @@ fn s23_every_drop_path_is_counted() {
     w.ok(t4);
     w.at(1_000);
     assert_eq!(w.lost(LostReason::Deadline), 2, "T3's hung write");
-    w.finish(t3, Outcome::Cancelled);
+    w.finish(t3, Outcome::Failed(Failure::Cancelled));
     assert!(w.shutdown_done(sd).is_some());
     let c = w.c();
     assert_eq!(c.staged, 9);
@@ -594,7 +594,7 @@ fn s27_write_timeout() {
     let a = w.poll_one();
     assert_eq!(a.deadline, Some(ms(30_000)));
     w.at(30_000); // the driver cancels it at its deadline
-    w.finish(a, Outcome::TimedOut);
+    w.finish(a, Outcome::Failed(Failure::Timeout));
     assert!(w.events.iter().any(|e| matches!(
         e,
         Event::AttemptFailed {

@@ -8,7 +8,7 @@ mod core_world;
 use std::cell::Cell;
 
 use core_world::{dur, ms, World};
-use outbox::core::{Config, DropReason, Engine, Event, Outcome, Staged, Time};
+use outbox::core::{Config, DropReason, Engine, Event, Failure, Outcome, Staged, Time};
 
 // ----- S-A1: bounded mode drops instead of blocking ---------------------
 
@@ -137,7 +137,7 @@ fn s_b5_pending_bytes_follow_retries_drops_and_losses() {
     w.fail(a); // exhausted
     assert_eq!(w.e.pending_bytes(), 4);
     let b = w.poll_one();
-    w.finish(b, Outcome::Rejected);
+    w.finish(b, Outcome::Failed(Failure::Rejected));
     assert_eq!(w.e.pending_bytes(), 0);
 }
 

@@ -27,7 +27,7 @@ fn s_e7_a_stale_write_hands_its_tenant_over_neither_retried_nor_lost() {
     assert_eq!(stale.tenant, 1);
     // Tenant 1 keeps staging while its write is out.
     w.stage_ok(1, [3, 4, 5]);
-    w.finish(stale, Outcome::StaleEpoch);
+    w.finish(stale, Outcome::Failed(Failure::StaleEpoch));
     let c = w.c().clone();
     assert_eq!(c.handed_over, 5, "the write's 2 and the 3 waiting");
     assert_eq!((c.lost_total(), c.dropped_total(), c.written), (0, 0, 0));
@@ -82,7 +82,7 @@ fn s_e7_flush_and_settle_answer_with_the_items_handed_over() {
     let first = w.poll_one();
     let settle = w.settle(10_000);
     let flush = w.flush(10_000);
-    w.finish(first, Outcome::StaleEpoch);
+    w.finish(first, Outcome::Failed(Failure::StaleEpoch));
     let want = Report {
         handed_over: 3,
         ..Report::default()
@@ -101,7 +101,7 @@ fn s_e7_a_stale_epoch_is_an_answer_the_breaker_does_not_count() {
     w.stage_ok(1, [1]);
     w.stage_ok(2, [2]);
     let a = w.poll_one();
-    w.finish(a, Outcome::StaleEpoch);
+    w.finish(a, Outcome::Failed(Failure::StaleEpoch));
     assert_eq!(w.e.breaker(), BreakerState::Closed);
     let b = w.poll_one();
     assert_eq!(b.tenant, 2, "the next write starts at once");
@@ -121,7 +121,7 @@ fn s_e7_a_tenant_staged_again_after_a_hand_over_starts_afresh() {
     let mut w = World::table(Config::builder().concurrency(1));
     w.stage_ok(1, [1]);
     let a = w.poll_one();
-    w.finish(a, Outcome::StaleEpoch);
+    w.finish(a, Outcome::Failed(Failure::StaleEpoch));
     w.stage_ok(1, [7]);
     let b = w.poll_one();
     assert_eq!((b.tenant, b.items.clone(), b.attempt), (1, vec![7], 1));
@@ -137,7 +137,7 @@ fn s_e7_a_given_up_write_that_comes_back_stale_stays_counted_lost() {
     let a = w.poll_one();
     let sd = w.shutdown(100);
     w.at(100);
-    w.finish(a, Outcome::StaleEpoch);
+    w.finish(a, Outcome::Failed(Failure::StaleEpoch));
     let report = w.shutdown_done(sd).expect("answered");
     assert_eq!((report.lost, report.handed_over), (2, 0));
     assert_eq!(
@@ -163,7 +163,7 @@ fn s_e7_without_an_outbox_table_a_stale_write_is_a_terminal_loss_never_handed_ov
     assert_eq!(stale.tenant, 1);
     w.stage_ok(1, [3]);
     let settle = w.settle(10_000);
-    w.finish(stale, Outcome::StaleEpoch);
+    w.finish(stale, Outcome::Failed(Failure::StaleEpoch));
     let c = w.c().clone();
     assert_eq!(c.handed_over, 0, "no outbox table holds them");
     assert_eq!(c.lost(LostReason::StaleEpoch), 2, "{c:?}");

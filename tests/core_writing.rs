@@ -7,8 +7,8 @@ mod core_world;
 
 use core_world::{dur, ms, World};
 use outbox::core::{
-    AfterFailure, Config, DropReason, ErrorPolicy, Event, LostReason, Outcome, Staged, Time,
-    WriteId,
+    AfterFailure, Config, DropReason, ErrorPolicy, Event, Failure, LostReason, Outcome, Staged,
+    Time, WriteId,
 };
 
 // ----- S-W3: order and concurrency --------------------------------------
@@ -223,10 +223,10 @@ fn s_w5_later_arrivals_never_merge_into_a_retry() {
 #[test]
 fn s_w5_every_failure_kind_keeps_the_slice() {
     for outcome in [
-        Outcome::Failed,
-        Outcome::Panicked,
-        Outcome::TimedOut,
-        Outcome::Cancelled,
+        Outcome::Failed(Failure::Error),
+        Outcome::Failed(Failure::Panic),
+        Outcome::Failed(Failure::Timeout),
+        Outcome::Failed(Failure::Cancelled),
     ] {
         let mut w = World::new(Config::builder());
         w.stage_ok(1, [1, 2]);
@@ -279,10 +279,10 @@ fn s_w7_backoff_doubles_and_resets_on_success() {
 #[test]
 fn s_a5_drop_policy_drops_the_batch_and_moves_on() {
     for outcome in [
-        Outcome::Failed,
-        Outcome::Panicked,
-        Outcome::TimedOut,
-        Outcome::Cancelled,
+        Outcome::Failed(Failure::Error),
+        Outcome::Failed(Failure::Panic),
+        Outcome::Failed(Failure::Timeout),
+        Outcome::Failed(Failure::Cancelled),
     ] {
         let mut w = World::new(Config::builder().error_policy(ErrorPolicy::Drop));
         w.stage_ok(1, [1, 2]);
@@ -305,7 +305,7 @@ fn s_a5_terminal_rejection_is_lost_under_either_policy() {
         w.stage_ok(1, [1, 2]);
         let a = w.poll_one();
         w.stage_ok(1, [3]);
-        w.finish(a, Outcome::Rejected);
+        w.finish(a, Outcome::Failed(Failure::Rejected));
         assert_eq!(w.lost(LostReason::Terminal), 2, "{policy:?}");
         assert_eq!(w.c().dropped_total(), 0);
         assert_eq!(w.c().failed_attempts, 1);
@@ -342,6 +342,35 @@ fn s_w13_finish_lost_counts_join_failed_and_keeps_running() {
     assert_eq!(w.e.pending(), 0);
 }
 
+/// A lost task reported with its items through `finish` means what
+/// `finish_lost` records: lost under `join_failed`, never retried, one
+/// failed attempt of kind `task_lost`; the items come back to be dropped.
+#[test]
+fn s_w13_finish_failed_task_lost_is_finish_lost_with_the_items() {
+    let mut w = World::new(Config::builder());
+    w.stage_ok(1, [1, 2]);
+    let a = w.poll_one();
+    w.stage_ok(1, [3]);
+    let done = w.e.finish(w.now, a, Outcome::Failed(Failure::TaskLost));
+    assert_eq!(
+        done.unwrap(),
+        [1, 2],
+        "the items are returned to be dropped"
+    );
+    assert_eq!(w.lost(LostReason::JoinFailed), 2);
+    assert_eq!(w.c().failed(Failure::TaskLost), 1);
+    assert_eq!(w.c().failed_attempts, 1);
+    assert_eq!(w.e.pending(), 1);
+    let b = w.poll_one();
+    assert_eq!(
+        (b.items.as_slice(), b.attempt),
+        (&[3][..], 1),
+        "not retried"
+    );
+    w.ok(b);
+    assert_eq!(w.e.pending(), 0);
+}
+
 /// Refused and dropped items, and in-flight items coming back after an
 /// abandon with no shutdown to hand them to, are released to the caller
 /// (already counted), never dropped inside the engine; items a shutdown
@@ -359,8 +388,8 @@ fn s_w13_items_let_go_of_are_released_not_dropped() {
     assert!(w.e.abandon(w.now).is_empty(), "everything is in flight");
     assert_eq!(w.stage(1, 5), Staged::ShuttingDown);
     assert_eq!(w.e.take_released(), [5]);
-    w.finish(a, Outcome::Failed);
-    w.finish(b, Outcome::Failed);
+    w.finish(a, Outcome::Failed(Failure::Error));
+    w.finish(b, Outcome::Failed(Failure::Error));
     assert_eq!(w.e.take_released(), [1, 3], "no shutdown takes them");
     assert_eq!(w.e.counters().lost(LostReason::Abandoned), 2);
 
@@ -370,7 +399,7 @@ fn s_w13_items_let_go_of_are_released_not_dropped() {
     let a = w.poll_one();
     let _ = w.e.shutdown(w.now, w.now);
     w.e.handle_timeout(w.now);
-    w.finish(a, Outcome::Failed);
+    w.finish(a, Outcome::Failed(Failure::Error));
     assert!(w.e.take_released().is_empty(), "handed back by the report");
     let sd = w.events.iter().find_map(|e| match e {
         Event::ShutdownDone { report, .. } => Some(

@@ -15,7 +15,7 @@ use std::cell::Cell;
 use std::time::Duration;
 
 use outbox::core::{
-    Config, DropReason, Engine, Event, LostReason, Outcome, Staged, Time, Write, LOG_EVERY,
+    Config, DropReason, Engine, Event, Failure, LostReason, Outcome, Staged, Time, Write, LOG_EVERY,
 };
 use outbox::{Outbox, Sink, TenantId, WriteError, Written};
 use proptest::prelude::*;
@@ -244,10 +244,10 @@ impl Driven {
                         .swap_remove(usize::from(pick) % self.in_flight.len());
                     let outcome = match outcome {
                         0 | 1 => Outcome::WRITTEN,
-                        2 => Outcome::Failed,
-                        3 => Outcome::TimedOut,
-                        4 => Outcome::Rejected,
-                        _ => Outcome::Cancelled,
+                        2 => Outcome::Failed(Failure::Error),
+                        3 => Outcome::Failed(Failure::Timeout),
+                        4 => Outcome::Failed(Failure::Rejected),
+                        _ => Outcome::Failed(Failure::Cancelled),
                     };
                     let done = self.engine.finish(self.now, w, outcome).expect("in flight");
                     drop(done);

@@ -818,7 +818,7 @@ impl Model {
         let t = w.tenant;
         let n = w.items.len();
         let failure = match outcome {
-            Some(o) => Failure::of(Outcome::from(o)),
+            Some(o) => Outcome::from(o).failure(),
             None => Some(Failure::TaskLost),
         };
         // S-R1: every end reaches the breaker, a given-up write's too.

@@ -555,7 +555,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
 
     /// The same engine, relaying an outbox table (S-E7): the table holds
     /// every item until it is removed from it, so a write refused under a
-    /// stale epoch ([`Outcome::StaleEpoch`]) hands its tenant over (counted
+    /// stale epoch ([`Failure::StaleEpoch`]) hands its tenant over (counted
     /// `handed_over`, left for the partition's next owner). Without it
     /// (the default: an in-memory outbox, or one with a journal) nothing
     /// can take the items over, and a stale epoch is a terminal failure of
@@ -1405,12 +1405,12 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             _ => return Err(Box::new(UnknownWrite(write))),
         }
         let rec = self.in_flight.remove(&write.id).expect("just checked");
-        self.breaker.ended(write.id, Failure::of(outcome), self.now);
+        self.breaker.ended(write.id, outcome.failure(), self.now);
         self.groups.leave(rec.group);
         if rec.given_up {
             return Ok(self.finish_given_up(write, &rec, outcome));
         }
-        let items = match Failure::of(outcome) {
+        let items = match outcome.failure() {
             None => self.finish_written(write, rec, outcome.discarded()),
             Some(failure) => self.finish_failed(write, rec, failure),
         };
@@ -1501,6 +1501,9 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             AfterFailure::Lost if failure == Failure::StaleEpoch => {
                 ItemOutcome::Lost(LostReason::StaleEpoch)
             }
+            AfterFailure::Lost if failure == Failure::TaskLost => {
+                ItemOutcome::Lost(LostReason::JoinFailed)
+            }
             // Handed over never gets here (`hand_over`), nor given up;
             // counted as lost only to keep the match whole.
             AfterFailure::Lost | AfterFailure::GivenUp | AfterFailure::HandedOver => {
@@ -1512,6 +1515,8 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             (AfterFailure::Dropped, _) => Some(DeadReason::SinkError),
             (AfterFailure::Lost, Failure::Rejected) => Some(DeadReason::Terminal),
             (AfterFailure::Lost, Failure::StaleEpoch) => Some(DeadReason::StaleEpoch),
+            // As from `finish_lost`: lost, not a dead letter (S-W13).
+            (AfterFailure::Lost, Failure::TaskLost) => None,
             (AfterFailure::Lost, _) => Some(DeadReason::RetriesExhausted),
             _ => None,
         };
@@ -1660,7 +1665,9 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
 
     /// What becomes of a failed attempt's items, counted: lost if the
     /// store rejected them (S-B2) or refused them under a stale epoch with
-    /// no outbox table to hand them over to (S-E7), dropped under the `drop` error policy
+    /// no outbox table to hand them over to (S-E7), lost under
+    /// `join_failed` if the driver reports the task lost (S-W13), dropped
+    /// under the `drop` error policy
     /// (S-A5), lost once retries are exhausted (S-A5), else retried after
     /// a backoff (S-W5).
     fn after_failure(&mut self, rec: &InFlight<K>, failure: Failure) -> AfterFailure {
@@ -1679,6 +1686,9 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         } else if failure == Failure::StaleEpoch {
             // No outbox table to hand it over to (S-E7): terminal.
             self.count_lost(&rec.tenant, LostReason::StaleEpoch, n);
+            AfterFailure::Lost
+        } else if failure == Failure::TaskLost {
+            self.count_lost(&rec.tenant, LostReason::JoinFailed, n);
             AfterFailure::Lost
         } else if self.config.error_policy == ErrorPolicy::Drop {
             self.count_dropped(&rec.tenant, DropReason::SinkError, n);
@@ -1731,7 +1741,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         rec: &InFlight<K>,
         outcome: Outcome,
     ) -> Vec<I> {
-        let done = match Failure::of(outcome) {
+        let done = match outcome.failure() {
             None => {
                 self.counters.writes += 1;
                 self.events.push_back(Event::Written {

@@ -37,12 +37,15 @@ pub struct Write<K, I> {
     /// 1 for the first attempt, then 2, 3, … on retries.
     pub attempt: u32,
     /// When the driver must cancel this attempt and report
-    /// [`Outcome::TimedOut`] (S-B3); `None` without a `write_timeout`.
+    /// [`Outcome::Failed`] with [`Failure::Timeout`] (S-B3); `None` without a
+    /// `write_timeout`.
     pub deadline: Option<Time>,
 }
 
 /// How an attempt ended, as the driver reports it to
-/// [`Engine::finish`](super::Engine::finish).
+/// [`Engine::finish`](super::Engine::finish): written, or failed by one
+/// [`Failure`] kind (S-W18: every attempt ends written or failed by exactly
+/// one kind).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Outcome {
     /// The sink committed the slice, but `discarded` of its items were
@@ -52,24 +55,66 @@ pub enum Outcome {
         /// Items the sink consumed without writing (usually 0).
         discarded: usize,
     },
-    /// The sink returned a retryable error (S-W5).
-    Failed,
+    /// The attempt failed; its [`Failure`] says how, and so what becomes
+    /// of the slice (S-W5, S-A5, S-B3, S-W18, S-E7, S-W13).
+    Failed(Failure),
+}
+
+impl Outcome {
+    /// A write committed in full.
+    pub const WRITTEN: Outcome = Outcome::Written { discarded: 0 };
+
+    /// The kind of a failed outcome; `None` for [`Outcome::Written`].
+    pub const fn failure(self) -> Option<Failure> {
+        match self {
+            Outcome::Written { .. } => None,
+            Outcome::Failed(failure) => Some(failure),
+        }
+    }
+
+    /// Items the store discarded: 0 unless written.
+    pub(crate) const fn discarded(self) -> usize {
+        match self {
+            Outcome::Written { discarded } => discarded,
+            Outcome::Failed(_) => 0,
+        }
+    }
+}
+
+/// The kind of a failed attempt: what the driver reports in
+/// [`Outcome::Failed`], and what events, logs and the `kind` label of
+/// `outbox_write_failures_total` name (S-W18: every attempt ends written
+/// or failed by exactly one kind).
+///
+/// Non-exhaustive: new kinds may come (a match needs a `_` arm).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum Failure {
+    /// The sink returned a retryable error: retried, or dropped under the
+    /// drop policy (S-W5, S-A5).
+    Error,
     /// The sink panicked creating, polling or rendering the error of the
-    /// write (S-W5).
-    Panicked,
+    /// write; handled as a retryable error (S-W5).
+    Panic,
     /// The attempt outlived [`Write::deadline`] and was cancelled (S-B3).
-    TimedOut,
+    Timeout,
     /// The sink rejected the slice terminally: lost under `terminal`, never
     /// retried (S-A5).
     Rejected,
-    /// The driver cancelled the attempt because the engine asked it to
-    /// ([`Event::CancelInFlight`]). Like every other outcome it counts as
-    /// one failed attempt, of kind [`Failure::Cancelled`] (S-W18).
+    /// Cancelled by the driver because the engine asked it to
+    /// ([`Event::CancelInFlight`]): at a shutdown deadline (S-W9) or by an
+    /// abandon (S-A7). Counts as one failed attempt (S-W18).
     Cancelled,
+    /// The attempt's task ended without giving its items back (S-W13): what
+    /// [`Engine::finish_lost`](super::Engine::finish_lost) records. Given
+    /// to [`Engine::finish`](super::Engine::finish) with the items, it means
+    /// the same: the slice is lost under `join_failed`, never retried, and
+    /// its items are returned to be dropped.
+    TaskLost,
     /// The sink refused the write because a newer epoch is installed for
-    /// its partition (S-E7, S-L14): another instance owns it now. One
-    /// failed attempt of kind [`Failure::StaleEpoch`]; never retried. On an
-    /// engine relaying an outbox table
+    /// its partition (S-E7, S-L14): another instance owns it now. Never
+    /// retried; the sink answered, so it does not count toward the breaker
+    /// (S-R1). On an engine relaying an outbox table
     /// ([`Engine::with_outbox_table`](super::Engine::with_outbox_table)) not
     /// lost: the write's items and every item of its tenant still waiting
     /// leave the engine counted `handed_over` (the next owner delivers them
@@ -77,48 +122,6 @@ pub enum Outcome {
     /// outbox table nothing can take them over: a terminal failure of the
     /// write, its items lost under `stale_epoch` (dead letter
     /// [`DeadReason::StaleEpoch`]), as a [`Rejected`](Self::Rejected) slice.
-    StaleEpoch,
-}
-
-impl Outcome {
-    /// A write committed in full.
-    pub const WRITTEN: Outcome = Outcome::Written { discarded: 0 };
-
-    /// Items the store discarded: 0 unless written.
-    pub(crate) const fn discarded(self) -> usize {
-        match self {
-            Outcome::Written { discarded } => discarded,
-            _ => 0,
-        }
-    }
-}
-
-/// The kind of a failed attempt, as events, logs and the `kind` label of
-/// `outbox_write_failures_total` name it (S-W18: every attempt ends written
-/// or failed by exactly one kind).
-///
-/// Non-exhaustive: new kinds may come (a match needs a `_` arm).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[non_exhaustive]
-pub enum Failure {
-    /// The sink's retryable error.
-    Error,
-    /// A panic in the sink.
-    Panic,
-    /// The write timeout (S-B3).
-    Timeout,
-    /// A terminal rejection (S-A5).
-    Rejected,
-    /// Cancelled by the driver: at a shutdown deadline (S-W9) or by an
-    /// abandon (S-A7), when the engine asked ([`Event::CancelInFlight`]).
-    Cancelled,
-    /// The attempt's task ended without giving its items back (S-W13,
-    /// [`Engine::finish_lost`](super::Engine::finish_lost)).
-    TaskLost,
-    /// The sink refused the write under a stale epoch (S-E7): not retried;
-    /// handed over with an outbox table, lost under `stale_epoch` without
-    /// one; the sink answered, so it does not count toward the breaker
-    /// (S-R1).
     StaleEpoch,
 }
 
@@ -146,19 +149,6 @@ impl Failure {
             Failure::Cancelled => "cancelled",
             Failure::TaskLost => "task_lost",
             Failure::StaleEpoch => "stale_epoch",
-        }
-    }
-
-    /// The kind of a failed outcome; `None` for [`Outcome::Written`].
-    pub const fn of(outcome: Outcome) -> Option<Failure> {
-        match outcome {
-            Outcome::Written { .. } => None,
-            Outcome::Failed => Some(Failure::Error),
-            Outcome::Panicked => Some(Failure::Panic),
-            Outcome::TimedOut => Some(Failure::Timeout),
-            Outcome::Rejected => Some(Failure::Rejected),
-            Outcome::Cancelled => Some(Failure::Cancelled),
-            Outcome::StaleEpoch => Some(Failure::StaleEpoch),
         }
     }
 
@@ -520,11 +510,12 @@ pub enum Event<K, I> {
         /// How it settled: the reason it was counted under.
         outcome: super::ItemOutcome,
     },
-    /// The driver must cancel every write in flight and finish each (with
-    /// [`Outcome::Cancelled`] or whatever it got first). The engine has
-    /// already counted their items lost (S-W9 deadline, S-A7).
+    /// The driver must cancel every write in flight and finish each (failed
+    /// by [`Failure::Cancelled`], or with whatever it got first). The engine
+    /// has already counted their items lost (S-W9 deadline, S-A7).
     CancelInFlight,
-    /// A write of `tenant` came back [`Outcome::StaleEpoch`] (S-E7): its
+    /// A write of `tenant` came back failed by [`Failure::StaleEpoch`]
+    /// (S-E7): its
     /// items and every item of the tenant still waiting left the engine
     /// counted `handed_over`, not lost, not retried; the partition's next
     /// owner delivers them from the outbox table. Queued right after the

@@ -11,7 +11,7 @@ use tokio_util::either::Either;
 use tokio_util::sync::CancellationToken;
 
 use super::contain::{self, Contained};
-use crate::core::{Outcome, Write};
+use crate::core::{Failure, Outcome, Write};
 use crate::sink::{ErrorKind, Sink, Slice, WriteEpoch, WriteError, Written};
 
 /// What a write task hands back to the writer: the write with its very
@@ -91,15 +91,15 @@ pub(crate) async fn run_slices<S: Sink>(
 ///
 /// - The sink's `write` returned `Ok`: [`Outcome::Written`] with the
 ///   sink's `discarded` count (S-W12).
-/// - A retryable error: [`Outcome::Failed`]; a terminal one:
-///   [`Outcome::Rejected`] (S-A5); a stale epoch:
-///   [`Outcome::StaleEpoch`] (S-E7).
+/// - Otherwise [`Outcome::Failed`], by kind: a retryable error:
+///   [`Failure::Error`]; a terminal one: [`Failure::Rejected`] (S-A5); a
+///   stale epoch: [`Failure::StaleEpoch`] (S-E7).
 /// - A panic creating the future, polling it, or rendering or dropping a
-///   retryable error: [`Outcome::Panicked`] (S-W5); a terminal error that
-///   panics as it is rendered or dropped is still [`Outcome::Rejected`].
-/// - Not finished by `deadline`: the future is dropped, [`Outcome::TimedOut`]
+///   retryable error: [`Failure::Panic`] (S-W5); a terminal error that
+///   panics as it is rendered or dropped is still [`Failure::Rejected`].
+/// - Not finished by `deadline`: the future is dropped, [`Failure::Timeout`]
 ///   (S-B3).
-/// - `cancel` fired first: the future is dropped, [`Outcome::Cancelled`]
+/// - `cancel` fired first: the future is dropped, [`Failure::Cancelled`]
 ///   (S-W9 deadline, S-A7).
 ///
 /// The write carries `epoch` when the outbox relays a table under leases
@@ -118,14 +118,17 @@ pub(crate) async fn run_with_epoch<S: Sink>(
         None => Either::Right(sink.write(&write.tenant, &write.items)),
     }) {
         Err(contain::Panicked) => (
-            Outcome::Panicked,
+            Outcome::Failed(Failure::Panic),
             Some("the sink panicked creating the write".to_owned()),
         ),
         Ok(future) => match bounded(future, deadline, cancel).await {
-            Bounded::Cancelled => (Outcome::Cancelled, None),
-            Bounded::TimedOut => (Outcome::TimedOut, Some("the write timed out".to_owned())),
+            Bounded::Cancelled => (Outcome::Failed(Failure::Cancelled), None),
+            Bounded::TimedOut => (
+                Outcome::Failed(Failure::Timeout),
+                Some("the write timed out".to_owned()),
+            ),
             Bounded::Panicked => (
-                Outcome::Panicked,
+                Outcome::Failed(Failure::Panic),
                 Some("the sink panicked in the write".to_owned()),
             ),
             Bounded::Done(Ok(written)) => (
@@ -187,13 +190,21 @@ pub(crate) async fn run_group_with_epochs<S: Sink>(
     }) {
         Err(contain::Panicked) => all(
             n,
-            Outcome::Panicked,
+            Outcome::Failed(Failure::Panic),
             "the sink panicked creating the group write",
         ),
         Ok(future) => match bounded(future, deadline, cancel).await {
-            Bounded::Cancelled => vec![(Outcome::Cancelled, None); n],
-            Bounded::TimedOut => all(n, Outcome::TimedOut, "the group write timed out"),
-            Bounded::Panicked => all(n, Outcome::Panicked, "the sink panicked in the group write"),
+            Bounded::Cancelled => vec![(Outcome::Failed(Failure::Cancelled), None); n],
+            Bounded::TimedOut => all(
+                n,
+                Outcome::Failed(Failure::Timeout),
+                "the group write timed out",
+            ),
+            Bounded::Panicked => all(
+                n,
+                Outcome::Failed(Failure::Panic),
+                "the sink panicked in the group write",
+            ),
             Bounded::Done(results) => per_slice(n, results),
         },
     };
@@ -240,7 +251,7 @@ fn per_slice(
             ),
             Some(Err(error)) => outcome_of_error(error),
             None => (
-                Outcome::Failed,
+                Outcome::Failed(Failure::Error),
                 Some(format!(
                     "the sink returned {given} outcomes for a group of {n} slices"
                 )),
@@ -260,18 +271,18 @@ fn outcome_of_error(error: WriteError) -> (Outcome, Option<String>) {
         // The sink answered: whatever rendering does, the write is stale.
         let text = contain::call(move || error.to_string())
             .unwrap_or_else(|_| "a stale epoch (it panicked while rendering)".into());
-        return (Outcome::StaleEpoch, Some(text));
+        return (Outcome::Failed(Failure::StaleEpoch), Some(text));
     }
     let terminal = error.is_terminal();
     match (contain::call(move || error.to_string()), terminal) {
-        (Ok(text), true) => (Outcome::Rejected, Some(text)),
-        (Ok(text), false) => (Outcome::Failed, Some(text)),
+        (Ok(text), true) => (Outcome::Failed(Failure::Rejected), Some(text)),
+        (Ok(text), false) => (Outcome::Failed(Failure::Error), Some(text)),
         (Err(contain::Panicked), true) => (
-            Outcome::Rejected,
+            Outcome::Failed(Failure::Rejected),
             Some("a terminal error (it panicked while rendering)".into()),
         ),
         (Err(contain::Panicked), false) => (
-            Outcome::Panicked,
+            Outcome::Failed(Failure::Panic),
             Some("the sink's error panicked while rendering".into()),
         ),
     }

@@ -17,7 +17,7 @@ use super::contain;
 use super::shared::{Shared, State, Waiter};
 use super::task::{self as write_task, SinkEnded, Slices};
 use crate::core::{
-    Engine, Event, LostReason, Outcome, ShutdownReport, Time, WaitId, Write, WriteId,
+    Engine, Event, Failure, LostReason, Outcome, ShutdownReport, Time, WaitId, Write, WriteId,
 };
 use crate::sink::Sink;
 use crate::telemetry::Log;
@@ -29,6 +29,11 @@ enum TaskEnd<K, I> {
     /// The task ended without giving the items back (S-W13).
     Lost(WriteId),
 }
+
+/// How a write ends that the lease did not grant: it never reached the
+/// sink, and another instance owns its partition (S-T37, S-E7).
+#[cfg(feature = "table")]
+const NOT_GRANTED: Outcome = Outcome::Failed(Failure::StaleEpoch);
 
 /// Finishes the ended tasks' writes in the engine (S-C2, S-W13). The
 /// items it is done with go to `done`, to be dropped after the lock; a
@@ -531,8 +536,7 @@ impl<S: Sink> Writer<S> {
                 let granted = feed.grant(group.into_vec());
                 if !granted.refused.is_empty() {
                     for write in granted.refused {
-                        self.ended
-                            .push(TaskEnd::Finished(write, Outcome::StaleEpoch));
+                        self.ended.push(TaskEnd::Finished(write, NOT_GRANTED));
                     }
                     self.shared.wake();
                 }
@@ -753,9 +757,9 @@ async fn wait_recorded(
     let until = until(deadline);
     tokio::select! {
         biased;
-        () = cancel.cancelled() => Some(Outcome::Cancelled),
-        answer = recorded => answer.err().map(|_| Outcome::TimedOut),
-        () = until => Some(Outcome::TimedOut),
+        () = cancel.cancelled() => Some(Outcome::Failed(Failure::Cancelled)),
+        answer = recorded => answer.err().map(|_| Outcome::Failed(Failure::Timeout)),
+        () = until => Some(Outcome::Failed(Failure::Timeout)),
     }
 }
 

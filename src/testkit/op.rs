@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use arbitrary::Arbitrary;
 
-use crate::core::{BreakerConfig, Config, ErrorPolicy, Outcome};
+use crate::core::{BreakerConfig, Config, ErrorPolicy, Failure, Outcome};
 
 /// How a harness finishes a write it picked.
 #[derive(Arbitrary, Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -35,11 +35,11 @@ impl From<OpOutcome> for Outcome {
             OpOutcome::Discard(n) => Outcome::Written {
                 discarded: usize::from(n),
             },
-            OpOutcome::Failed => Outcome::Failed,
-            OpOutcome::Panicked => Outcome::Panicked,
-            OpOutcome::TimedOut => Outcome::TimedOut,
-            OpOutcome::Rejected => Outcome::Rejected,
-            OpOutcome::Cancelled => Outcome::Cancelled,
+            OpOutcome::Failed => Outcome::Failed(Failure::Error),
+            OpOutcome::Panicked => Outcome::Failed(Failure::Panic),
+            OpOutcome::TimedOut => Outcome::Failed(Failure::Timeout),
+            OpOutcome::Rejected => Outcome::Failed(Failure::Rejected),
+            OpOutcome::Cancelled => Outcome::Failed(Failure::Cancelled),
         }
     }
 }

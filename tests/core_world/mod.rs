@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use outbox::core::{
-    Config, ConfigBuilder, Counters, DropReason, Engine, Event, LostReason, Outcome, Report,
-    ShutdownReport, Staged, Time, Unwritten, WaitId, Write,
+    Config, ConfigBuilder, Counters, DropReason, Engine, Event, Failure, LostReason, Outcome,
+    Report, ShutdownReport, Staged, Time, Unwritten, WaitId, Write,
 };
 
 pub type Tenant = u32;
@@ -158,7 +158,7 @@ impl World {
     }
 
     pub fn fail(&mut self, w: W) {
-        self.finish(w, Outcome::Failed);
+        self.finish(w, Outcome::Failed(Failure::Error));
     }
 
     /// The write's task ended without giving its items back (S-W13).

@@ -153,7 +153,7 @@ mod tests {
 
     #[test]
     fn engine_events_mark_done_the_accepted_items_they_end() {
-        use crate::core::{Config, Engine, Outcome, Staged, Time};
+        use crate::core::{Config, Engine, Failure, Outcome, Staged, Time};
         use std::collections::BTreeMap;
         // Every accepted item is marked done exactly once, refusals never:
         // a drop policy, a discard, a shutdown deadline and a refusal.
@@ -169,7 +169,7 @@ mod tests {
             assert_eq!(s == Staged::Accepted, i < 3);
         }
         let w = e.poll_write(t0).unwrap();
-        e.finish(t0, w, Outcome::Failed).unwrap();
+        e.finish(t0, w, Outcome::Failed(Failure::Error)).unwrap();
         let w = e.poll_write(t0).unwrap();
         e.finish(t0, w, Outcome::Written { discarded: 1 }).unwrap();
         let _ = e.stage(t0, 5, 9);

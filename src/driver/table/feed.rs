@@ -20,7 +20,7 @@ use super::health::TableWatch;
 use crate::core::lease::WriteGrant;
 use crate::core::relay::{DeadReason, Done};
 use crate::core::{
-    AfterFailure, DropReason, Event, ItemOutcome, LostReason, Outcome, Write, WriteId,
+    AfterFailure, DropReason, Event, Failure, ItemOutcome, LostReason, Outcome, Write, WriteId,
 };
 use crate::sink::WriteEpoch;
 
@@ -270,8 +270,10 @@ impl<K: Ord + Clone> Feed<K> {
             g.grants.remove(&id)
         };
         if let Some(grant) = grant {
-            self.gate
-                .end(grant, matches!(outcome, Some(Outcome::StaleEpoch)));
+            self.gate.end(
+                grant,
+                matches!(outcome, Some(Outcome::Failed(Failure::StaleEpoch))),
+            );
         }
     }
 
@@ -660,13 +662,13 @@ mod tests {
         let mut now = Time::ZERO;
         deliver(&mut e, &feed, now, 1, &[10, 11]);
         let w = e.poll_write(now).unwrap();
-        e.finish(now, w, Outcome::Failed).unwrap();
+        e.finish(now, w, Outcome::Failed(Failure::Error)).unwrap();
         assert!(drain(&mut e, &feed, &mut rx).is_empty(), "a retry waits");
         now = now + std::time::Duration::from_millis(5);
         e.handle_timeout(now);
         let w = e.poll_write(now).expect("the retry");
         assert_eq!((w.items.as_slice(), w.attempt), (&[10][..], 2));
-        e.finish(now, w, Outcome::Failed).unwrap();
+        e.finish(now, w, Outcome::Failed(Failure::Error)).unwrap();
         let dead = Done::GivenUp {
             reason: DeadReason::RetriesExhausted,
             attempts: 2,
@@ -675,7 +677,8 @@ mod tests {
         // Row 11 goes; the sink answers a stale epoch: it is handed over.
         let w = e.poll_write(now).unwrap();
         assert_eq!(w.items, [11]);
-        e.finish(now, w, Outcome::StaleEpoch).unwrap();
+        e.finish(now, w, Outcome::Failed(Failure::StaleEpoch))
+            .unwrap();
         assert_eq!(drain(&mut e, &feed, &mut rx), [(11, Done::HandedOver)]);
         // Delivered again (the relay reads it back), then written.
         deliver(&mut e, &feed, now, 1, &[11]);
@@ -706,7 +709,7 @@ mod tests {
         let mut now = Time::ZERO;
         deliver(&mut e, &feed, now, 1, &[10, 11]);
         let w = e.poll_write(now).expect("row 10's write");
-        e.finish(now, w, Outcome::Failed).unwrap();
+        e.finish(now, w, Outcome::Failed(Failure::Error)).unwrap();
         assert!(drain(&mut e, &feed, &mut rx).is_empty(), "a retry waits");
         now = now + std::time::Duration::from_millis(500);
         e.handle_timeout(now);

@@ -6,8 +6,9 @@
 //! margin, S-L8), and carries the grant's epoch to the sink (S-E8); its
 //! grant goes back to the policy when the write ends, so a release never
 //! races a write in flight (S-L17). A write not granted never reaches the
-//! sink: it ends as [`Outcome::StaleEpoch`](crate::core::Outcome), so the
-//! engine hands its items and its tenant's waiting ones over (S-E7; the
+//! sink: it ends failed by
+//! [`Failure::StaleEpoch`](crate::core::Failure::StaleEpoch), so the engine
+//! hands its items and its tenant's waiting ones over (S-E7; the
 //! rows stay in the table for the partition's owner).
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};

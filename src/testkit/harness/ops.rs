@@ -299,7 +299,7 @@ impl Harness {
         if !written {
             *self.stats.faults.entry(fault_name(outcome)).or_default() += 1;
         }
-        self.model_attempt_ended(id, crate::core::Failure::of(outcome));
+        self.model_attempt_ended(id, outcome.failure());
         let given_up = self.given_up.remove(&id);
         if given_up {
             self.returning = Some(id);

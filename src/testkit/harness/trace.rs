@@ -61,12 +61,7 @@ impl Harness {
 pub(super) fn fault_name(o: Outcome) -> &'static str {
     match o {
         Outcome::Written { .. } => "written",
-        Outcome::Failed => "error",
-        Outcome::Panicked => "panic",
-        Outcome::TimedOut => "timeout",
-        Outcome::Rejected => "rejected",
-        Outcome::Cancelled => "cancelled",
-        Outcome::StaleEpoch => "stale_epoch",
+        Outcome::Failed(failure) => failure.as_str(),
     }
 }
 
