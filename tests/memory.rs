@@ -273,7 +273,7 @@ impl Driven {
 
     /// Writes everything back written and lets time pass until nothing is
     /// pending or in flight, draining fully.
-    fn settle(&mut self) {
+    fn drain_all(&mut self) {
         for _ in 0..100_000 {
             self.pump();
             if let Some(w) = self.in_flight.pop() {
@@ -325,7 +325,7 @@ proptest! {
             prop_assert!(c.balanced());
             prop_assert_eq!(c.attempts, c.attempts_ended() + d.engine.in_flight() as u64);
         }
-        d.settle();
+        d.drain_all();
         let settled = held() - start;
         prop_assert!(
             settled - fresh <= SETTLED_SLACK,

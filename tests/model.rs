@@ -701,7 +701,7 @@ impl Model {
         self.tenant(t).phase = Phase::Idle;
         for items in runs {
             self.lose(t, LostReason::Expired, items.len() as u64);
-            self.settle(&items, |_| Fate::Lost);
+            self.mark_done(&items, |_| Fate::Lost);
             self.dead_letter(t, &items, DeadReason::Expired);
         }
         if nothing_left {
@@ -847,7 +847,7 @@ impl Model {
         }
         let Some(outcome) = outcome else {
             self.lose(t, LostReason::JoinFailed, n as u64);
-            self.settle(&w.items, |_| Fate::Lost);
+            self.mark_done(&w.items, |_| Fate::Lost);
             self.after_write(t);
             return;
         };
@@ -862,7 +862,7 @@ impl Model {
                 if d > 0 {
                     self.lose(t, LostReason::Discarded, d as u64);
                 }
-                self.settle(
+                self.mark_done(
                     &w.items,
                     |i| {
                         if i < n - d {
@@ -885,17 +885,17 @@ impl Model {
                 .is_some_and(|d| self.now - w.first_started >= d);
         if rejected {
             self.lose(t, LostReason::Terminal, n as u64);
-            self.settle(&w.items, |_| Fate::Lost);
+            self.mark_done(&w.items, |_| Fate::Lost);
             self.dead_letter(t, &w.items, DeadReason::Terminal);
             self.after_write(t);
         } else if self.k.drop {
             self.drop_(t, DropReason::SinkError, n as u64);
-            self.settle(&w.items, |_| Fate::Dropped);
+            self.mark_done(&w.items, |_| Fate::Dropped);
             self.dead_letter(t, &w.items, DeadReason::SinkError);
             self.after_write(t);
         } else if exhausted {
             self.lose(t, LostReason::RetriesExhausted, n as u64);
-            self.settle(&w.items, |_| Fate::Lost);
+            self.mark_done(&w.items, |_| Fate::Lost);
             self.dead_letter(t, &w.items, DeadReason::RetriesExhausted);
             self.after_write(t);
         } else {
@@ -930,7 +930,7 @@ impl Model {
     }
 
     /// Items leave the pending state; open waits count them.
-    fn settle(&mut self, items: &[u64], how: impl Fn(usize) -> Fate) {
+    fn mark_done(&mut self, items: &[u64], how: impl Fn(usize) -> Fate) {
         self.c.pending -= items.len() as u64;
         self.pending_bytes -= items.iter().map(|i| self.weight(*i)).sum::<u64>();
         for (i, item) in items.iter().enumerate() {
@@ -1108,7 +1108,7 @@ impl Model {
         }
         for (t, items) in settle {
             self.lose(t, reason, items.len() as u64);
-            self.settle(&items, |_| Fate::Lost);
+            self.mark_done(&items, |_| Fate::Lost);
         }
         held
     }
@@ -1183,7 +1183,7 @@ impl Model {
         }
         for items in runs {
             self.lose(t, LostReason::Expired, items.len() as u64);
-            self.settle(&items, |_| Fate::Lost);
+            self.mark_done(&items, |_| Fate::Lost);
             self.dead_letter(t, &items, DeadReason::Expired);
         }
         if !placed {

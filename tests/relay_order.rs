@@ -181,7 +181,7 @@ impl World {
     }
 
     /// Commits what is open, then lets the relay drain the table.
-    async fn settle(&mut self) {
+    async fn drain_table(&mut self) {
         while !self.open.is_empty() {
             self.act(&Action::Commit(0)).await;
         }
@@ -240,7 +240,7 @@ fn run(order: ReadOrder, actions: &[Action]) -> Result<(), String> {
         for a in actions {
             world.act(a).await;
         }
-        world.settle().await;
+        world.drain_table().await;
         if !world.model.rows().is_empty() && order == ReadOrder::Watermark {
             return Err(format!("rows left: {:?}", world.model.rows()));
         }

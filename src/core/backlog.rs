@@ -107,7 +107,7 @@ impl Stamps {
     /// The `n` oldest pending items settled, the `i`th as `how(i)`, at
     /// `now`: their ages go to `out` (S-R7). Fewer stamps than `n` (none
     /// kept) give fewer samples.
-    pub(crate) fn settle(
+    pub(crate) fn take_ages(
         &mut self,
         n: usize,
         now: Time,

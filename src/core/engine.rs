@@ -488,9 +488,9 @@ impl<K: Ord + Clone> Keys<K> {
         keyed.keys.push_back((keyed.settled + pending, key));
     }
 
-    /// `n` more of `tenant`'s oldest items settled, `how(i)` saying how
-    /// the i-th did: the keys among them, in order.
-    fn settle(
+    /// `n` more of `tenant`'s oldest items are done, `how(i)` saying how
+    /// the i-th ended: hands back the keys among them, in order.
+    fn done(
         &mut self,
         tenant: &K,
         n: usize,
@@ -1322,7 +1322,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         {
             let n = items.len();
             self.count_lost(tenant, LostReason::Expired, n as u64);
-            self.settle_slice(tenant, n, bytes, |_| ItemOutcome::Lost(LostReason::Expired));
+            self.mark_done(tenant, n, bytes, |_| ItemOutcome::Lost(LostReason::Expired));
             let items = self.dead_letter_at_run_time(tenant, items, DeadReason::Expired, attempted);
             self.released.extend(items);
         }
@@ -1438,7 +1438,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         if discarded > 0 {
             self.count_lost(&rec.tenant, LostReason::Discarded, discarded as u64);
         }
-        self.settle_slice(&rec.tenant, n, rec.bytes, |i| {
+        self.mark_done(&rec.tenant, n, rec.bytes, |i| {
             if i < n - discarded {
                 ItemOutcome::Written
             } else {
@@ -1510,7 +1510,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                 ItemOutcome::Lost(LostReason::RetriesExhausted)
             }
         };
-        self.settle_slice(&rec.tenant, n, rec.bytes, |_| settled);
+        self.mark_done(&rec.tenant, n, rec.bytes, |_| settled);
         let reason = match (next, failure) {
             (AfterFailure::Dropped, _) => Some(DeadReason::SinkError),
             (AfterFailure::Lost, Failure::Rejected) => Some(DeadReason::Terminal),
@@ -1540,9 +1540,9 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         self.attempt_failed(write.id, &rec, failure, AfterFailure::HandedOver);
         self.handing_over.remove(&rec.tenant);
         let n = write.items.len();
-        self.settle_slice(&rec.tenant, n, rec.bytes, |_| ItemOutcome::HandedOver);
+        self.mark_done(&rec.tenant, n, rec.bytes, |_| ItemOutcome::HandedOver);
         let mut items = write.items;
-        let waiting = self.settle_waiting_handed_over(&rec.tenant);
+        let waiting = self.take_waiting_handed_over(&rec.tenant);
         let m = waiting.len();
         items.extend(waiting);
         self.counters.handed_over += (n + m) as u64;
@@ -1601,7 +1601,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// Hands `tenant`'s waiting items over (S-L16): settled, counted, one
     /// event, released to be dropped. Returns how many.
     fn hand_over_waiting(&mut self, tenant: &K) -> u64 {
-        let items = self.settle_waiting_handed_over(tenant);
+        let items = self.take_waiting_handed_over(tenant);
         let n = items.len() as u64;
         if n > 0 {
             self.counters.handed_over += n;
@@ -1616,9 +1616,9 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     }
 
     /// Takes `tenant`'s waiting items (its retry slice, then its backlog:
-    /// their staging order) off its timers and settles them as handed
+    /// their staging order) off its timers and marks them done as handed
     /// over; returns them for the caller to count.
-    fn settle_waiting_handed_over(&mut self, tenant: &K) -> Vec<I> {
+    fn take_waiting_handed_over(&mut self, tenant: &K) -> Vec<I> {
         let Some(t) = self.tenants.get_mut(tenant) else {
             return Vec::new();
         };
@@ -1635,7 +1635,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         t.stamps.clear();
         if !items.is_empty() {
             // One run, oldest first: the retry slice precedes the backlog.
-            self.settle_slice(tenant, items.len(), bytes, |_| ItemOutcome::HandedOver);
+            self.mark_done(tenant, items.len(), bytes, |_| ItemOutcome::HandedOver);
         }
         items
     }
@@ -1720,7 +1720,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         }
         self.count_lost(&rec.tenant, LostReason::JoinFailed, rec.len as u64);
         self.attempt_failed(id, &rec, Failure::TaskLost, AfterFailure::Lost);
-        self.settle_slice(&rec.tenant, rec.len, rec.bytes, |_| {
+        self.mark_done(&rec.tenant, rec.len, rec.bytes, |_| {
             ItemOutcome::Lost(LostReason::JoinFailed)
         });
         self.schedule_after_write(rec.tenant);
@@ -2130,13 +2130,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     /// counted them written, dropped or lost. Takes them off the pending
     /// count and bytes, counts them into the waits that cover them, and
     /// answers the waits that completes.
-    fn settle_slice(
-        &mut self,
-        tenant: &K,
-        n: usize,
-        bytes: u64,
-        how: impl Fn(usize) -> ItemOutcome,
-    ) {
+    fn mark_done(&mut self, tenant: &K, n: usize, bytes: u64, how: impl Fn(usize) -> ItemOutcome) {
         self.counters.pending -= n as u64;
         self.pending_bytes = self.pending_bytes.saturating_sub(bytes);
         let t = self
@@ -2145,14 +2139,14 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             .expect("a settling tenant exists");
         self.waits.catch_up(&mut t.wait_marks, t.pending as u64);
         t.pending -= n;
-        self.suspects.settled(tenant, n as u64);
-        t.stamps.settle(n, self.now, &how, &mut self.ages);
+        self.suspects.done(tenant, n as u64);
+        t.stamps.take_ages(n, self.now, &how, &mut self.ages);
         if !self.keys.0.is_empty() {
-            self.keys.settle(tenant, n, &how, &mut self.events);
+            self.keys.done(tenant, n, &how, &mut self.events);
         }
         for id in self
             .waits
-            .settle(&mut t.wait_marks, n, |i| how(i).settled_as())
+            .count_done(&mut t.wait_marks, n, |i| how(i).settled_as())
         {
             self.answer_wait(id);
         }
@@ -2261,7 +2255,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         }
         for (tenant, n, bytes) in in_flight {
             self.count_given_up(&tenant, n as u64, reason, hand_over);
-            self.settle_slice(&tenant, n, bytes, |_| outcome);
+            self.mark_done(&tenant, n, bytes, |_| outcome);
         }
         // Tenant by tenant in key order, so the run is reproducible (S-C1).
         let mut keys: Vec<K> = self.tenants.keys().cloned().collect();
@@ -2284,7 +2278,7 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             sd.unwritten.append(&mut held);
         }
         // Nothing is pending any more: every open wait is owed the rest.
-        for id in self.waits.settle_everything(outcome.settled_as()) {
+        for id in self.waits.count_all_done(outcome.settled_as()) {
             self.answer_wait(id);
         }
         self.forget_all_empty();
@@ -2342,9 +2336,9 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         self.counters.pending -= n as u64;
         self.pending_bytes = self.pending_bytes.saturating_sub(bytes);
         t.pending -= n;
-        t.stamps.settle(n, self.now, |_| outcome, &mut self.ages);
+        t.stamps.take_ages(n, self.now, |_| outcome, &mut self.ages);
         if !self.keys.0.is_empty() {
-            self.keys.settle(tenant, n, |_| outcome, &mut self.events);
+            self.keys.done(tenant, n, |_| outcome, &mut self.events);
         }
         [retry.map(|(r, _)| r), backlog.map(|(r, _)| r)]
     }

@@ -47,8 +47,9 @@ impl<K: Ord> Suspects<K> {
         !self.alone.is_empty() && self.alone.contains_key(tenant)
     }
 
-    /// `n` of `tenant`'s oldest items settled: a lone slice of it ends.
-    pub(crate) fn settled(&mut self, tenant: &K, n: u64) {
+    /// `n` of `tenant`'s oldest items are done (written or given up): a
+    /// lone slice of it ends.
+    pub(crate) fn done(&mut self, tenant: &K, n: u64) {
         if self.alone.is_empty() && self.lone.is_none() {
             return;
         }
@@ -88,7 +89,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn suspects_settle_from_the_oldest_and_a_lone_slice_blocks_until_it_settles() {
+    fn suspects_count_down_from_the_oldest_and_a_lone_slice_blocks_until_it_is_done() {
         let mut s: Suspects<u32> = Suspects::default();
         assert!(!s.is_alone(&1));
         s.set(1, 2);
@@ -96,12 +97,12 @@ mod tests {
         assert!(s.is_alone(&1) && !s.is_alone(&2));
         s.started(1);
         assert_eq!(s.lone(), Some(&1));
-        s.settled(&2, 1);
+        s.done(&2, 1);
         assert_eq!(s.lone(), Some(&1), "another tenant's items");
-        s.settled(&1, 1);
+        s.done(&1, 1);
         assert_eq!(s.lone(), None);
         assert!(s.is_alone(&1));
-        s.settled(&1, 1);
+        s.done(&1, 1);
         assert!(!s.is_alone(&1));
     }
 

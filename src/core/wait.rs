@@ -138,7 +138,7 @@ impl Waits {
     /// tenant is caught up or visited, and the tenants' covers of these
     /// waits count nothing more (a closed wait's cover is skipped).
     /// Returns the waits it completed, in id order.
-    pub(crate) fn settle_everything(&mut self, settled_as: SettledAs) -> Vec<WaitId> {
+    pub(crate) fn count_all_done(&mut self, settled_as: SettledAs) -> Vec<WaitId> {
         let mut done = Vec::new();
         for (id, w) in &mut self.open {
             let report = &mut w.report;
@@ -158,7 +158,7 @@ impl Waits {
     /// The tenant's `n` oldest pending items settled (`how(i)` says what
     /// became of the i-th): counts them into the waits that cover them.
     /// The tenant must have been caught up. Returns the waits it completed.
-    pub(crate) fn settle(
+    pub(crate) fn count_done(
         &mut self,
         marks: &mut WaitMarks,
         n: usize,

@@ -13,7 +13,7 @@ use super::{JournalError, OtherRecord, OtherVersion};
 use crate::codec::Codec;
 use crate::contain;
 use crate::core::journal::{
-    self as core, Ledger, Limits, Refused, SegmentFile, SegmentId, Seq, Step,
+    self as core, Ledger, Limits, SegmentFile, SegmentId, Seq, Step, Unrecognized,
 };
 
 /// What a recovery found and did: the counts an operator reads in the
@@ -229,12 +229,12 @@ fn empty_file<K, I>(id: u64, bytes: &[u8]) -> SegmentFile<K, I> {
 }
 
 /// The plan's refusal as a build error.
-fn refused(r: Refused) -> JournalError {
+fn unrecognized(r: Unrecognized) -> JournalError {
     match r {
-        Refused::Foreign(id) => JournalError::Foreign {
+        Unrecognized::Foreign(id) => JournalError::Foreign {
             file: format::segment_name(id),
         },
-        Refused::Version { id, version } => JournalError::Version {
+        Unrecognized::Version { id, version } => JournalError::Version {
             file: format::segment_name(id),
             version,
         },
@@ -385,7 +385,7 @@ where
         }
         files.push(r.file);
     }
-    let plan = core::plan(files, format::SEAL_LEN as u64).map_err(refused)?;
+    let plan = core::plan(files, format::SEAL_LEN as u64).map_err(unrecognized)?;
     if !plan.other.is_empty() && matches!(on_other, OtherVersion::Fail) {
         return Err(other_version_error(&met, &plan.other, expected));
     }

@@ -69,7 +69,7 @@ pub use machine::{Event, LoneStep, Machine, Settings, SyncError};
 pub use poison::{crashes, poisoned, Lives};
 #[cfg_attr(not(feature = "testkit"), allow(unused_imports))]
 pub use recovery::{
-    plan, segment_ids, Found, Head, Plan, Recovery, Refused, ScannedSegment, SegmentFile, Step,
+    plan, segment_ids, Found, Head, Plan, Recovery, ScannedSegment, SegmentFile, Step, Unrecognized,
 };
 
 use super::{AfterFailure, DropReason, Event as EngineEvent, LostReason};

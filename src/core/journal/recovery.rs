@@ -72,9 +72,10 @@ pub struct SegmentFile<K, P> {
     pub lives: Lives,
 }
 
-/// Why a directory is refused (S-J7): never a guess.
+/// A segment the recovery does not recognize, so it refuses the whole
+/// directory (S-J7): never a guess.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refused {
+pub enum Unrecognized {
     /// The segment's file is not one of the journal's.
     Foreign(SegmentId),
     /// The segment was written by another format version.
@@ -231,9 +232,12 @@ pub fn segment_ids(
 /// last segment's seal (a seal record of `seal_bytes`).
 ///
 /// # Errors
-/// [`Refused`] for a file that is not the journal's or of another format
+/// [`Unrecognized`] for a file that is not the journal's or of another format
 /// version.
-pub fn plan<K, P>(files: Vec<SegmentFile<K, P>>, seal_bytes: u64) -> Result<Plan<K, P>, Refused> {
+pub fn plan<K, P>(
+    files: Vec<SegmentFile<K, P>>,
+    seal_bytes: u64,
+) -> Result<Plan<K, P>, Unrecognized> {
     let mut found = Found::default();
     let mut steps = Vec::new();
     let mut kept = Vec::with_capacity(files.len());
@@ -245,14 +249,14 @@ pub fn plan<K, P>(files: Vec<SegmentFile<K, P>>, seal_bytes: u64) -> Result<Plan
             continue;
         }
         match file.head {
-            Head::Foreign => return Err(Refused::Foreign(file.id)),
+            Head::Foreign => return Err(Unrecognized::Foreign(file.id)),
             Head::Version(version) => {
-                return Err(Refused::Version {
+                return Err(Unrecognized::Version {
                     id: file.id,
                     version,
                 })
             }
-            Head::Valid { id, .. } if id != file.id => return Err(Refused::Foreign(file.id)),
+            Head::Valid { id, .. } if id != file.id => return Err(Unrecognized::Foreign(file.id)),
             Head::Short | Head::Damaged => found.damaged_headers += 1,
             Head::Valid { .. } => {}
         }
@@ -452,7 +456,7 @@ fn restage<K, P>(segments: &[ScannedSegment<K, P>]) -> Restage {
     let mut other_lost = 0;
     for seg in segments {
         let readable: BTreeSet<Seq> = seg.items.iter().map(|(s, _, _)| *s).collect();
-        // Refused, not unreadable: known, and counted apart.
+        // Unrecognized, not unreadable: known, and counted apart.
         let other: BTreeSet<Seq> = seg
             .other
             .iter()

@@ -460,7 +460,7 @@ impl Relay {
             };
             let partition = key.partition;
             self.ops.add_removal(partition, id, how);
-            self.settle_record(id);
+            self.leave_record(id);
         }
     }
 
@@ -486,20 +486,20 @@ impl Relay {
         self.orphans.len()
     }
 
-    /// The row `id` is settled for its in-flight record (in the next
+    /// The row `id` leaves its in-flight record (in the next
     /// removal, or no longer this relay's): the record goes with the next
     /// removal once this was its last row (S-T17).
-    fn settle_record(&mut self, id: i64) {
+    fn leave_record(&mut self, id: i64) {
         let Some(first) = self.keys.get_mut(&id).and_then(|k| k.record.take()) else {
             return;
         };
-        if let Some(partition) = self.records.settle(first) {
+        if let Some(partition) = self.records.row_done(first) {
             self.ops.add_record_drop(partition, first);
         }
     }
 
     fn forget_key(&mut self, id: i64) {
-        self.settle_record(id);
+        self.leave_record(id);
         if let Some(key) = self.keys.remove(&id) {
             self.held -= 1;
             if key.open {

@@ -118,9 +118,9 @@ impl Records {
         }
     }
 
-    /// One row of the record `first` is settled: `Some(partition)` when it
+    /// One row of the record `first` is done: `Some(partition)` when it
     /// was its last (the record is to be dropped).
-    pub(crate) fn settle(&mut self, first: i64) -> Option<u32> {
+    pub(crate) fn row_done(&mut self, first: i64) -> Option<u32> {
         let live = self.live.get_mut(&first)?;
         live.left = live.left.saturating_sub(1);
         (live.left == 0).then_some(live.partition)

@@ -30,7 +30,7 @@ impl Relay {
         // drop could overtake the write. Meanwhile the record is live,
         // so a crash counts the suspect: the safe side.
         if self.retry.is_none_or(|(_, r)| r != id) {
-            self.settle_record(id);
+            self.leave_record(id);
         }
         self.quarantine = Quarantine::Waiting(id);
         self.tenants.entry(&tenant, partition);

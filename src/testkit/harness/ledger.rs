@@ -127,7 +127,7 @@ impl Harness {
     }
 
     /// Records an item settled at stage time (dropped, or refused: lost).
-    pub(super) fn ledger_settle_at_stage(&mut self, id: u64, fate: Fate) {
+    pub(super) fn ledger_done_at_stage(&mut self, id: u64, fate: Fate) {
         self.new_fate(fate);
         self.settled.add(id, fate as usize - 1);
     }

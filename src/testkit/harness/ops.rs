@@ -193,11 +193,11 @@ impl Harness {
                     tenant_pending,
                     w,
                 )?;
-                self.ledger_settle_at_stage(id, Fate::Dropped);
+                self.ledger_done_at_stage(id, Fate::Dropped);
             }
             Staged::ShuttingDown => {
                 self.check_i5_refused_only_after_the_fence(id)?;
-                self.ledger_settle_at_stage(id, Fate::Lost);
+                self.ledger_done_at_stage(id, Fate::Lost);
             }
         }
         Ok(())
