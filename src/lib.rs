@@ -101,6 +101,7 @@ mod contain;
 pub mod contract;
 pub mod core;
 mod driver;
+mod handoff;
 #[cfg(feature = "journal")]
 pub mod journal;
 pub mod sink;

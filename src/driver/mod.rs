@@ -4,10 +4,10 @@
 //! - `build`: the [`OutboxBuilder`] and [`BuildError`];
 //! - `outbox`: the [`Outbox`] handle: control calls and reads;
 //! - `stage`: the staging pipeline: `stage`, `try_stage`, `stage_wait`
-//!   (S-W21);
-//! - `stage_many`: staging a run of items under one lock (S-W20);
+//!   (S-W21), each a thin wrapper over one pipeline;
+//! - `stage_many`: staging a run of items under one lock (S-W20), through
+//!   the same pipeline;
 //! - `shared`: the engine and waiting callers behind one short lock;
-//! - `lane`: the request path's hand-off to the engine's intake (S-W19);
 //! - `journal`: the one journal adapter (a stub of the same names without
 //!   the `journal` feature); outside it only `BuildError::Journal` and the
 //!   `SyncError` re-export name the feature;
@@ -29,7 +29,6 @@ mod build;
 mod dead_letters;
 mod health;
 pub(crate) mod journal;
-mod lane;
 mod outbox;
 mod shared;
 mod stage;

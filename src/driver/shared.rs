@@ -15,8 +15,8 @@ use tokio::time::Instant;
 
 use super::contain;
 use super::journal::Journal;
-use super::lane::{lane, LaneRx, LaneTx};
 use crate::core::{Admission, Engine, Report, ShutdownReport, Time, WaitId};
+use crate::handoff::{lane, LaneRx, LaneTx};
 use crate::sink::Sink;
 use crate::telemetry::Export;
 
@@ -58,7 +58,7 @@ pub(crate) type SharedWeigher<I> = Arc<dyn Fn(&I) -> u64 + Send + Sync>;
 
 pub(crate) struct Shared<S: Sink> {
     state: Mutex<State<S::Tenant, S::Item>>,
-    /// The request path's hand-off (S-W19, see [`super::lane`]).
+    /// The request path's hand-off (S-W19, see [`crate::handoff`]).
     pub(crate) handoff: LaneTx<S::Tenant, S::Item>,
     /// Admission by reservation against `capacity` and `capacity_bytes`.
     pub(crate) admission: Admission,

@@ -1,5 +1,7 @@
-//! The request path's hand-off channel (S-W19), as small per item as the
-//! config allows.
+//! The request path's hand-off queue (S-W19), as small per item as the
+//! config allows: a lock-free queue with a fence, from the stages to the
+//! engine's intake. Its own module, outside the driver: a data structure
+//! that decides nothing and does no IO.
 //!
 //! An item waits here between its stage and the engine's intake; a stalled
 //! writer (a starved runtime) leaves every admitted item here, so its size
