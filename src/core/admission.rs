@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::accounting::{DropReason, LostReason};
 use super::config::Config;
 use super::engine::{Engine, Intake, LazyStaged, Staged};
+use super::stage_answers::Verdict;
 use super::time::Time;
 
 /// Why a stage was refused: one vocabulary for every way in (S-W21).
@@ -231,6 +232,148 @@ pub fn recheck(decided: Result<(), Refusal>, fenced: bool) -> Result<(), Refusal
     // The fence never comes down again (S-W9).
     let fenced = fenced || decided == Err(Refusal::ShuttingDown);
     decide(&mut Again(fenced, decided))
+}
+
+/// The request path's decision and hand-off (S-W19, S-W21): the item
+/// decided over `facts`; if admitted, `send` hands it to the hand-off
+/// queue. A send refused because the fence went up since it was read
+/// (S-W9) is the fence's refusal, its reservation given back.
+///
+/// # Errors
+/// The refusal, with the tenant and the item, nothing held for them.
+pub(crate) fn hand_off<K: Ord + Hash + Clone, I>(
+    facts: &mut Facts<'_, K, I>,
+    tenant: K,
+    item: I,
+    send: impl FnOnce(K, I) -> Result<(), (K, I)>,
+) -> Result<(), (Refusal, K, I)> {
+    if let Err(refusal) = decide(facts) {
+        return Err((refusal, tenant, item));
+    }
+    send(tenant, item).map_err(|(tenant, item)| {
+        facts.admission.release(1, facts.weight);
+        (Refusal::ShuttingDown, tenant, item)
+    })
+}
+
+/// The journal's append step, as a commit asks it (S-J4, D2): implemented
+/// by the journal, under its lock.
+pub(crate) trait Append<K> {
+    /// Tells `decide` whether the journal has room for the stage's record
+    /// `record` (S-J4), then appends it under the tenant `decide` names,
+    /// if any (the item was taken); returns `decide`'s answer.
+    fn append_if<R>(&mut self, record: usize, decide: impl FnOnce(bool) -> (Option<K>, R)) -> R;
+}
+
+/// An item prepared outside every lock (step 1 of S-W21): its weight and,
+/// with a journal, its record's index in the stage's run (`Some(None)`:
+/// the codec refused it; `None`: no journal).
+pub(crate) struct Prepared<K, I> {
+    pub(crate) tenant: K,
+    pub(crate) item: I,
+    pub(crate) weight: u64,
+    pub(crate) record: Option<Option<usize>>,
+    /// Refused on the request path already (S-W19): only counted under
+    /// the engine's lock, as the fence's if it went up since (S-W21).
+    pub(crate) refused: Option<Refusal>,
+}
+
+impl<K, I> Prepared<K, I> {
+    /// `item` of `tenant`, weighing `weight` bytes, with its `record`'s
+    /// index (see [`Prepared`]), not refused yet.
+    pub(crate) fn new(tenant: K, item: I, weight: u64, record: Option<Option<usize>>) -> Self {
+        Prepared {
+            tenant,
+            item,
+            weight,
+            record,
+            refused: None,
+        }
+    }
+}
+
+/// How [`Admission::commit`] takes items in.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Commit {
+    /// The items' stamp, if the engine reads it (S-A3, S-R3).
+    pub(crate) at: Option<Time>,
+    /// What a refusal does.
+    pub(crate) on: OnRefusal,
+    /// Each item is checked against its tenant's `tenant_capacity` (S-B7)
+    /// and taken in at once, so the next one sees the engine's count.
+    pub(crate) quota: bool,
+}
+
+impl Admission {
+    /// Steps 2 and 3 of the pipeline under the engine's lock (S-B7, S-W20,
+    /// S-W21), into `engine` whose share of the reservations is `held`
+    /// (items, bytes), with the `journal`'s append step under its lock if
+    /// there is a journal: `items` in order, each answered through
+    /// `answer`, each decided (one refused on the request path only
+    /// counted, as the fence's if it is up now), its record appended, and
+    /// the item taken in: at once with a quota, which reads the engine's
+    /// count, else all together. Returns whether the writer must drain.
+    pub(crate) fn commit<K: Ord + Hash + Clone, I, A: Append<K>>(
+        &self,
+        (engine, held): (&mut Engine<K, I>, &mut (u64, u64)),
+        mut journal: Option<&mut A>,
+        how: Commit,
+        items: impl IntoIterator<Item = Prepared<K, I>>,
+        answer: &mut impl FnMut(Verdict<I>),
+    ) -> bool {
+        let Commit { at, on, quota } = how;
+        let (mut wake, mut batch) = (false, Vec::new());
+        // Under the lock: the fence cannot go up meanwhile.
+        let fenced = engine.is_shutting_down();
+        for p in items {
+            let ask = |room: bool| {
+                decide(&mut Facts {
+                    table_only: self.table_only,
+                    fenced,
+                    encoded: !matches!(p.record, Some(None)),
+                    journal_room: room,
+                    admission: self,
+                    weight: p.weight,
+                    quota: quota.then_some((&*engine, &p.tenant)),
+                })
+            };
+            let verdict = match (p.refused, journal.as_deref_mut(), p.record) {
+                (Some(refusal), ..) => recheck(Err(refusal), fenced),
+                (None, Some(a), Some(Some(i))) => a.append_if(i, |room| {
+                    let verdict = ask(room);
+                    (verdict.is_ok().then(|| p.tenant.clone()), verdict)
+                }),
+                (None, ..) => ask(true),
+            };
+            match verdict {
+                Err(refusal) if !on.counts(refusal) => {
+                    answer(Err((refusal, p.item)));
+                    continue;
+                }
+                Err(refusal) => answer(Ok(refusal.staged())),
+                Ok(()) => answer(Ok(Staged::Accepted)),
+            }
+            // Its event is drained by the writer.
+            wake |= p.refused.is_some();
+            let handoff = Handoff {
+                tenant: p.tenant,
+                item: p.item,
+                weight: Some(p.weight),
+                at,
+                refusal: verdict.err(),
+            };
+            if quota {
+                wake |= self.intake(engine, held, [handoff]).wake;
+            } else {
+                batch.push(handoff);
+            }
+        }
+        // Accepted ones: the fence is down (read under this lock) and
+        // their room is reserved; refused ones are counted.
+        let intake = self.intake(engine, held, batch);
+        debug_assert_eq!(intake.refused, 0);
+        wake | intake.wake
+    }
 }
 
 /// An item decided outside the engine, on its way to the engine's intake
@@ -452,6 +595,23 @@ pub(crate) struct Facts<'a, K, I> {
     /// The engine and the tenant, for a `tenant_capacity` (S-B7); `None`
     /// where the quota is not checked (the request path's hand-off).
     pub(crate) quota: Option<(&'a Engine<K, I>, &'a K)>,
+}
+
+impl<'a, K, I> Facts<'a, K, I> {
+    /// The facts of the request path (S-W19): `fenced` and `encoded` as
+    /// read, the journal's room until told otherwise, the buffer's room
+    /// reserved in `admission` for `weight` bytes, no quota.
+    pub(crate) fn new(admission: &'a Admission, fenced: bool, encoded: bool, weight: u64) -> Self {
+        Facts {
+            table_only: admission.table_only(),
+            fenced,
+            encoded,
+            journal_room: true,
+            admission,
+            weight,
+            quota: None,
+        }
+    }
 }
 
 impl<K: Ord + Hash + Clone, I> Checks for Facts<'_, K, I> {

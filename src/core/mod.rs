@@ -47,8 +47,8 @@ mod wait;
 mod write;
 
 pub use accounting::{Counters, DropReason, LostReason, LOG_EVERY};
-pub(crate) use admission::Facts;
 pub use admission::{decide, recheck, Admission, Checks, Handoff, OnRefusal, Refusal, Stager};
+pub(crate) use admission::{hand_off, Append, Commit, Facts, Prepared};
 pub use ages::{ItemAge, ItemOutcome};
 pub use breaker::{BreakerConfig, BreakerState};
 pub use config::{Config, ConfigBuilder, ConfigError, ErrorPolicy};

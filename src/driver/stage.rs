@@ -1,39 +1,50 @@
 //! The staging pipeline (S-W21): every stage call (`stage`, `try_stage`,
-//! `stage_wait`, and a run's `stage_many`, S-W20) in three steps.
+//! `stage_wait`, and a run's `stage_many`, S-W20) is a thin wrapper over
+//! one [`pipeline`](Outbox::pipeline), in three steps.
 //!
 //! 1. Prepare, outside every lock: weigh (S-B5), stamp (S-A3, S-R3) and,
-//!    with a journal, encode (S-J8): application code and the clock.
-//! 2. Ask the core: [`decide`] over the [`Facts`] this path sees, in the
-//!    one refusal order (the fence, the journal, the capacities).
-//! 3. Commit: the hand-off (S-W19), or the engine's intake under its lock
-//!    when a `tenant_capacity` needs the tenant's count (S-B7) or a run is
-//!    staged at once (S-W20); then the journal's append. A refusal is
-//!    counted or handed back, as the call's [`OnRefusal`] says.
+//!    with a journal, encode (S-J8, the journal's step,
+//!    `journal::stage`): application code and the clock.
+//! 2. Ask the core: [`decide`](crate::core::decide) over the [`Facts`]
+//!    this path sees, in the one refusal order (the fence, the journal,
+//!    the capacities).
+//! 3. Commit: the hand-off (S-W19, [`crate::handoff`]), or the engine's
+//!    intake under its lock ([`Admission::commit`]) when a
+//!    `tenant_capacity` needs the tenant's count (S-B7) or a run is staged
+//!    at once (S-W20); then the journal's append. A refusal is counted or
+//!    handed back, as the call's [`OnRefusal`] says.
 //!
 //! The driver decides nothing here: which commit a stage takes is the
 //! outbox's setting (`locked_stage`), every verdict is the core's.
+//!
+//! [`Admission::commit`]: crate::core::Admission::commit
 
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
-use super::journal::{Appender, Journal, Piece};
-use super::shared::State;
-use crate::core::{decide, recheck, Facts, Handoff, OnRefusal, Refusal, Staged, Time, Verdict};
+use super::journal::{Appender, Staging};
+use crate::core::{hand_off, Append, Commit, Facts, OnRefusal, Prepared, Staged, Verdict};
 use crate::sink::Sink;
 use crate::Outbox;
 use crate::StageError;
 
-/// An item prepared outside every lock (step 1): its weight and, with a
-/// journal, its record (`Some(None)`: the codec refused it; `None`: no
-/// journal).
-pub(super) struct Prepared<'r, K, I> {
-    pub(super) tenant: K,
-    pub(super) item: I,
-    pub(super) weight: u64,
-    pub(super) record: Option<Option<Piece<'r>>>,
-    /// Refused on the request path already (S-W19): only counted under
-    /// the engine's lock, as the fence's if it went up since (S-W21).
-    pub(super) refused: Option<Refusal>,
+/// The most items reserved up front from a run's size hint: a lying hint
+/// must not reserve more than a run's worth.
+const MAX_RESERVE: usize = 1 << 16;
+
+/// What one pass of the [pipeline](Outbox::pipeline) stages.
+pub(super) enum Items<K, I, T> {
+    /// One item: `stage`, `try_stage`, `stage_wait`.
+    One(K, I),
+    /// A run (S-W20): `stage_many`, `stage_many_outcomes`.
+    Run(T),
 }
+
+/// The journal's lock held for a stage's appends, in an outbox over `S`.
+type Appending<'a, S> = Appender<'a, <S as Sink>::Tenant, <S as Sink>::Item>;
+
+/// No run: the type of [`Items::One`]'s unused run.
+type NoRun<K, I> = std::iter::Empty<(K, I)>;
 
 impl<S: Sink> Outbox<S> {
     /// Stages `item` for `tenant` (S-W1): never waits, never fails, never
@@ -50,14 +61,16 @@ impl<S: Sink> Outbox<S> {
     /// the answer (S-W21). The disk is never waited for (S-J1). Every
     /// outcome is counted; the caller need not look.
     pub fn stage(&self, tenant: S::Tenant, item: S::Item) -> Staged {
-        match self.stage_one(tenant, item, OnRefusal::Count) {
-            Ok(staged) => staged,
-            // `Count` counts every refusal: nothing comes back.
-            Err((refusal, item)) => {
+        let mut staged = Staged::Accepted;
+        let one = Items::<_, _, NoRun<_, _>>::One(tenant, item);
+        // `Count` counts every refusal: nothing comes back.
+        self.pipeline(one, OnRefusal::Count, &mut |v| {
+            staged = v.unwrap_or_else(|(refusal, item)| {
                 super::contain::drop_quietly(item);
                 refusal.staged()
-            }
-        }
+            });
+        });
+        staged
     }
 
     /// Stages `item` if there is room, else hands it back (S-R5): like
@@ -71,9 +84,10 @@ impl<S: Sink> Outbox<S> {
     /// (S-T32), [`StageError::ShuttingDown`], [`StageError::EncodeFailed`],
     /// [`StageError::Full`], each with the item.
     pub fn try_stage(&self, tenant: S::Tenant, item: S::Item) -> Result<(), StageError<S::Item>> {
-        self.stage_one(tenant, item, OnRefusal::HandBack)
-            .map(drop)
-            .map_err(StageError::refused)
+        let mut verdict = Ok(Staged::Accepted);
+        let one = Items::<_, _, NoRun<_, _>>::One(tenant, item);
+        self.pipeline(one, OnRefusal::HandBack, &mut |v| verdict = v);
+        verdict.map(drop).map_err(StageError::refused)
     }
 
     /// Stages `item`, waiting up to `timeout` for room when a capacity is
@@ -116,12 +130,15 @@ impl<S: Sink> Outbox<S> {
             // A full journal's room comes back with its commits, not with
             // a settle.
             let journal = self.handle.shared.journal.as_deref();
-            let room = journal.map(Journal::room_freed);
+            let room = journal.map(|j| j.staging.room_freed());
             tokio::pin!(room);
             if let Some(room) = room.as_mut().as_pin_mut() {
                 room.enable();
             }
-            match self.stage_one(tenant.clone(), item, OnRefusal::Wait) {
+            let mut verdict = Ok(Staged::Accepted);
+            let one = Items::<_, _, NoRun<_, _>>::One(tenant.clone(), item);
+            self.pipeline(one, OnRefusal::Wait, &mut |v| verdict = v);
+            match verdict {
                 Ok(_) => return Ok(()),
                 Err((refusal, back)) if OnRefusal::Wait.waits(refusal) => item = back,
                 Err(back) => return Err(StageError::refused(back)),
@@ -142,163 +159,99 @@ impl<S: Sink> Outbox<S> {
         }
     }
 
-    /// The pipeline for one item (S-W21): prepare, then ask and commit on
-    /// the outbox's one path for single stages: under the engine's lock
-    /// ([`commit_locked`](Self::commit_locked)) when the outbox decides
-    /// there, else the request path (S-W19): the fence and the capacities
-    /// without the engine's lock, the hand-off, then the append under the
-    /// journal's lock (taken alone, held from its room to the append, D2);
-    /// a refusal is counted under the engine's lock after the journal's
-    /// is let go.
-    fn stage_one(&self, tenant: S::Tenant, item: S::Item, on: OnRefusal) -> Verdict<S::Item> {
-        let shared = &*self.handle.shared;
-        // Step 1, outside every lock: application code and the clock.
-        let weight = crate::core::weight(shared.weigher.as_deref(), &item);
-        let at = shared.stamps.then(|| shared.now());
-        let journal = shared.journal.as_deref();
-        let mut run = None;
-        let record = journal.map(|j| j.encode_into(&mut run, &tenant, &item));
-        let record = record.map(|i| i.and_then(|i| run.as_ref()?.get(i)));
-        let mut verdict = Ok(Staged::Accepted);
-        // What is left for the engine's lock: nothing (handed off), the
-        // item to decide there (`None`), or a refusal to count (`Some`).
-        let refused = if shared.locked_stage {
-            Some((None, tenant, item))
-        } else {
-            let mut facts = Facts::<S::Tenant, S::Item> {
-                table_only: shared.admission.table_only(),
-                fenced: shared.handoff.is_closed(),
-                encoded: !matches!(record, Some(None)),
-                journal_room: true,
-                admission: &shared.admission,
-                weight,
-                quota: None,
-            };
-            // Steps 2 and 3: decided, sent, and named for the append.
-            let send = |room: bool| {
-                facts.journal_room = room;
-                if let Err(refusal) = decide(&mut facts) {
-                    return (None, Some((Some(refusal), tenant, item)));
-                }
-                let key = matches!(record, Some(Some(_))).then(|| tenant.clone());
-                match shared.handoff.send(tenant, item, weight, at) {
-                    Ok(()) => (key, None),
-                    // The fence went up since it was read (S-W9): not
-                    // appended, its reservation given back.
-                    Err((tenant, item)) => {
-                        shared.admission.release(1, weight);
-                        (None, Some((Some(Refusal::ShuttingDown), tenant, item)))
-                    }
-                }
-            };
-            match (journal, record) {
-                (Some(j), Some(Some(piece))) => j.appending(|a| a.append_if(piece, send)),
-                _ => send(true).1,
-            }
-        };
-        match refused {
-            Some((Some(refusal), _, item)) if !on.counts(refusal) => verdict = Err((refusal, item)),
-            Some((refused, tenant, item)) => {
-                // A refusal of the request path carries no record.
-                let record = if refused.is_some() { None } else { record };
-                let prepared = Prepared {
-                    tenant,
-                    item,
-                    weight,
-                    record,
-                    refused,
-                };
-                // Overwritten: the commit answers once per item.
-                self.commit_locked([prepared], at, on, &mut |v| verdict = v);
-            }
-            None => {}
-        }
-        Journal::<S::Tenant, S::Item>::recycle_run(run);
-        verdict
-    }
-
-    /// Steps 2 and 3 under the engine's lock (S-B7, S-W20), for `items`
-    /// stamped `at`, each answered through `answer` in order: the queued
-    /// hand-offs taken in first (with a journal, under its lock: each
-    /// appended its record under it, so the engine takes them in the
-    /// journal's order, D2), then each item decided (one refused on the
-    /// request path only counted, S-W21), its record appended, and the
-    /// item taken in: at once with a quota, which reads the engine's
-    /// count, else all together.
-    pub(super) fn commit_locked<'r>(
+    /// The pipeline (S-W21) for one item (`stage`, `try_stage`,
+    /// `stage_wait`) or a run (S-W20), each item answered through
+    /// `answer`, in order. Step 1, outside every lock: the caller's
+    /// iterator, the weigher, the codec, one stamp. Steps 2 and 3: a
+    /// single item, unless the outbox decides under the engine's lock,
+    /// takes the request path (S-W19): decided, handed off, then appended
+    /// under the journal's lock (taken alone, held from its room to the
+    /// append, D2); what is left (a run, a stage decided under the lock, a
+    /// refusal of the request path to count) is decided, appended and
+    /// taken in under the engine's lock, after the hand-offs queued before
+    /// it ([`Admission::commit`](crate::core::Admission::commit)); with a
+    /// journal, under its lock too, the queued hand-offs taken in first
+    /// (each appended its record under it, so the engine takes items in
+    /// the journal's order, D2). If the
+    /// caller's iterator panics, the items it yielded before are staged,
+    /// then its panic goes on.
+    pub(super) fn pipeline<T: IntoIterator<Item = (S::Tenant, S::Item)>>(
         &self,
-        items: impl IntoIterator<Item = Prepared<'r, S::Tenant, S::Item>>,
-        at: Option<Time>,
+        items: Items<S::Tenant, S::Item, T>,
         on: OnRefusal,
         answer: &mut impl FnMut(Verdict<S::Item>),
     ) {
-        let shared = &*self.handle.shared;
-        let commit =
-            |st: &mut State<S::Tenant, S::Item>,
-             mut appender: Option<&mut Appender<'_, S::Tenant, S::Item>>| {
-                let (mut wake, mut batch) = (false, Vec::new());
-                // Under the lock: the fence cannot go up meanwhile.
-                let fenced = st.engine.is_shutting_down();
-                for p in items {
-                    let ask = |room: bool| {
-                        decide(&mut Facts {
-                            table_only: shared.admission.table_only(),
-                            fenced,
-                            encoded: !matches!(p.record, Some(None)),
-                            journal_room: room,
-                            admission: &shared.admission,
-                            weight: p.weight,
-                            quota: shared.locked_stage.then_some((&st.engine, &p.tenant)),
-                        })
-                    };
-                    let verdict = match (p.refused, appender.as_deref_mut(), p.record) {
-                        (Some(refusal), ..) => recheck(Err(refusal), fenced),
-                        (None, Some(a), Some(Some(piece))) => a.append_if(piece, |room| {
-                            let verdict = ask(room);
-                            (verdict.is_ok().then(|| p.tenant.clone()), verdict)
-                        }),
-                        (None, ..) => ask(true),
-                    };
-                    match verdict {
-                        Err(refusal) if !on.counts(refusal) => {
-                            answer(Err((refusal, p.item)));
-                            continue;
-                        }
-                        Err(refusal) => answer(Ok(refusal.staged())),
-                        Ok(()) => answer(Ok(Staged::Accepted)),
-                    }
-                    // Its event is drained by the writer.
-                    wake |= p.refused.is_some();
-                    let handoff = Handoff {
-                        tenant: p.tenant,
-                        item: p.item,
-                        weight: Some(p.weight),
-                        at,
-                        refusal: verdict.err(),
-                    };
-                    if shared.locked_stage {
-                        let intake =
-                            (shared.admission).intake(&mut st.engine, &mut st.admitted, [handoff]);
-                        wake |= intake.wake;
-                    } else {
-                        batch.push(handoff);
+        let (shared, mut run) = (&*self.handle.shared, None);
+        let (admission, journal) = (&shared.admission, shared.journal.as_deref());
+        let journal = journal.map(|j| &j.staging);
+        let at = shared.stamps.then(|| shared.now());
+        let mut prepare = |(tenant, item): (S::Tenant, S::Item)| {
+            let weight = crate::core::weight(shared.weigher.as_deref(), &item);
+            let record = journal.map(|j| j.encode_into(&mut run, &tenant, &item));
+            Prepared::new(tenant, item, weight, record)
+        };
+        let (mut one, many, iterated) = match items {
+            Items::One(tenant, item) => (Some(prepare((tenant, item))), Vec::new(), Ok(())),
+            Items::Run(items) => {
+                let mut many = Vec::new();
+                let iterated = catch_unwind(AssertUnwindSafe(|| {
+                    let items = items.into_iter();
+                    many.reserve(items.size_hint().0.min(MAX_RESERVE));
+                    many.extend(items.map(&mut prepare));
+                }));
+                (None, many, iterated)
+            }
+        };
+        if let Some(p) = one.take_if(|_| !shared.locked_stage) {
+            let (fenced, encoded) = (shared.handoff.is_closed(), !matches!(p.record, Some(None)));
+            let mut facts = Facts::new(admission, fenced, encoded, p.weight);
+            let send = |tenant, item| shared.handoff.send(tenant, item, p.weight, at);
+            let key = matches!(p.record, Some(Some(_))).then(|| p.tenant.clone());
+            let step = |room| {
+                facts.journal_room = room;
+                let sent = hand_off(&mut facts, p.tenant, p.item, send);
+                (key.filter(|_| sent.is_ok()), sent)
+            };
+            let sent = match (journal, p.record) {
+                (Some(j), Some(Some(i))) => j.appending(run.as_ref(), |a| a.append_if(i, step)),
+                _ => step(true).1,
+            };
+            one = match sent {
+                // Counted under the engine's lock, with no record.
+                Err((refusal, tenant, item)) if on.counts(refusal) => Some(Prepared {
+                    refused: Some(refusal),
+                    ..Prepared::new(tenant, item, p.weight, None)
+                }),
+                sent => {
+                    answer(sent.map(|()| Staged::Accepted).map_err(|(r, _, i)| (r, i)));
+                    None
+                }
+            };
+        }
+        if one.is_some() || !many.is_empty() {
+            let quota = shared.locked_stage;
+            let how = Commit { at, on, quota };
+            let (wake, took) = shared.input(|st| {
+                let (engine, held, handoffs) = (&mut st.engine, &mut st.admitted, &mut st.handoffs);
+                let items = one.into_iter().chain(many);
+                match journal {
+                    Some(j) => j.appending(run.as_ref(), |a| {
+                        let took = handoffs.take_in((engine, admission, held), false);
+                        took | admission.commit((engine, held), Some(a), how, items, answer)
+                    }),
+                    None => {
+                        let none = None::<&mut Appending<'_, S>>;
+                        admission.commit((engine, held), none, how, items, answer)
                     }
                 }
-                // Accepted ones: the fence is down (read under this lock) and
-                // their room is reserved; refused ones are counted.
-                let intake = (shared.admission).intake(&mut st.engine, &mut st.admitted, batch);
-                debug_assert_eq!(intake.refused, 0);
-                wake | intake.wake
-            };
-        let (wake, took) = shared.input(|st| match shared.journal.as_deref() {
-            Some(j) => j.appending(|a| {
-                let to = (&mut st.engine, &shared.admission, &mut st.admitted);
-                st.handoffs.take_in(to, false) | commit(st, Some(a))
-            }),
-            None => commit(st, None),
-        });
-        if wake || took {
-            shared.wake.notify_one();
+            });
+            if wake || took {
+                shared.wake.notify_one();
+            }
+        }
+        Staging::<S::Tenant, S::Item>::recycle_run(run);
+        if let Err(panic) = iterated {
+            resume_unwind(panic);
         }
     }
 }

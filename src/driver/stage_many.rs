@@ -12,27 +12,11 @@
 //! tenant's items keep their order in the engine and in the journal alike
 //! (D2).
 
-use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-
-use super::journal::Journal;
-use super::stage::Prepared;
+use super::stage::Items;
 use crate::core::{OnRefusal, Staged, Tally};
 use crate::sink::Sink;
 use crate::Outbox;
 use crate::StagedMany;
-
-/// The most items reserved up front from an iterator's size hint.
-const MAX_RESERVE: usize = 1 << 16;
-
-/// An item readied outside the locks: its weight and, with a journal, its
-/// record's index in the run (`None` when the codec refused it).
-struct Ready<K, I> {
-    tenant: K,
-    item: I,
-    weight: u64,
-    /// Always `None` without a journal.
-    record: Option<usize>,
-}
 
 impl<S: Sink> Outbox<S> {
     /// Stages every item of `items`, in order (S-W20): the caller's
@@ -66,7 +50,12 @@ impl<S: Sink> Outbox<S> {
     /// iterated, the items it yielded before are staged and counted as
     /// usual, then that panic goes on to the caller.
     pub fn stage_many(&self, items: impl IntoIterator<Item = (S::Tenant, S::Item)>) -> StagedMany {
-        self.stage_run(items, false).tally
+        let mut tally = Tally::new(0, false);
+        // `Count`: every verdict is `Ok`, a refusal counted.
+        self.pipeline(Items::Run(items), OnRefusal::Count, &mut |v| {
+            tally.note(v.unwrap_or_else(|(refusal, _)| refusal.staged()));
+        });
+        tally.tally
     }
 
     /// [`stage_many`](Self::stage_many), returning each item's outcome, in
@@ -77,57 +66,10 @@ impl<S: Sink> Outbox<S> {
         &self,
         items: impl IntoIterator<Item = (S::Tenant, S::Item)>,
     ) -> Vec<Staged> {
-        self.stage_run(items, true).each.unwrap_or_default()
-    }
-
-    /// Step 1 of the pipeline for a run (S-W21): the caller's iterator,
-    /// the weigher and the codec, outside every lock, one stamp for all;
-    /// then the locked commit, every refusal counted.
-    fn stage_run(
-        &self,
-        items: impl IntoIterator<Item = (S::Tenant, S::Item)>,
-        each: bool,
-    ) -> Tally {
-        let shared = &*self.handle.shared;
-        let journal = shared.journal.as_deref();
-        let at = shared.stamps.then(|| shared.now());
-        let mut run = None;
-        let mut ready: Vec<Ready<S::Tenant, S::Item>> = Vec::new();
-        // The caller's iterator is the caller's code: if it panics, the
-        // items it yielded before are staged and counted as usual, then
-        // its panic goes on to the caller.
-        let iterated = catch_unwind(AssertUnwindSafe(|| {
-            let items = items.into_iter();
-            // A hint is only a hint: a lying one must not reserve more
-            // than a run's worth up front.
-            ready.reserve(items.size_hint().0.min(MAX_RESERVE));
-            for (tenant, item) in items {
-                ready.push(Ready {
-                    weight: crate::core::weight(shared.weigher.as_deref(), &item),
-                    record: journal.and_then(|j| j.encode_into(&mut run, &tenant, &item)),
-                    tenant,
-                    item,
-                });
-            }
-        }));
-        let mut tally = Tally::new(ready.len(), each);
-        if !ready.is_empty() {
-            let prepared = ready.into_iter().map(|r| Prepared {
-                record: run.as_ref().map(|run| r.record.and_then(|i| run.get(i))),
-                tenant: r.tenant,
-                item: r.item,
-                weight: r.weight,
-                refused: None,
-            });
-            // `Count`: every verdict is `Ok`, a refusal counted.
-            self.commit_locked(prepared, at, OnRefusal::Count, &mut |verdict| {
-                tally.note(verdict.unwrap_or_else(|(refusal, _)| refusal.staged()));
-            });
-        }
-        Journal::<S::Tenant, S::Item>::recycle_run(run);
-        if let Err(panic) = iterated {
-            resume_unwind(panic);
-        }
-        tally
+        let mut tally = Tally::new(0, true);
+        self.pipeline(Items::Run(items), OnRefusal::Count, &mut |v| {
+            tally.note(v.unwrap_or_else(|(refusal, _)| refusal.staged()));
+        });
+        tally.each.unwrap_or_default()
     }
 }

@@ -84,9 +84,11 @@
 //! (`core::journal`). This module holds what surrounds it: its settings
 //! ([`JournalConfig`]) and errors ([`JournalError`]), the on-disk format,
 //! the file IO (a small `Storage` trait, so that a simulated disk can
-//! stand in for the real one), the reading of a directory back at build
-//! and the carrying out of the machine's batches. The commit task that
-//! runs them is the driver's. With the feature `testkit` (for this
+//! stand in for the real one), the reading of a directory back at build,
+//! the carrying out of the machine's batches, and a stage's part (`stage`:
+//! encoding on the caller's thread, the room check and the append under
+//! the journal's lock). The commit task that runs the batches is the
+//! driver's. With the feature `testkit` (for this
 //! crate's tests and simulation, not a stable API) the internals are
 //! public: `format`, `Storage`, `FsStorage`, `MemStorage`, `recover`,
 //! `Committer`, and `outbox::core::journal`.
@@ -106,6 +108,7 @@ mod inspect;
 #[cfg(any(test, feature = "testkit"))]
 mod memory;
 mod recover;
+pub(crate) mod stage;
 mod storage;
 
 use std::fmt;

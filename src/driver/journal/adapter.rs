@@ -11,7 +11,7 @@
 //! for a disk (S-W1).
 
 use std::future::Future;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram};
@@ -21,7 +21,6 @@ pub use crate::core::journal::SyncError;
 use crate::core::journal::{self as plan, Bounds, Limits, LoneStep, Machine, Settings};
 use crate::core::Event;
 use crate::journal::format::{Schema, Stamp};
-use crate::journal::WallClock;
 use crate::journal::{
     recover_judging, Codec, Committer, FsStorage, JournalConfig, JournalError, OtherVersion,
     RecoveryReport, Storage,
@@ -32,13 +31,13 @@ use crate::telemetry::names::LABEL_OUTBOX;
 mod build;
 #[path = "commit.rs"]
 mod commit;
-#[path = "stage.rs"]
-mod stage;
+use crate::journal::stage::Inner;
 pub(crate) use build::{open, spawn, Setup};
-pub(crate) use stage::Appender;
 
-/// One record of a stage or a run, as the journal appends it.
-pub(crate) type Piece<'a> = crate::journal::format::Unsealed<'a>;
+/// The journal as a stage sees it (its part of the pipeline, S-W21).
+pub(crate) type Staging<K, I> = crate::journal::stage::Staging<K, I, Waiter>;
+/// The journal's lock held for a stage's appends.
+pub(crate) type Appender<'a, K, I> = crate::journal::stage::Appender<'a, K, I, Waiter>;
 
 /// The journal's metrics (label `outbox`).
 struct Metrics {
@@ -81,14 +80,7 @@ impl Metrics {
 /// A sync caller's answer.
 type Waiter = oneshot::Sender<Result<(), SyncError>>;
 
-struct Inner<K> {
-    /// Every decision: the core's journal machine.
-    state: Machine<K, Waiter>,
-    /// Items unjournaled since the incident began (for its log line).
-    unjournaled_in_incident: u64,
-}
-
-impl<K: Ord + std::hash::Hash + Clone> Inner<K> {
+impl<K: Ord + std::hash::Hash + Clone> Inner<K, Waiter> {
     /// Sends the machine's answers to the sync callers.
     fn answer(&mut self) {
         while let Some((tx, answer)) = self.state.poll_answer() {
@@ -99,25 +91,11 @@ impl<K: Ord + std::hash::Hash + Clone> Inner<K> {
 
 /// The journal of one outbox.
 pub(crate) struct Journal<K, I> {
-    inner: Mutex<Inner<K>>,
-    codec: Box<dyn Codec<K, I>>,
-    /// What each record carries besides its item: the codec's version
-    /// (S-J14).
-    stamp: Stamp,
-    /// The wall clock records are stamped with (S-R3).
-    wall: WallClock,
-    /// Commit now: `sync_bytes` reached, a sync caller, closing.
-    now: Notify,
+    /// Its lock, the codec and the commit task's wakes: what a stage uses.
+    pub(crate) staging: Staging<K, I>,
     /// The journal works again, or closed: a suspect's lone attempt
     /// waiting for it asks again (S-J17).
     pub(super) resumed: Notify,
-    /// Something was buffered: commit within `sync_interval`.
-    soon: Notify,
-    /// A commit ended: its done marks and deleted segments may have given
-    /// room back, so callers waiting for room try again (S-R5).
-    room: Notify,
-    sync_bytes: usize,
-    max_buffered: usize,
     inline_io: bool,
     dir: String,
     name: String,
@@ -229,20 +207,15 @@ where
         };
         let mut state = Machine::new(recovered.ledger, settings);
         state.start_life(recovered.crashes, seqs);
+        let sizes = (
+            config.sync_bytes,
+            config.max_buffered_bytes.max(config.sync_bytes),
+        );
+        let unjournaled = metrics.unjournaled.clone();
+        let stamps = (stamp, config.wall_clock);
         let journal = Journal {
-            inner: Mutex::new(Inner {
-                state,
-                unjournaled_in_incident: 0,
-            }),
-            codec,
-            stamp,
-            wall: config.wall_clock,
-            now: Notify::new(),
+            staging: Staging::new(state, codec, stamps, sizes, unjournaled),
             resumed: Notify::new(),
-            soon: Notify::new(),
-            room: Notify::new(),
-            sync_bytes: config.sync_bytes,
-            max_buffered: config.max_buffered_bytes.max(config.sync_bytes),
             inline_io: config.inline_io,
             dir,
             name: outbox.to_owned(),
@@ -260,8 +233,8 @@ where
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner<K>> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> MutexGuard<'_, Inner<K, Waiter>> {
+        self.staging.lock()
     }
 
     /// Under the outbox's lock, with the engine's events, in order: marks
@@ -295,7 +268,7 @@ where
         let any = g.is_some();
         drop(g);
         if any {
-            self.soon.notify_one();
+            self.staging.soon.notify_one();
         }
     }
 
@@ -303,7 +276,7 @@ where
     /// marked done as their first attempt starts, before the write.
     fn mark_early(&self, tenant: &K, n: u64) {
         self.lock().state.handle_done(tenant, n);
-        self.soon.notify_one();
+        self.staging.soon.notify_one();
     }
 
     /// A group of writes starts (S-J17): an attempt of journaled items
@@ -349,7 +322,7 @@ where
         g.state.handle_sync(tx);
         g.answer();
         drop(g);
-        self.now.notify_one();
+        self.staging.now.notify_one();
         Some(Box::pin(async move {
             let _ = rx.await;
         }))
@@ -389,7 +362,7 @@ where
             };
             match rx {
                 Some(rx) => {
-                    self.now.notify_one();
+                    self.staging.now.notify_one();
                     let _ = rx.await;
                 }
                 None => resumed.await,
@@ -431,24 +404,17 @@ where
         g.state.handle_sync(tx);
         g.answer();
         drop(g);
-        self.now.notify_one();
+        self.staging.now.notify_one();
         async move { rx.await.unwrap_or(Err(SyncError::Closed)) }
-    }
-
-    /// Resolves after the next commit ends (S-R5): register it before
-    /// trying for room, as [`Notify::notified`] says, and try again when
-    /// it resolves.
-    pub(crate) fn room_freed(&self) -> tokio::sync::futures::Notified<'_> {
-        self.room.notified()
     }
 
     /// The writer is done: commit what is left, then stop.
     pub(crate) fn close(&self) {
         self.lock().state.handle_close();
-        self.now.notify_one();
+        self.staging.now.notify_one();
     }
 
-    fn export(&self, g: &Inner<K>) {
+    fn export(&self, g: &Inner<K, Waiter>) {
         let ledger = g.state.ledger();
         self.metrics.bytes.set(g.state.disk_bytes() as f64);
         self.metrics.segments.set(ledger.segments() as f64);
@@ -486,6 +452,7 @@ fn fs_storage(dir: &std::path::Path, shown: &str) -> Result<FsStorage, JournalEr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::Append;
     use std::io;
     use std::time::Duration;
 
@@ -503,9 +470,10 @@ mod tests {
     /// Encodes and appends one record: whether it had room (and went in).
     fn append(j: &J, tenant: u64, item: u64) -> bool {
         let mut run = None;
-        let i = j.encode_into(&mut run, &tenant, &item).unwrap();
-        let record = run.as_ref().unwrap().get(i).unwrap();
-        j.appending(|a| a.append_if(record, |room| (room.then_some(tenant), room)))
+        let i = j.staging.encode_into(&mut run, &tenant, &item).unwrap();
+        (j.staging).appending(run.as_ref(), |a| {
+            a.append_if(i, |room| (room.then_some(tenant), room))
+        })
     }
 
     fn stage(j: &J, tenant: u64, item: u64) {
@@ -651,9 +619,9 @@ mod tests {
         let config = JournalConfig::with_storage(MemStorage::new());
         let j = J::open(config, Box::new(Bad), "test").unwrap().journal;
         let mut run = None;
-        assert_eq!(j.encode_into(&mut run, &1, &0), None);
-        assert_eq!(j.encode_into(&mut run, &1, &1), None);
-        assert_eq!(j.encode_into(&mut run, &1, &2), Some(0));
+        assert_eq!(j.staging.encode_into(&mut run, &1, &0), None);
+        assert_eq!(j.staging.encode_into(&mut run, &1, &1), None);
+        assert_eq!(j.staging.encode_into(&mut run, &1, &2), Some(0));
     }
 
     #[test]

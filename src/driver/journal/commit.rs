@@ -48,7 +48,7 @@ where
                     drop(g);
                     // Done marks on disk and segments deleted give room
                     // back: a `stage_wait` on a full journal tries again.
-                    self.room.notify_waiters();
+                    self.staging.room.notify_waiters();
                 }
                 None => self.wait(clock, timeout).await,
             }
@@ -70,8 +70,8 @@ where
         };
         tokio::select! {
             biased;
-            () = self.now.notified() => {}
-            () = self.soon.notified() => self.lock().state.handle_wake(clock.now()),
+            () = self.staging.now.notified() => {}
+            () = self.staging.soon.notified() => self.lock().state.handle_wake(clock.now()),
             () = sleep => {}
         }
     }
@@ -115,7 +115,7 @@ where
 
     /// Answers the sync callers and logs and counts the machine's events
     /// (`error`: the last batch's failure, for the incident's log line).
-    fn drain(&self, g: &mut Inner<K>, error: Option<&str>) {
+    fn drain(&self, g: &mut Inner<K, super::Waiter>, error: Option<&str>) {
         g.answer();
         while let Some(event) = g.state.poll_event() {
             self.on_event(g, event, error);
@@ -123,7 +123,7 @@ where
         self.export(g);
     }
 
-    fn on_event(&self, g: &mut Inner<K>, event: Event, error: Option<&str>) {
+    fn on_event(&self, g: &mut Inner<K, super::Waiter>, event: Event, error: Option<&str>) {
         let (outbox, dir) = (&self.name, &self.dir);
         match event {
             Event::Failed { opened, undurable } => {
@@ -142,7 +142,7 @@ where
             }
             Event::Unjournaled(n) => {
                 g.unjournaled_in_incident += n;
-                self.metrics.unjournaled.increment(n);
+                self.staging.unjournaled.increment(n);
             }
             Event::Resumed => {
                 tracing::warn!(

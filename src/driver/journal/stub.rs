@@ -17,13 +17,15 @@ use crate::sink::Sink;
 /// No journal: a value of this type cannot be made.
 pub(crate) struct Journal<K, I> {
     never: Infallible,
-    _of: PhantomData<fn() -> (K, I)>,
+    /// No stage's side of a journal either.
+    pub(crate) staging: Staging<K, I>,
 }
+
+/// No stage's side of a journal.
+pub(crate) struct Staging<K, I>(Infallible, PhantomData<fn() -> (K, I)>);
 
 /// No run of records.
 pub(crate) struct Run(Infallible);
-/// No record of a run.
-pub(crate) type Piece<'a> = &'a Infallible;
 /// No journal to open.
 pub(crate) type Setup<K, I> = Journal<K, I>;
 /// No commit task.
@@ -34,29 +36,19 @@ pub(crate) type OpenedJournal<K, I> = (Arc<Journal<K, I>>, CommitTask);
 /// No journal's lock.
 pub(crate) struct Appender<'a, K, I>(Infallible, PhantomData<&'a Journal<K, I>>);
 
-impl Run {
-    pub(crate) fn get(&self, _: usize) -> Option<Piece<'_>> {
+impl<K, I> crate::core::Append<K> for Appender<'_, K, I> {
+    fn append_if<R>(&mut self, _: usize, _: impl FnOnce(bool) -> (Option<K>, R)) -> R {
         match self.0 {}
     }
 }
 
-impl<K, I> Appender<'_, K, I> {
-    pub(crate) fn append_if<R>(
-        &mut self,
-        _: Piece<'_>,
-        _: impl FnOnce(bool) -> (Option<K>, R),
-    ) -> R {
-        match self.0 {}
-    }
-}
-
-impl<K, I> Journal<K, I> {
+impl<K, I> Staging<K, I> {
     pub(crate) fn encode_into(&self, _: &mut Option<Run>, _: &K, _: &I) -> Option<usize> {
-        match self.never {}
+        match self.0 {}
     }
 
     pub(crate) fn room_freed(&self) -> tokio::sync::futures::Notified<'_> {
-        match self.never {}
+        match self.0 {}
     }
 
     /// Nothing to hand back: a run of this build is never made.
@@ -66,10 +58,16 @@ impl<K, I> Journal<K, I> {
         }
     }
 
-    pub(crate) fn appending<R>(&self, _: impl FnOnce(&mut Appender<'_, K, I>) -> R) -> R {
-        match self.never {}
+    pub(crate) fn appending<R>(
+        &self,
+        _: Option<&Run>,
+        _: impl FnOnce(&mut Appender<'_, K, I>) -> R,
+    ) -> R {
+        match self.0 {}
     }
+}
 
+impl<K, I> Journal<K, I> {
     pub(crate) fn mark_done<'a>(&self, _: impl IntoIterator<Item = &'a Event<K, I>>)
     where
         K: 'a,
