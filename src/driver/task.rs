@@ -2,9 +2,7 @@
 //! S-C2): the sink's future under panic containment, a write timeout and
 //! the writer's cancellation; the items always travel back with the outcome.
 
-use std::future::Future;
 use std::sync::Arc;
-use std::task::Poll;
 
 use tokio::time::Instant;
 use tokio_util::either::Either;
@@ -24,68 +22,8 @@ pub(crate) struct Finished<K, I> {
     pub(crate) error: Option<String>,
 }
 
-/// A group's slices (S-F1). Without fan-in every group is one write,
-/// held without a vector of its own: one allocation fewer per write.
-pub(crate) enum Slices<K, I> {
-    One(Write<K, I>),
-    Many(Vec<Write<K, I>>),
-}
-
-impl<K, I> Slices<K, I> {
-    pub(crate) fn as_slice(&self) -> &[Write<K, I>] {
-        match self {
-            Slices::One(write) => std::slice::from_ref(write),
-            Slices::Many(writes) => writes,
-        }
-    }
-
-    pub(crate) fn into_vec(self) -> Vec<Write<K, I>> {
-        match self {
-            Slices::One(write) => vec![write],
-            Slices::Many(writes) => writes,
-        }
-    }
-}
-
-/// What a write task hands back for its [`Slices`]: one finished write,
-/// or one per slice, in the group's order.
-pub(crate) enum Ended<K, I> {
-    One(Finished<K, I>),
-    Many(Vec<Finished<K, I>>),
-}
-
-impl<K, I> Ended<K, I> {
-    pub(crate) fn into_iter(self) -> impl Iterator<Item = Finished<K, I>> {
-        let (one, many) = match self {
-            Ended::One(finished) => (Some(finished), Vec::new()),
-            Ended::Many(finished) => (None, finished),
-        };
-        one.into_iter().chain(many)
-    }
-}
-
-/// What a write task of the sink `S` hands back for its slices.
-pub(crate) type SinkEnded<S> = Ended<<S as Sink>::Tenant, <S as Sink>::Item>;
-
-/// Runs one attempt of `slices`: [`run_with_epoch`] for one write,
-/// [`run_group_with_epochs`] for a group.
-pub(crate) async fn run_slices<S: Sink>(
-    sink: Arc<S>,
-    slices: Slices<S::Tenant, S::Item>,
-    epochs: Option<Vec<WriteEpoch>>,
-    deadline: Option<Instant>,
-    cancel: Arc<CancellationToken>,
-) -> SinkEnded<S> {
-    match slices {
-        Slices::One(write) => {
-            let epoch = epochs.and_then(|e| e.first().copied());
-            Ended::One(run_with_epoch(sink, write, epoch, deadline, &cancel).await)
-        }
-        Slices::Many(writes) => {
-            Ended::Many(run_group_with_epochs(sink, writes, epochs, deadline, &cancel).await)
-        }
-    }
-}
+/// What a write task of the sink `S` hands back.
+pub(crate) type SinkFinished<S> = Finished<<S as Sink>::Tenant, <S as Sink>::Item>;
 
 /// Runs one attempt of `write` on `sink`.
 ///
@@ -109,7 +47,7 @@ pub(crate) async fn run_with_epoch<S: Sink>(
     write: Write<S::Tenant, S::Item>,
     epoch: Option<WriteEpoch>,
     deadline: Option<Instant>,
-    cancel: &CancellationToken,
+    cancel: CancellationToken,
 ) -> Finished<S::Tenant, S::Item> {
     // Only the sink's future (`Send` by the trait) may hold a borrow of the
     // items across an await, so `Item` need not be `Sync`.
@@ -121,7 +59,7 @@ pub(crate) async fn run_with_epoch<S: Sink>(
             Outcome::Failed(Failure::Panic),
             Some("the sink panicked creating the write".to_owned()),
         ),
-        Ok(future) => match bounded(future, deadline, cancel).await {
+        Ok(future) => match bounded(future, deadline, &cancel).await {
             Bounded::Cancelled => (Outcome::Failed(Failure::Cancelled), None),
             Bounded::TimedOut => (
                 Outcome::Failed(Failure::Timeout),
@@ -166,7 +104,7 @@ pub(crate) async fn run_group_with_epochs<S: Sink>(
     mut writes: Vec<Write<S::Tenant, S::Item>>,
     epochs: Option<Vec<WriteEpoch>>,
     deadline: Option<Instant>,
-    cancel: &CancellationToken,
+    cancel: CancellationToken,
 ) -> Vec<Finished<S::Tenant, S::Item>> {
     if writes.len() == 1 {
         let write = writes.pop().expect("one write");
@@ -193,7 +131,7 @@ pub(crate) async fn run_group_with_epochs<S: Sink>(
             Outcome::Failed(Failure::Panic),
             "the sink panicked creating the group write",
         ),
-        Ok(future) => match bounded(future, deadline, cancel).await {
+        Ok(future) => match bounded(future, deadline, &cancel).await {
             Bounded::Cancelled => vec![(Outcome::Failed(Failure::Cancelled), None); n],
             Bounded::TimedOut => all(
                 n,
@@ -315,24 +253,10 @@ async fn bounded<F: std::future::Future>(
             None => Some(future.await),
         }
     };
-    tokio::pin!(timed);
-    // The cancellation first, as below; then one poll before waiting on
-    // it: a write done at its first poll never registers with the token
-    // every write shares (a lock, and its cache line, taken twice).
-    let first = std::future::poll_fn(|cx| {
-        if cancel.is_cancelled() {
-            return Poll::Ready(None);
-        }
-        Poll::Ready(Some(timed.as_mut().poll(cx)))
-    });
-    let result = match first.await {
-        None => None,
-        Some(Poll::Ready(result)) => Some(result),
-        Some(Poll::Pending) => tokio::select! {
-            biased;
-            () = cancel.cancelled() => None,
-            result = &mut timed => Some(result),
-        },
+    let result = tokio::select! {
+        biased;
+        () = cancel.cancelled() => None,
+        result = timed => Some(result),
     };
     match result {
         None => Bounded::Cancelled,

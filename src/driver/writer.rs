@@ -3,11 +3,8 @@
 //! (S-C3, S-W13, S-W15, S-W16, S-W17).
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::mem;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use tokio::task::{self, JoinError, JoinSet};
@@ -15,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::contain;
 use super::shared::{Shared, State, Waiter};
-use super::task::{self as write_task, SinkEnded, Slices};
+use super::task::{self as write_task, SinkFinished};
 use crate::core::{
     Engine, Event, Failure, LostReason, Outcome, ShutdownReport, Time, WaitId, Write, WriteId,
 };
@@ -69,8 +66,6 @@ struct Pumped {
     /// Every handle is gone, the engine closed and no task runs: the
     /// writer exits (S-W16).
     exit: bool,
-    /// Stages came in since the last round.
-    took_in: bool,
 }
 
 /// What one round of draining the engine found: its writes to start, its
@@ -78,7 +73,7 @@ struct Pumped {
 struct Drained<K, I> {
     /// Groups of slices (S-F1): one slice each unless the config asks
     /// for fan-in.
-    writes: Vec<Slices<K, I>>,
+    writes: Vec<Vec<Write<K, I>>>,
     /// The tenant whose suspect's lone attempt is in flight (S-J17).
     lone: Option<K>,
     events: Vec<Event<K, I>>,
@@ -95,15 +90,8 @@ impl<K: Ord + std::hash::Hash + Clone, I> Drained<K, I> {
             events: Vec::new(),
             waiters: BTreeMap::new(),
         };
-        // Without fan-in, each write alone (the same writes, S-F1).
-        if st.engine.config().max_slices_per_write() == 1 {
-            while let Some(write) = st.engine.poll_write(now) {
-                drained.writes.push(Slices::One(write));
-            }
-        } else {
-            while let Some(group) = st.engine.poll_group(now) {
-                drained.writes.push(Slices::Many(group));
-            }
+        while let Some(group) = st.engine.poll_group(now) {
+            drained.writes.push(group);
         }
         drained.lone = st.engine.lone_tenant().cloned();
         while let Some(event) = st.engine.poll_event() {
@@ -120,17 +108,16 @@ impl<K: Ord + std::hash::Hash + Clone, I> Drained<K, I> {
 
 pub(crate) struct Writer<S: Sink> {
     shared: Arc<Shared<S>>,
-    tasks: JoinSet<SinkEnded<S>>,
+    tasks: JoinSet<Vec<SinkFinished<S>>>,
     /// Which writes (a group's slices) each running task carries, to
     /// count a task that could not be joined (S-W13).
-    running: BTreeMap<task::Id, Carried>,
-    /// Cancels the writes in flight when the engine says so. Shared by
-    /// reference count: cloning the token itself takes its lock.
-    cancel: Arc<CancellationToken>,
+    running: BTreeMap<task::Id, Vec<WriteId>>,
+    /// Cancels the writes in flight when the engine says so.
+    cancel: CancellationToken,
     log: Log,
     /// The timeout of the shutdown that follows the last handle's drop.
     drop_timeout: Duration,
-    /// Sink error texts of attempts ended but not yet logged.
+    /// Sink error texts of attempts joined but not yet logged.
     errors: BTreeMap<WriteId, String>,
     /// When the oldest-pending gauge was last refreshed (an O(tenants)
     /// scan, so at most once a second).
@@ -139,9 +126,6 @@ pub(crate) struct Writer<S: Sink> {
     /// joined first and all go to the engine under the drain's one lock,
     /// rather than one lock per write (the callers contend for it).
     ended: Vec<TaskEnd<S::Tenant, S::Item>>,
-    /// The engine's staged count at the last drain: whether stages keep
-    /// coming.
-    staged: u64,
 }
 
 /// The writer task ended, or was dropped with its runtime (possibly
@@ -175,10 +159,10 @@ impl<S: Sink> Drop for Writer<S> {
             finish_ended(&mut st.engine, now, ended, &mut done, &mut Vec::new());
             let before = st.engine.counters().lost(LostReason::Abandoned);
             done.extend(st.engine.abandon(now).into_iter().map(|run| run.items));
-            for id in self.running.values().flat_map(Carried::ids) {
+            for id in self.running.values().flatten() {
                 // Given up by the abandon: this only lets a waiting shutdown
                 // answer with its dead letters.
-                st.engine.finish_lost(now, id);
+                st.engine.finish_lost(now, *id);
             }
             while let Some(event) = st.engine.poll_event() {
                 match event {
@@ -255,13 +239,12 @@ impl<S: Sink> Writer<S> {
             shared,
             tasks: JoinSet::new(),
             running: BTreeMap::new(),
-            cancel: Arc::new(CancellationToken::new()),
+            cancel: CancellationToken::new(),
             log,
             drop_timeout,
             errors: BTreeMap::new(),
             gauged_at: None,
             ended: Vec::new(),
-            staged: 0,
         }
     }
 
@@ -276,11 +259,7 @@ impl<S: Sink> Writer<S> {
         tokio::pin!(sleep);
         let mut armed: Option<Time> = None;
         loop {
-            let Pumped {
-                timeout,
-                exit,
-                took_in,
-            } = self.pump();
+            let Pumped { timeout, exit } = self.pump();
             if exit {
                 tracing::debug!(outbox = self.log.name(), "writer exits");
                 if let Some(journal) = &self.shared.journal {
@@ -293,27 +272,6 @@ impl<S: Sink> Writer<S> {
                     sleep.as_mut().reset(shared.instant(at));
                 }
                 armed = timeout;
-            }
-            // Writes that ended at their first poll are drained at once,
-            // as joined ones would be (the budget yields now and then).
-            // While stages keep coming (S-W19), the writer looks again
-            // after one turn of the runtime instead of waiting to be
-            // woken: a writer that keeps up would otherwise be asleep at
-            // nearly every stage, and each wake-up costs the stager (the
-            // writer scheduled from its thread, a worker unparked). It
-            // sleeps after the first round that took nothing in, so a
-            // lone stage is taken in as soon as before.
-            let ended = !self.ended.is_empty();
-            if ended || took_in {
-                if ended {
-                    task::consume_budget().await;
-                } else {
-                    task::yield_now().await;
-                }
-                while let Some(joined) = self.tasks.try_join_next_with_id() {
-                    self.task_ended(joined);
-                }
-                continue;
             }
             // Joins first: they are bounded by `concurrency`, while stages
             // from other threads may keep the wake-up ready forever. Every
@@ -341,51 +299,40 @@ impl<S: Sink> Writer<S> {
     /// A write task ended: its outcome goes to the engine with its items
     /// (S-C2), or, if the task panicked past containment or was aborted,
     /// its items are counted lost (S-W13); both in the next drain.
-    fn task_ended(&mut self, joined: Result<(task::Id, SinkEnded<S>), JoinError>) {
+    fn task_ended(&mut self, joined: Result<(task::Id, Vec<SinkFinished<S>>), JoinError>) {
         match joined {
-            Ok((task, ended)) => {
+            Ok((task, group)) => {
                 self.running.remove(&task);
-                self.group_ended(ended);
-            }
-            Err(error) => {
-                if let Some(ids) = self.running.remove(&error.id()) {
-                    self.vanished(ids.ids(), error.is_panic());
+                for finished in group {
+                    #[cfg(feature = "table")]
+                    if let Some(feed) = &self.shared.relay_feed {
+                        feed.write_ended(finished.write.id, Some(finished.outcome));
+                    }
+                    if let Some(error) = finished.error {
+                        self.errors.insert(finished.write.id, error);
+                    }
+                    self.ended
+                        .push(TaskEnd::Finished(finished.write, finished.outcome));
                 }
             }
-        }
-    }
-
-    /// A group's writes came back with their outcomes (S-C2), for the
-    /// next drain.
-    fn group_ended(&mut self, ended: SinkEnded<S>) {
-        for finished in ended.into_iter() {
-            #[cfg(feature = "table")]
-            if let Some(feed) = &self.shared.relay_feed {
-                feed.write_ended(finished.write.id, Some(finished.outcome));
+            Err(error) => {
+                let Some(ids) = self.running.remove(&error.id()) else {
+                    return;
+                };
+                for id in ids {
+                    #[cfg(feature = "table")]
+                    if let Some(feed) = &self.shared.relay_feed {
+                        feed.write_ended(id, None);
+                    }
+                    tracing::error!(
+                        outbox = self.log.name(),
+                        write = %id,
+                        panicked = error.is_panic(),
+                        "a write task ended without giving its items back; they are counted lost"
+                    );
+                    self.ended.push(TaskEnd::Lost(id));
+                }
             }
-            if let Some(error) = finished.error {
-                self.errors.insert(finished.write.id, error);
-            }
-            self.ended
-                .push(TaskEnd::Finished(finished.write, finished.outcome));
-        }
-    }
-
-    /// A group's writes ended without giving their items back (S-W13):
-    /// counted lost in the next drain.
-    fn vanished(&mut self, ids: impl Iterator<Item = WriteId>, panicked: bool) {
-        for id in ids {
-            #[cfg(feature = "table")]
-            if let Some(feed) = &self.shared.relay_feed {
-                feed.write_ended(id, None);
-            }
-            tracing::error!(
-                outbox = self.log.name(),
-                write = %id,
-                panicked,
-                "a write task ended without giving its items back; they are counted lost"
-            );
-            self.ended.push(TaskEnd::Lost(id));
         }
     }
 
@@ -395,9 +342,6 @@ impl<S: Sink> Writer<S> {
     fn pump(&mut self) -> Pumped {
         let now = self.shared.now();
         let ended = mem::take(&mut self.ended);
-        // Their errors, for the log: writes that end in this round (at
-        // their first poll) leave theirs for the next.
-        let errors = mem::take(&mut self.errors);
         let mut unknown = Vec::new();
         // Items the engine is done with, dropped after the lock (see below).
         let mut done = Vec::new();
@@ -412,35 +356,38 @@ impl<S: Sink> Writer<S> {
             .dead_letters_dropped
             .load(std::sync::atomic::Ordering::Relaxed);
         // The hand-offs are taken in first; this input drains anyway.
-        let ((mut drained, timeout, (closed, handles_gone, staged), freed), _) =
-            self.shared.input(|st| {
-                let pending_before = st.engine.pending();
-                finish_ended(&mut st.engine, now, ended, &mut done, &mut unknown);
-                if st.handles_gone && !st.engine.is_shutting_down() {
-                    // The hand-off closes with the engine's fence (S-W19).
-                    let _ = self.shared.take_in(st, true);
-                    self.shut_down_after_last_handle(&mut st.engine, now);
-                }
-                st.engine.handle_timeout(now);
-                let drained = Drained::take(st, now);
-                // Done marks, in the engine's order, under its lock (S-J3).
-                if let Some(journal) = &self.shared.journal {
-                    journal.mark_done(&drained.events);
-                }
-                // The relayed rows they end, in the same order (S-T31).
-                #[cfg(feature = "table")]
-                if let Some(feed) = &self.shared.relay_feed {
-                    feed.on_events(&drained.events, super::table::feed::Phase::of(&st.engine));
-                }
-                if gauge {
-                    let health = super::Health::of(&st.engine, now, dead_dropped);
-                    self.shared.gauges.set(&health);
-                }
-                let freed = st.engine.pending() < pending_before || st.engine.is_shutting_down();
-                let staged = st.engine.counters().staged;
-                let ends = (st.engine.is_closed(), st.handles_gone, staged);
-                (drained, st.engine.poll_timeout(), ends, freed)
-            });
+        let ((mut drained, timeout, closed, handles_gone, freed), _) = self.shared.input(|st| {
+            let pending_before = st.engine.pending();
+            finish_ended(&mut st.engine, now, ended, &mut done, &mut unknown);
+            if st.handles_gone && !st.engine.is_shutting_down() {
+                // The hand-off closes with the engine's fence (S-W19).
+                let _ = self.shared.take_in(st, true);
+                self.shut_down_after_last_handle(&mut st.engine, now);
+            }
+            st.engine.handle_timeout(now);
+            let drained = Drained::take(st, now);
+            // Done marks, in the engine's order, under its lock (S-J3).
+            if let Some(journal) = &self.shared.journal {
+                journal.mark_done(&drained.events);
+            }
+            // The relayed rows they end, in the same order (S-T31).
+            #[cfg(feature = "table")]
+            if let Some(feed) = &self.shared.relay_feed {
+                feed.on_events(&drained.events, super::table::feed::Phase::of(&st.engine));
+            }
+            if gauge {
+                let health = super::Health::of(&st.engine, now, dead_dropped);
+                self.shared.gauges.set(&health);
+            }
+            let freed = st.engine.pending() < pending_before || st.engine.is_shutting_down();
+            (
+                drained,
+                st.engine.poll_timeout(),
+                st.engine.is_closed(),
+                st.handles_gone,
+                freed,
+            )
+        });
         if freed {
             // Callers waiting for capacity try again (S-R5).
             self.shared.capacity.notify_waiters();
@@ -450,13 +397,12 @@ impl<S: Sink> Writer<S> {
             self.spawn(group, drained.lone.as_ref());
         }
         for event in drained.events {
-            self.handle_event(event, &mut drained.waiters, &errors);
+            self.handle_event(event, &mut drained.waiters);
         }
-        let took_in = mem::replace(&mut self.staged, staged) != staged;
+        self.errors.clear();
         Pumped {
             timeout,
             exit: handles_gone && closed && self.tasks.is_empty(),
-            took_in,
         }
     }
 
@@ -500,31 +446,30 @@ impl<S: Sink> Writer<S> {
 
     /// Starts one task for a group of slices (S-F1); they share their
     /// start, so their deadline.
-    fn spawn(&mut self, group: Slices<S::Tenant, S::Item>, lone: Option<&S::Tenant>) {
+    fn spawn(&mut self, group: Vec<Write<S::Tenant, S::Item>>, lone: Option<&S::Tenant>) {
         let deadline = group
-            .as_slice()
             .first()
             .and_then(|w| w.deadline)
             .map(|at| self.shared.instant(at));
         // S-J17: an attempt waits for its attempt marks; a suspect's lone
         // one until they are on disk.
         let gate = self.shared.journal.as_ref().and_then(|journal| {
-            let lone = match (group.as_slice(), lone) {
+            let lone = match (&group[..], lone) {
                 ([write], Some(tenant)) => write.tenant == *tenant,
                 _ => false,
             };
-            journal.on_spawn(group.as_slice(), lone)
+            journal.on_spawn(&group, lone)
         });
         // One span per attempt (S-R6), the sink's own logs nesting in it;
         // under fan-in one per group, named by its first slice.
-        let span = match group.as_slice().first() {
+        let span = match group.first() {
             Some(w) => tracing::info_span!(
                 "outbox.attempt",
                 outbox = self.log.name(),
                 tenant = ?w.tenant,
                 write = %w.id,
                 attempt = w.attempt,
-                slices = group.as_slice().len(),
+                slices = group.len(),
             ),
             None => tracing::Span::none(),
         };
@@ -533,7 +478,7 @@ impl<S: Sink> Writer<S> {
         #[cfg(feature = "table")]
         let (group, epochs) = match &self.shared.relay_feed {
             Some(feed) => {
-                let granted = feed.grant(group.into_vec());
+                let granted = feed.grant(group);
                 if !granted.refused.is_empty() {
                     for write in granted.refused {
                         self.ended.push(TaskEnd::Finished(write, NOT_GRANTED));
@@ -543,7 +488,7 @@ impl<S: Sink> Writer<S> {
                 if granted.writes.is_empty() {
                     return;
                 }
-                (Slices::Many(granted.writes), granted.epochs)
+                (granted.writes, granted.epochs)
             }
             None => (group, None),
         };
@@ -555,50 +500,30 @@ impl<S: Sink> Writer<S> {
             .shared
             .relay_feed
             .as_ref()
-            .and_then(|feed| feed.retry_gate(group.as_slice()));
+            .and_then(|feed| feed.retry_gate(&group));
         #[cfg(not(feature = "table"))]
         let recorded: Option<tokio::sync::oneshot::Receiver<()>> = None;
-        let ids = Carried::of(group.as_slice());
+        let ids: Vec<_> = group.iter().map(|w| w.id).collect();
         let sink = Arc::clone(&self.shared.sink);
-        let cancel = Arc::clone(&self.cancel);
+        let cancel = self.cancel.clone();
         let run = async move {
             if let Some(gate) = gate {
                 wait_gate(gate, deadline, &cancel).await;
             }
             if let Some(recorded) = recorded {
                 if let Some(outcome) = wait_recorded(recorded, deadline, &cancel).await {
-                    return write_task::Ended::Many(not_started(group.into_vec(), outcome));
+                    return not_started(group, outcome);
                 }
             }
-            write_task::run_slices(sink, group, epochs, deadline, cancel).await
+            write_task::run_group_with_epochs(sink, group, epochs, deadline, cancel).await
         };
         // Boxed: the task's cell then holds a pointer, not the ~1 KB
         // future, which spawning would otherwise copy on every write.
-        self.start(tracing::Instrument::instrument(Box::pin(run), span), ids);
-    }
-
-    /// Starts a group's attempt, polled once here first: a write its sink
-    /// ends at once needs no task (a spawn and a join, both across the
-    /// runtime's threads). One that waits goes on in its task, whose
-    /// first poll registers the task's waker (the no-op one of this poll
-    /// is then no longer woken).
-    fn start<F>(&mut self, mut run: F, ids: Carried)
-    where
-        F: Future<Output = SinkEnded<S>> + Unpin + Send + 'static,
-    {
-        let mut cx = Context::from_waker(Waker::noop());
-        match contain::call(|| Pin::new(&mut run).poll(&mut cx)) {
-            Ok(Poll::Ready(ended)) => self.group_ended(ended),
-            Ok(Poll::Pending) => {
-                let task = self.tasks.spawn(run).id();
-                self.running.insert(task, ids);
-            }
-            // Past the containment inside: as a task that panicked.
-            Err(contain::Panicked) => {
-                contain::drop_quietly(run);
-                self.vanished(ids.ids(), true);
-            }
-        }
+        let task = self
+            .tasks
+            .spawn(tracing::Instrument::instrument(Box::pin(run), span))
+            .id();
+        self.running.insert(task, ids);
     }
 
     /// Logs an event and does what it asks: cancel the writes in flight,
@@ -607,16 +532,15 @@ impl<S: Sink> Writer<S> {
         &mut self,
         event: Event<S::Tenant, S::Item>,
         waiters: &mut BTreeMap<WaitId, Waiter<S::Tenant, S::Item>>,
-        errors: &BTreeMap<WriteId, String>,
     ) {
         let error = match &event {
-            Event::AttemptFailed { id, .. } => errors.get(id).map(String::as_str),
+            Event::AttemptFailed { id, .. } => self.errors.get(id).map(String::as_str),
             _ => None,
         };
         self.log.event(&event, error);
         match event {
             Event::CancelInFlight => {
-                mem::replace(&mut self.cancel, Arc::new(CancellationToken::new())).cancel();
+                mem::replace(&mut self.cancel, CancellationToken::new()).cancel();
             }
             Event::WaitDone { id, report } => {
                 if let Some(Waiter::Report(tx, deadline)) = waiters.remove(&id) {
@@ -703,21 +627,6 @@ impl<S: Sink> Writer<S> {
             return;
         }
         send(report);
-    }
-}
-
-/// The ids of the writes a task carries: the first, and the rest of a
-/// group (no allocation for a group of one).
-struct Carried(WriteId, Vec<WriteId>);
-
-impl Carried {
-    fn of<K, I>(group: &[Write<K, I>]) -> Self {
-        let (first, rest) = group.split_first().expect("a group has a slice");
-        Carried(first.id, rest.iter().map(|w| w.id).collect())
-    }
-
-    fn ids(&self) -> impl Iterator<Item = WriteId> + '_ {
-        std::iter::once(self.0).chain(self.1.iter().copied())
     }
 }
 
@@ -824,7 +733,7 @@ mod tests {
                 panic!("escaped");
             })
             .id();
-        writer.running.insert(task, Carried(WriteId(1), Vec::new()));
+        writer.running.insert(task, vec![WriteId(1)]);
         let joined = writer.tasks.join_next_with_id().await.unwrap();
         assert!(joined.as_ref().is_err_and(JoinError::is_panic));
         writer.task_ended(joined);
@@ -837,48 +746,5 @@ mod tests {
         assert_eq!(shared.lock().engine.stage(now, t, 8), Staged::Accepted);
         assert!(!writer.pump().exit);
         assert_eq!(writer.tasks.len(), 1);
-    }
-
-    struct AtOnce;
-    impl Sink for AtOnce {
-        type Tenant = TenantId;
-        type Item = u32;
-        fn name(&self) -> &str {
-            "at_once"
-        }
-        async fn write(&self, _: &TenantId, _: &[u32]) -> Result<Written, WriteError> {
-            Ok(Written::ALL)
-        }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_write_the_sink_ends_at_its_first_poll_runs_without_a_task() {
-        // Issue 27: no task is spawned for it, and its outcome reaches the
-        // engine in the next drain as a joined task's would (S-C2).
-        let engine = Engine::new(Config::default()).unwrap();
-        let shared = Arc::new(Shared::new(
-            engine,
-            None,
-            crate::telemetry::register("at_once").0,
-            Arc::new(AtOnce),
-            tokio::runtime::Handle::current(),
-        ));
-        let mut writer = Writer::new(
-            Arc::clone(&shared),
-            crate::telemetry::register("at_once").1,
-            Duration::ZERO,
-        );
-        let now = shared.now();
-        let t = TenantId::from_u128(1);
-        assert_eq!(shared.lock().engine.stage(now, t, 7), Staged::Accepted);
-        assert!(!writer.pump().exit);
-        assert!(writer.tasks.is_empty(), "no task for it");
-        assert!(writer.running.is_empty());
-        assert_eq!(writer.ended.len(), 1, "ended at once");
-        assert_eq!(shared.lock().engine.in_flight(), 1, "not yet finished");
-        assert!(!writer.pump().exit);
-        let c = shared.lock().engine.counters().clone();
-        assert_eq!((c.written, c.writes, c.pending), (1, 1, 0));
-        assert!(c.balanced());
     }
 }
