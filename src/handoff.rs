@@ -223,10 +223,10 @@ fn take_from<K: Ord + Hash + Clone, I, M>(
     while !fence && left > 0 {
         buf.clear();
         match rx.poll_recv_many(cx, buf, left.min(CHUNK)) {
-            Poll::Ready(n) if n > 0 => left -= n,
             // Nothing now: a send between its count and its push, or the
             // task's budget is spent. The rest one by one, as below.
-            _ => break,
+            Poll::Ready(0) | Poll::Pending => break,
+            Poll::Ready(n) => left -= n,
         }
         let chunk = buf.drain(..).map(into).inspect(&mut count);
         wake |= sum(admission.intake(engine, held, chunk));
@@ -304,6 +304,117 @@ mod tests {
             }
             rx.take_in((&mut e, &a, &mut held), false);
             assert_eq!((e.pending(), held.0), (n, n), "full {full}");
+        }
+    }
+
+    /// Units of this task's coop budget left: receives from a channel
+    /// longer than any budget until one is refused (spending them all).
+    fn budget_left() -> usize {
+        let (tx, mut rx) = unbounded_channel::<()>();
+        for _ in 0..1_000 {
+            tx.send(()).unwrap();
+        }
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut n = 0;
+        while rx.poll_recv(&mut cx).is_ready() {
+            n += 1;
+        }
+        n
+    }
+
+    /// `f`, run in one poll of a task on a runtime, so under its coop
+    /// budget (outside a task nothing is counted).
+    fn in_a_task<R>(f: impl FnOnce() -> R) -> R {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let mut f = Some(f);
+        rt.block_on(std::future::poll_fn(|_| Poll::Ready(f.take().unwrap()())))
+    }
+
+    #[test]
+    fn take_in_receives_a_queue_in_one_receive_per_chunk() {
+        // The module's point: one update of the channel's count per chunk
+        // of up to CHUNK, not one per item, and none past what was queued.
+        // Each receive spends a unit of the task's budget; a take-in one by
+        // one (`try_recv`) spends none.
+        let whole = in_a_task(budget_left);
+        assert!(whole > 8, "a task's budget: {whole}");
+        for full in [false, true] {
+            for n in [1, CHUNK, CHUNK * 3 + 10] {
+                let (tx, mut rx) = lane::<u64, u64>(full);
+                let (mut e, a, mut held) = engine();
+                for i in 0..n as u64 {
+                    tx.send(i % 7, i, 1, None).unwrap();
+                }
+                let left = in_a_task(|| {
+                    rx.take_in((&mut e, &a, &mut held), false);
+                    budget_left()
+                });
+                assert_eq!(e.pending(), n as u64, "full {full}, {n} queued");
+                let receives = n.div_ceil(CHUNK);
+                assert_eq!(whole - left, receives, "full {full}, {n} queued");
+            }
+        }
+    }
+
+    /// An engine whose weigher stages another item (tenant 9) into `tx`
+    /// for each item it weighs, `cap` in all: sends that land while the
+    /// intake runs. (Weighers are pure, S-B5; this one stands in for the
+    /// other threads' stages.)
+    fn restaging(tx: Arc<LaneTx<u64, u64>>, cap: u64) -> Engine<u64, u64> {
+        let sent = AtomicUsize::new(0);
+        let weigher = move |_: &u64| {
+            if (sent.fetch_add(1, Ordering::SeqCst) as u64) < cap {
+                tx.send(9, 0, 1, None).unwrap();
+            }
+            1
+        };
+        Engine::with_weigher(Config::default(), weigher).unwrap()
+    }
+
+    #[test]
+    fn take_in_takes_what_was_queued_at_its_call_not_what_lands_during_it() {
+        // S-W19: a stream of new stages cannot keep the lock held; what
+        // lands during an intake waits for the next. Both ways in: by
+        // chunks, and one by one once the task's budget is spent.
+        for budget_spent in [false, true] {
+            let n = CHUNK as u64 + 44;
+            let (tx, mut rx) = lane::<u64, u64>(false);
+            let tx = Arc::new(tx);
+            let mut e = restaging(Arc::clone(&tx), 10 * n);
+            let (a, mut held) = (Admission::new(e.config()), (0, 0));
+            for i in 0..n {
+                tx.send(i % 7, i, 1, None).unwrap();
+            }
+            in_a_task(|| {
+                if budget_spent {
+                    budget_left();
+                }
+                rx.take_in((&mut e, &a, &mut held), false);
+            });
+            assert_eq!(e.pending(), n, "budget spent {budget_spent}");
+            assert_eq!(held.0, n, "budget spent {budget_spent}");
+        }
+    }
+
+    #[test]
+    fn items_that_reach_an_engine_past_its_fence_are_counted_lost() {
+        // The engine's fence up, the lane's not yet (S-W9): what the
+        // intake takes is refused there, counted lost under `shutdown`,
+        // and nothing of it is held.
+        for full in [false, true] {
+            let (tx, mut rx) = lane::<u64, u64>(full);
+            let (mut e, a, mut held) = engine();
+            tx.send(1, 1, 0, None).unwrap();
+            rx.take_in((&mut e, &a, &mut held), false);
+            let _ = e.shutdown(Time::ZERO, Time::ZERO);
+            for i in 0..3 {
+                tx.send(2, i, 0, None).unwrap();
+            }
+            rx.take_in((&mut e, &a, &mut held), false);
+            let lost = e.counters().lost(crate::core::LostReason::Shutdown);
+            assert_eq!((lost, held.0), (3, 1), "full {full}");
         }
     }
 
