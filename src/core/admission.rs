@@ -807,6 +807,63 @@ mod tests {
         }
     }
 
+    /// Every refusal, in S-W21's order.
+    const ALL: [Refusal; 6] = [
+        Refusal::TableOnly,
+        Refusal::ShuttingDown,
+        Refusal::EncodeFailed,
+        Refusal::JournalFull,
+        Refusal::BufferFull,
+        Refusal::TenantFull,
+    ];
+
+    #[test]
+    fn each_refusal_is_counted_under_its_own_name_and_reads_back_from_it() {
+        // The drop counter and the refusal name each other both ways; the
+        // fence's is a loss, `shutdown` (S-W9, S-W21).
+        for r in ALL {
+            assert_eq!(
+                r.drop_reason().and_then(Refusal::of_drop),
+                r.drop_reason().map(|_| r)
+            );
+            let name = r.drop_reason().map_or("shutdown", DropReason::as_str);
+            assert_eq!(r.as_str(), name, "{r:?}");
+        }
+        let names: Vec<_> = ALL.iter().map(|r| r.as_str()).collect();
+        let expected = [
+            "table_only",
+            "shutdown",
+            "encode_failed",
+            "journal_full",
+            "buffer_full",
+            "tenant_full",
+        ];
+        assert_eq!(names, expected);
+        assert_eq!(
+            Refusal::of_drop(DropReason::SinkError),
+            None,
+            "not a stage's refusal"
+        );
+    }
+
+    /// A path that can refuse only at the fence: every other check keeps
+    /// its default.
+    struct FenceOnly(bool);
+
+    impl Checks for FenceOnly {
+        fn fenced(&mut self) -> bool {
+            self.0
+        }
+    }
+
+    #[test]
+    fn a_path_that_cannot_refuse_for_a_reason_finds_room_for_it() {
+        // The defaults of `Checks` are room (and no table-only outbox):
+        // only the fence refuses here.
+        assert_eq!(decide(&mut FenceOnly(false)), Ok(()));
+        assert_eq!(decide(&mut FenceOnly(true)), Err(Refusal::ShuttingDown));
+    }
+
     #[test]
     fn s_w21_the_fence_outranks_every_refusal_and_later_checks_are_not_asked() {
         use Refusal::*;
