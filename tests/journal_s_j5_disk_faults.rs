@@ -117,6 +117,9 @@ async fn written_while_down(
         assert_eq!(o.stage(t(9), 100), Staged::Accepted);
         let r = o.sync().await;
         assert!(matches!(r, Err(SyncError::Failed(_))), "{r:?}");
+        // Its write hangs before the release below lets it go (a write
+        // started after it would hang for good).
+        sink.until_attempts(t(9), 1).await;
         sink.set(t(1), Act::Ok);
         sink.release();
         sink.set_all(Act::Ok);

@@ -930,4 +930,166 @@ mod tests {
         a.add(3, 3);
         assert_eq!(a.items(), 0);
     }
+    #[test]
+    fn a_table_only_outbox_refuses_every_stage_first() {
+        // S-T32: the admission carries the setting and a path's facts read
+        // it from there, ahead of every other refusal (S-W21).
+        let config = Config {
+            table_only: true,
+            ..Config::default()
+        };
+        let a = Admission::new(&config);
+        assert!(a.table_only());
+        assert!(!Admission::new(&Config::default()).table_only());
+        let mut facts = Facts::<u64, u64>::new(&a, true, false, 0);
+        assert_eq!(decide(&mut facts), Err(Refusal::TableOnly));
+        let engine = Engine::<u64, u64>::new(Config::default()).unwrap();
+        let stager = Stager {
+            admission: a,
+            held: (0, 0),
+        };
+        let h = stager.decided(&engine, Time::ZERO, 1, 1);
+        assert_eq!(h.refusal, Some(Refusal::TableOnly), "the test kit's path");
+    }
+
+    #[test]
+    fn what_is_added_is_held_against_the_capacity() {
+        // A recovery's items are pending at build (D4): added, they take
+        // their room.
+        let a = Admission::new(&Config::builder().capacity(3).build().unwrap());
+        a.add(2, 0);
+        assert_eq!(a.items(), 2);
+        assert_eq!(a.reserve(0), Ok(()));
+        assert_eq!(a.reserve(0), Err(DropReason::BufferFull));
+    }
+
+    /// A journal with room for every record, appending nothing.
+    struct Roomy;
+
+    impl Append<u64> for Roomy {
+        fn append_if<R>(&mut self, _: usize, decide: impl FnOnce(bool) -> (Option<u64>, R)) -> R {
+            decide(true).1
+        }
+    }
+
+    #[test]
+    fn a_counted_refusal_wakes_the_writer_whatever_the_intake_says() {
+        // The request path's refusal counted under the lock is an event
+        // the writer drains (S-W21): the commit asks for a drain, also
+        // when the intake asks for one too.
+        let mut engine = Engine::<u64, u64>::new(Config::default()).unwrap();
+        let a = Admission::new(engine.config());
+        let mut held = (0, 0);
+        let refused = Prepared {
+            refused: Some(Refusal::BufferFull),
+            ..Prepared::new(1, 10, 0, None)
+        };
+        let how = Commit {
+            at: None,
+            on: OnRefusal::Count,
+            quota: false,
+        };
+        let mut answers = Vec::new();
+        let wake = a.commit(
+            (&mut engine, &mut held),
+            None::<&mut Roomy>,
+            how,
+            [refused, Prepared::new(2, 20, 0, None)],
+            &mut |v| answers.push(v.map_err(|(r, _)| r)),
+        );
+        assert!(wake);
+        // An accepted item alone: the intake's drain is the commit's.
+        let mut alone = Engine::<u64, u64>::new(Config::default()).unwrap();
+        let mut held_alone = (0, 0);
+        let wake_alone = a.commit(
+            (&mut alone, &mut held_alone),
+            None::<&mut Roomy>,
+            how,
+            [Prepared::new(3, 30, 0, None)],
+            &mut |v| assert!(v.is_ok()),
+        );
+        assert!(wake_alone, "a tenant's first item asks for a drain");
+        let staged = Refusal::BufferFull.staged();
+        assert_eq!(answers, [Ok(staged), Ok(Staged::Accepted)]);
+        assert_eq!(engine.counters().dropped(DropReason::BufferFull), 1);
+        assert_eq!((engine.pending(), held.0), (1, 1));
+    }
+
+    #[test]
+    fn the_test_kits_hand_offs_carry_the_stamp_and_the_weight_as_the_drivers_do() {
+        // S-W19: the stamp when the engine reads it (a linger or an age
+        // limit), the weight when bytes are reserved on the request path.
+        let now = Time::from_millis(7);
+        let ms = std::time::Duration::from_millis(5);
+        let cases = [
+            (Config::default(), false, false),
+            (
+                Config {
+                    linger: ms,
+                    ..Config::default()
+                },
+                true,
+                true,
+            ),
+            (
+                Config {
+                    max_item_age: Some(ms),
+                    ..Config::default()
+                },
+                true,
+                true,
+            ),
+            (
+                Config {
+                    capacity_bytes: Some(100),
+                    ..Config::default()
+                },
+                false,
+                true,
+            ),
+        ];
+        for (config, stamped, weighed) in cases {
+            let engine = Engine::<u64, u64>::with_weigher(config, |_| 3).unwrap();
+            let stager = Stager::new(&engine);
+            let h = stager.decided(&engine, now, 1, 1);
+            assert_eq!(h.at, stamped.then_some(now), "{:?}", engine.config());
+            assert_eq!(h.weight, weighed.then_some(3), "{:?}", engine.config());
+            assert_eq!(h.refusal, None);
+        }
+    }
+
+    #[test]
+    fn a_chunk_with_a_tenant_quota_sees_each_item_the_one_before_took_in() {
+        // S-B7: with a `tenant_capacity`, each item of a chunk is decided
+        // against the engine's count after the item before it.
+        let config = Config::builder().tenant_capacity(2).build().unwrap();
+        let mut engine = Engine::<u64, u64>::new(config).unwrap();
+        let mut stager = Stager::new(&engine);
+        let items = (0..4).map(|i| (1, i)).collect();
+        let (verdicts, wake) = stager.stage_chunk(&mut engine, Time::ZERO, items);
+        let full = Refusal::TenantFull.staged();
+        assert_eq!(verdicts, [Staged::Accepted, Staged::Accepted, full, full]);
+        assert_eq!(engine.pending(), 2);
+        assert!(wake, "a tenant's first item asks for a drain");
+    }
+
+    #[test]
+    fn a_chunk_gets_back_the_room_of_what_settled_since_the_last_stage() {
+        // The reservations follow the engine before a chunk, as after
+        // every input of the driver: two written items give their room
+        // back to the next two.
+        let config = Config::builder().capacity(2).build().unwrap();
+        let mut engine = Engine::<u64, u64>::new(config).unwrap();
+        let mut stager = Stager::new(&engine);
+        let now = Time::ZERO;
+        let (first, _) = stager.stage_chunk(&mut engine, now, vec![(1, 1), (1, 2)]);
+        assert_eq!(first, [Staged::Accepted, Staged::Accepted]);
+        let write = engine.poll_write(now).expect("a write");
+        engine
+            .finish(now, write, crate::core::Outcome::WRITTEN)
+            .unwrap();
+        assert_eq!(engine.pending(), 0);
+        let (next, _) = stager.stage_chunk(&mut engine, now, vec![(1, 3), (1, 4)]);
+        assert_eq!(next, [Staged::Accepted, Staged::Accepted]);
+    }
 }

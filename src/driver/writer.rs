@@ -287,7 +287,14 @@ impl<S: Sink> Writer<S> {
                 }
                 () = shared.wake.notified() => {}
                 // A stage handed off while the writer waited (S-W19).
-                () = std::future::poll_fn(|cx| shared.poll_handoff(cx)) => {}
+                // One turn of the scheduler before the intake: the stages
+                // landing now land first, so the intake takes them as a
+                // chunk, not one by one off the cache lines the stagers
+                // are writing (S-W19). It waits for no time, only for the
+                // runtime's other ready tasks.
+                () = std::future::poll_fn(|cx| shared.poll_handoff(cx)) => {
+                    tokio::task::yield_now().await;
+                }
                 () = &mut sleep, if armed.is_some() => {
                     // The engine fires what is due in the next drain.
                     armed = None;
