@@ -123,9 +123,9 @@ mod tests {
 
     #[test]
     fn a_tenant_is_16_bytes_aligned_to_8_and_a_plain_hand_off_stays_24() {
-        // Aligned so that a stage's moves of it do not stall; no larger, so
-        // a hand-off of a `u64` item (what a stalled writer holds per item)
-        // is not padded.
+        // Aligned so that a stage's moves of it do not stall; no more than
+        // 8, so a hand-off of a `u64` item (what a stalled writer holds per
+        // item) is not padded: aligned to 16 it would be 32 bytes.
         assert_eq!(std::mem::size_of::<TenantId>(), 16);
         assert_eq!(std::mem::align_of::<TenantId>(), 8);
         assert_eq!(std::mem::size_of::<(TenantId, u64)>(), 24);

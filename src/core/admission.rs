@@ -973,7 +973,7 @@ mod tests {
     }
 
     #[test]
-    fn a_counted_refusal_wakes_the_writer_whatever_the_intake_says() {
+    fn a_commit_asks_for_a_drain_for_a_counted_refusal_and_for_an_accepted_item_alone() {
         // The request path's refusal counted under the lock is an event
         // the writer drains (S-W21): the commit asks for a drain, also
         // when the intake asks for one too.

@@ -290,8 +290,8 @@ impl<S: Sink> Writer<S> {
                 // One turn of the scheduler before the intake: the stages
                 // landing now land first, so the intake takes them as a
                 // chunk, not one by one off the cache lines the stagers
-                // are writing (S-W19). It waits for no time, only for the
-                // runtime's other ready tasks.
+                // are writing (S-W19). It sets no timer: it waits for the
+                // runtime's other ready tasks and one poll of its IO.
                 () = std::future::poll_fn(|cx| shared.poll_handoff(cx)) => {
                     tokio::task::yield_now().await;
                 }
