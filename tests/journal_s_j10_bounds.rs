@@ -337,6 +337,34 @@ fn the_machines_byte_count_is_the_bytes_in_the_segment_files() {
     assert!(segments(&disk) < 3, "{} segments left", segments(&disk));
 }
 
+/// S-J10 across a crash: the recovery seals the last segment, which the
+/// crash left unsealed, with a record it appends to the file; the new
+/// life's count holds that record too, so it starts at the disk's.
+#[test]
+fn the_byte_count_after_a_recovery_is_the_bytes_in_the_segment_files() {
+    let disk = MemStorage::new();
+    let limits = Limits::new(Some(256), Some(8_192)).unwrap();
+    {
+        let (mut j, _) = Hand::<u8, _>::open::<u64, _>(disk.clone(), &Postcard, limits).unwrap();
+        for item in 0..10 {
+            assert!(j.append(1, &record(1, item)));
+            j.round().unwrap();
+        }
+        j.done(&1, 3);
+        j.round().unwrap();
+        // Dropped without a close: a crash, its last segment unsealed.
+    }
+    let before = disk_bytes(&disk);
+    let (mut j, back) = Hand::<u8, _>::open::<u64, _>(disk.clone(), &Postcard, limits).unwrap();
+    assert_eq!(back.items.len(), 7, "{:?}", back.report);
+    assert!(
+        disk_bytes(&disk) > before,
+        "the recovery sealed the last segment"
+    );
+    j.round().unwrap();
+    assert_eq!(j.machine.disk_bytes(), disk_bytes(&disk));
+}
+
 /// S-J10 through an outage (S-J5): every resume that fails leaves its
 /// segment on disk, created, until the next resume removes it; while that
 /// removal fails too, the file stays and its bytes still count against

@@ -107,6 +107,66 @@ fn s_j17_a_lone_attempt_waits_for_a_journal_that_is_down_and_marks_itself_anew()
     assert_eq!(crashes, [(2, 1)]);
 }
 
+/// S-J17: a lone attempt asked about late, after the commit of its marks
+/// failed and the journal came back and committed again, takes its marks
+/// anew: the failed round lost them, and the rounds that worked since (a
+/// resume carries no attempt marks) did not write them.
+#[test]
+fn s_j17_a_lone_attempt_asked_after_its_marks_commit_failed_marks_itself_anew() {
+    let disk = MemStorage::new();
+    let (mut hand, _) =
+        Hand::<u8, _>::open::<u64, _>(disk.clone(), &Postcard, limits(10_000)).unwrap();
+    assert!(hand.append(1, &record(1, 60)));
+    hand.round().unwrap();
+    let mut marked = None;
+    assert_eq!(
+        hand.machine.handle_lone_attempt(&[(1, 1)], &mut marked),
+        LoneStep::Commit
+    );
+    disk.fail(Some(io::ErrorKind::Other));
+    assert!(hand.round().is_err() && hand.is_down());
+    disk.fail(None);
+    hand.round().unwrap();
+    assert!(!hand.is_down(), "resumed");
+    hand.round().unwrap();
+    // Asked only now: its round is older than a commit that worked, but
+    // it failed.
+    assert_eq!(
+        hand.machine.handle_lone_attempt(&[(1, 1)], &mut marked),
+        LoneStep::Commit
+    );
+    hand.round().unwrap();
+    assert_eq!(
+        hand.machine.handle_lone_attempt(&[(1, 1)], &mut marked),
+        LoneStep::Start
+    );
+    hand.machine.handle_lone_started(&1);
+    let (items, crashes) = after_crash(&disk);
+    assert_eq!((items, crashes), (vec![60], vec![(1, 1)]), "counted");
+}
+
+/// S-J17: once the writer is done, a closing journal starts a lone
+/// attempt at once (an abandoned write's, at the shutdown's deadline): it
+/// takes no marks for it, so its last round waits for no new sync.
+#[test]
+fn s_j17_a_closing_journal_takes_no_marks_for_a_lone_attempt() {
+    let (mut hand, _) =
+        Hand::<u8, _>::open::<u64, _>(MemStorage::new(), &Postcard, limits(10_000)).unwrap();
+    assert!(hand.append(1, &record(1, 60)));
+    hand.round().unwrap();
+    hand.machine.handle_close();
+    let mut marked = None;
+    assert_eq!(
+        hand.machine.handle_lone_attempt(&[(1, 1)], &mut marked),
+        LoneStep::Start
+    );
+    assert_eq!(marked, None);
+    assert!(
+        hand.machine.handle_attempt(&1, 1),
+        "its mark was not taken: an attempt now would take it"
+    );
+}
+
 /// S-J17: an attempt waits for a commit only when it has attempt marks
 /// to write: not for a tenant with nothing journaled, nor for an attempt
 /// whose items are marked already.

@@ -247,7 +247,7 @@ fn a_single_bit_flip_anywhere_costs_exactly_what_it_hit() {
     // unreadable) unless it is the last segment's last record (a torn tail:
     // cut, uncounted); in a done record it stages its items again
     // (duplicates the sink absorbs); in a header or a seal it costs
-    // nothing.
+    // nothing; the bytes it hit are counted either way.
     let base = sample();
     let layout = layout(&base);
     let (_, baseline) = Journal::open(&clone_disk(&base), SEGMENT);
@@ -311,6 +311,18 @@ fn a_single_bit_flip_anywhere_costs_exactly_what_it_hit() {
                         assert_eq!(rec.report.unreadable, 0, "{ctx}");
                     }
                 }
+                // D4: the hit record's bytes are counted, cut as the torn
+                // tail of the last segment, skipped as damaged elsewhere.
+                let bytes_counted = match hit {
+                    Some((ri, (r, _))) if last_file && ri + 1 == records.len() => (r.len(), 0),
+                    Some((_, (r, _))) => (0, r.len()),
+                    None => (0, 0),
+                };
+                assert_eq!(
+                    (rec.report.torn_bytes, rec.report.damaged_bytes),
+                    (bytes_counted.0 as u64, bytes_counted.1 as u64),
+                    "{ctx}"
+                );
                 flips += 1;
             }
         }

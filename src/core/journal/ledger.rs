@@ -1254,6 +1254,32 @@ mod tests {
     }
 
     #[test]
+    fn a_deleted_segment_is_forgotten_whole_so_memory_follows_the_files() {
+        // A journal that runs for months rolls and deletes millions of
+        // segments: the ledger keeps what it knows of the segments on disk
+        // only, their sequence ranges included, never one entry per
+        // segment ever written.
+        let mut l: Ledger<u32> = Ledger::new(limits(30), 1, 1, H);
+        for round in 0..50 {
+            l.append(1, 10, H).unwrap();
+            l.append(1, 10, H).unwrap(); // the second rolls: a new segment
+            assert_eq!(l.mark_done(&1, 2), 2, "round {round}");
+            l.take_marks();
+            l.poll_delete();
+        }
+        assert!(l.segments() <= 2, "{} segments kept", l.segments());
+        assert_eq!(
+            l.by_first.len(),
+            l.segments(),
+            "one range per segment still known, none of a deleted one"
+        );
+        let abandoned = l.roll(H);
+        l.roll(H);
+        assert!(l.abandon(abandoned));
+        assert_eq!(l.by_first.len(), l.segments(), "nor of an abandoned one");
+    }
+
+    #[test]
     fn a_segment_holding_marks_for_a_live_segment_is_kept() {
         // S-J2: deleting segment 2 would forget that item 1 is done while
         // segment 1 still holds item 2 live.

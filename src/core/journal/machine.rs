@@ -94,7 +94,8 @@ pub enum Event {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LoneStep {
     /// Start it: its attempt marks are on disk (or it has none to take,
-    /// or the journal is closed).
+    /// or the journal is closing or closed: the writer is done, and the
+    /// last round waits for no marks of an abandoned write).
     Start,
     /// Its marks are taken: pass a waiter to
     /// [`handle_sync`](Machine::handle_sync), ask again once answered.
@@ -234,12 +235,6 @@ impl<K: Ord + Hash + Clone, W> Machine<K, W> {
     /// Bytes waiting for the next commit.
     pub fn buffered(&self) -> usize {
         self.commits.buffered()
-    }
-
-    /// Segments whose deletion failed and waits.
-    #[cfg(feature = "testkit")]
-    pub fn undeleted(&self) -> usize {
-        self.disk.undeleted()
     }
 
     /// Whether an item record of `len` bytes may be appended under
@@ -597,5 +592,34 @@ impl<K: Ord + Hash + Clone, W> Machine<K, W> {
     fn close_now(&mut self) {
         self.closed = true;
         self.answer_all(SyncError::Closed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_sync_error_reads_as_its_cause_with_its_numbers() {
+        // What an operator reads in a log: the cause, and how many items
+        // are at stake when some are.
+        let cases = [
+            (
+                SyncError::NoJournal,
+                "outbox sync: no journal is configured",
+            ),
+            (
+                SyncError::Down { undurable: 7 },
+                "outbox sync: the journal is failing; 7 pending items are in memory only",
+            ),
+            (
+                SyncError::Failed(io::ErrorKind::PermissionDenied),
+                "outbox sync: the journal commit failed: permission denied",
+            ),
+            (SyncError::Closed, "outbox sync: the journal stopped"),
+        ];
+        for (error, text) in cases {
+            assert_eq!(error.to_string(), text, "{error:?}");
+        }
     }
 }

@@ -689,6 +689,73 @@ mod tests {
         }
     }
 
+    fn file(id: SegmentId, len: u64, valid_end: u64, skipped: u64) -> SegmentFile<u32, Seq> {
+        SegmentFile {
+            id,
+            head: Head::Valid {
+                id,
+                first: id,
+                v1: false,
+            },
+            torn: false,
+            len,
+            valid_end,
+            skipped,
+            items: vec![(id, 7, 0)],
+            undecodable: Vec::new(),
+            other: Vec::new(),
+            marks: Vec::new(),
+            seal: None,
+            lives: Lives::default(),
+        }
+    }
+
+    #[test]
+    fn a_plan_touches_a_file_only_for_what_it_found_and_counts_its_bytes() {
+        // S-J7, D4: a last segment whose records end at its length is
+        // sealed, never cut to the length it has; a torn one is cut, then
+        // sealed. Damage is counted where it is: bytes skipped between
+        // records, and a segment's tail past its last valid record.
+        const SEAL: u64 = 17;
+        let p = plan(vec![file(1, 100, 100, 0), file(2, 80, 80, 0)], SEAL).unwrap();
+        assert_eq!(p.steps, [Step::Seal { id: 2, end: 3 }]);
+        assert_eq!(
+            p.found,
+            Found {
+                segments: 2,
+                ..Found::default()
+            }
+        );
+        let (_, ledger) = p.finish(limits(1_000), H, 3);
+        assert_eq!(
+            ledger.bytes(),
+            100 + 80 + SEAL + H,
+            "the seal and a fresh segment"
+        );
+
+        let p = plan(vec![file(1, 120, 100, 5), file(2, 95, 80, 3)], SEAL).unwrap();
+        assert_eq!(
+            p.steps,
+            [
+                Step::Truncate { id: 2, len: 80 },
+                Step::Seal { id: 2, end: 3 }
+            ]
+        );
+        let want = Found {
+            segments: 2,
+            torn_bytes: 15,
+            damaged_bytes: 5 + 20 + 3,
+            ..Found::default()
+        };
+        assert_eq!(p.found, want);
+        let (_, ledger) = p.finish(limits(1_000), H, 3);
+        assert_eq!(
+            ledger.bytes(),
+            120 + 80 + SEAL + H,
+            "the first file stays whole"
+        );
+    }
+
     #[test]
     fn recovery_restages_what_is_not_done_in_sequence_order() {
         // D2, D4.
