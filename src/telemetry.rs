@@ -9,7 +9,7 @@
 //! | `outbox_items_written_total` | counter | items written by successful writes |
 //! | `outbox_writes_total` | counter | successful writes (batches) |
 //! | `outbox_attempts_total` | counter | attempts started, first tries and retries (S-W18) |
-//! | `outbox_write_failures_total{kind}` | counter | failed attempts, by [`Failure`] kind: `error`, `panic`, `timeout`, `rejected` (terminal), `cancelled` (at a shutdown deadline or by an abandon), `task_lost` |
+//! | `outbox_write_failures_total{kind}` | counter | failed attempts, by [`Failure`] kind: `error`, `panic`, `timeout`, `rejected` (terminal), `cancelled` (at a shutdown deadline or by an abandon), `task_lost`, `stale_epoch` (a sink refused the write for a newer epoch, S-E7) |
 //! | `outbox_events_lost_total{reason}` | counter | items lost, by [`LostReason`] |
 //! | `outbox_items_dropped_total{reason}` | counter | items dropped, by [`DropReason`] |
 //! | `outbox_breaker_open` | gauge | 1 while the sink-wide breaker is open or probing, else 0 (S-R1) |

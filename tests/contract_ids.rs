@@ -21,6 +21,7 @@ const SCANNED: &[&str] = &[
     "benches",
     "examples",
     "fuzz",
+    "inspect",
     "README.md",
     "CHANGELOG.md",
     "docs",
@@ -28,7 +29,7 @@ const SCANNED: &[&str] = &[
 ];
 
 /// Text files are scanned by extension; fuzz inputs and build outputs are not.
-const EXTENSIONS: &[&str] = &["rs", "md", "toml", "txt"];
+const EXTENSIONS: &[&str] = &["rs", "md", "toml", "txt", "sql"];
 
 fn is_word(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_'

@@ -6,9 +6,9 @@ mod support;
 use std::time::Duration;
 
 use metrics_util::debugging::DebuggingRecorder;
-use outbox::telemetry::names::PENDING;
+use outbox::telemetry::names::{OLDEST_PENDING, PENDING, TENANTS, WRITES_IN_FLIGHT};
 use outbox::{BuildError, Config, ConfigError, Outbox};
-use support::{gauge, snapshot, t, TestSink};
+use support::{gauge, snapshot, t, Act, TestSink};
 
 #[test]
 fn build_errors_render_and_chain_their_cause() {
@@ -73,6 +73,48 @@ fn the_pending_gauge_is_exact_once_the_stages_are_taken_in() {
             assert_eq!(gauge(&snapshot(&snap), PENDING, "api-gauge"), 2.0);
             assert_eq!(o.settle(Duration::from_secs(1)).await.pending, 0);
             assert_eq!(gauge(&snapshot(&snap), PENDING, "api-gauge"), 0.0);
+        })
+    });
+}
+
+#[test]
+fn the_health_gauges_are_current_once_the_work_stops() {
+    // The health gauges are refreshed at most once a second while there
+    // is work; as it stops they are refreshed once more, so a dashboard
+    // never shows writes in flight, tenants or an old pending item long
+    // after the outbox went quiet (review: an idle outbox kept its last
+    // busy values for good, and its exit too).
+    let recorder = DebuggingRecorder::new();
+    let snap = recorder.snapshotter();
+    let rt = support::rt::paused();
+    metrics::with_local_recorder(&recorder, || {
+        rt.block_on(async {
+            let sink = TestSink::new("api-quiet");
+            sink.set_all(Act::Hang);
+            let o = Outbox::new(sink.clone(), Config::default()).unwrap();
+            for tenant in 1..=3 {
+                let _ = o.stage(t(tenant), tenant as u32);
+                sink.until_attempts(t(tenant), 1).await;
+            }
+            let busy = |name| gauge(&snapshot(&snap), name, "api-quiet");
+            assert!(busy(WRITES_IN_FLIGHT) > 0.0, "exported while busy");
+            sink.set_all(Act::Ok);
+            sink.release();
+            assert_eq!(o.settle(Duration::from_secs(1)).await.pending, 0);
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            let h = o.health();
+            assert_eq!((h.tenants, h.in_flight, h.oldest_pending), (0, 0, None));
+            for name in [TENANTS, WRITES_IN_FLIGHT, OLDEST_PENDING] {
+                assert_eq!(busy(name), 0.0, "{name} after 30 s of quiet");
+            }
+            // Busy again, then shut down: the exit exports too.
+            let _ = o.stage(t(4), 4);
+            tokio::task::yield_now().await;
+            let report = o.shutdown(Duration::from_secs(1)).await;
+            assert_eq!(report.pending, 0);
+            for name in [TENANTS, WRITES_IN_FLIGHT, OLDEST_PENDING] {
+                assert_eq!(busy(name), 0.0, "{name} after the shutdown");
+            }
         })
     });
 }

@@ -303,6 +303,71 @@ fn abuse_runtime_dropped_under_a_live_outbox() {
     assert!(r.deadline_passed);
 }
 
+/// `stage_wait` awaited where there is no runtime (a plain executor on a
+/// thread of its own) or one without timers: its timeout is the outbox's
+/// runtime's timer, so it waits and answers, and never panics.
+#[test]
+fn abuse_stage_wait_awaited_outside_any_runtime_with_timers() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_time()
+        .build()
+        .unwrap();
+    let sink = Script::new("a-plain");
+    sink.set(1, Act::Hang);
+    let o = Outbox::builder(sink.clone())
+        .config(Config::builder().capacity(1).build().unwrap())
+        .runtime(rt.handle().clone())
+        .build()
+        .unwrap();
+    let on_plain = |o: &Outbox<Script>, item, timeout| {
+        let o = o.clone();
+        std::thread::spawn(move || plain_block_on(o.stage_wait(1, item, timeout)))
+            .join()
+            .expect("no panic")
+    };
+    assert_eq!(on_plain(&o, 1, SEC), Ok(()), "room: accepted at once");
+    match on_plain(&o, 2, 50 * MS) {
+        Err(outbox::StageError::TimedOut(2)) => {}
+        other => panic!("full, with a hanging write: {other:?}"),
+    }
+    let no_timers = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    match no_timers.block_on(o.stage_wait(1, 3, 50 * MS)) {
+        Err(outbox::StageError::TimedOut(3)) => {}
+        other => panic!("in a runtime without timers: {other:?}"),
+    }
+    sink.set(1, Act::Ok);
+    let r = plain_block_on(o.settle(10 * SEC));
+    assert_eq!(r.pending, 0, "{r:?}");
+    let c = o.counters();
+    assert_eq!((c.written, c.pending), (1, 0), "{c:?}");
+    assert!(c.balanced(), "{c:?}");
+}
+
+/// An executor with no runtime at all: polls on this thread, parks
+/// between wake-ups.
+fn plain_block_on<F: std::future::Future>(f: F) -> F::Output {
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        match f.as_mut().poll(&mut cx) {
+            Poll::Ready(out) => return out,
+            Poll::Pending => std::thread::park(),
+        }
+    }
+}
+
 /// A tiny executor for a future that needs no runtime (an `Answer`).
 fn futures_lite_block_on<F: std::future::Future>(f: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread()

@@ -252,16 +252,24 @@ impl<S: Sink> Shared<S> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Runs `f` in the outbox's runtime's context (its clock, its timer),
+    /// entering it unless the caller runs in it already.
+    pub(crate) fn on_runtime<T>(&self, f: impl FnOnce() -> T) -> T {
+        match Handle::try_current() {
+            Ok(current) if current.id() == self.runtime.id() => f(),
+            _ => {
+                let _in = self.runtime.enter();
+                f()
+            }
+        }
+    }
+
     /// Now on the runtime's clock (tokio's paused clock in tests), from any
     /// thread, in the runtime or not.
     pub(crate) fn now(&self) -> Time {
         let at = match Handle::try_current() {
-            Ok(current) if current.id() == self.runtime.id() => Instant::now(),
             Err(e) if e.is_thread_local_destroyed() => Instant::from_std(std::time::Instant::now()),
-            _ => {
-                let _in = self.runtime.enter();
-                Instant::now()
-            }
+            _ => self.on_runtime(Instant::now),
         };
         let elapsed = at.saturating_duration_since(self.origin);
         Time::from_elapsed(elapsed.saturating_add(self.head_start))

@@ -119,7 +119,12 @@ impl<S: Sink> Outbox<S> {
         timeout: Duration,
     ) -> Result<(), StageError<S::Item>> {
         // Far away rather than an overflow: `Duration::MAX` is no deadline.
-        let timer = tokio::time::sleep(timeout);
+        // On the outbox's runtime, whose timer the build checked: the
+        // caller may await this in no runtime, or in one without timers.
+        let timer = self
+            .handle
+            .shared
+            .on_runtime(|| tokio::time::sleep(timeout));
         tokio::pin!(timer);
         loop {
             // Registered before the try, so a wake between the two is not

@@ -122,6 +122,10 @@ pub(crate) struct Writer<S: Sink> {
     /// When the oldest-pending gauge was last refreshed (an O(tenants)
     /// scan, so at most once a second).
     gauged_at: Option<Time>,
+    /// The last export of the gauges found the engine quiet (nothing
+    /// pending, nothing in flight): a quiet engine is exported once as it
+    /// becomes quiet, so gauges read after the work stops are current.
+    gauged_quiet: bool,
     /// Tasks joined since the last drain: every task already done is
     /// joined first and all go to the engine under the drain's one lock,
     /// rather than one lock per write (the callers contend for it).
@@ -244,6 +248,7 @@ impl<S: Sink> Writer<S> {
             drop_timeout,
             errors: BTreeMap::new(),
             gauged_at: None,
+            gauged_quiet: false,
             ended: Vec::new(),
         }
     }
@@ -358,43 +363,55 @@ impl<S: Sink> Writer<S> {
         if gauge {
             self.gauged_at = Some(now);
         }
+        let was_quiet = self.gauged_quiet;
         let dead_dropped = self
             .shared
             .dead_letters_dropped
             .load(std::sync::atomic::Ordering::Relaxed);
         // The hand-offs are taken in first; this input drains anyway.
-        let ((mut drained, timeout, closed, handles_gone, freed), _) = self.shared.input(|st| {
-            let pending_before = st.engine.pending();
-            finish_ended(&mut st.engine, now, ended, &mut done, &mut unknown);
-            if st.handles_gone && !st.engine.is_shutting_down() {
-                // The hand-off closes with the engine's fence (S-W19).
-                let _ = self.shared.take_in(st, true);
-                self.shut_down_after_last_handle(&mut st.engine, now);
-            }
-            st.engine.handle_timeout(now);
-            let drained = Drained::take(st, now);
-            // Done marks, in the engine's order, under its lock (S-J3).
-            if let Some(journal) = &self.shared.journal {
-                journal.mark_done(&drained.events);
-            }
-            // The relayed rows they end, in the same order (S-T31).
-            #[cfg(feature = "table")]
-            if let Some(feed) = &self.shared.relay_feed {
-                feed.on_events(&drained.events, super::table::feed::Phase::of(&st.engine));
-            }
-            if gauge {
-                let health = super::Health::of(&st.engine, now, dead_dropped);
-                self.shared.gauges.set(&health);
-            }
-            let freed = st.engine.pending() < pending_before || st.engine.is_shutting_down();
-            (
-                drained,
-                st.engine.poll_timeout(),
-                st.engine.is_closed(),
-                st.handles_gone,
-                freed,
-            )
-        });
+        let ((mut drained, timeout, closed, handles_gone, freed, quiet), _) =
+            self.shared.input(|st| {
+                let pending_before = st.engine.pending();
+                finish_ended(&mut st.engine, now, ended, &mut done, &mut unknown);
+                if st.handles_gone && !st.engine.is_shutting_down() {
+                    // The hand-off closes with the engine's fence (S-W19).
+                    let _ = self.shared.take_in(st, true);
+                    self.shut_down_after_last_handle(&mut st.engine, now);
+                }
+                st.engine.handle_timeout(now);
+                let drained = Drained::take(st, now);
+                // Done marks, in the engine's order, under its lock (S-J3).
+                if let Some(journal) = &self.shared.journal {
+                    journal.mark_done(&drained.events);
+                }
+                // The relayed rows they end, in the same order (S-T31).
+                #[cfg(feature = "table")]
+                if let Some(feed) = &self.shared.relay_feed {
+                    feed.on_events(&drained.events, super::table::feed::Phase::of(&st.engine));
+                }
+                // Once a second while there is work, and once more as it stops
+                // (the engine quiet, or closed): no gauge keeps a busy value
+                // while nothing happens.
+                let quiet = st.engine.pending() == 0 && st.engine.in_flight() == 0;
+                let stopped = (quiet && !was_quiet) || st.engine.is_closed();
+                let exported = gauge || stopped;
+                if exported {
+                    let health = super::Health::of(&st.engine, now, dead_dropped);
+                    self.shared.gauges.set(&health);
+                }
+                let freed = st.engine.pending() < pending_before || st.engine.is_shutting_down();
+                (
+                    drained,
+                    st.engine.poll_timeout(),
+                    st.engine.is_closed(),
+                    st.handles_gone,
+                    freed,
+                    exported.then_some(quiet),
+                )
+            });
+        if let Some(quiet) = quiet {
+            self.gauged_quiet = quiet;
+        }
         if freed {
             // Callers waiting for capacity try again (S-R5).
             self.shared.capacity.notify_waiters();

@@ -300,6 +300,7 @@ pub fn done_len(n: usize) -> usize {
 /// `n` items: the records of a life's number and `n` sequence numbers,
 /// at most [`MARKS_PER_RECORD`] in each. The same as the attempt marks'
 /// (kind 6) of `n` items.
+#[cfg_attr(not(any(test, feature = "testkit")), allow(dead_code))]
 pub fn ended_len(n: usize) -> usize {
     n.div_ceil(MARKS_PER_RECORD) * (DONE_OVERHEAD + 8) + n * MARK_LEN
 }
@@ -417,6 +418,7 @@ impl EncodedItem {
     ///
     /// # Errors
     /// As [`new`](Self::new), with `buffer` handed back.
+    #[cfg_attr(not(any(test, feature = "testkit")), allow(dead_code))]
     pub fn new_in<E>(
         mut buffer: Vec<u8>,
         stamp: Stamp,
@@ -455,6 +457,7 @@ impl EncodedItem {
 
     /// The buffer the record was built in, for the next
     /// [`new_in`](Self::new_in).
+    #[cfg_attr(not(any(test, feature = "testkit")), allow(dead_code))]
     pub fn into_buffer(self) -> Vec<u8> {
         self.bytes
     }
@@ -558,6 +561,7 @@ pub struct EncodedRun {
 impl EncodedRun {
     /// An empty run in `buffer` (cleared first), for reuse through
     /// [`into_buffer`](Self::into_buffer).
+    #[cfg_attr(not(any(test, feature = "testkit")), allow(dead_code))]
     pub fn new_in(mut buffer: Vec<u8>) -> Self {
         buffer.clear();
         EncodedRun {
@@ -630,6 +634,7 @@ impl EncodedRun {
     }
 
     /// The buffer, for the next [`new_in`](Self::new_in).
+    #[cfg_attr(not(any(test, feature = "testkit")), allow(dead_code))]
     pub fn into_buffer(self) -> Vec<u8> {
         self.bytes
     }

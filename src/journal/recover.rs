@@ -323,6 +323,7 @@ where
 /// As [`recover`]; [`JournalError::OtherVersion`] under
 /// [`OtherVersion::Fail`] when an item of another codec version is not
 /// known done (nothing on disk is changed then).
+#[cfg_attr(not(any(test, feature = "testkit")), allow(dead_code))]
 pub fn recover_with<K, I, C, S>(
     storage: &mut S,
     codec: &C,

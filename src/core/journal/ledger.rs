@@ -208,6 +208,7 @@ impl Limits {
     ///
     /// # Errors
     /// [`Bounds`] when the sizes contradict each other.
+    #[cfg_attr(not(any(test, feature = "testkit")), allow(dead_code))]
     pub fn new(segment_bytes: Option<u64>, max_bytes: Option<u64>) -> Result<Limits, Bounds> {
         Limits::reserving(segment_bytes, max_bytes, 0)
     }
