@@ -145,6 +145,53 @@ fn s_j17_a_lone_attempt_asked_after_its_marks_commit_failed_marks_itself_anew() 
     assert_eq!((items, crashes), (vec![60], vec![(1, 1)]), "counted");
 }
 
+/// S-J17: a lone attempt asked about again before the commit of its
+/// marks ran still waits for that commit.
+#[test]
+fn s_j17_a_lone_attempt_asked_again_before_its_commit_still_waits() {
+    let (mut hand, _) =
+        Hand::<u8, _>::open::<u64, _>(MemStorage::new(), &Postcard, limits(10_000)).unwrap();
+    assert!(hand.append(1, &record(1, 60)));
+    hand.round().unwrap();
+    hand.round().unwrap();
+    let mut marked = None;
+    assert_eq!(
+        hand.machine.handle_lone_attempt(&[(1, 1)], &mut marked),
+        LoneStep::Commit
+    );
+    assert_ne!(
+        hand.machine.handle_lone_attempt(&[(1, 1)], &mut marked),
+        LoneStep::Start,
+        "its marks are not on disk yet"
+    );
+    hand.round().unwrap();
+    assert_eq!(
+        hand.machine.handle_lone_attempt(&[(1, 1)], &mut marked),
+        LoneStep::Start
+    );
+}
+
+/// D1: a sync called while a commit is out waits for the next one, which
+/// carries what was staged after that commit was taken.
+#[test]
+fn d1_a_sync_during_a_commit_waits_for_the_next() {
+    use outbox::core::Time;
+    let (mut hand, _) =
+        Hand::<u8, _>::open::<u64, _>(MemStorage::new(), &Postcard, limits(10_000)).unwrap();
+    hand.round().unwrap();
+    let now = Time::ZERO + std::time::Duration::from_secs(60);
+    let m = &mut hand.machine;
+    m.handle_sync(());
+    let mut batch = m.poll_batch(now).expect("a sync makes a round due");
+    assert!(hand.append(1, &record(1, 60)), "staged while it is out");
+    hand.machine.handle_sync(());
+    let done = hand.committer.commit(&mut batch);
+    hand.machine.handle_executed(now, Some(batch), done);
+    let answered = std::iter::from_fn(|| hand.machine.poll_answer()).count();
+    assert_eq!(answered, 1, "only the sync the round started after");
+    hand.round().unwrap();
+}
+
 /// S-J17: once the writer is done, a closing journal starts a lone
 /// attempt at once (an abandoned write's, at the shutdown's deadline): it
 /// takes no marks for it, so its last round waits for no new sync.

@@ -757,6 +757,29 @@ mod tests {
     }
 
     #[test]
+    fn an_unsealed_last_segment_is_sealed_past_every_number_it_holds() {
+        // S-J7, D4: the seal's end is past the last record of any kind,
+        // an item that cannot be decoded, one of another codec version, a
+        // done mark whose item record was damaged; the next item gets a
+        // number past it, never one a record on disk holds already.
+        let last = |f: &mut SegmentFile<u32, Seq>| f.items = vec![(1, 7, 0)];
+        let cases: [(&str, fn(&mut SegmentFile<u32, Seq>)); 3] = [
+            ("undecodable", |f| f.undecodable = vec![5]),
+            ("other version", |f| f.other = vec![5]),
+            ("mark", |f| f.marks = vec![5]),
+        ];
+        for (what, add) in cases {
+            let mut f = file(1, 100, 100, 0);
+            last(&mut f);
+            add(&mut f);
+            let p = plan(vec![f], 17).unwrap();
+            assert_eq!(p.steps, [Step::Seal { id: 1, end: 6 }], "{what}");
+            let (r, _) = p.finish(limits(1_000), H, 3);
+            assert_eq!(r.next_seq, 6, "{what}");
+        }
+    }
+
+    #[test]
     fn recovery_restages_what_is_not_done_in_sequence_order() {
         // D2, D4.
         let segments = vec![
