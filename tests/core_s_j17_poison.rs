@@ -54,13 +54,15 @@ fn s_j17_only_the_item_cut_in_every_life_is_poisoned_and_the_suspects_go_alone()
         clean: vec![5],
         ..Lives::default()
     };
-    let files = vec![segment(&[(1, 1), (2, 1), (3, 1), (4, 2)], lives)];
+    // Tenant 3's item 5 was never tried.
+    let files = vec![segment(&[(1, 1), (2, 1), (3, 1), (4, 2), (5, 3)], lives)];
     let (r, _) = plan(files, 17).unwrap().finish(limits(), 48, 3);
     let seqs = |v: &[(u64, u32, u64)]| v.iter().map(|x| x.0).collect::<Vec<_>>();
     assert_eq!(seqs(&r.poisoned), [1], "cut in three lives");
-    assert_eq!(seqs(&r.items), [2, 3, 4]);
+    assert_eq!(seqs(&r.items), [2, 3, 4, 5]);
     assert_eq!(r.crashes, [(2, 1), (4, 1)]);
-    // Tenant 1's items up to its last suspect go alone; 3 goes after.
+    // Tenant 1's items up to its last suspect go alone; 3 goes after; a
+    // tenant with no suspect is not named.
     assert_eq!(r.alone, [(1, 1), (2, 1)]);
 
     // Under a bound of 4 crashes, 1 is only a suspect, with 3.
