@@ -671,6 +671,10 @@ mod journal_abuse {
         std::fs::write(&path, b"not a directory").unwrap();
         let e = journaled(&Script::new("j-file"), &path).unwrap_err();
         assert!(matches!(e, outbox::BuildError::Journal(_)), "{e:?}");
+        assert!(
+            e.to_string().contains("is not a directory"),
+            "the cause named: {e}"
+        );
         let below = path.join("sub");
         let e = journaled(&Script::new("j-below"), &below).unwrap_err();
         assert!(matches!(e, outbox::BuildError::Journal(_)), "{e:?}");

@@ -143,7 +143,11 @@ impl FsStorage {
     /// The directory cannot be created, or `dir` is not a directory.
     pub fn new(dir: impl Into<PathBuf>) -> io::Result<Self> {
         let dir = dir.into();
-        fs::create_dir_all(&dir)?;
+        // A file in the way says so, not "File exists" (create_dir_all's
+        // answer when a file holds the name).
+        if fs::metadata(&dir).is_err() {
+            fs::create_dir_all(&dir)?;
+        }
         if !fs::metadata(&dir)?.is_dir() {
             return Err(io::Error::new(
                 io::ErrorKind::NotADirectory,
