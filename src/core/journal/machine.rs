@@ -598,6 +598,52 @@ impl<K: Ord + Hash + Clone, W> Machine<K, W> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::journal::ledger::Limits;
+
+    fn machine() -> Machine<u32, ()> {
+        let limits = Limits {
+            segment_bytes: 4_096,
+            max_bytes: None,
+        };
+        let sizes = Sizes {
+            header: 48,
+            seal: 17,
+            done: 9,
+            mark: 8,
+            marks_per_record: 8_192,
+        };
+        let settings = Settings {
+            sync_interval: Duration::from_millis(5),
+            sync_bytes: 1 << 20,
+            retry_interval: Duration::from_millis(100),
+            sizes,
+        };
+        Machine::new(Ledger::new(limits, 1, 1, sizes.header), settings)
+    }
+
+    #[test]
+    fn no_timeout_while_a_batch_is_out_nor_once_closed() {
+        // While a batch is out, its answer is the next input; once closed,
+        // nothing is: a timeout then would only wake the task for nothing.
+        let mut m = machine();
+        let now = Time::ZERO;
+        let batch = m
+            .poll_batch(now)
+            .expect("the first commit creates the segment");
+        assert_eq!(m.poll_timeout(), None, "a batch is out");
+        m.handle_close();
+        assert_eq!(m.poll_timeout(), None, "closing, with a batch out");
+        let done = Executed::all(&batch);
+        m.handle_executed(now, Some(batch), done);
+        while !m.is_closed() {
+            assert_eq!(m.poll_timeout(), Some(Time::ZERO), "closing: at once");
+            let batch = m.poll_batch(now).expect("a closing round");
+            let done = Executed::all(&batch);
+            m.handle_executed(now, Some(batch), done);
+        }
+        assert_eq!(m.poll_timeout(), None, "closed");
+        assert!(m.poll_batch(now).is_none());
+    }
 
     #[test]
     fn each_sync_error_reads_as_its_cause_with_its_numbers() {
