@@ -762,8 +762,9 @@ mod tests {
         // an item that cannot be decoded, one of another codec version, a
         // done mark whose item record was damaged; the next item gets a
         // number past it, never one a record on disk holds already.
+        type Add = fn(&mut SegmentFile<u32, Seq>);
         let last = |f: &mut SegmentFile<u32, Seq>| f.items = vec![(1, 7, 0)];
-        let cases: [(&str, fn(&mut SegmentFile<u32, Seq>)); 3] = [
+        let cases: [(&str, Add); 3] = [
             ("undecodable", |f| f.undecodable = vec![5]),
             ("other version", |f| f.other = vec![5]),
             ("mark", |f| f.marks = vec![5]),
