@@ -12,7 +12,7 @@ mod support;
 
 use std::time::Duration;
 
-use outbox::core::journal::Limits;
+use outbox::core::journal::{Event, Limits};
 use outbox::journal::format::{self, EncodedItem, Record};
 use outbox::journal::{Codec, JournalConfig, JournalError, MemStorage, Postcard};
 use outbox::{BuildError, Outbox, Staged};
@@ -365,6 +365,54 @@ fn the_byte_count_after_a_recovery_is_the_bytes_in_the_segment_files() {
     assert_eq!(j.machine.disk_bytes(), disk_bytes(&disk));
 }
 
+/// S-J5: deletions that fail wait, and the journal goes on; the machine
+/// tells when they start to wait and when the last one is done, once
+/// each (the commit task logs both).
+#[test]
+fn s_j5_waiting_deletions_are_told_as_they_start_and_as_they_end() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    use support::gated::Gated;
+
+    let failing = Arc::new(AtomicBool::new(false));
+    let f = Arc::clone(&failing);
+    let mem = MemStorage::new();
+    let disk = Gated::new(
+        &mem,
+        Arc::new(move |op, _, _, _| {
+            if op == "delete" && f.load(Ordering::SeqCst) {
+                return Err(std::io::Error::other("injected on delete"));
+            }
+            Ok(())
+        }),
+    );
+    let limits = Limits::new(Some(256), Some(8_192)).unwrap();
+    let (mut j, _) = Hand::<u8, _>::open::<u64, _>(disk, &Postcard, limits).unwrap();
+    for item in 0..20 {
+        assert!(j.append(1, &record(1, item)));
+        j.round().unwrap();
+    }
+    failing.store(true, Ordering::SeqCst);
+    j.events.clear();
+    for _ in 0..20 {
+        j.done(&1, 1);
+        j.round().unwrap();
+        j.round().unwrap();
+    }
+    let waiting: Vec<&Event> = (j.events.iter())
+        .filter(|e| matches!(e, Event::DeletionsWaiting(_)))
+        .collect();
+    assert_eq!(waiting.len(), 1, "told once: {:?}", j.events);
+    assert!(!j.events.contains(&Event::DeletionsDone));
+    failing.store(false, Ordering::SeqCst);
+    j.events.clear();
+    for _ in 0..3 {
+        j.round().unwrap();
+    }
+    assert_eq!(j.events, [Event::DeletionsDone]);
+}
+
 /// S-J10 through an outage (S-J5): every resume that fails leaves its
 /// segment on disk, created, until the next resume removes it; while that
 /// removal fails too, the file stays and its bytes still count against
@@ -400,6 +448,7 @@ fn s_j10_a_failed_resumes_segment_counts_until_its_removal_works() {
         disk_bytes(&mem),
         "before the outage"
     );
+    assert_eq!(j.events, [], "a round that works has nothing to tell");
     *faults.lock().unwrap() = (true, true);
     assert!(j.append(1, &record(1, 1)));
     assert!(j.round().is_err());

@@ -7,7 +7,7 @@ use std::hash::Hash;
 use std::io;
 use std::time::Duration;
 
-use outbox::core::journal::{Limits, Machine, Op, Seq, Settings};
+use outbox::core::journal::{Event, Limits, Machine, Op, Seq, Settings};
 use outbox::core::Time;
 use outbox::journal::format::{EncodedItem, Schema};
 use outbox::journal::{
@@ -45,6 +45,9 @@ pub struct Back<K, I> {
 pub struct Hand<K, S> {
     pub machine: Machine<K, ()>,
     pub committer: Committer<S>,
+    /// The machine's events of the rounds so far, in order (the commit
+    /// task logs and counts them).
+    pub events: Vec<Event>,
     now: Time,
 }
 
@@ -61,6 +64,7 @@ impl<K: Ord + Hash + Clone, S: Storage> Hand<K, S> {
         let hand = Hand {
             machine: Machine::new(rec.ledger, settings(&schema)),
             committer: Committer::new(storage, schema),
+            events: Vec::new(),
             now: Time::ZERO,
         };
         let back = Back {
@@ -104,7 +108,8 @@ impl<K: Ord + Hash + Clone, S: Storage> Hand<K, S> {
             .map(|e| io::Error::new(e.kind(), e.to_string()));
         self.machine.handle_executed(self.now, Some(batch), done);
         while self.machine.poll_answer().is_some() {}
-        while self.machine.poll_event().is_some() {}
+        self.events
+            .extend(std::iter::from_fn(|| self.machine.poll_event()));
         error.map_or(Ok(()), Err)
     }
 }
