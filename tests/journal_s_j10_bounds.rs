@@ -365,6 +365,52 @@ fn the_byte_count_after_a_recovery_is_the_bytes_in_the_segment_files() {
     assert_eq!(j.machine.disk_bytes(), disk_bytes(&disk));
 }
 
+/// D6 after an outage (S-J5): a journal closed while down resumes, then
+/// still takes its closing roll, so the clean close leaves one fresh
+/// segment and no old one.
+#[test]
+fn d6_a_journal_closed_while_down_rolls_once_it_resumes() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    use support::gated::Gated;
+
+    let failing = Arc::new(AtomicBool::new(false));
+    let f = Arc::clone(&failing);
+    let mem = MemStorage::new();
+    let disk = Gated::new(
+        &mem,
+        Arc::new(move |op, _, _, _| {
+            if op == "sync" && f.load(Ordering::SeqCst) {
+                return Err(std::io::Error::other("injected on sync"));
+            }
+            Ok(())
+        }),
+    );
+    let limits = Limits::new(Some(256), Some(8_192)).unwrap();
+    let (mut j, _) = Hand::<u8, _>::open::<u64, _>(disk, &Postcard, limits).unwrap();
+    for item in 0..8 {
+        assert!(j.append(1, &record(1, item)));
+        j.round().unwrap();
+    }
+    j.done(&1, 8);
+    failing.store(true, Ordering::SeqCst);
+    assert!(j.round().is_err() && j.is_down());
+    failing.store(false, Ordering::SeqCst);
+    j.machine.handle_close();
+    for _ in 0..10 {
+        if j.machine.is_closed() {
+            break;
+        }
+        let _ = j.round();
+    }
+    assert!(j.machine.is_closed());
+    let segments: Vec<String> = (mem.files().into_keys())
+        .filter(|n| n.starts_with("segment-"))
+        .collect();
+    assert_eq!(segments.len(), 1, "only the closing roll's: {segments:?}");
+}
+
 /// S-J5: deletions that fail wait, and the journal goes on; the machine
 /// tells when they start to wait and when the last one is done, once
 /// each (the commit task logs both).
