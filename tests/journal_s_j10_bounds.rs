@@ -365,28 +365,40 @@ fn the_byte_count_after_a_recovery_is_the_bytes_in_the_segment_files() {
     assert_eq!(j.machine.disk_bytes(), disk_bytes(&disk));
 }
 
+/// A disk over `mem` whose `op` fails while the flag is up.
+fn failing_on(
+    op: &'static str,
+) -> (
+    MemStorage,
+    support::gated::Gated,
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    let failing = Arc::new(AtomicBool::new(false));
+    let f = Arc::clone(&failing);
+    let mem = MemStorage::new();
+    let disk = support::gated::Gated::new(
+        &mem,
+        Arc::new(move |at, _, _, _| {
+            if at == op && f.load(Ordering::SeqCst) {
+                return Err(std::io::Error::other(format!("injected on {op}")));
+            }
+            Ok(())
+        }),
+    );
+    (mem, disk, failing)
+}
+
 /// D6 after an outage (S-J5): a journal closed while down resumes, then
 /// still takes its closing roll, so the clean close leaves one fresh
 /// segment and no old one.
 #[test]
 fn d6_a_journal_closed_while_down_rolls_once_it_resumes() {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
 
-    use support::gated::Gated;
-
-    let failing = Arc::new(AtomicBool::new(false));
-    let f = Arc::clone(&failing);
-    let mem = MemStorage::new();
-    let disk = Gated::new(
-        &mem,
-        Arc::new(move |op, _, _, _| {
-            if op == "sync" && f.load(Ordering::SeqCst) {
-                return Err(std::io::Error::other("injected on sync"));
-            }
-            Ok(())
-        }),
-    );
+    let (mem, disk, failing) = failing_on("sync");
     let limits = Limits::new(Some(256), Some(8_192)).unwrap();
     let (mut j, _) = Hand::<u8, _>::open::<u64, _>(disk, &Postcard, limits).unwrap();
     for item in 0..8 {
@@ -416,23 +428,9 @@ fn d6_a_journal_closed_while_down_rolls_once_it_resumes() {
 /// each (the commit task logs both).
 #[test]
 fn s_j5_waiting_deletions_are_told_as_they_start_and_as_they_end() {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
 
-    use support::gated::Gated;
-
-    let failing = Arc::new(AtomicBool::new(false));
-    let f = Arc::clone(&failing);
-    let mem = MemStorage::new();
-    let disk = Gated::new(
-        &mem,
-        Arc::new(move |op, _, _, _| {
-            if op == "delete" && f.load(Ordering::SeqCst) {
-                return Err(std::io::Error::other("injected on delete"));
-            }
-            Ok(())
-        }),
-    );
+    let (_mem, disk, failing) = failing_on("delete");
     let limits = Limits::new(Some(256), Some(8_192)).unwrap();
     let (mut j, _) = Hand::<u8, _>::open::<u64, _>(disk, &Postcard, limits).unwrap();
     for item in 0..20 {
