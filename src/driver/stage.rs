@@ -211,15 +211,16 @@ impl<S: Sink> Outbox<S> {
             let (fenced, encoded) = (shared.handoff.is_closed(), !matches!(p.record, Some(None)));
             let mut facts = Facts::new(admission, fenced, encoded, p.weight);
             let send = |tenant, item| shared.handoff.send(tenant, item, p.weight, at);
-            let key = matches!(p.record, Some(Some(_))).then(|| p.tenant.clone());
-            let step = |room| {
-                facts.journal_room = room;
-                let sent = hand_off(&mut facts, p.tenant, p.item, send);
-                (key.filter(|_| sent.is_ok()), sent)
-            };
             let sent = match (journal, p.record) {
-                (Some(j), Some(Some(i))) => j.appending(run.as_ref(), |a| a.append_if(i, step)),
-                _ => step(true).1,
+                (Some(j), Some(Some(i))) => j.appending(run.as_ref(), |a| {
+                    let key = p.tenant.clone();
+                    a.append_if(i, |room| {
+                        facts.journal_room = room;
+                        let sent = hand_off(&mut facts, p.tenant, p.item, send);
+                        (sent.is_ok().then_some(key), sent)
+                    })
+                }),
+                _ => hand_off(&mut facts, p.tenant, p.item, send), // no record, no room asked
             };
             one = match sent {
                 // Counted under the engine's lock, with no record.

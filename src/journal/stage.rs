@@ -185,9 +185,13 @@ where
 
     /// Hands the buffers of a run of [`encode_into`](Self::encode_into)
     /// back to this thread, unless they grew past what a thread keeps.
+    #[inline]
     pub(crate) fn recycle_run(run: Option<Run>) {
-        let records = run.map(|r| r.records);
-        if let Some(records) = records.filter(|r| r.held_bytes() <= SCRATCH_KEEP) {
+        let Some(run) = run else {
+            return;
+        };
+        if run.records.held_bytes() <= SCRATCH_KEEP {
+            let records = run.records;
             // Gone only while the thread exits: the run is dropped then.
             let _ = SCRATCH.try_with(|s| s.set(records));
         }
