@@ -7,7 +7,9 @@
 //!
 //! Run by hand, not by criterion (`cargo bench` runs it once with no
 //! arguments and it only says how): `stage_instructions MODE N TENANTS`,
-//! `MODE` = `outbox` or `channel`, stages `N` items round-robin over
+//! `MODE` = `outbox`, `journal` (with the `journal` feature: the same
+//! with a journal in a temporary directory, its commit task never run) or
+//! `channel`, stages `N` items round-robin over
 //! `TENANTS` tenants on a current-thread runtime that is never driven, so
 //! the writer never runs and only the stages are counted; the items wait
 //! in the hand-off (S-W19). Two runs with different `N`, subtracted,
@@ -55,6 +57,24 @@ fn main() {
             // Not shut down: a shutdown's intake would be counted too.
             std::process::exit(0);
         }
+        #[cfg(feature = "journal")]
+        "journal" => {
+            let dir =
+                std::env::temp_dir().join(format!("stage-instructions-{}", std::process::id()));
+            let outbox = rt.block_on(async {
+                Outbox::builder(Counting::default())
+                    .journal(outbox::journal::JournalConfig::new(&dir))
+                    .build()
+                    .expect("a journal in the temporary directory")
+            });
+            let _in = rt.enter();
+            for i in 0..n {
+                let _ = black_box(outbox.stage(tenant(i % tenants), i));
+            }
+            drop(_in);
+            let _ = std::fs::remove_dir_all(&dir);
+            std::process::exit(0);
+        }
         "channel" => {
             let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<(TenantId, u64)>();
             for i in 0..n {
@@ -66,7 +86,9 @@ fn main() {
             std::process::exit(0);
         }
         other => {
-            eprintln!("stage_instructions: MODE is outbox or channel, not {other}");
+            eprintln!(
+                "stage_instructions: MODE is outbox, journal (feature) or channel, not {other}"
+            );
             std::process::exit(2);
         }
     }

@@ -97,16 +97,28 @@ fn the_bounds_reject_exactly_what_is_too_small() {
     use outbox::core::journal::Bounds;
     let too_small = |max_bytes| Err(Bounds::MaxTooSmall { max_bytes });
     assert_eq!(Limits::new(None, Some(511)), too_small(511));
-    assert_eq!(Limits::new(None, Some(512)).map(|l| l.segment_bytes), Ok(128));
+    assert_eq!(
+        Limits::new(None, Some(512)).map(|l| l.segment_bytes),
+        Ok(128)
+    );
     // 1,000 - 745 = 255 left: a half of 127; 744 leaves two segments.
     assert_eq!(Limits::reserving(None, Some(1_000), 745), too_small(1_000));
     let ok = Limits::reserving(None, Some(1_000), 744);
-    assert_eq!(ok.map(|l| (l.segment_bytes, l.max_bytes)), Ok((128, Some(1_000))));
+    assert_eq!(
+        ok.map(|l| (l.segment_bytes, l.max_bytes)),
+        Ok((128, Some(1_000)))
+    );
     // A quarter of the bound, unless half of what is left is less.
     let quarter = Limits::reserving(None, Some(4_096), 3_000).map(|l| l.segment_bytes);
     assert_eq!(quarter, Ok(548));
-    assert_eq!(Limits::new(Some(256), Some(512)).map(|l| l.segment_bytes), Ok(256));
-    let above = Bounds::SegmentAboveHalf { segment_bytes: 257, max_bytes: 512 };
+    assert_eq!(
+        Limits::new(Some(256), Some(512)).map(|l| l.segment_bytes),
+        Ok(256)
+    );
+    let above = Bounds::SegmentAboveHalf {
+        segment_bytes: 257,
+        max_bytes: 512,
+    };
     assert_eq!(Limits::new(Some(257), Some(512)), Err(above));
 }
 
