@@ -1075,6 +1075,29 @@ mod tests {
     }
 
     #[test]
+    fn a_record_that_rolls_fits_only_with_room_for_the_new_header_and_the_old_seal() {
+        // S-J10: a record that rolls adds its new segment's header and the
+        // old segment's seal to the files, besides its own bytes.
+        let costs = Costs {
+            seal: 6,
+            ..Costs::default()
+        };
+        let bounded = Limits {
+            segment_bytes: 100,
+            max_bytes: Some(1_000),
+        };
+        let mut l: Ledger<u32> = Ledger::new(bounded, 1, 1, H).with_costs(costs);
+        l.append(7, 80, H).unwrap();
+        assert_eq!(l.bytes(), H + 80);
+        // 20 more would pass 100: 20 + H + 6 = 36 bytes, 126 in all.
+        assert!(l.fits(20, H, 1_000 - 126));
+        assert!(!l.fits(20, H, 1_000 - 125));
+        // 10 more stay in the segment: 100 in all.
+        assert!(l.fits(10, H, 1_000 - 100));
+        assert!(!l.fits(10, H, 1_000 - 99));
+    }
+
+    #[test]
     fn an_abandoned_resume_segment_stops_counting_and_keeping_what_it_marks() {
         // S-J5 (review finding 5): each failed resume's segment is
         // replaced by the next one's; the ledger forgets it, so retries
