@@ -1098,6 +1098,23 @@ mod tests {
     }
 
     #[test]
+    fn attempt_and_end_marks_count_what_each_call_adds() {
+        // S-J17: each call says how many marks it added, whatever still
+        // waits from the calls before it.
+        let mut l: Ledger<u32> = Ledger::new(limits(1_000), 1, 1, H);
+        for tenant in [1, 1, 2, 2, 2] {
+            l.append(tenant, 10, H).unwrap();
+        }
+        assert_eq!(l.mark_attempt(&1, 2), 2);
+        assert_eq!(l.mark_attempt(&2, 3), 3, "tenant 1's marks still wait");
+        assert_eq!(l.mark_attempt(&2, 3), 0, "its attempt is open already");
+        assert_eq!(l.take_attempts(), [1, 2, 3, 4, 5]);
+        assert_eq!(l.mark_ended(&1, 2), 2);
+        assert_eq!(l.mark_ended(&2, 3), 3, "tenant 1's ends still wait");
+        assert_eq!(l.take_ends(), [1, 2, 3, 4, 5]);
+    }
+
+    #[test]
     fn an_abandoned_resume_segment_stops_counting_and_keeping_what_it_marks() {
         // S-J5 (review finding 5): each failed resume's segment is
         // replaced by the next one's; the ledger forgets it, so retries
