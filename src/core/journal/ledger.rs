@@ -1228,6 +1228,25 @@ mod tests {
     }
 
     #[test]
+    fn a_current_segment_holding_only_its_header_takes_the_first_mark_without_a_roll() {
+        // D6: a fresh segment (a resume's, a close's) is not rolled away
+        // for want of room it can never have; it takes the mark.
+        let mut l: Ledger<u32> = Ledger::new(limits(12), 1, 1, H);
+        l.append(1, 4, H).unwrap();
+        let fresh = l.roll(H);
+        l.mark_done(&1, 1);
+        let runs = l.take_mark_runs(mark_sizes(100));
+        assert_eq!(
+            runs,
+            [MarkRun {
+                roll: None,
+                seqs: vec![1]
+            }]
+        );
+        assert_eq!(l.current(), fresh);
+    }
+
+    #[test]
     fn mark_done_marks_a_tenants_oldest_items_done() {
         let mut l: Ledger<u32> = Ledger::new(limits(1_000), 1, 1, H);
         for t in [1, 2, 1, 1, 2] {
