@@ -1247,6 +1247,21 @@ mod tests {
     }
 
     #[test]
+    fn a_segment_with_live_items_is_never_abandoned() {
+        // S-J5: only a failed resume's segment, which holds no item, is
+        // forgotten; one holding an item not done is the item's only copy.
+        let mut l: Ledger<u32> = Ledger::new(limits(1_000), 1, 1, H);
+        l.append(7, 10, H).unwrap();
+        let second = l.roll(H);
+        assert_eq!(l.abandon_sized(1), None, "item 1 is in segment 1");
+        assert_eq!(l.abandon_sized(second), None, "the current segment");
+        assert_eq!((l.segments(), l.bytes()), (2, H + 10 + H));
+        assert_eq!(l.mark_done(&7, 1), 1);
+        let _ = l.take_marks();
+        assert_eq!(l.abandon_sized(1), Some(H + 10), "done: it may go");
+    }
+
+    #[test]
     fn mark_done_marks_a_tenants_oldest_items_done() {
         let mut l: Ledger<u32> = Ledger::new(limits(1_000), 1, 1, H);
         for t in [1, 2, 1, 1, 2] {
