@@ -393,3 +393,99 @@ fn s_j17_at_the_bound_a_segment_kept_for_its_marks_is_folded_into_the_new_life()
         "{ops:?}"
     );
 }
+
+/// The files of the fold test above, segment 1 of `len` bytes: segment 2
+/// is kept only for its done mark of item 2 and holds life 2's records.
+fn kept_for_its_marks(len: u64) -> Vec<Op> {
+    let old = Lives {
+        attempts: vec![(2, 1), (2, 2)],
+        starts: vec![(2, vec![(1, 1)])],
+        ..Lives::default()
+    };
+    let last = Lives {
+        attempts: vec![(3, 1)],
+        starts: vec![(3, vec![(1, 1)])],
+        ..Lives::default()
+    };
+    first_batch(vec![
+        file(1, (1, 3), &[(1, 1), (2, 2)], &[], Lives::default(), len),
+        file(2, (3, 3), &[], &[2], old, 100),
+        file(3, (3, 3), &[], &[], last, 100),
+    ])
+}
+
+#[test]
+fn s_j17_a_segment_kept_for_its_marks_is_folded_only_past_the_bound() {
+    // With segment 1 of 1,370 bytes the files and the standing reserves
+    // come to exactly 2,048 bytes once life 4's record is in: at the
+    // bound, not past it, so segment 2 stays; one byte more and it is
+    // folded (its mark written again, the segment deleted).
+    let folded = |ops: &[Op]| {
+        ops.contains(&Op::Marks {
+            id: 4,
+            seqs: vec![2],
+        }) && ops.contains(&Op::Delete(2))
+    };
+    let life = |ops: &[Op]| {
+        ops.iter().any(|op| {
+            matches!(
+                op,
+                Op::Note {
+                    note: Note::Life { .. },
+                    ..
+                }
+            )
+        })
+    };
+    for len in [200, 1_370] {
+        let ops = kept_for_its_marks(len);
+        assert!(life(&ops) && !folded(&ops), "{len} bytes: {ops:?}");
+        assert!(!ops.contains(&Op::Delete(2)), "{len} bytes: {ops:?}");
+    }
+    let ops = kept_for_its_marks(1_371);
+    assert!(life(&ops) && folded(&ops), "{ops:?}");
+}
+
+#[test]
+fn s_j17_a_segment_holding_pending_items_is_never_folded() {
+    // Past the bound, as above, but segment 2 also holds item 3, pending:
+    // it stays for the item, and its mark of item 2 is not written again.
+    let old = Lives {
+        attempts: vec![(2, 1), (2, 2)],
+        starts: vec![(2, vec![(1, 1)])],
+        ..Lives::default()
+    };
+    let last = Lives {
+        attempts: vec![(3, 1)],
+        starts: vec![(3, vec![(1, 1)])],
+        ..Lives::default()
+    };
+    let ops = first_batch(vec![
+        file(1, (1, 3), &[(1, 1), (2, 2)], &[], Lives::default(), 1_500),
+        file(2, (3, 4), &[(3, 3)], &[2], old, 100),
+        file(3, (4, 4), &[], &[], last, 100),
+    ]);
+    assert!(
+        !ops.iter()
+            .any(|op| matches!(op, Op::Marks { seqs, .. } if seqs.contains(&2))),
+        "{ops:?}"
+    );
+    assert!(!ops.contains(&Op::Delete(2)), "{ops:?}");
+}
+
+#[test]
+fn s_j17_a_poisoned_item_leaves_its_tenants_queue() {
+    // Item 1 is poisoned (cut in three lives): done at once, its mark
+    // waiting; tenant 1's oldest pending item is 2 now, so the next done
+    // item of tenant 1 marks 2, not 1 again.
+    let lives = Lives {
+        attempts: vec![(1, 1), (2, 1), (3, 1)],
+        starts: vec![(2, vec![(1, 1)]), (3, vec![(1, 2)])],
+        ..Lives::default()
+    };
+    let files = vec![segment(&[(1, 1), (2, 1), (3, 1)], lives)];
+    let (r, mut ledger) = plan(files, 17).unwrap().finish(limits(), 48, 3);
+    assert_eq!(r.poisoned.iter().map(|x| x.0).collect::<Vec<_>>(), [1]);
+    assert_eq!(ledger.mark_done(&1, 1), 1);
+    assert_eq!(ledger.take_marks(), [1, 2]);
+}
