@@ -346,15 +346,9 @@ fn s_j17_a_life_whose_record_does_not_fit_keeps_the_records_its_counts_come_from
     );
 }
 
-/// Crash seed 960183: a segment kept only for its done marks of a
-/// segment of pending items held an earlier life's life record and lone
-/// attempt marks, written in the standing reserve: kept for good, they
-/// left the next lives too little of it for their own records.
-#[test]
-fn s_j17_at_the_bound_a_segment_kept_for_its_marks_is_folded_into_the_new_life() {
-    // Segment 1 holds poison item 1 (tenant 1) and item 2 (tenant 2),
-    // done: its mark is in segment 2, with life 2's records. Segment 3
-    // holds life 3's record and attempt mark: 1 was cut twice.
+/// Life 2's records (item 1 cut, item 2 tried) and life 3's (item 1 cut
+/// again): the lives of the fold tests.
+fn two_lives() -> (Lives, Lives) {
     let old = Lives {
         attempts: vec![(2, 1), (2, 2)],
         starts: vec![(2, vec![(1, 1)])],
@@ -365,6 +359,19 @@ fn s_j17_at_the_bound_a_segment_kept_for_its_marks_is_folded_into_the_new_life()
         starts: vec![(3, vec![(1, 1)])],
         ..Lives::default()
     };
+    (old, last)
+}
+
+/// Crash seed 960183: a segment kept only for its done marks of a
+/// segment of pending items held an earlier life's life record and lone
+/// attempt marks, written in the standing reserve: kept for good, they
+/// left the next lives too little of it for their own records.
+#[test]
+fn s_j17_at_the_bound_a_segment_kept_for_its_marks_is_folded_into_the_new_life() {
+    // Segment 1 holds poison item 1 (tenant 1) and item 2 (tenant 2),
+    // done: its mark is in segment 2, with life 2's records. Segment 3
+    // holds life 3's record and attempt mark: 1 was cut twice.
+    let (old, last) = two_lives();
     let files = vec![
         file(1, (1, 3), &[(1, 1), (2, 2)], &[], Lives::default(), 1_500),
         file(2, (3, 3), &[], &[2], old, 100),
@@ -397,16 +404,7 @@ fn s_j17_at_the_bound_a_segment_kept_for_its_marks_is_folded_into_the_new_life()
 /// The files of the fold test above, segment 1 of `len` bytes: segment 2
 /// is kept only for its done mark of item 2 and holds life 2's records.
 fn kept_for_its_marks(len: u64) -> Vec<Op> {
-    let old = Lives {
-        attempts: vec![(2, 1), (2, 2)],
-        starts: vec![(2, vec![(1, 1)])],
-        ..Lives::default()
-    };
-    let last = Lives {
-        attempts: vec![(3, 1)],
-        starts: vec![(3, vec![(1, 1)])],
-        ..Lives::default()
-    };
+    let (old, last) = two_lives();
     first_batch(vec![
         file(1, (1, 3), &[(1, 1), (2, 2)], &[], Lives::default(), len),
         file(2, (3, 3), &[], &[2], old, 100),
@@ -450,16 +448,7 @@ fn s_j17_a_segment_kept_for_its_marks_is_folded_only_past_the_bound() {
 fn s_j17_a_segment_holding_pending_items_is_never_folded() {
     // Past the bound, as above, but segment 2 also holds item 3, pending:
     // it stays for the item, and its mark of item 2 is not written again.
-    let old = Lives {
-        attempts: vec![(2, 1), (2, 2)],
-        starts: vec![(2, vec![(1, 1)])],
-        ..Lives::default()
-    };
-    let last = Lives {
-        attempts: vec![(3, 1)],
-        starts: vec![(3, vec![(1, 1)])],
-        ..Lives::default()
-    };
+    let (old, last) = two_lives();
     let ops = first_batch(vec![
         file(1, (1, 3), &[(1, 1), (2, 2)], &[], Lives::default(), 1_500),
         file(2, (3, 4), &[(3, 3)], &[2], old, 100),
