@@ -993,12 +993,16 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
         }
         let mut seqs = Vec::new();
         for (id, marks) in std::mem::take(&mut self.foldable) {
-            // Foldable is decided once, at `restore`: a restored segment
-            // with no live item, which no item joins later and which is
-            // never the current one.
+            // Foldable is decided at `restore`: a restored segment with no
+            // live item, which no item joins later. Only a directory with
+            // a segment of the last id (`u64::MAX`, never written by a
+            // journal) makes one the current segment too: kept.
             let Some(seg) = self.segments.get_mut(&id) else {
                 continue;
             };
+            if id == self.current {
+                continue;
+            }
             let others = std::mem::take(&mut seg.marks_for);
             for other in others {
                 if let Some(o) = self.segments.get_mut(&other) {
