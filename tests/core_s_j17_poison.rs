@@ -454,6 +454,16 @@ fn s_j17_a_segment_holding_pending_items_is_never_folded() {
         file(2, (3, 4), &[(3, 3)], &[2], old, 100),
         file(3, (4, 4), &[], &[], last, 100),
     ]);
+    let life = ops.iter().any(|op| {
+        matches!(
+            op,
+            Op::Note {
+                note: Note::Life { .. },
+                ..
+            }
+        )
+    });
+    assert!(life, "life 4's record is in, so a fold was asked: {ops:?}");
     assert!(
         !ops.iter()
             .any(|op| matches!(op, Op::Marks { seqs, .. } if seqs.contains(&2))),
