@@ -5,7 +5,7 @@
 
 mod core_world;
 
-use core_world::{dur, World};
+use core_world::{dur, ms, World};
 use outbox::core::{AfterFailure, Config, Event, Failure, LostReason, Outcome, Report};
 
 // ----- S-W11: metrics (what events carry for the driver) ----------------
@@ -153,4 +153,49 @@ fn s_w18_every_given_up_attempt_ends_in_one_counted_outcome() {
     );
     assert_eq!((k.written, k.lost(LostReason::Abandoned)), (0, 3));
     assert!(k.balanced());
+}
+
+// ----- S-R6: health -----------------------------------------------------
+
+#[test]
+fn s_r6_the_health_times_follow_the_oldest_pending_item_and_the_last_commit() {
+    // With `max_item_age` items are stamped (S-R3), so the oldest pending
+    // item's time is exact, waiting or in flight.
+    let mut w = World::new(Config::builder().max_item_age(dur(1_000)));
+    assert_eq!((w.e.oldest_pending(), w.e.last_written()), (None, None));
+    w.at(10);
+    w.stage_ok(1, [1, 2]);
+    w.at(20);
+    w.stage_ok(2, [3]);
+    assert_eq!(w.e.oldest_pending(), Some(ms(10)));
+    w.at(30);
+    let mut writes = w.poll();
+    assert_eq!(writes.len(), 2);
+    assert_eq!(w.e.oldest_pending(), Some(ms(10)), "in flight");
+    assert_eq!(w.e.last_written(), None);
+    w.at(40);
+    let second = writes.pop().unwrap();
+    w.ok(writes.pop().unwrap());
+    assert_eq!(w.e.oldest_pending(), Some(ms(20)));
+    assert_eq!(w.e.last_written(), Some(ms(40)));
+    w.at(50);
+    w.ok(second);
+    assert_eq!((w.e.oldest_pending(), w.e.last_written()), (None, Some(ms(50))));
+}
+
+#[test]
+fn s_r6_a_write_given_up_at_the_shutdown_deadline_holds_no_pending_item() {
+    // Its items are counted lost when the deadline passes (S-W9), while
+    // the attempt itself may still run: it no longer makes them pending.
+    let mut w = World::new(Config::builder().max_item_age(dur(1_000)));
+    w.at(10);
+    w.stage_ok(1, [1]);
+    let write = w.poll_one();
+    let _ = w.shutdown(20);
+    assert_eq!(w.e.oldest_pending(), Some(ms(10)), "before the deadline");
+    w.at(20);
+    assert_eq!(w.e.pending(), 0);
+    assert_eq!(w.e.oldest_pending(), None, "given up, still running");
+    w.ok(write);
+    assert_eq!(w.e.oldest_pending(), None);
 }

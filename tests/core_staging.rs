@@ -355,6 +355,26 @@ fn s_w22_durable_items_pass_every_capacity_and_hand_their_keys_back_in_order() {
 }
 
 #[test]
+fn s_w22_a_later_slices_keys_say_which_of_its_items_the_store_discarded() {
+    // S-W12 per key: a tenant's keys are counted from its first item, so
+    // the second slice's first key is that slice's item 0, whatever the
+    // first slice held.
+    let config = Config::builder().max_batch(2).build().unwrap();
+    let mut e: Engine<u8, u32> = Engine::new(config).unwrap();
+    let items = (0..4).map(|i| durable(1, i, 0, Some(20 + u64::from(i))));
+    let _ = e.stage_durable(ms(0), items, 0);
+    let w = e.poll_write(ms(0)).unwrap();
+    assert_eq!(w.items, [0, 1]);
+    e.finish(ms(1), w, Outcome::WRITTEN).unwrap();
+    assert_eq!(keys_done(&mut e), [(20, true), (21, true)]);
+    let w = e.poll_write(ms(1)).unwrap();
+    assert_eq!(w.items, [2, 3]);
+    e.finish(ms(2), w, Outcome::Written { discarded: 1 }).unwrap();
+    assert_eq!(keys_done(&mut e), [(22, true), (23, false)]);
+    assert_eq!(e.counters().lost(outbox::LostReason::Discarded), 1);
+}
+
+#[test]
 fn s_w22_a_durable_items_age_counts_toward_max_item_age() {
     // Stamped its age before `now`, never before its tenant's latest
     // stamp (S-R3 expires from the oldest): an item 40 ms old at 50 ms is
