@@ -277,6 +277,39 @@ fn i6_an_intake_asks_for_a_drain_only_when_one_is_needed() {
     );
 }
 
+#[test]
+fn i6_an_intake_that_arms_the_earliest_age_timer_asks_for_a_drain() {
+    // S-R3, S-W22: with no slot free, a new tenant's item asks for no
+    // write, but a durable item keeps its age, so its age timer may come
+    // before every armed one: then the driver must learn of it; at the
+    // same time as one, it need not.
+    let config = Config::builder()
+        .concurrency(1)
+        .initial_backoff(dur(1_000))
+        .jitter(0.0)
+        .max_item_age(dur(100))
+        .build()
+        .unwrap();
+    let stamped = || Some(ms(50));
+    // An age timer fires just past its limit.
+    let past = |t| Some(Time::from_nanos(ms(t).as_nanos() + 1));
+    for (age, wake) in [(50, true), (0, false)] {
+        let mut e: Engine<u8, u32> = Engine::new(config.clone()).unwrap();
+        assert_eq!(staged_and_wake(&mut e, stamped, 3, 0).0, Staged::Accepted);
+        let w = e.poll_write(ms(50)).unwrap();
+        e.finish(ms(50), w, Outcome::Failed(Failure::Error)).unwrap();
+        assert_eq!(staged_and_wake(&mut e, stamped, 2, 1).0, Staged::Accepted);
+        let w = e.poll_write(ms(50)).unwrap();
+        assert_eq!(w.tenant, 2, "the only slot");
+        assert_eq!(e.poll_timeout(), past(150), "tenant 3's retry's age timer");
+        let intake = e.stage_durable(ms(50), [durable(1, 2, age, None)], 0);
+        assert_eq!(intake.accepted, 1);
+        assert_eq!(intake.wake, wake, "tenant 1's {age} ms old item");
+        assert_eq!(e.poll_timeout(), past(150 - age));
+        drop(e.finish(ms(50), w, Outcome::WRITTEN));
+    }
+}
+
 /// What an intake of one item stamped `clock()` decided, as (staged,
 /// wake).
 fn staged_and_wake(
