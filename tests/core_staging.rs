@@ -388,6 +388,25 @@ fn s_w22_durable_items_pass_every_capacity_and_hand_their_keys_back_in_order() {
 }
 
 #[test]
+fn s_w22_a_durable_intake_asks_for_a_drain_when_it_leaves_work() {
+    // I6 for `stage_durable`: a taken item the engine may write at once,
+    // and, after the fence, a refusal's event to hand out or a key to
+    // give back, each ask for a drain; a refusal while events already
+    // wait adds nothing the next drain would not see.
+    let mut e: Engine<u8, u32> = Engine::new(Config::default()).unwrap();
+    let intake = e.stage_durable(ms(0), [durable(1, 0, 0, None)], 0);
+    assert_eq!((intake.accepted, intake.wake), (1, true), "first ready");
+    let _ = e.shutdown(ms(0), ms(10));
+    while e.poll_event().is_some() {}
+    let intake = e.stage_durable(ms(0), [durable(2, 1, 0, None)], 0);
+    assert_eq!((intake.refused, intake.wake), (1, true), "its event, the first");
+    let intake = e.stage_durable(ms(0), [durable(3, 2, 0, None)], 0);
+    assert_eq!((intake.refused, intake.wake), (1, false), "events wait already");
+    let intake = e.stage_durable(ms(0), [durable(4, 3, 0, Some(7))], 0);
+    assert_eq!((intake.refused, intake.wake), (1, true), "its key");
+}
+
+#[test]
 fn s_w22_a_later_slices_keys_say_which_of_its_items_the_store_discarded() {
     // S-W12 per key: a tenant's keys are counted from its first item, so
     // the second slice's first key is that slice's item 0, whatever the
