@@ -39,6 +39,8 @@ pub struct Back<K, I> {
     pub items: Vec<(Seq, K, I)>,
     /// `(item, crashes)` counted (S-J17), for the life's start.
     pub crashes: Vec<(Seq, u32)>,
+    /// The items poisoned (S-J17), not in `items`.
+    pub poisoned: Vec<Seq>,
 }
 
 /// The machine and its committer.
@@ -71,6 +73,7 @@ impl<K: Ord + Hash + Clone, S: Storage> Hand<K, S> {
             report: rec.report,
             items: rec.items,
             crashes: rec.crashes,
+            poisoned: rec.poisoned.iter().map(|p| p.0).collect(),
         };
         Ok((hand, back))
     }

@@ -234,11 +234,14 @@ impl<K: Ord + Hash + Clone> Commits<K> {
     /// counts against an item of each write cut and a poison item's
     /// neighbours, written alone once suspected, leave it first in line;
     /// else none is written and a crash then counts against nobody. A
-    /// mark in the reserve leaves in it the next life's start (a roll and
-    /// a life record of one count): the marks of many writes at the bound
-    /// took all of it, and the next recovery, its life record written
-    /// nowhere, kept its restored segments for the whole life, refusing
-    /// every item (crash seed 1000883).
+    /// mark in the reserve leaves in it what the lives after need
+    /// ([`lives_after`](Self::lives_after)): the marks of many writes at
+    /// the bound took all of it, and the next recovery, its life record
+    /// written nowhere, kept its restored segments for the whole life,
+    /// refusing every item (crash seed 1000883); marks that left one
+    /// life's start, in a segment held by items pending behind a poison
+    /// item, left no later life room for the poison item's mark, so its
+    /// crashes were never counted (crash seed 4150187).
     fn push_attempts(&mut self) {
         let mut seqs = self.ledger.take_attempts();
         if seqs.is_empty() {
@@ -257,15 +260,28 @@ impl<K: Ord + Hash + Clone> Commits<K> {
             };
             seqs = vec![suspect];
             len = self.sizes.attempts_len(1);
-            let next_start = self.sizes.header + self.sizes.seal + self.sizes.life_len(1);
             if !self
                 .ledger
-                .note_fits(len + next_start, self.doomed_bytes, true)
+                .note_fits(len + self.lives_after(), self.doomed_bytes, true)
             {
                 return;
             }
         }
         self.push_marks(len, seqs, |life, seqs| Note::Attempts { life, seqs });
+    }
+
+    /// What a mark in the reserve leaves in it: each life to come starts
+    /// with a roll and a life record of one count and marks its lone
+    /// attempt, and the life before keeps its segment until that record
+    /// is written. Two such lives while the current segment holds pending
+    /// items, which keep it (and the marks in it) beyond the next life.
+    fn lives_after(&self) -> u64 {
+        let life = self.sizes.header
+            + self.sizes.seal
+            + self.sizes.life_len(1)
+            + self.sizes.attempts_len(1);
+        let lives = if self.ledger.current_live() > 0 { 2 } else { 1 };
+        lives * life
     }
 
     /// A record of marks (`len` bytes) in the current segment: its bytes

@@ -368,6 +368,11 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
         self.current
     }
 
+    /// Pending items with a record in the current segment.
+    pub fn current_live(&self) -> u64 {
+        self.segments.get(&self.current).map_or(0, |s| s.live)
+    }
+
     /// The sequence number the next item gets; every item staged so far
     /// has a smaller one.
     pub fn next_seq(&self) -> Seq {
