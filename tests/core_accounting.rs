@@ -180,7 +180,10 @@ fn s_r6_the_health_times_follow_the_oldest_pending_item_and_the_last_commit() {
     assert_eq!(w.e.last_written(), Some(ms(40)));
     w.at(50);
     w.ok(second);
-    assert_eq!((w.e.oldest_pending(), w.e.last_written()), (None, Some(ms(50))));
+    assert_eq!(
+        (w.e.oldest_pending(), w.e.last_written()),
+        (None, Some(ms(50)))
+    );
 }
 
 #[test]

@@ -297,7 +297,8 @@ fn i6_an_intake_that_arms_the_earliest_age_timer_asks_for_a_drain() {
         let mut e: Engine<u8, u32> = Engine::new(config.clone()).unwrap();
         assert_eq!(staged_and_wake(&mut e, stamped, 3, 0).0, Staged::Accepted);
         let w = e.poll_write(ms(50)).unwrap();
-        e.finish(ms(50), w, Outcome::Failed(Failure::Error)).unwrap();
+        e.finish(ms(50), w, Outcome::Failed(Failure::Error))
+            .unwrap();
         assert_eq!(staged_and_wake(&mut e, stamped, 2, 1).0, Staged::Accepted);
         let w = e.poll_write(ms(50)).unwrap();
         assert_eq!(w.tenant, 2, "the only slot");
@@ -399,9 +400,17 @@ fn s_w22_a_durable_intake_asks_for_a_drain_when_it_leaves_work() {
     let _ = e.shutdown(ms(0), ms(10));
     while e.poll_event().is_some() {}
     let intake = e.stage_durable(ms(0), [durable(2, 1, 0, None)], 0);
-    assert_eq!((intake.refused, intake.wake), (1, true), "its event, the first");
+    assert_eq!(
+        (intake.refused, intake.wake),
+        (1, true),
+        "its event, the first"
+    );
     let intake = e.stage_durable(ms(0), [durable(3, 2, 0, None)], 0);
-    assert_eq!((intake.refused, intake.wake), (1, false), "events wait already");
+    assert_eq!(
+        (intake.refused, intake.wake),
+        (1, false),
+        "events wait already"
+    );
     let intake = e.stage_durable(ms(0), [durable(4, 3, 0, Some(7))], 0);
     assert_eq!((intake.refused, intake.wake), (1, true), "its key");
 }
@@ -421,7 +430,8 @@ fn s_w22_a_later_slices_keys_say_which_of_its_items_the_store_discarded() {
     assert_eq!(keys_done(&mut e), [(20, true), (21, true)]);
     let w = e.poll_write(ms(1)).unwrap();
     assert_eq!(w.items, [2, 3]);
-    e.finish(ms(2), w, Outcome::Written { discarded: 1 }).unwrap();
+    e.finish(ms(2), w, Outcome::Written { discarded: 1 })
+        .unwrap();
     assert_eq!(keys_done(&mut e), [(22, true), (23, false)]);
     assert_eq!(e.counters().lost(outbox::LostReason::Discarded), 1);
 }

@@ -958,7 +958,11 @@ mod tests {
         // The engine's own stage reads it from its config.
         let mut engine = Engine::<u64, u64>::new(config).unwrap();
         let staged = engine.stage(Time::ZERO, 1, 1);
-        assert_eq!(staged, Staged::Dropped(DropReason::TableOnly), "the engine's path");
+        assert_eq!(
+            staged,
+            Staged::Dropped(DropReason::TableOnly),
+            "the engine's path"
+        );
         assert_eq!(engine.counters().dropped(DropReason::TableOnly), 1);
         assert_eq!(engine.pending(), 0);
     }
