@@ -311,6 +311,24 @@ fn i6_an_intake_that_arms_the_earliest_age_timer_asks_for_a_drain() {
     }
 }
 
+#[test]
+fn i6_a_linger_due_with_an_armed_timer_asks_for_no_drain() {
+    // The driver wakes at the armed timer anyway: a second tenant's
+    // linger due at the same time changes nothing it must learn.
+    let config = Config::builder().linger(dur(10)).build().unwrap();
+    let mut e: Engine<u8, u32> = Engine::new(config).unwrap();
+    let clock = || Some(ms(0));
+    assert_eq!(
+        staged_and_wake(&mut e, clock, 1, 0),
+        (Staged::Accepted, true)
+    );
+    assert_eq!(
+        staged_and_wake(&mut e, clock, 2, 1),
+        (Staged::Accepted, false)
+    );
+    assert_eq!(e.poll_timeout(), Some(ms(10)));
+}
+
 /// What an intake of one item stamped `clock()` decided, as (staged,
 /// wake).
 fn staged_and_wake(

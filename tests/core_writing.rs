@@ -413,3 +413,21 @@ fn s_w13_items_let_go_of_are_released_not_dropped() {
     });
     assert_eq!(sd, Some(vec![(1, vec![1])]));
 }
+
+// ----- S-F2: the group size limit ----------------------------------------
+
+#[test]
+fn s_f2_a_group_counts_every_slice_it_took_toward_max_group_items() {
+    // Slices of 1, 3 and 2 items under a limit of 5: the third would take
+    // the group to 6, so it waits for the next group.
+    let mut w = World::new(Config::builder().max_slices_per_write(4).max_group_items(5));
+    w.stage_ok(1, [10]);
+    w.stage_ok(2, [20, 21, 22]);
+    w.stage_ok(3, [30, 31]);
+    let group = w.e.poll_group(w.now).expect("a group");
+    let sizes: Vec<(u32, usize)> = group.iter().map(|s| (s.tenant, s.items.len())).collect();
+    assert_eq!(sizes, [(1, 1), (2, 3)]);
+    let next = w.e.poll_group(w.now).expect("the next group");
+    assert_eq!(next.len(), 1);
+    assert_eq!(next[0].tenant, 3);
+}
