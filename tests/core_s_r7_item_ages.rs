@@ -99,6 +99,23 @@ fn given_up_items_are_sampled_under_their_reason() {
     assert_eq!(got[0].0, ItemOutcome::Lost(LostReason::Expired));
     assert!(got[0].1 >= 60, "{got:?}");
 
+    // Lost with the write's task (S-W13), and under a stale epoch with no
+    // outbox table to hand the items to (S-E7): each under its own name.
+    for (failure, reason) in [
+        (Failure::TaskLost, LostReason::JoinFailed),
+        (Failure::StaleEpoch, LostReason::StaleEpoch),
+    ] {
+        let mut e = engine(aged());
+        let _ = e.stage(secs(0), 1, 10);
+        let w = e.poll_write(secs(0)).unwrap();
+        e.finish(secs(6), w, Outcome::Failed(failure)).unwrap();
+        assert_eq!(
+            ages(&mut e),
+            [(ItemOutcome::Lost(reason), 6)],
+            "{failure:?}"
+        );
+    }
+
     // Handed over after a stale epoch: the write's and the waiting ones.
     let mut e = engine(aged().max_batch(1)).with_outbox_table();
     let _ = e.stage(secs(0), 1, 10);

@@ -344,10 +344,11 @@ fn s_w13_finish_lost_counts_join_failed_and_keeps_running() {
 
 /// A lost task reported with its items through `finish` means what
 /// `finish_lost` records: lost under `join_failed`, never retried, one
-/// failed attempt of kind `task_lost`; the items come back to be dropped.
+/// failed attempt of kind `task_lost`; the items come back to be dropped,
+/// never as a dead letter, also with dead letters on.
 #[test]
 fn s_w13_finish_failed_task_lost_is_finish_lost_with_the_items() {
-    let mut w = World::new(Config::builder());
+    let mut w = World::new(Config::builder().dead_letters(true));
     w.stage_ok(1, [1, 2]);
     let a = w.poll_one();
     w.stage_ok(1, [3]);
@@ -357,6 +358,8 @@ fn s_w13_finish_failed_task_lost_is_finish_lost_with_the_items() {
         [1, 2],
         "the items are returned to be dropped"
     );
+    w.at(0);
+    assert_eq!(w.count_events(|e| matches!(e, Event::DeadLetter(_))), 0);
     assert_eq!(w.lost(LostReason::JoinFailed), 2);
     assert_eq!(w.c().failed(Failure::TaskLost), 1);
     assert_eq!(w.c().failed_attempts, 1);
