@@ -484,3 +484,35 @@ mod property {
         }
     }
 }
+
+#[test]
+fn s_l16_another_tenants_write_that_fails_meanwhile_is_retried_as_ever() {
+    // Tenant 1 is handed over with its write out; tenant 2's write fails
+    // before tenant 1's comes back: it is not tenant 1's hand-over.
+    let mut w = World::new(config(2));
+    w.stage_ok(1, [1]);
+    w.stage_ok(2, [2, 3]);
+    let mut ws = w.poll();
+    assert_eq!(ws.len(), 2);
+    let first = ws.remove(0);
+    let second = ws.remove(0);
+    let (one, two) = if first.tenant == 1 {
+        (first, second)
+    } else {
+        (second, first)
+    };
+    let now = w.now;
+    assert_eq!(w.e.hand_over_tenants(now, [1]), 0, "behind its write");
+    w.fail(two);
+    assert_eq!(handed_over(&w), []);
+    assert_eq!((w.c().handed_over, w.c().pending), (0, 3));
+    w.ok(one);
+    w.at(7_200_000);
+    let retry = w.poll_one();
+    assert_eq!(
+        (retry.tenant, retry.items.as_slice(), retry.attempt),
+        (2, &[2][..], 2)
+    );
+    w.ok(retry);
+    assert_eq!(w.c().handed_over, 0);
+}
