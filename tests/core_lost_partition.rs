@@ -516,3 +516,18 @@ fn s_l16_another_tenants_write_that_fails_meanwhile_is_retried_as_ever() {
     w.ok(retry);
     assert_eq!(w.c().handed_over, 0);
 }
+
+#[test]
+fn s_l16_a_write_out_with_nothing_behind_it_ends_as_written_with_no_hand_over() {
+    // Nothing waited behind the write: its tenant hands nothing over, and
+    // no event says it handed over none.
+    let mut w = World::new(config(1));
+    w.stage_ok(1, [1]);
+    let a = w.poll_one();
+    let now = w.now;
+    assert_eq!(w.e.hand_over_tenants(now, [1]), 0);
+    w.ok(a);
+    assert_eq!(handed_over(&w), []);
+    assert_eq!((w.c().written, w.c().handed_over), (1, 0));
+    assert_eq!(w.e.tenants(), 0);
+}
