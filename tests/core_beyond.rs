@@ -242,4 +242,17 @@ fn s_b8_coalesced_refusals_keep_the_log_rate_of_s_a6() {
     }
     assert_eq!(refusal_events(&mut e), [(3, 5, "buffer_full", false)]);
     assert_eq!(e.counters().dropped(DropReason::BufferFull), 3_105);
+
+    // Refusals past the shutdown fence are lost, not dropped: their
+    // coalesced event is cut at the log points the same way.
+    let mut e: Engine<u8, u32> = Engine::new(Config::default()).unwrap();
+    let _ = e.shutdown(Time::ZERO, Time::ZERO);
+    while e.poll_event().is_some() {}
+    for i in 0..=1_000 {
+        let _ = e.stage(Time::ZERO, 1, i);
+    }
+    assert_eq!(
+        refusal_events(&mut e),
+        [(1, 999, "shutdown", true), (1, 2, "shutdown", true)]
+    );
 }
