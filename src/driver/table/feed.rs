@@ -650,6 +650,30 @@ mod tests {
         assert!(feed.inner.lock().unwrap().rows.is_empty());
     }
 
+    /// S-T38: at a shutdown's deadline an outbox table's engine hands
+    /// over what it holds (a write in flight and the rows behind it),
+    /// counted `handed_over` with their events, none lost; each row ends
+    /// handed over.
+    #[tokio::test(start_paused = true)]
+    async fn a_shutdown_deadline_hands_over_the_rows_in_flight_and_waiting() {
+        let (feed, mut rx) = feed();
+        let mut e = engine(2, 10);
+        let t0 = Time::ZERO;
+        deliver(&mut e, &feed, t0, 1, &[10, 11, 12]);
+        let _w = e.poll_write(t0).expect("tenant 1's write");
+        let _ = e.shutdown(t0, t0);
+        let c = e.counters().clone();
+        assert_eq!((c.handed_over, c.lost_total(), e.pending()), (3, 0, 0));
+        assert_eq!(
+            drain(&mut e, &feed, &mut rx),
+            [
+                (10, Done::HandedOver),
+                (11, Done::HandedOver),
+                (12, Done::HandedOver)
+            ]
+        );
+    }
+
     /// S-T13, S-T31: a slice given up carries the number of its last
     /// attempt to the dead-letter table (the engine queues that attempt's
     /// event after the loss it causes; counted by the loss alone, the rows
