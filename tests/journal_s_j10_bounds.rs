@@ -847,3 +847,52 @@ fn lone_marks_at_the_bound_leave_every_later_life_room_to_count_its_lone_suspect
         "item {poison}: one crash counted a life"
     );
 }
+
+/// A review of the fix for crash seed 4150187: a life whose lone attempt
+/// asks for its mark before its own life record is committed finds the
+/// life before's segment still on disk, kept until that record is, so
+/// the mark did not fit beside what the lives after need and was written
+/// nowhere, life after life. The mark now waits for that segment's
+/// deletion, and the lone attempt with it.
+#[test]
+fn a_lone_mark_asked_with_the_life_record_waits_for_the_life_befores_segment_to_go() {
+    let limits = Limits::new(Some(1_000), Some(4_000)).unwrap();
+    let disk = MemStorage::new();
+    let (mut j, _) = Hand::<u8, _>::open::<u64, _>(disk.clone(), &Postcard, limits).unwrap();
+    j.round().unwrap();
+    let mut next = 0;
+    while j.machine.fits(record(1, next).len()) {
+        assert!(j.append(1, &record(1, next)));
+        next += 1;
+    }
+    j.round().unwrap();
+    // The first item is poison: its attempt takes the process down.
+    j.machine.handle_attempt(&1, 1);
+    j.round().unwrap();
+    drop(j);
+    disk.crash();
+    let mut counts = Vec::new();
+    loop {
+        let (mut j, back) = Hand::<u8, _>::open::<u64, _>(disk.clone(), &Postcard, limits).unwrap();
+        if !back.poisoned.is_empty() {
+            break;
+        }
+        let first = back.items[0].0;
+        counts.push(
+            back.crashes
+                .iter()
+                .find(|c| c.0 == first)
+                .map_or(0, |c| c.1),
+        );
+        assert!(counts.len() < 6, "never poisoned: counts {counts:?}");
+        let recovered = back.items.iter().map(|x| x.0).collect();
+        // No commit between the life's start and its lone attempt.
+        j.machine.start_life(back.crashes, recovered);
+        let mut at = None;
+        while j.machine.handle_lone_attempt(&[(1, 1)], &mut at) == LoneStep::Commit {
+            j.round().unwrap();
+        }
+        disk.crash();
+    }
+    assert_eq!(counts, [1, 2], "one crash counted a life, then poisoned");
+}

@@ -65,7 +65,12 @@ impl Sizes {
     /// life records trimmed to one count, two rolls (a recovery seals the
     /// last segment and starts a new one each life), one lone attempt mark
     /// and a clean-close record. The one place the reserve is sized: a
-    /// record that must count a lone attempt grows it here.
+    /// record that must count a lone attempt grows it here. A lone mark
+    /// in it leaves two lives' starts and marks while its segment holds
+    /// pending items (`Commits::lives_after`): with the roll the records
+    /// that count a lone suspect may take from the standing reserve, that
+    /// fits, as long as two marks take no more than a roll and a
+    /// clean-close record.
     pub fn lone_reserve(&self) -> u64 {
         2 * (self.header + self.seal + self.life_len(1)) + self.attempts_len(1) + self.clean_len()
     }

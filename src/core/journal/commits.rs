@@ -233,7 +233,9 @@ impl<K: Ord + Hash + Clone> Commits<K> {
     /// write's), else the earliest item's, so a crash at the bound still
     /// counts against an item of each write cut and a poison item's
     /// neighbours, written alone once suspected, leave it first in line;
-    /// else none is written and a crash then counts against nobody. A
+    /// else a suspect's waits for the next commit while segments are on
+    /// their way out ([`room_coming`](Self::room_coming)), and none is
+    /// written otherwise: a crash then counts against nobody. A
     /// mark in the reserve leaves in it what the lives after need
     /// ([`lives_after`](Self::lives_after)): the marks of many writes at
     /// the bound took all of it, and the next recovery, its life record
@@ -264,10 +266,22 @@ impl<K: Ord + Hash + Clone> Commits<K> {
                 .ledger
                 .note_fits(len + self.lives_after(), self.doomed_bytes, true)
             {
+                // A suspect's mark waits for the room segments on their
+                // way out give back (the life before's, once this life's
+                // record is written): its lone attempt waits with it.
+                if self.suspects.contains(&suspect) && self.room_coming() {
+                    self.ledger.defer_attempt(suspect);
+                }
                 return;
             }
         }
         self.push_marks(len, seqs, |life, seqs| Note::Attempts { life, seqs });
+    }
+
+    /// Whether segments are on their way out: deletable now, or deleted
+    /// by a commit under way. Their bytes come back once their files go.
+    fn room_coming(&self) -> bool {
+        self.doomed_bytes > 0 || self.ledger.deletions_waiting()
     }
 
     /// What a mark in the reserve leaves in it: each life to come starts

@@ -624,6 +624,22 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
         (self.ends.len() - before) as u64
     }
 
+    /// Puts back the attempt mark of `seq`, taken and not written: it
+    /// waits for the next commit (S-J17).
+    pub fn defer_attempt(&mut self, seq: Seq) {
+        self.attempts.push(seq);
+    }
+
+    /// Whether attempt marks wait for a commit.
+    pub fn attempts_waiting(&self) -> bool {
+        !self.attempts.is_empty()
+    }
+
+    /// Whether segments wait to be handed out for deletion.
+    pub fn deletions_waiting(&self) -> bool {
+        !self.deletable.is_empty()
+    }
+
     /// The attempt marks waiting, in sequence order.
     pub fn take_attempts(&mut self) -> Vec<Seq> {
         let mut seqs = std::mem::take(&mut self.attempts);

@@ -291,9 +291,14 @@ impl<K: Ord + Hash + Clone, W> Machine<K, W> {
             *marked = None;
             return LoneStep::Down;
         }
-        // Its round worked, and none failed since it started.
+        // Its round worked, and none failed since it started; unless its
+        // mark waited for room and rides a later one.
         if marked.is_some_and(|round| self.last_committed >= round && self.last_failed < round) {
-            return LoneStep::Start;
+            if !self.commits.ledger.attempts_waiting() {
+                return LoneStep::Start;
+            }
+            *marked = Some(self.started + 1);
+            return LoneStep::Commit;
         }
         let mut wait = false;
         for (tenant, n) in writes {
