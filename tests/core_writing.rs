@@ -98,6 +98,25 @@ fn s_a3_full_batch_goes_at_once_partial_waits() {
 }
 
 #[test]
+fn s_a3_a_durable_item_older_than_the_linger_is_ready_at_once() {
+    // S-W22: its age counts toward its linger too; 50 ms old under a
+    // 10 ms linger, it is ready when taken in, with no timer armed in the
+    // past.
+    let mut w = World::new(Config::builder().max_batch(2).linger(dur(10)));
+    w.at(100);
+    let old = outbox::core::Durable {
+        tenant: 1,
+        item: 1,
+        age: dur(50),
+        key: None,
+    };
+    let intake = w.e.stage_durable(w.now, [old], 0);
+    assert!(intake.wake, "ready: a write can start");
+    assert_eq!(w.e.poll_timeout(), None, "no linger timer");
+    assert_eq!(w.poll_one().items, [1]);
+}
+
+#[test]
 fn s_a3_full_by_bytes_goes_at_once() {
     let mut w = World::weighed(Config::builder().max_batch_bytes(10).linger(dur(1_000)));
     w.stage_ok(1, [4]);
