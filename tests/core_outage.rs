@@ -310,3 +310,23 @@ fn s_r3_a_ready_tenant_emptied_by_its_age_timer_starts_nothing() {
     assert!(w.poll().is_empty(), "the emptied tenant starts no write");
     assert_eq!(w.e.tenants(), 0);
 }
+
+#[test]
+fn s_r3_a_retry_due_exactly_at_the_age_limit_is_written() {
+    // Expired means staged before `now - max_item_age`: a retry that comes
+    // due when its oldest item is exactly the limit old still goes.
+    let mut w = World::new(
+        Config::builder()
+            .initial_backoff(dur(100))
+            .jitter(0.0)
+            .max_item_age(dur(100)),
+    );
+    w.stage_ok(1, [1]);
+    let a = w.poll_one();
+    w.fail(a);
+    w.at(100);
+    let retry = w.poll_one();
+    assert_eq!((retry.items.as_slice(), retry.attempt), (&[1][..], 2));
+    w.ok(retry);
+    assert_eq!(w.lost(LostReason::Expired), 0);
+}
