@@ -10,6 +10,7 @@
 
 mod support;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use outbox::core::journal::{Event, Limits, LoneStep};
@@ -258,6 +259,45 @@ fn the_segment_files_never_hold_more_than_max_bytes_at_any_step() {
     }
 }
 
+/// A journal under `limits` holding tenant 1's items until it is full,
+/// committed: the journal, its disk and how many items it took.
+fn full_of_tenant_1(limits: Limits) -> (Hand<u8, MemStorage>, MemStorage, u64) {
+    let disk = MemStorage::new();
+    let (mut j, _) = Hand::<u8, _>::open::<u64, _>(disk.clone(), &Postcard, limits).unwrap();
+    j.round().unwrap();
+    let mut next = 0;
+    while j.machine.fits(record(1, next).len()) {
+        assert!(j.append(1, &record(1, next)));
+        next += 1;
+    }
+    j.round().unwrap();
+    (j, disk, next)
+}
+
+/// Tenant 1's oldest items written alone, one at a time, each attempt
+/// marked first, for as long as its mark is written (no segment empties
+/// meanwhile): how many were marked, and the disk as the commit of the
+/// last mark left it.
+fn mark_alone_while_marks_are_written(
+    j: &mut Hand<u8, MemStorage>,
+    disk: &MemStorage,
+) -> (u64, Option<BTreeMap<String, Vec<u8>>>) {
+    let (mut marked, mut at_last) = (0, None);
+    loop {
+        let before = disk_bytes(disk);
+        j.machine.handle_attempt(&1, 1);
+        j.round().unwrap();
+        if disk_bytes(disk) == before {
+            return (marked, at_last);
+        }
+        at_last = Some(disk.files());
+        marked += 1;
+        assert!(marked < 60, "the marks never stop");
+        j.done(&1, 1);
+        j.round().unwrap();
+    }
+}
+
 /// Crash seed 1000883 (S-J10, S-J17, D6): at the bound, each write's
 /// attempt mark went in the standing reserve, one after another, until a
 /// life's marks took all of it. The next recovery's life record then fit
@@ -267,36 +307,13 @@ fn the_segment_files_never_hold_more_than_max_bytes_at_any_step() {
 #[test]
 fn the_attempt_marks_of_a_life_at_the_bound_leave_the_next_life_room_to_start() {
     let limits = Limits::new(Some(2_048), Some(8_192)).unwrap();
-    let disk = MemStorage::new();
-    let (mut j, _) = Hand::<u8, _>::open::<u64, _>(disk.clone(), &Postcard, limits).unwrap();
-    j.round().unwrap();
-    // Tenant 1's items until the journal is full.
-    let mut next = 0;
-    while j.machine.fits(record(1, next).len()) {
-        assert!(j.append(1, &record(1, next)));
-        next += 1;
-    }
-    j.round().unwrap();
+    let (mut j, disk, next) = full_of_tenant_1(limits);
     assert!(next > 60, "{next} items");
     // The oldest written one at a time, each attempt marked first (no
     // segment empties meanwhile), for as long as its mark is written; the
     // process dies during the last attempt marked: the disk as the commit
     // of its mark left it.
-    let mut at_crash = None;
-    let mut marked = 0;
-    loop {
-        let before = disk_bytes(&disk);
-        j.machine.handle_attempt(&1, 1);
-        j.round().unwrap();
-        if disk_bytes(&disk) == before {
-            break;
-        }
-        at_crash = Some(disk.files());
-        marked += 1;
-        assert!(marked < 40, "the marks never stop");
-        j.done(&1, 1);
-        j.round().unwrap();
-    }
+    let (marked, at_crash) = mark_alone_while_marks_are_written(&mut j, &disk);
     assert!(marked > 2, "{marked} attempts marked");
     drop(j);
     for name in disk.files().keys() {
@@ -790,62 +807,16 @@ fn s_j10_the_seals_every_resume_writes_again_are_counted() {
 #[test]
 fn lone_marks_at_the_bound_leave_every_later_life_room_to_count_its_lone_suspect() {
     let limits = Limits::new(Some(2_048), Some(8_192)).unwrap();
-    let disk = MemStorage::new();
-    let (mut j, _) = Hand::<u8, _>::open::<u64, _>(disk.clone(), &Postcard, limits).unwrap();
-    j.round().unwrap();
-    let mut next = 0;
-    while j.machine.fits(record(1, next).len()) {
-        assert!(j.append(1, &record(1, next)));
-        next += 1;
-    }
-    j.round().unwrap();
+    let (mut j, disk, _) = full_of_tenant_1(limits);
     // Suspects written alone, each marked first, while their marks are
     // written; the items after them stay pending in the current segment.
-    let mut marked = 0;
-    loop {
-        let before = disk_bytes(&disk);
-        j.machine.handle_attempt(&1, 1);
-        j.round().unwrap();
-        if disk_bytes(&disk) == before {
-            break;
-        }
-        marked += 1;
-        assert!(marked < 60, "the marks never stop");
-        j.done(&1, 1);
-        j.round().unwrap();
-    }
+    let (marked, _) = mark_alone_while_marks_are_written(&mut j, &disk);
     assert!(marked >= 2, "{marked} attempts marked");
     drop(j);
     // The next item is poison: its attempt takes the process down in
     // every life, with or without its mark.
-    let mut counts = Vec::new();
-    let poison = loop {
-        let (mut j, back) = Hand::<u8, _>::open::<u64, _>(disk.clone(), &Postcard, limits).unwrap();
-        let first = back.poisoned.first().copied().unwrap_or(back.items[0].0);
-        counts.push(
-            back.crashes
-                .iter()
-                .find(|c| c.0 == first)
-                .map_or(0, |c| c.1),
-        );
-        assert!(counts.len() < 6, "never poisoned: counts {counts:?}");
-        if let Some(&poisoned) = back.poisoned.first() {
-            break poisoned;
-        }
-        let recovered = back.items.iter().map(|x| x.0).collect();
-        j.machine.start_life(back.crashes, recovered);
-        j.round().unwrap();
-        let mut at = None;
-        while j.machine.handle_lone_attempt(&[(1, 1)], &mut at) == LoneStep::Commit {
-            j.round().unwrap();
-        }
-        disk.crash();
-    };
-    assert_eq!(
-        counts[..3],
-        [0, 1, 2],
-        "item {poison}: one crash counted a life"
-    );
+    let counts = lives_until_poisoned(&disk, limits, true);
+    assert_eq!(counts, [0, 1, 2], "one crash counted a life, then poisoned");
 }
 
 /// A review of the fix for crash seed 4150187: a life whose lone attempt
@@ -857,42 +828,45 @@ fn lone_marks_at_the_bound_leave_every_later_life_room_to_count_its_lone_suspect
 #[test]
 fn a_lone_mark_asked_with_the_life_record_waits_for_the_life_befores_segment_to_go() {
     let limits = Limits::new(Some(1_000), Some(4_000)).unwrap();
-    let disk = MemStorage::new();
-    let (mut j, _) = Hand::<u8, _>::open::<u64, _>(disk.clone(), &Postcard, limits).unwrap();
-    j.round().unwrap();
-    let mut next = 0;
-    while j.machine.fits(record(1, next).len()) {
-        assert!(j.append(1, &record(1, next)));
-        next += 1;
-    }
-    j.round().unwrap();
+    let (mut j, disk, _) = full_of_tenant_1(limits);
     // The first item is poison: its attempt takes the process down.
     j.machine.handle_attempt(&1, 1);
     j.round().unwrap();
     drop(j);
     disk.crash();
+    // No commit between each life's start and its lone attempt.
+    let counts = lives_until_poisoned(&disk, limits, false);
+    assert_eq!(counts, [1, 2], "one crash counted a life, then poisoned");
+}
+
+/// Lives on `disk` whose first pending item (tenant 1's) takes the
+/// process down in its lone attempt, each starting with a commit of its
+/// life record first or not: the crashes its recovery counted against
+/// that item, life by life, until a recovery poisons it (S-J17).
+fn lives_until_poisoned(disk: &MemStorage, limits: Limits, commit_first: bool) -> Vec<u32> {
     let mut counts = Vec::new();
     loop {
         let (mut j, back) = Hand::<u8, _>::open::<u64, _>(disk.clone(), &Postcard, limits).unwrap();
         if !back.poisoned.is_empty() {
-            break;
+            return counts;
         }
         let first = back.items[0].0;
-        counts.push(
-            back.crashes
-                .iter()
-                .find(|c| c.0 == first)
-                .map_or(0, |c| c.1),
-        );
+        let count = back
+            .crashes
+            .iter()
+            .find(|c| c.0 == first)
+            .map_or(0, |c| c.1);
+        counts.push(count);
         assert!(counts.len() < 6, "never poisoned: counts {counts:?}");
         let recovered = back.items.iter().map(|x| x.0).collect();
-        // No commit between the life's start and its lone attempt.
         j.machine.start_life(back.crashes, recovered);
+        if commit_first {
+            j.round().unwrap();
+        }
         let mut at = None;
         while j.machine.handle_lone_attempt(&[(1, 1)], &mut at) == LoneStep::Commit {
             j.round().unwrap();
         }
         disk.crash();
     }
-    assert_eq!(counts, [1, 2], "one crash counted a life, then poisoned");
 }
