@@ -41,19 +41,32 @@ fn an_explicit_segment_above_half_of_max_bytes_is_a_build_error_naming_both() {
         let Err(BuildError::Journal(e)) = built else {
             panic!("built");
         };
-        assert!(
-            matches!(
-                e,
-                JournalError::Bounds {
-                    segment_bytes: Some(4_096),
-                    max_bytes: 1_000
-                }
-            ),
-            "{e:?}"
-        );
+        let JournalError::Bounds {
+            segment_bytes: Some(4_096),
+            max_bytes: 1_000,
+            limit,
+        } = e
+        else {
+            panic!("{e:?}");
+        };
         let text = e.to_string();
         assert!(text.contains("4096") && text.contains("1000"), "{text}");
+        assert!(text.contains(&format!("at most {limit} ")), "{text}");
         assert!(disk.files().is_empty(), "refused before touching the disk");
+        // The advice holds: the limit it names is accepted, a byte more
+        // is not (the standing reserves make it less than 500).
+        assert!(limit < 500, "{limit}");
+        let at = |segment| {
+            Outbox::builder(TestSink::new("half"))
+                .journal(
+                    config(&MemStorage::new())
+                        .segment_bytes(segment)
+                        .max_bytes(Some(1_000)),
+                )
+                .build()
+        };
+        assert!(at(limit).is_ok());
+        assert!(at(limit + 1).is_err());
         // Half of what the standing reserves leave is accepted (S-J17's
         // lone reserve included), half of the bound itself no more; a
         // bound below the smallest is refused.
@@ -69,13 +82,36 @@ fn an_explicit_segment_above_half_of_max_bytes_is_a_build_error_naming_both() {
         let small = Outbox::builder(TestSink::new("small"))
             .journal(config(&MemStorage::new()).max_bytes(Some(100)))
             .build();
-        assert!(matches!(
-            small,
-            Err(BuildError::Journal(JournalError::Bounds {
-                segment_bytes: None,
-                max_bytes: 100
-            }))
-        ));
+        let Err(BuildError::Journal(e)) = small else {
+            panic!("built");
+        };
+        let JournalError::Bounds {
+            segment_bytes: None,
+            max_bytes: 100,
+            limit,
+        } = e
+        else {
+            panic!("{e:?}");
+        };
+        let text = e.to_string();
+        assert!(
+            text.contains(&format!("accepted is {limit} bytes")),
+            "{text}"
+        );
+        // The smallest bound it names is accepted, a byte less is not;
+        // the standing reserves put it above the 512-byte floor.
+        assert!(limit > 512, "{limit}");
+        let bound = |max| {
+            Outbox::builder(TestSink::new("small"))
+                .journal(config(&MemStorage::new()).max_bytes(Some(max)))
+                .build()
+        };
+        assert!(bound(limit).is_ok());
+        let Err(BuildError::Journal(JournalError::Bounds { limit: again, .. })) = bound(limit - 1)
+        else {
+            panic!("a byte under the smallest bound was accepted");
+        };
+        assert_eq!(again, limit);
     });
 }
 
@@ -96,14 +132,23 @@ fn segments_default_to_a_quarter_of_max_bytes_at_most_16_mib() {
 #[test]
 fn the_bounds_reject_exactly_what_is_too_small() {
     use outbox::core::journal::Bounds;
-    let too_small = |max_bytes| Err(Bounds::MaxTooSmall { max_bytes });
-    assert_eq!(Limits::new(None, Some(511)), too_small(511));
+    let too_small = |max_bytes, smallest| {
+        Err(Bounds::MaxTooSmall {
+            max_bytes,
+            smallest,
+        })
+    };
+    assert_eq!(Limits::new(None, Some(511)), too_small(511, 512));
     assert_eq!(
         Limits::new(None, Some(512)).map(|l| l.segment_bytes),
         Ok(128)
     );
     // 1,000 - 745 = 255 left: a half of 127; 744 leaves two segments.
-    assert_eq!(Limits::reserving(None, Some(1_000), 745), too_small(1_000));
+    assert_eq!(
+        Limits::reserving(None, Some(1_000), 745),
+        too_small(1_000, 1_001)
+    );
+    assert_eq!(Limits::reserving(None, Some(511), 100), too_small(511, 512));
     let ok = Limits::reserving(None, Some(1_000), 744);
     assert_eq!(
         ok.map(|l| (l.segment_bytes, l.max_bytes)),
@@ -119,8 +164,20 @@ fn the_bounds_reject_exactly_what_is_too_small() {
     let above = Bounds::SegmentAboveHalf {
         segment_bytes: 257,
         max_bytes: 512,
+        largest: 256,
     };
     assert_eq!(Limits::new(Some(257), Some(512)), Err(above));
+    // With a reserve, the largest is half of what it leaves.
+    let above = Bounds::SegmentAboveHalf {
+        segment_bytes: 501,
+        max_bytes: 1_000,
+        largest: 300,
+    };
+    assert_eq!(Limits::reserving(Some(501), Some(1_000), 400), Err(above));
+    assert_eq!(
+        Limits::reserving(Some(300), Some(1_000), 400).map(|l| l.segment_bytes),
+        Ok(300)
+    );
 }
 
 /// Rounds of `per_round` stages, each followed by a settle and two syncs

@@ -172,15 +172,21 @@ pub enum JournalError {
         items: u64,
     },
     /// The configuration's sizes contradict each other (S-J10): an
-    /// explicit `segment_bytes` above half of `max_bytes` (the current
-    /// segment is never deleted, so the journal would stall at its bound),
-    /// or `max_bytes` below [`MIN_MAX_BYTES`] (`segment_bytes` is then
-    /// `None`).
+    /// explicit `segment_bytes` above half of what `max_bytes` leaves
+    /// beside the standing reserves (the current segment is never
+    /// deleted, so the journal would stall at its bound), or `max_bytes`
+    /// below [`MIN_MAX_BYTES`] or too small to hold two segments of
+    /// [`MIN_SEGMENT_BYTES`] beside those reserves (`segment_bytes` is
+    /// then `None`).
     Bounds {
         /// The segment size asked for, if it is the one at fault.
         segment_bytes: Option<u64>,
         /// The bound asked for.
         max_bytes: u64,
+        /// The nearest value accepted, in bytes: the largest
+        /// `segment_bytes` this `max_bytes` accepts when `segment_bytes`
+        /// is at fault, else the smallest `max_bytes` accepted.
+        limit: u64,
     },
     /// A file operation failed.
     Io {
@@ -221,20 +227,23 @@ impl fmt::Display for JournalError {
             JournalError::Bounds {
                 segment_bytes: Some(segment),
                 max_bytes,
+                limit,
             } => write!(
                 f,
-                "outbox journal: segment_bytes ({segment}) is above half of max_bytes ({max_bytes}); \
-                 a segment is deleted only once the journal has moved past it, so such a journal \
-                 would stall at its bound: make segment_bytes at most {} or leave it unset \
-                 (a quarter of max_bytes)",
-                max_bytes / 2
+                "outbox journal: segment_bytes ({segment}) is above half of what max_bytes \
+                 ({max_bytes}) leaves beside the journal's standing reserves; a segment is deleted \
+                 only once the journal has moved past it, so such a journal would stall at its \
+                 bound: make segment_bytes at most {limit} or leave it unset (a quarter of max_bytes)"
             ),
             JournalError::Bounds {
                 segment_bytes: None,
                 max_bytes,
+                limit,
             } => write!(
                 f,
-                "outbox journal: max_bytes ({max_bytes}) is below the smallest bound, {MIN_MAX_BYTES} bytes"
+                "outbox journal: max_bytes ({max_bytes}) is too small: the smallest accepted is \
+                 {limit} bytes (at least {MIN_MAX_BYTES}, and two segments of {MIN_SEGMENT_BYTES} \
+                 bytes beside the journal's standing reserves)"
             ),
             JournalError::Io { op, file, source } => {
                 write!(f, "outbox journal: {op} `{file}`: {source}")

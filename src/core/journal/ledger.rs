@@ -192,11 +192,17 @@ pub enum Bounds {
         segment_bytes: u64,
         /// The bound.
         max_bytes: u64,
+        /// The largest `segment_bytes` this bound accepts: half of what
+        /// it leaves beside the reserve.
+        largest: u64,
     },
-    /// `max_bytes` below [`MIN_MAX_BYTES`].
+    /// `max_bytes` below [`MIN_MAX_BYTES`], or leaving less than two
+    /// segments of [`MIN_SEGMENT_BYTES`] beside the reserve.
     MaxTooSmall {
         /// The bound asked for.
         max_bytes: u64,
+        /// The smallest `max_bytes` accepted with this reserve.
+        smallest: u64,
     },
 }
 
@@ -233,14 +239,21 @@ impl Limits {
             });
         };
         let room = max.saturating_sub(reserved);
-        if max < MIN_MAX_BYTES || room / 2 < MIN_SEGMENT_BYTES {
-            return Err(Bounds::MaxTooSmall { max_bytes: max });
+        // `room / 2 >= MIN_SEGMENT_BYTES` exactly when `max` is at least
+        // `reserved + 2 * MIN_SEGMENT_BYTES`.
+        let smallest = MIN_MAX_BYTES.max(reserved.saturating_add(2 * MIN_SEGMENT_BYTES));
+        if max < smallest {
+            return Err(Bounds::MaxTooSmall {
+                max_bytes: max,
+                smallest,
+            });
         }
         let segment_bytes = match segment {
             Some(s) if s > room / 2 => {
                 return Err(Bounds::SegmentAboveHalf {
                     segment_bytes: s,
                     max_bytes: max,
+                    largest: room / 2,
                 })
             }
             Some(s) => s,

@@ -428,13 +428,19 @@ fn limits_of(config: &JournalConfig, standing: u64) -> Result<Limits, JournalErr
         Bounds::SegmentAboveHalf {
             segment_bytes,
             max_bytes,
+            largest,
         } => JournalError::Bounds {
             segment_bytes: Some(segment_bytes),
             max_bytes,
+            limit: largest,
         },
-        Bounds::MaxTooSmall { max_bytes } => JournalError::Bounds {
+        Bounds::MaxTooSmall {
+            max_bytes,
+            smallest,
+        } => JournalError::Bounds {
             segment_bytes: None,
             max_bytes,
+            limit: smallest,
         },
     })
 }
