@@ -152,10 +152,19 @@ impl postcard::ser_flavors::Flavor for AppendTo<'_> {
 
 impl<K, I> Codec<K, I> for Postcard
 where
-    K: Serialize + DeserializeOwned,
+    K: Serialize + DeserializeOwned + 'static,
     I: Serialize + DeserializeOwned,
 {
+    #[inline]
     fn encode_tenant(&self, tenant: &K, out: &mut Vec<u8>) -> Result<(), BoxError> {
+        // A `TenantId`'s bytes at once: the same 16 bytes postcard writes
+        // for it (a fixed array, no length), where serde's path pushes
+        // them one at a time, about a sixth of a journaled stage. The type
+        // test is decided at compile time.
+        if let Some(id) = (tenant as &dyn std::any::Any).downcast_ref::<crate::TenantId>() {
+            out.extend_from_slice(id.0.as_bytes());
+            return Ok(());
+        }
         encode(tenant, out)
     }
     fn decode_tenant(&self, bytes: &[u8]) -> Result<K, BoxError> {
@@ -206,6 +215,26 @@ mod tests {
         assert_eq!(out, (1..=16).collect::<Vec<u8>>());
         let back = Codec::<crate::TenantId, u8>::decode_tenant(&Postcard, &out).unwrap();
         assert_eq!(back, t);
+    }
+
+    #[test]
+    fn a_tenants_bytes_copied_at_once_are_serdes_bytes() {
+        // The copy in `encode_tenant` must write what postcard's serde
+        // path writes, or journals written before it are misread.
+        for n in [
+            0u128,
+            1,
+            0xff,
+            1 << 64,
+            u128::MAX,
+            0x0123_4567_89ab_cdef_fedc_ba98_7654_3210,
+        ] {
+            let t = crate::TenantId::from_u128(n);
+            let (mut copied, mut serde) = (b"pre".to_vec(), b"pre".to_vec());
+            Codec::<crate::TenantId, u8>::encode_tenant(&Postcard, &t, &mut copied).unwrap();
+            encode(&t, &mut serde).unwrap();
+            assert_eq!(copied, serde, "{n:#x}");
+        }
     }
 
     #[test]
