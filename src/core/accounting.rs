@@ -165,7 +165,7 @@ impl fmt::Display for DropReason {
 /// [`Counters::default`] and the setters build one by hand (expected values
 /// in tests, counters rebuilt from exported metrics) without touching any
 /// engine.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub struct Counters {
     /// Items offered to `stage`, accepted or not.
@@ -197,6 +197,51 @@ pub struct Counters {
     pub(crate) lost: [u64; LostReason::ALL.len()],
     /// Items dropped, indexed like [`DropReason::ALL`]: read with [`dropped`](Self::dropped).
     pub(crate) dropped: [u64; DropReason::ALL.len()],
+}
+
+/// The counts by kind under their labels (the metrics' `reason` and
+/// `kind` values), not as bare arrays.
+impl std::fmt::Debug for Counters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        struct ByLabel<'a>(&'a [(&'static str, u64)]);
+        impl std::fmt::Debug for ByLabel<'_> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_map()
+                    .entries(self.0.iter().map(|(k, v)| (k, v)))
+                    .finish()
+            }
+        }
+        // Every field named: a new one fails to compile here until shown.
+        let Counters {
+            staged,
+            recovered,
+            pending,
+            written,
+            handed_over,
+            writes,
+            attempts,
+            failed_attempts,
+            failed: _,
+            lost: _,
+            dropped: _,
+        } = self;
+        let failed = Failure::ALL.map(|k| (k.as_str(), self.failed(k)));
+        let lost = LostReason::ALL.map(|r| (r.as_str(), self.lost(r)));
+        let dropped = DropReason::ALL.map(|r| (r.as_str(), self.dropped(r)));
+        f.debug_struct("Counters")
+            .field("staged", staged)
+            .field("recovered", recovered)
+            .field("pending", pending)
+            .field("written", written)
+            .field("handed_over", handed_over)
+            .field("writes", writes)
+            .field("attempts", attempts)
+            .field("failed_attempts", failed_attempts)
+            .field("failed", &ByLabel(&failed))
+            .field("lost", &ByLabel(&lost))
+            .field("dropped", &ByLabel(&dropped))
+            .finish()
+    }
 }
 
 impl Counters {
@@ -285,6 +330,26 @@ fn log_due(before: u64, after: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counters_debug_names_each_count_by_its_label() {
+        let mut c = Counters {
+            staged: 7,
+            ..Counters::default()
+        };
+        c.lost[1] = 3;
+        c.dropped[0] = 2;
+        c.failed[0] = 5;
+        let text = format!("{c:?}");
+        assert!(text.starts_with("Counters { staged: 7,"), "{text}");
+        let lost = format!("\"{}\": 3", LostReason::ALL[1].as_str());
+        let dropped = format!("\"{}\": 2", DropReason::ALL[0].as_str());
+        let failed = format!("\"{}\": 5", Failure::ALL[0].as_str());
+        for label in [lost, dropped, failed] {
+            assert!(text.contains(&label), "{label} in {text}");
+        }
+        assert!(!text.contains("[0, "), "no bare arrays: {text}");
+    }
 
     #[test]
     fn logging_is_rate_limited_per_reason() {
