@@ -927,3 +927,60 @@ fn lives_until_poisoned(disk: &MemStorage, limits: Limits, commit_first: bool) -
         disk.crash();
     }
 }
+
+/// S-J17's exception at the bound: a suspect's lone mark that does not
+/// fit, with nothing on its way out to give room back, is written
+/// nowhere and its attempt starts (a crash then counts against nobody);
+/// it waits only while segments are going (the test above). Waiting
+/// with no room coming would hold the suspect, and its tenant, for good.
+#[test]
+fn a_lone_mark_with_no_room_coming_is_written_nowhere_and_its_attempt_starts() {
+    let limits = Limits::new(Some(2_048), Some(8_192)).unwrap();
+    let disk = MemStorage::new();
+    {
+        // Life 1: tenant 2's one item first, then tenant 1's to the
+        // bound; tenant 2's attempt is marked and cut by a crash.
+        let (mut j, _) = Hand::<u8, _>::open::<u64, _>(disk.clone(), &Postcard, limits).unwrap();
+        j.round().unwrap();
+        assert!(j.append(2, &record(2, 0)));
+        let mut next = 1;
+        while j.machine.fits(record(1, next).len()) {
+            assert!(j.append(1, &record(1, next)));
+            next += 1;
+        }
+        j.round().unwrap();
+        assert!(j.machine.handle_attempt(&2, 1));
+        j.round().unwrap();
+    }
+    disk.crash();
+    // Life 2: tenant 2's item is the suspect. Tenant 1's items are written
+    // one at a time, each marked, until no mark fits: that leaves in the
+    // reserve only what the lives after need, and nothing is going.
+    let (mut j, back) = Hand::<u8, _>::open::<u64, _>(disk.clone(), &Postcard, limits).unwrap();
+    let suspect = back.items[0].0;
+    assert_eq!(back.crashes, [(suspect, 1)]);
+    let recovered = back.items.iter().map(|x| x.0).collect();
+    j.machine.start_life(back.crashes, recovered);
+    for _ in 0..3 {
+        j.round().unwrap();
+    }
+    let (marked, _) = mark_alone_while_marks_are_written(&mut j, &disk);
+    assert!(marked > 0, "{marked} attempts marked");
+    for _ in 0..3 {
+        j.round().unwrap();
+    }
+    // The suspect's lone attempt: one commit to try its mark, then it
+    // starts, its mark written nowhere.
+    let before = disk_bytes(&disk);
+    let mut at = None;
+    let mut commits = 0;
+    while j.machine.handle_lone_attempt(&[(2, 1)], &mut at) == LoneStep::Commit {
+        j.round().unwrap();
+        commits += 1;
+        assert!(
+            commits < 10,
+            "the lone attempt waits for room that never comes"
+        );
+    }
+    assert_eq!(disk_bytes(&disk), before, "no mark written");
+}
