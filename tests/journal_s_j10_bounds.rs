@@ -984,3 +984,121 @@ fn a_lone_mark_with_no_room_coming_is_written_nowhere_and_its_attempt_starts() {
     }
     assert_eq!(disk_bytes(&disk), before, "no mark written");
 }
+
+/// S-J17 at the bound: a segment whose deletion failed is still on its
+/// way out (its bytes come back once a retry removes it), so a suspect's
+/// lone mark that does not fit waits for it and is written then, rather
+/// than written nowhere while the deletion is retried.
+#[test]
+fn a_lone_mark_waits_for_a_segment_whose_deletion_failed() {
+    use std::io;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    use support::gated::Gated;
+
+    let limits = Limits::new(Some(1_000), Some(4_000)).unwrap();
+    let disk = MemStorage::new();
+    let mem = disk.clone();
+    let deletes_fail = Arc::new(AtomicBool::new(false));
+    let fail = Arc::clone(&deletes_fail);
+    let gated = move || {
+        let fail = Arc::clone(&fail);
+        Gated::new(
+            &mem,
+            Arc::new(move |op, _, _, _| {
+                if op == "delete" && fail.load(Ordering::SeqCst) {
+                    return Err(io::Error::other("injected on delete"));
+                }
+                Ok(())
+            }),
+        )
+    };
+    {
+        // Life 1: tenant 2's one item, then tenant 1's to the bound;
+        // tenant 2's attempt is marked and cut by a crash.
+        let (mut j, _) = Hand::<u8, _>::open::<u64, _>(gated(), &Postcard, limits).unwrap();
+        j.round().unwrap();
+        assert!(j.append(2, &record(2, 0)));
+        let mut next = 0;
+        while j.machine.fits(record(1, next).len()) {
+            assert!(j.append(1, &record(1, next)));
+            next += 1;
+        }
+        j.round().unwrap();
+        assert!(j.machine.handle_attempt(&2, 1));
+        j.round().unwrap();
+    }
+    disk.crash();
+    // Life 2: tenant 2's item is the suspect. Tenant 1's recovered items
+    // done with deletions failing: the segments they emptied stay on
+    // disk, on their way out. Then new items to the bound, written one
+    // at a time, each marked, while their marks are written.
+    let (mut j, back) = Hand::<u8, _>::open::<u64, _>(gated(), &Postcard, limits).unwrap();
+    let suspect = back.items[0].0;
+    assert_eq!(back.crashes, [(suspect, 1)]);
+    let recovered: Vec<_> = back.items.iter().map(|x| x.0).collect();
+    let recovered_1 = recovered.len() as u64 - 1;
+    j.machine.start_life(back.crashes, recovered);
+    for _ in 0..3 {
+        j.round().unwrap();
+    }
+    deletes_fail.store(true, Ordering::SeqCst);
+    j.done(&1, recovered_1);
+    for _ in 0..3 {
+        let _ = j.round();
+    }
+    let mut next = 1_000;
+    while j.machine.fits(record(1, next).len()) {
+        assert!(j.append(1, &record(1, next)));
+        next += 1;
+    }
+    let _ = j.round();
+    assert!(next > 1_000, "room for new items");
+    let mut marked = 0;
+    loop {
+        let before = disk_bytes(&disk);
+        j.machine.handle_attempt(&1, 1);
+        let _ = j.round();
+        if disk_bytes(&disk) == before {
+            break;
+        }
+        marked += 1;
+        assert!(marked < 60, "the marks never stop");
+        j.done(&1, 1);
+        let _ = j.round();
+    }
+    assert!(marked > 0, "{marked} attempts marked");
+    // The suspect's lone mark does not fit: it waits, and its attempt
+    // with it, while the deletion fails.
+    let before = disk_bytes(&disk);
+    let mut at = None;
+    for round in 0..5 {
+        let step = j.machine.handle_lone_attempt(&[(2, 1)], &mut at);
+        assert_eq!(
+            step,
+            LoneStep::Commit,
+            "round {round}: the lone attempt waits"
+        );
+        let _ = j.round();
+    }
+    assert_eq!(
+        disk_bytes(&disk),
+        before,
+        "nothing deleted, no mark written"
+    );
+    // The disk heals: the segments go, the mark is written, the attempt
+    // starts; a crash during it is counted against the suspect.
+    deletes_fail.store(false, Ordering::SeqCst);
+    let mut rounds = 0;
+    while j.machine.handle_lone_attempt(&[(2, 1)], &mut at) == LoneStep::Commit {
+        j.round().unwrap();
+        rounds += 1;
+        assert!(rounds < 10, "the lone attempt never starts");
+    }
+    assert!(disk_bytes(&disk) < before, "the segments went");
+    drop(j);
+    disk.crash();
+    let (_, back) = Hand::<u8, _>::open::<u64, _>(disk.clone(), &Postcard, limits).unwrap();
+    assert_eq!(back.crashes, [(suspect, 2)], "the mark was written");
+}
