@@ -17,6 +17,10 @@ use outbox::core::journal::{Event, Limits, LoneStep};
 use outbox::journal::format::{self, EncodedItem, Record};
 use outbox::journal::{Codec, JournalConfig, JournalError, MemStorage, Postcard};
 use outbox::{BuildError, Outbox, Staged};
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use support::gated::Gated;
 use support::hand::{disk_bytes, limits, Hand};
 use support::{t, TestSink};
 
@@ -985,19 +989,17 @@ fn a_lone_mark_with_no_room_coming_is_written_nowhere_and_its_attempt_starts() {
     assert_eq!(disk_bytes(&disk), before, "no mark written");
 }
 
-/// S-J17 at the bound: a segment whose deletion failed is still on its
-/// way out (its bytes come back once a retry removes it), so a suspect's
-/// lone mark that does not fit waits for it and is written then, rather
-/// than written nowhere while the deletion is retried.
-#[test]
-fn a_lone_mark_waits_for_a_segment_whose_deletion_failed() {
-    use std::io;
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
+const LIMITS: Limits = Limits {
+    segment_bytes: 1_000,
+    max_bytes: Some(4_000),
+};
 
-    use support::gated::Gated;
-
-    let limits = Limits::new(Some(1_000), Some(4_000)).unwrap();
+/// A journal at its bound whose deletions fail, with segments on their
+/// way out and a suspect (tenant 2's one item, cut by a crash in the life
+/// before) whose lone mark does not fit: the machine, the disk, the
+/// switch of the deletions' failure, the suspect.
+fn at_the_bound_with_deletions_failing() -> (Hand<u8, Gated>, MemStorage, Arc<AtomicBool>, u64) {
+    let limits = LIMITS;
     let disk = MemStorage::new();
     let mem = disk.clone();
     let deletes_fail = Arc::new(AtomicBool::new(false));
@@ -1069,6 +1071,16 @@ fn a_lone_mark_waits_for_a_segment_whose_deletion_failed() {
         let _ = j.round();
     }
     assert!(marked > 0, "{marked} attempts marked");
+    (j, disk, deletes_fail, suspect)
+}
+
+/// S-J17 at the bound: a segment whose deletion failed is still on its
+/// way out (its bytes come back once a retry removes it), so a suspect's
+/// lone mark that does not fit waits for it and is written then, rather
+/// than written nowhere while the deletion is retried.
+#[test]
+fn a_lone_mark_waits_for_a_segment_whose_deletion_failed() {
+    let (mut j, disk, deletes_fail, suspect) = at_the_bound_with_deletions_failing();
     // The suspect's lone mark does not fit: it waits, and its attempt
     // with it, while the deletion fails.
     let before = disk_bytes(&disk);
@@ -1099,6 +1111,6 @@ fn a_lone_mark_waits_for_a_segment_whose_deletion_failed() {
     assert!(disk_bytes(&disk) < before, "the segments went");
     drop(j);
     disk.crash();
-    let (_, back) = Hand::<u8, _>::open::<u64, _>(disk.clone(), &Postcard, limits).unwrap();
+    let (_, back) = Hand::<u8, _>::open::<u64, _>(disk.clone(), &Postcard, LIMITS).unwrap();
     assert_eq!(back.crashes, [(suspect, 2)], "the mark was written");
 }
