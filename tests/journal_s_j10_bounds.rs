@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use outbox::core::journal::{Event, Limits, LoneStep};
 use outbox::journal::format::{self, EncodedItem, Record};
-use outbox::journal::{Codec, JournalConfig, JournalError, MemStorage, Postcard};
+use outbox::journal::{Codec, JournalConfig, JournalError, MemStorage, Postcard, Storage};
 use outbox::{BuildError, Outbox, Staged};
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -932,6 +932,23 @@ fn lives_until_poisoned(disk: &MemStorage, limits: Limits, commit_first: bool) -
     }
 }
 
+/// Life 1 on `storage`: tenant 2's one item first, then tenant 1's to the
+/// bound; tenant 2's attempt is marked, and the process dies during it
+/// (the caller crashes the disk).
+fn a_suspect_cut_at_the_bound<S: Storage>(storage: S, limits: Limits) {
+    let (mut j, _) = Hand::<u8, _>::open::<u64, _>(storage, &Postcard, limits).unwrap();
+    j.round().unwrap();
+    assert!(j.append(2, &record(2, 0)));
+    let mut next = 1;
+    while j.machine.fits(record(1, next).len()) {
+        assert!(j.append(1, &record(1, next)));
+        next += 1;
+    }
+    j.round().unwrap();
+    assert!(j.machine.handle_attempt(&2, 1));
+    j.round().unwrap();
+}
+
 /// S-J17's exception at the bound: a suspect's lone mark that does not
 /// fit, with nothing on its way out to give room back, is written
 /// nowhere and its attempt starts (a crash then counts against nobody);
@@ -941,21 +958,7 @@ fn lives_until_poisoned(disk: &MemStorage, limits: Limits, commit_first: bool) -
 fn a_lone_mark_with_no_room_coming_is_written_nowhere_and_its_attempt_starts() {
     let limits = Limits::new(Some(2_048), Some(8_192)).unwrap();
     let disk = MemStorage::new();
-    {
-        // Life 1: tenant 2's one item first, then tenant 1's to the
-        // bound; tenant 2's attempt is marked and cut by a crash.
-        let (mut j, _) = Hand::<u8, _>::open::<u64, _>(disk.clone(), &Postcard, limits).unwrap();
-        j.round().unwrap();
-        assert!(j.append(2, &record(2, 0)));
-        let mut next = 1;
-        while j.machine.fits(record(1, next).len()) {
-            assert!(j.append(1, &record(1, next)));
-            next += 1;
-        }
-        j.round().unwrap();
-        assert!(j.machine.handle_attempt(&2, 1));
-        j.round().unwrap();
-    }
+    a_suspect_cut_at_the_bound(disk.clone(), limits);
     disk.crash();
     // Life 2: tenant 2's item is the suspect. Tenant 1's items are written
     // one at a time, each marked, until no mark fits: that leaves in the
@@ -1016,21 +1019,7 @@ fn at_the_bound_with_deletions_failing() -> (Hand<u8, Gated>, MemStorage, Arc<At
             }),
         )
     };
-    {
-        // Life 1: tenant 2's one item, then tenant 1's to the bound;
-        // tenant 2's attempt is marked and cut by a crash.
-        let (mut j, _) = Hand::<u8, _>::open::<u64, _>(gated(), &Postcard, limits).unwrap();
-        j.round().unwrap();
-        assert!(j.append(2, &record(2, 0)));
-        let mut next = 0;
-        while j.machine.fits(record(1, next).len()) {
-            assert!(j.append(1, &record(1, next)));
-            next += 1;
-        }
-        j.round().unwrap();
-        assert!(j.machine.handle_attempt(&2, 1));
-        j.round().unwrap();
-    }
+    a_suspect_cut_at_the_bound(gated(), limits);
     disk.crash();
     // Life 2: tenant 2's item is the suspect. Tenant 1's recovered items
     // done with deletions failing: the segments they emptied stay on
