@@ -55,7 +55,7 @@ fn an_explicit_segment_above_half_of_max_bytes_is_a_build_error_naming_both() {
         };
         let text = e.to_string();
         assert!(text.contains("4096") && text.contains("1000"), "{text}");
-        assert!(text.contains(&format!("at most {limit} ")), "{text}");
+        assert!(text.contains(&format!("at most {limit},")), "{text}");
         assert!(disk.files().is_empty(), "refused before touching the disk");
         // The advice holds: the limit it names is accepted, a byte more
         // is not (the standing reserves make it less than 500).
@@ -116,6 +116,27 @@ fn an_explicit_segment_above_half_of_max_bytes_is_a_build_error_naming_both() {
             panic!("a byte under the smallest bound was accepted");
         };
         assert_eq!(again, limit);
+        // With `segment_bytes` set too (a review: the bound named held
+        // only with it unset, and the build with it failed again).
+        let both = |max| {
+            Outbox::builder(TestSink::new("small"))
+                .journal(
+                    config(&MemStorage::new())
+                        .segment_bytes(1_000)
+                        .max_bytes(Some(max)),
+                )
+                .build()
+        };
+        let Err(BuildError::Journal(JournalError::Bounds {
+            segment_bytes: None,
+            limit,
+            ..
+        })) = both(100)
+        else {
+            panic!("max_bytes of 100 accepted");
+        };
+        assert!(both(limit).is_ok(), "{limit} refused");
+        assert!(both(limit - 1).is_err());
     });
 }
 
@@ -153,6 +174,16 @@ fn the_bounds_reject_exactly_what_is_too_small() {
         too_small(1_000, 1_001)
     );
     assert_eq!(Limits::reserving(None, Some(511), 100), too_small(511, 512));
+    // With a segment size asked for, the bound named is the one that
+    // holds two of them: building with it works.
+    assert_eq!(
+        Limits::reserving(Some(1_000), Some(100), 400),
+        too_small(100, 2_400)
+    );
+    assert_eq!(
+        Limits::reserving(Some(1_000), Some(2_400), 400).map(|l| l.segment_bytes),
+        Ok(1_000)
+    );
     let ok = Limits::reserving(None, Some(1_000), 744);
     assert_eq!(
         ok.map(|l| (l.segment_bytes, l.max_bytes)),

@@ -383,7 +383,10 @@ pub struct ShutdownReport<K, I> {
     /// A tenant may have two runs (its in-flight or retry slice, attempted,
     /// then its backlog, not), in that order; each says whether it was
     /// attempted (S-J16).
-    /// These items are counted lost under `deadline`.
+    /// These items are counted lost under `deadline`. A write in flight
+    /// that comes back committed after the deadline cancelled it hands
+    /// nothing back: its items stay counted lost (S-B6), so `lost` may
+    /// exceed the items here.
     pub unwritten: Vec<Unwritten<K, I>>,
 }
 

@@ -187,7 +187,10 @@ impl<S: Sink> Outbox<S> {
     /// Items staged before drain, with retries, until the deadline, the
     /// call's time plus `timeout`; then the writes in flight are cancelled and every unwritten item is counted
     /// lost under `deadline` and handed back in
-    /// [`ShutdownReport::unwritten`]. After the answer nothing is pending
+    /// [`ShutdownReport::unwritten`], except the items of a cancelled
+    /// write that comes back committed (it may have committed before the
+    /// cancel reached it): those stay counted lost and are not handed
+    /// back (S-B6). After the answer nothing is pending
     /// and no write starts (I8). With a journal, the answer comes once the
     /// done marks are on disk (S-J3), or at the deadline if the disk is
     /// slower (S-W15: marks not yet on disk then stage their items again

@@ -185,7 +185,8 @@ pub enum JournalError {
         max_bytes: u64,
         /// The nearest value accepted, in bytes: the largest
         /// `segment_bytes` this `max_bytes` accepts when `segment_bytes`
-        /// is at fault, else the smallest `max_bytes` accepted.
+        /// is at fault, else the smallest `max_bytes` accepted with the
+        /// `segment_bytes` configured (or unset).
         limit: u64,
     },
     /// A file operation failed.
@@ -233,7 +234,7 @@ impl fmt::Display for JournalError {
                 "outbox journal: segment_bytes ({segment}) is above half of what max_bytes \
                  ({max_bytes}) leaves beside the journal's standing reserves; a segment is deleted \
                  only once the journal has moved past it, so such a journal would stall at its \
-                 bound: make segment_bytes at most {limit} or leave it unset (a quarter of max_bytes)"
+                 bound: make segment_bytes at most {limit}, or leave it unset"
             ),
             JournalError::Bounds {
                 segment_bytes: None,
@@ -242,8 +243,9 @@ impl fmt::Display for JournalError {
             } => write!(
                 f,
                 "outbox journal: max_bytes ({max_bytes}) is too small: the smallest accepted is \
-                 {limit} bytes (at least {MIN_MAX_BYTES}, and two segments of {MIN_SEGMENT_BYTES} \
-                 bytes beside the journal's standing reserves)"
+                 {limit} bytes (at least {MIN_MAX_BYTES}, and room for two segments, of \
+                 segment_bytes if set, else of {MIN_SEGMENT_BYTES} bytes, beside the journal's \
+                 standing reserves)"
             ),
             JournalError::Io { op, file, source } => {
                 write!(f, "outbox journal: {op} `{file}`: {source}")

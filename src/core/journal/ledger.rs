@@ -201,7 +201,8 @@ pub enum Bounds {
     MaxTooSmall {
         /// The bound asked for.
         max_bytes: u64,
-        /// The smallest `max_bytes` accepted with this reserve.
+        /// The smallest `max_bytes` accepted with this reserve and the
+        /// segment size asked for (the smallest one when none was).
         smallest: u64,
     },
 }
@@ -239,13 +240,14 @@ impl Limits {
             });
         };
         let room = max.saturating_sub(reserved);
-        // `room / 2 >= MIN_SEGMENT_BYTES` exactly when `max` is at least
-        // `reserved + 2 * MIN_SEGMENT_BYTES`.
-        let smallest = MIN_MAX_BYTES.max(reserved.saturating_add(2 * MIN_SEGMENT_BYTES));
-        if max < smallest {
+        // `room / 2 >= s` exactly when `max` is at least `reserved + 2 * s`:
+        // the floor with the smallest segment, and the bound named to the
+        // caller with the segment asked for, so that the advice holds.
+        let fits_two = |s: u64| MIN_MAX_BYTES.max(reserved.saturating_add(s.saturating_mul(2)));
+        if max < fits_two(MIN_SEGMENT_BYTES) {
             return Err(Bounds::MaxTooSmall {
                 max_bytes: max,
-                smallest,
+                smallest: fits_two(segment.unwrap_or(MIN_SEGMENT_BYTES)),
             });
         }
         let segment_bytes = match segment {
