@@ -32,6 +32,33 @@ fn config(disk: &MemStorage) -> JournalConfig {
         .inline_io(true)
 }
 
+/// An outbox on a journal of `disk` with `segment_bytes` (if any) and
+/// `max_bytes`, or the build's error.
+fn build(
+    disk: &MemStorage,
+    segment_bytes: Option<u64>,
+    max_bytes: u64,
+) -> Result<Outbox<TestSink>, BuildError> {
+    let journal = config(disk).max_bytes(Some(max_bytes));
+    let journal = match segment_bytes {
+        Some(s) => journal.segment_bytes(s),
+        None => journal,
+    };
+    Outbox::builder(TestSink::new("bounds"))
+        .journal(journal)
+        .build()
+}
+
+/// The bounds error of a build that must fail, and its text.
+fn bounds_error(built: Result<Outbox<TestSink>, BuildError>) -> (JournalError, String) {
+    let Err(BuildError::Journal(e)) = built else {
+        panic!("built");
+    };
+    assert!(matches!(e, JournalError::Bounds { .. }), "{e:?}");
+    let text = e.to_string();
+    (e, text)
+}
+
 #[test]
 fn an_explicit_segment_above_half_of_max_bytes_is_a_build_error_naming_both() {
     // Issue 25: with `segment_bytes(4096)` and `max_bytes(Some(1000))`, 25
@@ -39,12 +66,7 @@ fn an_explicit_segment_above_half_of_max_bytes_is_a_build_error_naming_both() {
     let rt = support::rt::current();
     rt.block_on(async {
         let disk = MemStorage::new();
-        let built = Outbox::builder(TestSink::new("half"))
-            .journal(config(&disk).segment_bytes(4_096).max_bytes(Some(1_000)))
-            .build();
-        let Err(BuildError::Journal(e)) = built else {
-            panic!("built");
-        };
+        let (e, text) = bounds_error(build(&disk, Some(4_096), 1_000));
         let JournalError::Bounds {
             segment_bytes: Some(4_096),
             max_bytes: 1_000,
@@ -53,42 +75,23 @@ fn an_explicit_segment_above_half_of_max_bytes_is_a_build_error_naming_both() {
         else {
             panic!("{e:?}");
         };
-        let text = e.to_string();
         assert!(text.contains("4096") && text.contains("1000"), "{text}");
         assert!(text.contains(&format!("at most {limit},")), "{text}");
         assert!(disk.files().is_empty(), "refused before touching the disk");
         // The advice holds: the limit it names is accepted, a byte more
         // is not (the standing reserves make it less than 500).
         assert!(limit < 500, "{limit}");
-        let at = |segment| {
-            Outbox::builder(TestSink::new("half"))
-                .journal(
-                    config(&MemStorage::new())
-                        .segment_bytes(segment)
-                        .max_bytes(Some(1_000)),
-                )
-                .build()
-        };
-        assert!(at(limit).is_ok());
-        assert!(at(limit + 1).is_err());
+        let fresh = MemStorage::new;
+        assert!(build(&fresh(), Some(limit), 1_000).is_ok());
+        assert!(build(&fresh(), Some(limit + 1), 1_000).is_err());
         // Half of what the standing reserves leave is accepted (S-J17's
-        // lone reserve included), half of the bound itself no more; a
-        // bound below the smallest is refused.
-        let half = Outbox::builder(TestSink::new("half"))
-            .journal(config(&disk).segment_bytes(500).max_bytes(Some(1_000)))
-            .build();
-        assert!(half.is_err());
-        let ok = Outbox::builder(TestSink::new("half"))
-            .journal(config(&disk).segment_bytes(300).max_bytes(Some(1_000)))
-            .build();
-        assert!(ok.is_ok());
-        drop(ok);
-        let small = Outbox::builder(TestSink::new("small"))
-            .journal(config(&MemStorage::new()).max_bytes(Some(100)))
-            .build();
-        let Err(BuildError::Journal(e)) = small else {
-            panic!("built");
-        };
+        // lone reserve included), half of the bound itself no more.
+        assert!(build(&disk, Some(500), 1_000).is_err());
+        assert!(build(&disk, Some(300), 1_000).is_ok());
+        // A bound below the smallest is refused, naming the smallest: it
+        // is accepted, a byte less is not; the standing reserves put it
+        // above the 512-byte floor.
+        let (e, text) = bounds_error(build(&fresh(), None, 100));
         let JournalError::Bounds {
             segment_bytes: None,
             max_bytes: 100,
@@ -97,46 +100,30 @@ fn an_explicit_segment_above_half_of_max_bytes_is_a_build_error_naming_both() {
         else {
             panic!("{e:?}");
         };
-        let text = e.to_string();
         assert!(
             text.contains(&format!("accepted is {limit} bytes")),
             "{text}"
         );
-        // The smallest bound it names is accepted, a byte less is not;
-        // the standing reserves put it above the 512-byte floor.
         assert!(limit > 512, "{limit}");
-        let bound = |max| {
-            Outbox::builder(TestSink::new("small"))
-                .journal(config(&MemStorage::new()).max_bytes(Some(max)))
-                .build()
-        };
-        assert!(bound(limit).is_ok());
-        let Err(BuildError::Journal(JournalError::Bounds { limit: again, .. })) = bound(limit - 1)
-        else {
-            panic!("a byte under the smallest bound was accepted");
-        };
-        assert_eq!(again, limit);
+        assert!(build(&fresh(), None, limit).is_ok());
+        let (again, _) = bounds_error(build(&fresh(), None, limit - 1));
+        assert!(matches!(again, JournalError::Bounds { limit: l, .. } if l == limit));
         // With `segment_bytes` set too (a review: the bound named held
         // only with it unset, and the build with it failed again).
-        let both = |max| {
-            Outbox::builder(TestSink::new("small"))
-                .journal(
-                    config(&MemStorage::new())
-                        .segment_bytes(1_000)
-                        .max_bytes(Some(max)),
-                )
-                .build()
-        };
-        let Err(BuildError::Journal(JournalError::Bounds {
+        let (e, _) = bounds_error(build(&fresh(), Some(1_000), 100));
+        let JournalError::Bounds {
             segment_bytes: None,
             limit,
             ..
-        })) = both(100)
+        } = e
         else {
-            panic!("max_bytes of 100 accepted");
+            panic!("{e:?}");
         };
-        assert!(both(limit).is_ok(), "{limit} refused");
-        assert!(both(limit - 1).is_err());
+        assert!(
+            build(&fresh(), Some(1_000), limit).is_ok(),
+            "{limit} refused"
+        );
+        assert!(build(&fresh(), Some(1_000), limit - 1).is_err());
     });
 }
 
