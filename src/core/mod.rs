@@ -55,8 +55,6 @@ pub use config::{Config, ConfigBuilder, ConfigError, ErrorPolicy};
 pub(crate) use engine::weight;
 pub use engine::{Durable, Engine, Intake, LazyStaged, Staged, UnknownWrite, Weigher, MAX_WEIGHT};
 pub(crate) use stage_answers::{Tally, Verdict};
-#[cfg(feature = "journal")]
-pub(crate) use time::unix_ms;
 pub use time::Time;
 pub use write::{
     AfterFailure, DeadLetter, DeadReason, Event, Failure, Outcome, Report, ShutdownReport,

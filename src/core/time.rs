@@ -80,42 +80,9 @@ impl fmt::Display for Time {
     }
 }
 
-/// Milliseconds since the Unix epoch of a wall clock's reading `at` (0
-/// before it: unknown), as a journal record carries its staging time
-/// (S-R3). The reading is the caller's: the core never reads a clock.
-#[cfg(feature = "journal")]
-pub(crate) fn unix_ms(at: std::time::SystemTime) -> u64 {
-    // `as_millis` without its 128-bit product: the same value, saturated.
-    at.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| {
-        d.as_secs()
-            .saturating_mul(1_000)
-            .saturating_add(u64::from(d.subsec_millis()))
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[cfg(feature = "journal")]
-    #[test]
-    fn unix_ms_is_as_millis_saturated() {
-        use std::time::UNIX_EPOCH;
-        let ms = |d: Duration| unix_ms(UNIX_EPOCH + d);
-        assert_eq!(ms(Duration::ZERO), 0);
-        assert_eq!(ms(Duration::new(1, 999_999_999)), 1_999);
-        assert_eq!(
-            ms(Duration::new(1_765_000_000, 123_456_789)),
-            1_765_000_000_123
-        );
-        assert_eq!(unix_ms(UNIX_EPOCH - Duration::from_secs(1)), 0);
-        // Past `u64::MAX` ms, where the clock can say it: saturated.
-        let far = Duration::new(u64::MAX / 1_000, 999_000_000);
-        let expected = u64::try_from(far.as_millis()).unwrap_or(u64::MAX);
-        if let Some(at) = UNIX_EPOCH.checked_add(far) {
-            assert_eq!(unix_ms(at), expected);
-        }
-    }
 
     #[test]
     fn arithmetic_saturates() {

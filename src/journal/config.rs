@@ -2,10 +2,10 @@
 
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use super::storage::Storage;
+use super::wall::WallClock;
 
 /// The default [`JournalConfig::sync_interval`]: 5 ms.
 pub const DEFAULT_SYNC_INTERVAL: Duration = Duration::from_millis(5);
@@ -48,10 +48,6 @@ pub struct JournalConfig {
     pub(crate) wall_clock: WallClock,
     pub(crate) max_crash_attempts: u32,
 }
-
-/// The wall clock records are stamped with and recovered ages are
-/// measured on (S-R3): the system's, or a test's.
-pub(crate) type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
 
 /// What a recovery does with items of another codec version than the
 /// recovering outbox's (S-J14): [`JournalConfig::other_version`]. They
@@ -140,7 +136,7 @@ impl JournalConfig {
             max_buffered_bytes: DEFAULT_MAX_BUFFERED_BYTES,
             inline_io: false,
             other_version: OtherVersion::Refuse,
-            wall_clock: Arc::new(SystemTime::now),
+            wall_clock: WallClock::System,
             max_crash_attempts: crate::core::relay::DEFAULT_MAX_CRASH_ATTEMPTS,
         }
     }
@@ -238,12 +234,16 @@ impl JournalConfig {
 
     /// The wall clock each record is stamped with at stage, and against
     /// which a recovery measures a recovered item's age (S-R3): the
-    /// system's by default. For tests and simulations that stage "long
-    /// ago" without waiting (feature `testkit`); the outbox's own timers
-    /// never read it.
+    /// system's by default (on Linux its coarse clock, late by at most a
+    /// tick). For tests and simulations that stage "long ago" without
+    /// waiting (feature `testkit`); the outbox's own timers never read
+    /// it.
     #[cfg(any(test, feature = "testkit"))]
-    pub fn wall_clock(mut self, clock: impl Fn() -> SystemTime + Send + Sync + 'static) -> Self {
-        self.wall_clock = Arc::new(clock);
+    pub fn wall_clock(
+        mut self,
+        clock: impl Fn() -> std::time::SystemTime + Send + Sync + 'static,
+    ) -> Self {
+        self.wall_clock = WallClock::Given(std::sync::Arc::new(clock));
         self
     }
 

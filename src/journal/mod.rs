@@ -110,6 +110,7 @@ mod memory;
 mod recover;
 pub(crate) mod stage;
 mod storage;
+mod wall;
 
 use std::fmt;
 use std::io;
@@ -119,7 +120,6 @@ pub use crate::codec::{Codec, Postcard, Versioned};
 pub use committer::Committer;
 #[cfg(not(feature = "testkit"))]
 pub(crate) use committer::Committer;
-pub(crate) use config::WallClock;
 pub use config::{
     JournalConfig, OtherRecord, OtherVersion, DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_RETRY_INTERVAL,
     DEFAULT_SEGMENT_BYTES, DEFAULT_SYNC_BYTES, DEFAULT_SYNC_INTERVAL, MIN_MAX_BYTES,
@@ -138,6 +138,7 @@ pub(crate) use storage::LOCK_FILE;
 pub(crate) use storage::{FsStorage, Storage};
 #[cfg(feature = "testkit")]
 pub use storage::{FsStorage, Storage, LOCK_FILE};
+pub(crate) use wall::WallClock;
 
 /// Why a journal could not be opened (at build) or used.
 #[derive(Debug)]

@@ -164,7 +164,7 @@ where
             // The codec's version and the wall clock's time (S-J14, S-R3),
             // once for the whole run.
             let stamp = Stamp {
-                staged_ms: crate::core::unix_ms((self.wall)()),
+                staged_ms: self.wall.unix_ms(),
                 ..self.stamp
             };
             Run { records, stamp }

@@ -15,7 +15,7 @@
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use outbox::core::{Counters, LostReason};
 use outbox::journal::{JournalConfig, JournalError, OtherRecord, OtherVersion, Versioned};
@@ -145,7 +145,8 @@ fn build(
         .max_bytes(plan.max_bytes)
         .sync_interval(plan.sync_interval)
         .retry_interval(RETRY_INTERVAL)
-        .other_version(other);
+        .other_version(other)
+        .wall_clock(wall_clock);
     if let Some(segment) = plan.segment_bytes {
         journal = journal.segment_bytes(segment);
     }
@@ -158,6 +159,17 @@ fn build(
     .journal_with_codec(journal, Versioned::new(ItemCodec, version))
     .dead_letters(poisoned_letters(ctx))
     .build()
+}
+
+/// The wall clock records are stamped with and recovered ages measured
+/// on (S-R3): the simulation's time from a fixed date (2026-01-01 UTC),
+/// so an age across a crash is the simulated time between the stage and
+/// the recovery, the same on every replay (the system's clock would make
+/// a recovered item's age, and whether it outlived the linger, S-A3,
+/// depend on the machine).
+fn wall_clock() -> SystemTime {
+    const EPOCH: Duration = Duration::from_secs(1_767_225_600);
+    UNIX_EPOCH + EPOCH + turmoil::sim_elapsed().unwrap_or_default()
 }
 
 /// Notes the items dead-lettered `poisoned` (S-J17); the world's outbox

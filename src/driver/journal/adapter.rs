@@ -181,7 +181,7 @@ where
         }
         let report = recovered.report;
         let schema = Schema::new(codec.version(), codec.item_type());
-        let now_ms = crate::core::unix_ms((config.wall_clock)());
+        let now_ms = config.wall_clock.unix_ms();
         let ages = (recovered.staged_ms.iter())
             .map(|&staged| age_at(now_ms, staged))
             .collect();
