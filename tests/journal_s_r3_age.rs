@@ -105,3 +105,83 @@ fn s_r3_a_journal_staged_long_ago_recovers_its_items_with_their_age() {
         std::mem::forget(o);
     });
 }
+
+/// A life on the system's wall clock (the default, coarse on Linux) that
+/// stages three items of tenant 1 with `max_item_age` 1 s, syncs, and
+/// crashes with nothing written.
+fn first_life_on_the_system_clock(disk: &MemStorage) {
+    let rt = support::rt::current();
+    let sink = TestSink::new("first-life");
+    sink.set_all(Act::Hang);
+    rt.block_on(async {
+        let o = Outbox::builder(sink.clone())
+            .config(one_second())
+            .journal(JournalConfig::with_storage(disk.clone()))
+            .build()
+            .unwrap();
+        for i in 0..3 {
+            assert_eq!(o.stage(t(1), i), Staged::Accepted);
+        }
+        assert_eq!(o.sync().await, Ok(()));
+        std::mem::forget(o);
+    });
+    drop(rt);
+    disk.crash();
+}
+
+fn one_second() -> Config {
+    Config::builder()
+        .max_item_age(Duration::from_secs(1))
+        .max_retry_duration(Duration::from_secs(86_400))
+        .build()
+        .unwrap()
+}
+
+/// Recovers `disk` on the system's wall clock into an outbox whose sink
+/// fails every write; returns the items expired and pending `after` on
+/// its (paused) clock.
+fn second_life_on_the_system_clock(disk: &MemStorage, after: Duration) -> (u64, u64) {
+    let rt = support::rt::paused();
+    let sink = TestSink::new("second-life");
+    sink.set_all(Act::Fail);
+    rt.block_on(async {
+        let o = Outbox::builder(sink.clone())
+            .config(one_second())
+            .journal(JournalConfig::with_storage(disk.clone()))
+            .build()
+            .unwrap();
+        assert_eq!(o.counters().recovered, 3);
+        tokio::time::sleep(after).await;
+        let c = o.counters();
+        std::mem::forget(o);
+        (c.lost(LostReason::Expired), c.pending)
+    })
+}
+
+// The system's clock (S-R3: coarse on Linux, late by about a tick, more
+// when ticks are delayed) needs real time to pass between the lives: the
+// one wait on real time in this file, 1.3 s against an age limit of 1 s
+// (a margin of 30 ticks of 10 ms).
+#[test]
+fn s_r3_on_the_system_clock_a_restart_after_the_age_limit_expires_the_items() {
+    let disk = MemStorage::new();
+    first_life_on_the_system_clock(&disk);
+    std::thread::sleep(Duration::from_millis(1_300));
+    // Past the limit already: due at once.
+    assert_eq!(
+        second_life_on_the_system_clock(&disk, Duration::from_millis(10)),
+        (3, 0)
+    );
+}
+
+#[test]
+fn s_r3_on_the_system_clock_a_quick_restart_keeps_the_items_within_their_age() {
+    let disk = MemStorage::new();
+    first_life_on_the_system_clock(&disk);
+    // Restarted at once: a few ms old, so half a second later on the
+    // outbox's clock they are still pending (they expire near 1 s).
+    assert_eq!(
+        second_life_on_the_system_clock(&disk, Duration::from_millis(500)),
+        (0, 3)
+    );
+}
