@@ -106,19 +106,30 @@ fn s_r3_a_journal_staged_long_ago_recovers_its_items_with_their_age() {
     });
 }
 
-/// A life on the system's wall clock (the default, coarse on Linux) that
-/// stages three items of tenant 1 with `max_item_age` 1 s, syncs, and
-/// crashes with nothing written.
+/// An outbox with `max_item_age` 1 s, journaled on `disk` on the
+/// system's wall clock (the default, coarse on Linux), whose sink does
+/// `act` with every write.
+fn on_the_system_clock(disk: &MemStorage, name: &str, act: Act) -> Outbox<TestSink> {
+    let sink = TestSink::new(name);
+    sink.set_all(act);
+    let config = Config::builder()
+        .max_item_age(Duration::from_secs(1))
+        .max_retry_duration(Duration::from_secs(86_400))
+        .build()
+        .unwrap();
+    Outbox::builder(sink)
+        .config(config)
+        .journal(JournalConfig::with_storage(disk.clone()))
+        .build()
+        .unwrap()
+}
+
+/// A life on the system's clock that stages three items of tenant 1,
+/// syncs, and crashes with nothing written.
 fn first_life_on_the_system_clock(disk: &MemStorage) {
     let rt = support::rt::current();
-    let sink = TestSink::new("first-life");
-    sink.set_all(Act::Hang);
     rt.block_on(async {
-        let o = Outbox::builder(sink.clone())
-            .config(one_second())
-            .journal(JournalConfig::with_storage(disk.clone()))
-            .build()
-            .unwrap();
+        let o = on_the_system_clock(disk, "first-life", Act::Hang);
         for i in 0..3 {
             assert_eq!(o.stage(t(1), i), Staged::Accepted);
         }
@@ -129,27 +140,12 @@ fn first_life_on_the_system_clock(disk: &MemStorage) {
     disk.crash();
 }
 
-fn one_second() -> Config {
-    Config::builder()
-        .max_item_age(Duration::from_secs(1))
-        .max_retry_duration(Duration::from_secs(86_400))
-        .build()
-        .unwrap()
-}
-
-/// Recovers `disk` on the system's wall clock into an outbox whose sink
-/// fails every write; returns the items expired and pending `after` on
-/// its (paused) clock.
+/// Recovers `disk` on the system's clock, every write failing; returns
+/// the items expired and pending `after` on the outbox's (paused) clock.
 fn second_life_on_the_system_clock(disk: &MemStorage, after: Duration) -> (u64, u64) {
     let rt = support::rt::paused();
-    let sink = TestSink::new("second-life");
-    sink.set_all(Act::Fail);
     rt.block_on(async {
-        let o = Outbox::builder(sink.clone())
-            .config(one_second())
-            .journal(JournalConfig::with_storage(disk.clone()))
-            .build()
-            .unwrap();
+        let o = on_the_system_clock(disk, "second-life", Act::Fail);
         assert_eq!(o.counters().recovered, 3);
         tokio::time::sleep(after).await;
         let c = o.counters();
