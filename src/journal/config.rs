@@ -235,9 +235,9 @@ impl JournalConfig {
     /// The wall clock each record is stamped with at stage, and against
     /// which a recovery measures a recovered item's age (S-R3): the
     /// system's by default (on Linux its coarse clock: the time at the
-    /// kernel's last tick, usually within one, 1-10 ms). For tests and simulations that stage "long ago" without
-    /// waiting (feature `testkit`); the outbox's own timers never read
-    /// it.
+    /// kernel's last tick, usually within one, 1-10 ms). For tests and
+    /// simulations that stage "long ago" without waiting (feature
+    /// `testkit`); the outbox's own timers never read it.
     #[cfg(any(test, feature = "testkit"))]
     pub fn wall_clock(
         mut self,

@@ -62,7 +62,7 @@ fn system_ms() -> u64 {
 /// before it: unknown), as a journal record carries its staging time
 /// (S-R3).
 #[cfg(any(test, feature = "testkit", not(target_os = "linux")))]
-pub(crate) fn unix_ms(at: std::time::SystemTime) -> u64 {
+fn unix_ms(at: SystemTime) -> u64 {
     // `as_millis` without its 128-bit product: the same value, saturated.
     at.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| {
         d.as_secs()
