@@ -115,7 +115,7 @@ impl<K: Ord + std::hash::Hash + Clone, I, W> Append<K> for Appender<'_, K, I, W>
 
 impl<K, I, W> Staging<K, I, W>
 where
-    K: Ord + std::hash::Hash + Clone + Send + Sync + 'static,
+    K: Ord + std::hash::Hash + Clone + Send + 'static,
     I: Send + 'static,
 {
     /// The stage's side of a journal over `state`, encoding with `codec`

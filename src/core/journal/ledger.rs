@@ -22,7 +22,6 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::hash::Hash;
 
-use super::arrivals::{Arrivals, Sorted, Sorting};
 use crate::core::shrink;
 
 /// An item's sequence number in the journal: from 1, in staging order
@@ -37,7 +36,7 @@ pub type SegmentId = u64;
 /// memory only (S-J5). One word (0 is never a sequence number, so it
 /// stands for the latter): a stage pushes one per item.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Entry(pub(super) Seq);
+struct Entry(Seq);
 
 impl Entry {
     const UNJOURNALED: Entry = Entry(0);
@@ -57,7 +56,7 @@ impl Entry {
 /// The pending entries of each tenant. A hash map (foldhash with a fixed
 /// seed, like the engine's tenant map): a stage looks its tenant up once,
 /// and nothing decides anything by iterating it (S-C1).
-pub(super) type PerTenant<K> = HashMap<K, VecDeque<Entry>, foldhash::fast::FixedState>;
+type PerTenant<K> = HashMap<K, VecDeque<Entry>, foldhash::fast::FixedState>;
 
 /// One segment's bookkeeping.
 #[derive(Clone, Debug, Default)]
@@ -293,9 +292,6 @@ pub struct Ledger<K> {
     /// one is the one that holds items.
     by_first: BTreeSet<(Seq, SegmentId)>,
     tenants: PerTenant<K>,
-    /// Entries not yet in `tenants`, in arrival order: every reader of
-    /// `tenants` settles them first.
-    arrivals: Arrivals<K>,
     /// Tenants whose queues [`mark_done`](Self::mark_done) emptied, forgotten at the next
     /// `take_marks` unless they staged again.
     emptied: Vec<K>,
@@ -353,7 +349,6 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
             segments: BTreeMap::new(),
             by_first: BTreeSet::new(),
             tenants: PerTenant::default(),
-            arrivals: Arrivals::default(),
             emptied: Vec::new(),
             marks: Vec::new(),
             deletable: BTreeSet::new(),
@@ -453,7 +448,10 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
         seg.bytes += record_bytes;
         self.bytes += record_bytes;
         self.live += 1;
-        self.arrivals.push(tenant, Entry::at(seq));
+        self.tenants
+            .entry(tenant)
+            .or_default()
+            .push_back(Entry::at(seq));
         Ok(Append { seq, roll })
     }
 
@@ -461,26 +459,10 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
     /// has no record, only a place in the tenant's order (S-J5).
     pub fn unjournaled(&mut self, tenant: K) {
         self.undurable += 1;
-        self.arrivals.push(tenant, Entry::UNJOURNALED);
-    }
-
-    /// Puts the entries of the latest appends into their tenants' queues
-    /// (see [`Arrivals`]): first thing in every reader of a queue.
-    fn settle(&mut self) {
-        self.arrivals.settle(&mut self.tenants);
-    }
-
-    /// The entries appended since the last sorting, to be grouped by
-    /// tenant off the journal's lock ([`Sorting::sort`]) and handed back
-    /// to [`handle_sorted`](Self::handle_sorted); `None` if there are none.
-    pub fn poll_sort(&mut self) -> Option<Sorting<K>> {
-        self.arrivals.hand_out(&mut self.tenants)
-    }
-
-    /// The tenants' queues take the groups of a [`poll_sort`](Self::poll_sort)
-    /// (dropped if a reader settled its entries meanwhile).
-    pub fn handle_sorted(&mut self, sorted: Sorted<K>) {
-        self.arrivals.apply(sorted, &mut self.tenants);
+        self.tenants
+            .entry(tenant)
+            .or_default()
+            .push_back(Entry::UNJOURNALED);
     }
 
     /// Pending items on no disk (S-J5): a sync barrier cannot answer that
@@ -525,7 +507,6 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
     /// order as unjournaled items and stop holding their segments. Returns
     /// how many. Costs O(pending items); runs once per incident.
     pub fn incident(&mut self, synced: Seq) -> u64 {
-        self.settle();
         let mut moved = Vec::new();
         for queue in self.tenants.values_mut() {
             for entry in queue.iter_mut() {
@@ -571,7 +552,6 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
     /// ledger tracks for the tenant is ignored (items staged before the
     /// journal existed).
     pub fn mark_done(&mut self, tenant: &K, n: u64) -> u64 {
-        self.settle();
         let Some(queue) = self.tenants.get_mut(tenant) else {
             return 0;
         };
@@ -609,7 +589,6 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
     /// the next commit. Returns how many marks that adds (0 for items on
     /// no disk).
     pub fn mark_attempt(&mut self, tenant: &K, n: u64) -> u64 {
-        self.settle();
         let Some(queue) = self.tenants.get(tenant) else {
             return 0;
         };
@@ -644,7 +623,6 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
     /// those whose attempt is open wait for the next commit. Returns how
     /// many marks that adds.
     pub fn mark_ended(&mut self, tenant: &K, n: u64) -> u64 {
-        self.settle();
         let Some(m) = self.attempted.get_mut(tenant) else {
             return 0;
         };
@@ -724,7 +702,6 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
     /// an abandon): returns how many were journaled.
     #[cfg(any(test, feature = "testkit"))]
     pub fn mark_all_done(&mut self) -> u64 {
-        self.settle();
         // In the map's order: `take_marks` sorts the marks.
         let tenants = std::mem::take(&mut self.tenants);
         self.undurable = 0;
@@ -817,7 +794,6 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
     /// Forgets the tenants whose queues [`mark_done`](Self::mark_done) emptied
     /// and that staged nothing since.
     fn forget_emptied(&mut self) {
-        self.settle();
         for tenant in self.emptied.drain(..) {
             if self.tenants.get(&tenant).is_some_and(VecDeque::is_empty) {
                 self.tenants.remove(&tenant);
@@ -999,7 +975,6 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
     /// Queues a recovered item of `tenant` under `seq`, after the ones
     /// queued before (a recovery queues them in sequence order).
     pub(super) fn restore_pending(&mut self, tenant: K, seq: Seq) {
-        self.settle();
         self.tenants
             .entry(tenant)
             .or_default()
@@ -1010,7 +985,6 @@ impl<K: Ord + Hash + Clone> Ledger<K> {
     /// (S-J17: poisoned, never staged). Once, at recovery; the map's order
     /// decides nothing.
     pub(super) fn drop_pending(&mut self, seqs: &BTreeSet<Seq>) {
-        self.settle();
         for queue in self.tenants.values_mut() {
             queue.retain(|e| e.seq().is_none_or(|s| !seqs.contains(&s)));
         }

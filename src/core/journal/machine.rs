@@ -9,7 +9,6 @@ use std::hash::Hash;
 use std::io;
 use std::time::Duration;
 
-use super::arrivals::{Sorted, Sorting};
 use super::batch::{Batch, Executed, Record, Sizes};
 use super::commits::Commits;
 use super::disk::Disk;
@@ -249,22 +248,6 @@ impl<K: Ord + Hash + Clone, W> Machine<K, W> {
     /// whether it was journaled.
     pub fn append(&mut self, tenant: K, item: impl Record) -> bool {
         self.commits.append(tenant, item)
-    }
-
-    /// The items appended since the last call, to be grouped by tenant
-    /// off the journal's lock ([`Sorting::sort`], pure) and handed back
-    /// through [`handle_sorted`](Self::handle_sorted): an append only
-    /// queues its item's entry, and this puts the entries into their
-    /// tenants' order in bulk. Optional: whatever is not sorted when a
-    /// tenant's order is read is sorted then. `None`: nothing to sort.
-    pub fn poll_sort(&mut self) -> Option<Sorting<K>> {
-        self.commits.ledger.poll_sort()
-    }
-
-    /// The groups of the last [`poll_sort`](Self::poll_sort) join their
-    /// tenants' order (or are dropped, if it was read meanwhile).
-    pub fn handle_sorted(&mut self, sorted: Sorted<K>) {
-        self.commits.ledger.handle_sorted(sorted);
     }
 
     /// The oldest `n` pending items of `tenant` are done.

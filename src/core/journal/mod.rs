@@ -44,7 +44,6 @@
 //! the engine's events), and its **done mark** on disk keeps a recovery
 //! from staging it again (S-J3).
 
-mod arrivals;
 mod batch;
 mod commits;
 mod disk;
@@ -55,8 +54,6 @@ mod poison;
 mod recovery;
 
 // The whole surface is public with `testkit`; the driver uses a part.
-#[cfg_attr(not(feature = "testkit"), allow(unused_imports))]
-pub use arrivals::{Sorted, Sorting};
 #[cfg_attr(not(feature = "testkit"), allow(unused_imports))]
 pub use batch::{Batch, Executed, Note, Op, Record, Sizes, LIFE_LEN};
 #[cfg_attr(not(feature = "testkit"), allow(unused_imports))]

@@ -148,7 +148,7 @@ pub(crate) fn age_at(now_ms: u64, staged_ms: u64) -> Duration {
 
 impl<K, I> Journal<K, I>
 where
-    K: Ord + std::hash::Hash + Clone + Send + Sync + 'static,
+    K: Ord + std::hash::Hash + Clone + Send + 'static,
     I: Send + 'static,
 {
     /// Opens the journal of `config` (blocking file IO: this runs once, at

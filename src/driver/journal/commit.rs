@@ -21,7 +21,7 @@ type Back = (Option<Batch>, Executed);
 
 impl<K, I> Journal<K, I>
 where
-    K: Ord + std::hash::Hash + Clone + Send + Sync + 'static,
+    K: Ord + std::hash::Hash + Clone + Send + 'static,
     I: Send + 'static,
 {
     /// The commit task: rounds until the machine closes (S-J1, S-J5).
@@ -29,28 +29,20 @@ where
         // The machine's clock (S-C1: the core takes time as input).
         let clock = Clock(Instant::now());
         loop {
-            let (batch, sorting, timeout) = {
+            let (batch, timeout) = {
                 let mut g = self.lock();
                 let batch = g.state.poll_batch(clock.now());
                 self.drain(&mut g, None);
                 if batch.is_none() && g.state.is_closed() {
                     break;
                 }
-                let sorting = batch.as_ref().and_then(|_| g.state.poll_sort());
-                (batch, sorting, g.state.poll_timeout())
+                (batch, g.state.poll_timeout())
             };
             match batch {
                 Some(batch) => {
-                    // The stages' entries into their tenants' order, off
-                    // the lock every stage waits for (a tenant's hash,
-                    // contained like any other call of its code).
-                    let sorted = sorting.and_then(|s| contain::call(|| s.sort()).ok());
                     let (batch, done) = self.carry_out(&mut committer, batch).await;
                     let error = done.error.as_ref().map(ToString::to_string);
                     let mut g = self.lock();
-                    if let Some(sorted) = sorted {
-                        g.state.handle_sorted(sorted);
-                    }
                     g.state.handle_executed(clock.now(), batch, done);
                     self.drain(&mut g, error.as_deref());
                     drop(g);
