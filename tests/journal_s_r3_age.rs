@@ -106,6 +106,34 @@ fn s_r3_a_journal_staged_long_ago_recovers_its_items_with_their_age() {
     });
 }
 
+#[test]
+fn s_r3_an_item_past_its_age_at_recovery_is_never_written_even_by_a_write_at_once() {
+    let disk = MemStorage::new();
+    let wall = Wall::default();
+    let t0 = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    first_life(&disk, &wall, t0, t0 + 3 * HOUR - Duration::from_secs(60));
+    wall.set(t0 + 3 * HOUR);
+    // A paused clock: the writer's first writes start at the instant of
+    // the recovery, when tenant 1's items are already three hours old.
+    let rt = support::rt::paused();
+    let sink = TestSink::new("second-life-writes");
+    rt.block_on(async {
+        let o = Outbox::builder(sink.clone())
+            .config(config())
+            .journal(wall.journal(&disk))
+            .build()
+            .unwrap();
+        assert_eq!(o.counters().recovered, 6);
+        let left = o.settle(Duration::from_secs(60)).await;
+        assert_eq!(left.pending, 0, "{left:?}");
+        let c = o.counters();
+        assert_eq!(c.lost(LostReason::Expired), 3, "{c:?}");
+        assert!(sink.stored(t(1)).is_empty(), "{:?}", sink.stored(t(1)));
+        assert_eq!(sink.stored(t(2)), vec![3, 4, 5]);
+        o.shutdown(Duration::from_secs(1)).await;
+    });
+}
+
 /// An outbox with `max_item_age` 1 s, journaled on `disk` on the
 /// system's wall clock (the default, coarse on Linux), whose sink does
 /// `act` with every write.

@@ -106,15 +106,18 @@ pub(crate) struct Shared<S: Sink> {
     pub(crate) relay_feed: Option<Arc<super::table::feed::Feed<S::Tenant>>>,
 }
 
-/// Where the engine's clock starts at build (S-R3): `max_item_age` (at
-/// most a century), so that an item staged in an earlier life, given to
-/// the engine with its age (at most `max_item_age`), keeps it rather than
-/// being stamped at the clock's zero.
+/// Where the engine's clock starts at build (S-R3): just past
+/// `max_item_age` (at most a century), so that an item staged in an
+/// earlier life, given to the engine with its age (at most this), keeps it
+/// rather than being stamped at the clock's zero; one past the limit stays
+/// past it (by a nanosecond: clamped to the limit itself, it would not be
+/// "longer ago than" the limit until the clock moved, and a write starting
+/// at the recovery's instant would write it).
 pub(crate) fn head_start(config: &crate::Config) -> Duration {
     const CENTURY: Duration = Duration::from_secs(100 * 365 * 86_400);
-    config
-        .max_item_age()
-        .map_or(Duration::ZERO, |a| a.min(CENTURY))
+    config.max_item_age().map_or(Duration::ZERO, |a| {
+        a.min(CENTURY).saturating_add(Duration::from_nanos(1))
+    })
 }
 
 impl<S: Sink> Shared<S> {

@@ -157,7 +157,7 @@ fn build(
     ))
     .config(plan.config.clone())
     .journal_with_codec(journal, Versioned::new(ItemCodec, version))
-    .dead_letters(poisoned_letters(ctx))
+    .dead_letters(dead_letters(ctx))
     .build()
 }
 
@@ -172,19 +172,36 @@ fn wall_clock() -> SystemTime {
     UNIX_EPOCH + EPOCH + turmoil::sim_elapsed().unwrap_or_default()
 }
 
-/// Notes the items dead-lettered `poisoned` (S-J17); the world's outbox
-/// gives nothing else up while it runs.
-fn poisoned_letters(ctx: &Ctx) -> outbox::DeadLetters<TenantId, Item> {
+/// Notes the items dead-lettered `poisoned` (S-J17) and `expired`
+/// (S-R3, checked old enough); the world's outbox gives nothing else up
+/// while it runs.
+fn dead_letters(ctx: &Ctx) -> outbox::DeadLetters<TenantId, Item> {
     let ledger = Arc::clone(&ctx.ledger);
     let book = Arc::clone(&ctx.book);
     outbox::DeadLetters::callback(move |d: outbox::DeadLetter<TenantId, Item>| {
-        if d.reason == outbox::DeadReason::Poisoned {
-            let ids: Vec<u64> = d.items.iter().map(|i| i.id).collect();
-            book::lock(&book).record(
-                book::now(),
-                Ev::Note(format!("items {ids:?} dead-lettered poisoned")),
-            );
-            ledger::lock(&ledger).poisoned.extend(ids);
+        let ids: Vec<u64> = d.items.iter().map(|i| i.id).collect();
+        match d.reason {
+            outbox::DeadReason::Poisoned => {
+                book::lock(&book).record(
+                    book::now(),
+                    Ev::Note(format!("items {ids:?} dead-lettered poisoned")),
+                );
+                ledger::lock(&ledger).poisoned.extend(ids);
+            }
+            outbox::DeadReason::Expired => {
+                let mut b = book::lock(&book);
+                let now = book::now();
+                b.record(
+                    now,
+                    Ev::Note(format!("items {ids:?} dead-lettered expired")),
+                );
+                if let Some((rule, detail)) = check::s_r3::expired_when_old(&b, &ids, now) {
+                    b.fail(rule, detail);
+                }
+                drop(b);
+                ledger::lock(&ledger).expired.extend(ids);
+            }
+            _ => {}
         }
     })
 }
@@ -208,6 +225,8 @@ async fn open(ctx: &Ctx, life: u32) -> Option<(Crash, (u32, OnOther), Vec<OtherR
         let before = (run.1 == OnOther::Fail).then(disk::snapshot);
         let e = match build(ctx, run, &handed) {
             Ok(o) => {
+                // The recovery read the wall clock in the build (S-R3).
+                ledger::lock(&ctx.ledger).recovered_at = Some(book::now());
                 let records =
                     std::mem::take(&mut *handed.lock().unwrap_or_else(PoisonError::into_inner));
                 return Some((o, run, records));

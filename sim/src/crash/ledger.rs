@@ -5,6 +5,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use outbox::core::Time;
+
 use super::check::s_j17::Cuts;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -65,6 +67,11 @@ pub struct Ledger {
     pub other_version: u64,
     /// Builds that failed with `JournalError::OtherVersion` (`Fail`).
     pub version_fails: u64,
+    /// When the current life's outbox built (its recovery read the wall
+    /// clock then, S-R3).
+    pub recovered_at: Option<Time>,
+    /// Items dead-lettered `expired` (S-R3), over every life.
+    pub expired: BTreeSet<u64>,
 }
 
 impl Ledger {

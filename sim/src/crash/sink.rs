@@ -128,6 +128,23 @@ impl CrashSink {
             return false;
         }
         let life = l.life;
+        // S-R3: an item of an earlier life already past its age at this
+        // life's recovery is expired, never written.
+        let born_before: Vec<u64> = items
+            .iter()
+            .map(|i| i.id)
+            .filter(|&id| l.item_life.get(id as usize).is_some_and(|&b| b < life))
+            .collect();
+        if let Some(at) = l.recovered_at.filter(|_| !born_before.is_empty()) {
+            let b = book::lock(&self.book);
+            let broken = super::check::s_r3::not_written_past_its_age(&b, &born_before, at);
+            drop(b);
+            if let Some((rule, detail)) = broken {
+                drop(l);
+                book::lock(&self.book).fail(rule, detail);
+                return false;
+            }
+        }
         l.handed.extend(items.iter().map(|i| i.id));
         for i in items {
             if l.item_life

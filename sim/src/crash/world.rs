@@ -39,10 +39,11 @@ pub const TICK: Duration = Duration::from_millis(1);
 /// than the life before, `version_seed` the seeds with one,
 /// `version_fail` the builds that failed under `Fail` (each rolled back),
 /// `other_version` the items recoveries counted lost under that reason.
-pub const FAULT_KINDS: [&str; 19] = [
+pub const FAULT_KINDS: [&str; 20] = [
     "crash",
     "poison",
     "poisoned",
+    "expired",
     "crash_in_commit",
     "crash_in_deletion",
     "crash_in_recovery",
@@ -63,6 +64,9 @@ pub const FAULT_KINDS: [&str; 19] = [
 
 /// The stream of the config and the journal's settings.
 const CONFIG_STREAM: u64 = 0xC0F1_6000_0000_0004;
+
+/// The stream of the age limit (S-R3).
+const AGE_STREAM: u64 = 0xA6E0_0000_0000_0005;
 
 /// The faulty phase of the crash world: a quarter of `--secs`.
 pub fn phase(opts: &RunOptions) -> Duration {
@@ -90,15 +94,21 @@ impl Draws {
         let workload = NetWorkload::draw(&mut r, phase);
         let turmoil_seed = r.next_u64();
         let mut c = rng(seed ^ CONFIG_STREAM);
-        let config = Config::builder()
+        let mut config = Config::builder()
             .concurrency(c.random_range(1..=8))
             .max_batch(log_uniform(&mut c, 1, 256) as usize)
             .linger(Duration::from_millis(log_uniform(&mut c, 1, 50) - 1))
             .initial_backoff(Duration::from_millis(10))
             .max_backoff(Duration::from_millis(500))
-            .seed(seed)
-            .build()
-            .expect("a valid config");
+            .seed(seed);
+        // An age limit in a third of the seeds (S-R3 across lives), from a
+        // stream of its own (the other draws stay as they were): from
+        // above the longest linger to longer than most outages.
+        let mut a = rng(seed ^ AGE_STREAM);
+        if crate::draw::chance(&mut a, 1, 3) {
+            config = config.max_item_age(Duration::from_millis(log_uniform(&mut a, 50, 3_000)));
+        }
+        let config = config.build().expect("a valid config");
         // A bound in a third of the seeds (S-J10), with segments of a
         // quarter of it or drawn up to a quarter of it (half of what the
         // standing reserves leave is the most a build accepts); small
@@ -165,6 +175,7 @@ fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
         new_book = new_book.with_timeline(d.plan.workload.tenants);
     }
     new_book.on_commit = Some(check::on_commit);
+    new_book.max_item_age = d.plan.config.max_item_age();
     for k in FAULT_KINDS {
         new_book.faults.insert(k, 0);
     }
@@ -213,6 +224,7 @@ fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
             let spared: std::collections::BTreeSet<u64> = rotten
                 .union(&l.poisoned)
                 .chain(&l.refused)
+                .chain(&l.expired)
                 .copied()
                 .collect();
             let max = outbox::core::relay::DEFAULT_MAX_CRASH_ATTEMPTS;
@@ -238,6 +250,7 @@ fn run_inner(seed: u64, opts: &RunOptions) -> RunResult {
     *b.faults.entry("recovered").or_default() += l.recoveries.iter().map(|r| r.1).sum::<u64>();
     *b.faults.entry("unreadable").or_default() += l.unreadable;
     *b.faults.entry("poisoned").or_default() += l.poisoned.len() as u64;
+    *b.faults.entry("expired").or_default() += l.expired.len() as u64;
     *b.faults.entry("version_change").or_default() += l.version_changes;
     *b.faults.entry("version_seed").or_default() += u64::from(l.version_changes > 0);
     *b.faults.entry("version_fail").or_default() += l.version_fails;

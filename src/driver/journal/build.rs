@@ -97,8 +97,9 @@ pub(crate) fn open<K: crate::TenantKey, I: Send + 'static>(
     let dir = config.dir.display().to_string();
     let opened = Journal::open(config, codec, name).map_err(BuildError::Journal)?;
     let r = &opened.report;
-    // S-R3: an item keeps the age it had on the wall clock, at most
-    // `max_item_age`, on an engine clock that starts that far in.
+    // S-R3: an item keeps the age it had on the wall clock, at most just
+    // past `max_item_age` (one past it stays past it), on an engine clock
+    // that starts that far in.
     let max_age = crate::driver::shared::head_start(engine.config());
     let mut items: Vec<_> = (opened.items.into_iter())
         .zip(opened.ages.iter().map(|age| (*age).min(max_age)))

@@ -52,6 +52,7 @@ pub fn refusable(
             && !rotten.contains(&id)
             && !l.refused.contains(&id)
             && !l.poisoned.contains(&id)
+            && !l.expired.contains(&id)
             && !item.handed_back;
         if certain {
             r.must.insert(id);
