@@ -69,25 +69,39 @@ fn first_life(disk: &MemStorage, wall: &Wall, old: Duration, fresh: Duration) {
     disk.crash();
 }
 
-#[test]
-fn s_r3_a_journal_staged_long_ago_recovers_its_items_with_their_age() {
+/// A first life whose tenant 1's items were staged three hours before
+/// the restart, tenant 2's one minute before; the wall clock set to the
+/// restart.
+fn staged_before_a_restart() -> (MemStorage, Wall) {
     let disk = MemStorage::new();
     let wall = Wall::default();
     let t0 = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-    // Tenant 1's items were staged three hours before the restart,
-    // tenant 2's one minute before; the sink fails every write meanwhile.
     first_life(&disk, &wall, t0, t0 + 3 * HOUR - Duration::from_secs(60));
     wall.set(t0 + 3 * HOUR);
+    (disk, wall)
+}
+
+/// The second life's outbox over `sink`, its six items recovered (in a
+/// runtime).
+fn second_life(disk: &MemStorage, wall: &Wall, sink: &TestSink) -> Outbox<TestSink> {
+    let o = Outbox::builder(sink.clone())
+        .config(config())
+        .journal(wall.journal(disk))
+        .build()
+        .unwrap();
+    assert_eq!(o.counters().recovered, 6);
+    o
+}
+
+#[test]
+fn s_r3_a_journal_staged_long_ago_recovers_its_items_with_their_age() {
+    let (disk, wall) = staged_before_a_restart();
     let rt = support::rt::paused();
+    // The sink fails every write meanwhile.
     let sink = TestSink::new("second-life");
     sink.set_all(Act::Fail);
     rt.block_on(async {
-        let o = Outbox::builder(sink.clone())
-            .config(config())
-            .journal(wall.journal(&disk))
-            .build()
-            .unwrap();
-        assert_eq!(o.counters().recovered, 6);
+        let o = second_life(&disk, &wall, &sink);
         // Ten seconds on the outbox's clock: tenant 1's items are past
         // their age (clamped to `max_item_age`, so due at once), tenant
         // 2's have 59 minutes left.
@@ -108,22 +122,13 @@ fn s_r3_a_journal_staged_long_ago_recovers_its_items_with_their_age() {
 
 #[test]
 fn s_r3_an_item_past_its_age_at_recovery_is_never_written_even_by_a_write_at_once() {
-    let disk = MemStorage::new();
-    let wall = Wall::default();
-    let t0 = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-    first_life(&disk, &wall, t0, t0 + 3 * HOUR - Duration::from_secs(60));
-    wall.set(t0 + 3 * HOUR);
+    let (disk, wall) = staged_before_a_restart();
     // A paused clock: the writer's first writes start at the instant of
     // the recovery, when tenant 1's items are already three hours old.
     let rt = support::rt::paused();
     let sink = TestSink::new("second-life-writes");
     rt.block_on(async {
-        let o = Outbox::builder(sink.clone())
-            .config(config())
-            .journal(wall.journal(&disk))
-            .build()
-            .unwrap();
-        assert_eq!(o.counters().recovered, 6);
+        let o = second_life(&disk, &wall, &sink);
         let left = o.settle(Duration::from_secs(60)).await;
         assert_eq!(left.pending, 0, "{left:?}");
         let c = o.counters();
