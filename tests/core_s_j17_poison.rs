@@ -488,3 +488,66 @@ fn s_j17_a_poisoned_item_leaves_its_tenants_queue() {
     assert_eq!(ledger.mark_done(&1, 1), 1);
     assert_eq!(ledger.take_marks(), [1, 2]);
 }
+
+#[test]
+fn s_j16_a_recovery_names_per_tenant_the_oldest_items_an_earlier_life_attempted() {
+    // Life 1 marked 1 (tenant 1) and 4 (tenant 2) and closed cleanly: no
+    // crash counts, no suspect, but the store may hold both. Tenant 1's
+    // 2 and 3 and tenant 3's 5 were never tried.
+    let lives = Lives {
+        attempts: vec![(1, 1), (1, 4)],
+        clean: vec![1],
+        ..Lives::default()
+    };
+    let files = vec![segment(&[(1, 1), (2, 1), (3, 1), (4, 2), (5, 3)], lives)];
+    let (r, _) = plan(files, 17).unwrap().finish(limits(), 48, 3);
+    assert!(r.alone.is_empty(), "{:?}", r.alone);
+    assert_eq!(r.tried, [(1, 1), (2, 1)]);
+}
+
+#[test]
+fn s_j16_items_an_earlier_life_attempted_say_attempted_when_given_up() {
+    // Tenant 1's oldest item (10) was attempted in an earlier life, 11
+    // not; tenant 2's 20 never; tenant 3's 30 was, and is still pending
+    // at the shutdown.
+    let config = Config::builder()
+        .dead_letters(true)
+        .max_item_age(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let mut e: Engine<u32, u32> = Engine::new(config).unwrap();
+    let t0 = Time::ZERO;
+    let items = [(1, 10), (1, 11), (2, 20)];
+    let _ = e.stage_durable(t0, items.map(|(t, i)| durable(t, i)), 0);
+    e.tried_before(1, 1);
+    // Past the age before any write: both tenants expire from the backlog.
+    let t1 = t0 + Duration::from_millis(150);
+    assert!(e.poll_write(t1).is_none());
+    let _ = e.stage_durable(t1, [durable(3, 30)], 0);
+    e.tried_before(3, 1);
+    let sd = e.shutdown(t1, t1);
+    let mut letters = Vec::new();
+    let mut report = None;
+    while let Some(ev) = e.poll_event() {
+        match ev {
+            Event::DeadLetter(d) => letters.push((d.tenant, d.items, d.reason, d.attempted)),
+            Event::ShutdownDone { id, report: r } if id == sd => report = Some(r),
+            _ => {}
+        }
+    }
+    letters.sort();
+    assert_eq!(
+        letters,
+        [
+            (1, vec![10, 11], DeadReason::Expired, true),
+            (2, vec![20], DeadReason::Expired, false),
+        ]
+    );
+    let runs: Vec<_> = report
+        .expect("answered")
+        .unwritten
+        .into_iter()
+        .map(|u| (u.tenant, u.items, u.attempted))
+        .collect();
+    assert_eq!(runs, [(3, vec![30], true)]);
+}

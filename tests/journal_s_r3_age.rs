@@ -1,8 +1,9 @@
 //! S-R3 across lives: a journaled item keeps its age through a restart.
 //! Records carry the wall-clock staging time (a fake wall clock here, so
 //! "two hours ago" needs no waiting); a recovery gives each item its age
-//! on that clock, clamped to `max_item_age`, so an item staged long ago
-//! expires at its deadline rather than getting a fresh `max_item_age`.
+//! on that clock, clamped to just past `max_item_age`, so an item staged
+//! long ago expires at its deadline rather than getting a fresh
+//! `max_item_age`.
 #![cfg(feature = "journal")]
 
 mod support;
@@ -103,7 +104,7 @@ fn s_r3_a_journal_staged_long_ago_recovers_its_items_with_their_age() {
     rt.block_on(async {
         let o = second_life(&disk, &wall, &sink);
         // Ten seconds on the outbox's clock: tenant 1's items are past
-        // their age (clamped to `max_item_age`, so due at once), tenant
+        // their age (clamped to just past `max_item_age`: due at once), tenant
         // 2's have 59 minutes left.
         tokio::time::sleep(Duration::from_secs(10)).await;
         let c = o.counters();

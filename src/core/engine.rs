@@ -185,6 +185,9 @@ enum HeldIn {
     Retry,
     /// The backlog waiting for a write.
     Backlog,
+    /// The backlog, with items an earlier life attempted (S-J16: the
+    /// store may hold them).
+    TriedBacklog,
 }
 
 /// A run of one tenant's given-up items, oldest first.
@@ -941,6 +944,17 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
         self.suspects.set(tenant, n);
     }
 
+    /// A journal's recovery (S-J16): the oldest `n` pending items of
+    /// `tenant` were attempted in an earlier life (their attempt marks
+    /// are on disk), so the store may hold them. A dead letter or an
+    /// unwritten run that holds any of them says `attempted: true`
+    /// ([`DeadLetter::attempted`], [`Unwritten::attempted`]), whenever
+    /// they are given up. Call after [`stage_durable`](Self::stage_durable),
+    /// before any write.
+    pub fn tried_before(&mut self, tenant: K, n: u64) {
+        self.suspects.set_tried(tenant, n);
+    }
+
     /// The tenant whose suspect's lone attempt is in flight (S-J17): its
     /// write waits for its attempt marks even on a journal that is down.
     pub(crate) fn lone_tenant(&self) -> Option<&K> {
@@ -1320,6 +1334,9 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
             attempted,
         } in runs
         {
+            // S-J16: a run with an item an earlier life attempted (the
+            // tenant's oldest) may be in the store.
+            let attempted = attempted || self.suspects.tried(tenant) > 0;
             let n = items.len();
             self.count_lost(tenant, LostReason::Expired, n as u64);
             self.mark_done(tenant, n, bytes, |_| ItemOutcome::Lost(LostReason::Expired));
@@ -2319,12 +2336,20 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
                 r.bytes,
             )
         });
+        // S-J16: the oldest `tried` pending items, the retry slice's
+        // first, an earlier life attempted.
+        let retried = retry.as_ref().map_or(0, |(r, _)| r.items.len() as u64);
+        let tried = self.suspects.tried(tenant) > retried;
         let backlog = (!t.items.is_empty()).then(|| {
             t.stamps.clear();
             (
                 HeldRun {
                     tenant: tenant.clone(),
-                    held_in: HeldIn::Backlog,
+                    held_in: if tried {
+                        HeldIn::TriedBacklog
+                    } else {
+                        HeldIn::Backlog
+                    },
                     items: take_front(&mut t.items, usize::MAX),
                 },
                 mem::take(&mut t.bytes),

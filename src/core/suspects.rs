@@ -8,6 +8,11 @@
 //! for its retry (S-W8): the retry goes alone again, and a crash while it
 //! waits counts against nobody (its attempt's end is on disk).
 //!
+//! A recovery also names, per tenant, how many of its oldest items an
+//! earlier life attempted (any attempt mark on disk, a crash or not): the
+//! store may hold them, so whenever they are given up their dead letter
+//! says `attempted` (S-J16).
+//!
 //! Empty outside a recovery after a crash: every check is one emptiness
 //! test then.
 
@@ -21,6 +26,9 @@ pub(crate) struct Suspects<K> {
     /// The tenant whose lone attempt is in flight: nothing else starts
     /// until it comes back.
     lone: Option<K>,
+    /// Per tenant, how many of its oldest pending items an earlier life
+    /// attempted (S-J16).
+    tried: BTreeMap<K, u64>,
 }
 
 impl<K> Default for Suspects<K> {
@@ -28,6 +36,7 @@ impl<K> Default for Suspects<K> {
         Suspects {
             alone: BTreeMap::new(),
             lone: None,
+            tried: BTreeMap::new(),
         }
     }
 }
@@ -42,6 +51,24 @@ impl<K: Ord> Suspects<K> {
         }
     }
 
+    /// The oldest `n` pending items of `tenant` were attempted in an
+    /// earlier life (S-J16).
+    pub(crate) fn set_tried(&mut self, tenant: K, n: u64) {
+        if n > 0 {
+            let c = self.tried.entry(tenant).or_default();
+            *c = (*c).max(n);
+        }
+    }
+
+    /// How many of `tenant`'s oldest pending items an earlier life
+    /// attempted.
+    pub(crate) fn tried(&self, tenant: &K) -> u64 {
+        if self.tried.is_empty() {
+            return 0;
+        }
+        self.tried.get(tenant).copied().unwrap_or(0)
+    }
+
     /// Whether `tenant`'s next slice goes alone.
     pub(crate) fn is_alone(&self, tenant: &K) -> bool {
         !self.alone.is_empty() && self.alone.contains_key(tenant)
@@ -50,6 +77,12 @@ impl<K: Ord> Suspects<K> {
     /// `n` of `tenant`'s oldest items are done (written or given up): a
     /// lone slice of it ends.
     pub(crate) fn done(&mut self, tenant: &K, n: u64) {
+        if let Some(c) = self.tried.get_mut(tenant) {
+            *c = c.saturating_sub(n);
+            if *c == 0 {
+                self.tried.remove(tenant);
+            }
+        }
         if self.alone.is_empty() && self.lone.is_none() {
             return;
         }

@@ -72,6 +72,9 @@ pub struct Recovered<K, I> {
     /// Per tenant, how many of its oldest recovered items go alone: up to
     /// its last suspect (S-J17).
     pub alone: Vec<(K, u64)>,
+    /// Per tenant, how many of its oldest recovered items an earlier life
+    /// attempted (S-J16).
+    pub tried: Vec<(K, u64)>,
 }
 
 fn io_err<'a>(op: &'static str, file: &'a str) -> impl FnOnce(io::Error) -> JournalError + 'a {
@@ -421,6 +424,7 @@ where
         poisoned: recovery.poisoned,
         crashes: recovery.crashes,
         alone: recovery.alone,
+        tried: recovery.tried,
     })
 }
 

@@ -198,8 +198,15 @@ fn dead_letters(ctx: &Ctx) -> outbox::DeadLetters<TenantId, Item> {
                 if let Some((rule, detail)) = check::s_r3::expired_when_old(&b, &ids, now) {
                     b.fail(rule, detail);
                 }
+                let mut l = ledger::lock(&ledger);
+                if let Some((rule, detail)) = (!d.attempted)
+                    .then(|| check::s_j16::unattempted(&l, &ids))
+                    .flatten()
+                {
+                    b.fail(rule, detail);
+                }
                 drop(b);
-                ledger::lock(&ledger).expired.extend(ids);
+                l.expired.extend(ids);
             }
             _ => {}
         }
@@ -223,10 +230,15 @@ async fn open(ctx: &Ctx, life: u32) -> Option<(Crash, (u32, OnOther), Vec<OtherR
             .clear();
         ledger::lock(&ctx.ledger).version = run.0;
         let before = (run.1 == OnOther::Fail).then(disk::snapshot);
+        // What the recovery can know an earlier life attempted (S-J16).
+        let marked = disk::marked_items().unwrap_or_default();
         let e = match build(ctx, run, &handed) {
             Ok(o) => {
                 // The recovery read the wall clock in the build (S-R3).
-                ledger::lock(&ctx.ledger).recovered_at = Some(book::now());
+                let mut l = ledger::lock(&ctx.ledger);
+                l.recovered_at = Some(book::now());
+                l.marked_at_recovery = marked;
+                drop(l);
                 let records =
                     std::mem::take(&mut *handed.lock().unwrap_or_else(PoisonError::into_inner));
                 return Some((o, run, records));

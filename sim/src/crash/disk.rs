@@ -594,6 +594,30 @@ pub fn snapshot() -> io::Result<BTreeMap<String, Vec<u8>>> {
     Ok(files)
 }
 
+/// The items (by id) with an attempt mark (S-J17) in the journal's files
+/// on the disk now, inside the host: what a recovery can know an earlier
+/// life attempted (S-J16).
+///
+/// # Errors
+/// The directory or a file cannot be read.
+pub fn marked_items() -> io::Result<BTreeSet<u64>> {
+    let (mut ids, mut marked) = (BTreeMap::new(), BTreeSet::new());
+    for bytes in snapshot()?.values() {
+        for r in format::scan(bytes, format::HEADER_LEN).records {
+            match r {
+                format::Record::Item { seq, item, .. } => {
+                    if let Some(id) = item.get(..8).and_then(|b| b.try_into().ok()) {
+                        ids.insert(seq, u64::from_le_bytes(id));
+                    }
+                }
+                format::Record::Attempts { seqs, .. } => marked.extend(seqs),
+                _ => {}
+            }
+        }
+    }
+    Ok(marked.iter().filter_map(|s| ids.get(s).copied()).collect())
+}
+
 /// `(journal life, sequence number)` of every attempt mark (S-J17) in the
 /// journal's files on the disk now, inside the host.
 ///

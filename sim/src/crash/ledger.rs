@@ -72,6 +72,9 @@ pub struct Ledger {
     pub recovered_at: Option<Time>,
     /// Items dead-lettered `expired` (S-R3), over every life.
     pub expired: BTreeSet<u64>,
+    /// Items with an attempt mark on disk when the current life's
+    /// recovery read the journal (S-J16).
+    pub marked_at_recovery: BTreeSet<u64>,
 }
 
 impl Ledger {

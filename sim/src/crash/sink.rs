@@ -136,14 +136,16 @@ impl CrashSink {
             .filter(|&id| l.item_life.get(id as usize).is_some_and(|&b| b < life))
             .collect();
         if let Some(at) = l.recovered_at.filter(|_| !born_before.is_empty()) {
-            let b = book::lock(&self.book);
+            // The book after the ledger is let go, as everywhere here.
+            drop(l);
+            let mut b = book::lock(&self.book);
             let broken = super::check::s_r3::not_written_past_its_age(&b, &born_before, at);
-            drop(b);
             if let Some((rule, detail)) = broken {
-                drop(l);
-                book::lock(&self.book).fail(rule, detail);
+                b.fail(rule, detail);
                 return false;
             }
+            drop(b);
+            l = ledger::lock(&self.ledger);
         }
         l.handed.extend(items.iter().map(|i| i.id));
         for i in items {

@@ -196,6 +196,11 @@ pub struct Recovery<K, P> {
     /// Per tenant (in tenant order), how many of its oldest items of
     /// `items` go alone: up to its last suspect (S-J17).
     pub alone: Vec<(K, u64)>,
+    /// Per tenant (in tenant order), how many of its oldest items of
+    /// `items` an earlier life attempted: up to its last one with an
+    /// attempt mark on disk (S-J16: the store may hold them, so a dead
+    /// letter of them says `attempted`).
+    pub tried: Vec<(K, u64)>,
     /// The sequence number the next item gets.
     #[cfg_attr(not(any(test, feature = "testkit")), allow(dead_code))]
     pub next_seq: Seq,
@@ -425,6 +430,7 @@ impl<K: Ord + Hash + Clone, P> Plan<K, P> {
         let (mut r, mut ledger) = Recovery::new(self.segments, limits, header_bytes);
         ledger.hold(self.counted_in);
         r.judge(&self.lives, max_crash_attempts, &mut ledger);
+        r.tried = tried(&self.lives, &r.items);
         (r, ledger)
     }
 }
@@ -602,11 +608,36 @@ impl<K: Ord + Hash + Clone, P> Recovery<K, P> {
             poisoned: Vec::new(),
             crashes: Vec::new(),
             alone: Vec::new(),
+            tried: Vec::new(),
             next_seq,
             next_segment,
         };
         (recovery, ledger)
     }
+}
+
+/// Per tenant (in tenant order), how many of its oldest `items` (in
+/// staging order) come up to its last one with an attempt mark in
+/// `lives`, of any life (S-J16). A tenant's slices are its oldest items,
+/// so those attempted are a prefix of them.
+fn tried<K: Ord + Clone, P>(lives: &Lives, items: &[(Seq, K, P)]) -> Vec<(K, u64)> {
+    if lives.attempts.is_empty() {
+        return Vec::new();
+    }
+    let marked: BTreeSet<Seq> = lives.attempts.iter().map(|&(_, seq)| seq).collect();
+    // Per tenant: items so far, and up to which of them were attempted.
+    let mut per: BTreeMap<&K, (u64, u64)> = BTreeMap::new();
+    for (seq, tenant, _) in items {
+        let e = per.entry(tenant).or_default();
+        e.0 += 1;
+        if marked.contains(seq) {
+            e.1 = e.0;
+        }
+    }
+    per.into_iter()
+        .filter(|(_, (_, tried))| *tried > 0)
+        .map(|(t, (_, tried))| (t.clone(), tried))
+        .collect()
 }
 
 impl<K: Ord + Hash + Clone, P> Recovery<K, P> {

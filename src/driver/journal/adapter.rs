@@ -134,6 +134,9 @@ pub(crate) struct Opened<K, I> {
     pub(crate) poisoned: Vec<(K, I)>,
     /// Per tenant, how many of its oldest `items` go alone (S-J17).
     pub(crate) alone: Vec<(K, u64)>,
+    /// Per tenant, how many of its oldest `items` an earlier life
+    /// attempted (S-J16).
+    pub(crate) tried: Vec<(K, u64)>,
 }
 
 /// How long before `now_ms` an item stamped `staged_ms` was staged: zero
@@ -230,6 +233,7 @@ where
             report,
             poisoned,
             alone: recovered.alone,
+            tried: recovered.tried,
         })
     }
 

@@ -124,6 +124,10 @@ pub(crate) fn open<K: crate::TenantKey, I: Send + 'static>(
     for (tenant, n) in opened.alone {
         engine.write_alone(tenant, n);
     }
+    // S-J16: what an earlier life attempted may be in the store.
+    for (tenant, n) in opened.tried {
+        engine.tried_before(tenant, n);
+    }
     let poisoned = opened.poisoned.len();
     for (tenant, item) in opened.poisoned {
         engine.recover_poisoned(now, tenant, vec![item]);

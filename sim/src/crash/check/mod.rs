@@ -20,6 +20,7 @@
 //! | S-J14 | [`s_j14::failed_as_told`]: under `Fail` the build error names the versions and a count in bounds, with the files unchanged | each build that fails so (the app) |
 //! | S-J14 | [`s_j14::read_by_its_version`]: the sink is never handed an item of another version than its life's | each write (`CrashSink`) |
 //! | S-J14 | D1 spares an item a recovery of another version may have refused | at the end |
+//! | S-J16 | [`s_j16::unattempted`]: a dead letter `expired` that says `attempted: false` holds no item handed to the sink in this life, nor one with an attempt mark on disk at this life's recovery | each dead letter (the app) |
 //! | S-R3 | [`s_r3::not_written_past_its_age`]: an item already `max_item_age` old at its life's recovery never reaches the sink (its age is carried across the crash) | each write (`CrashSink`) |
 //! | S-R3 | [`s_r3::expired_when_old`]: an item given up `expired` is `max_item_age` old | each dead letter (the app) |
 //! | S-R3 | D1 spares an item given up `expired` | at the end |
@@ -37,6 +38,7 @@ pub mod d5;
 pub mod d6;
 pub mod s_j10;
 pub mod s_j14;
+pub mod s_j16;
 pub mod s_j17;
 pub mod s_r3;
 

@@ -35,7 +35,8 @@ pub fn not_written_past_its_age(
         "S-R3",
         format!(
             "item #{old} staged at {staged} reaches the sink after a recovery at {recovered_at}, \
-             when it was already older than max_item_age {age:?}: its age restarted with the life"
+             when it was already older than max_item_age {age:?}: the recovery did not carry its \
+             age past the limit"
         ),
     ))
 }
