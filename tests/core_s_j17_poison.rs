@@ -551,3 +551,17 @@ fn s_j16_items_an_earlier_life_attempted_say_attempted_when_given_up() {
         .collect();
     assert_eq!(runs, [(3, vec![30], true)]);
 }
+
+#[test]
+fn s_j16_a_suspect_known_only_from_a_life_record_is_named_tried() {
+    // The marks of life 1 are gone with their segment; life 4's record
+    // still counts two crashes against item 1.
+    let lives = Lives {
+        starts: vec![(4, vec![(1, 2)])],
+        ..Lives::default()
+    };
+    let files = vec![segment(&[(1, 1), (2, 1)], lives)];
+    let (r, _) = plan(files, 17).unwrap().finish(limits(), 48, 3);
+    assert_eq!(r.alone, [(1, 1)]);
+    assert_eq!(r.tried, [(1, 1)]);
+}

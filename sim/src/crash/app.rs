@@ -646,6 +646,16 @@ async fn shut_down(outbox: &Crash, ctx: &Ctx, life: u32, deadline: Duration) {
             b.items[i.id as usize].handed_back = true;
         }
     }
+    // S-J16: a run that says it was never attempted holds nothing the
+    // store may hold, as far as the outbox can know.
+    let l = ledger::lock(&ctx.ledger);
+    for run in report.unwritten.iter().filter(|r| !r.attempted) {
+        let ids: Vec<u64> = run.items.iter().map(|i| i.id).collect();
+        if let Some((rule, detail)) = check::s_j16::unattempted(&l, &ids) {
+            b.fail(rule, detail);
+        }
+    }
+    drop(l);
     let r = report.report();
     b.record(
         book::now(),

@@ -617,14 +617,23 @@ impl<K: Ord + Hash + Clone, P> Recovery<K, P> {
 }
 
 /// Per tenant (in tenant order), how many of its oldest `items` (in
-/// staging order) come up to its last one with an attempt mark in
-/// `lives`, of any life (S-J16). A tenant's slices are its oldest items,
-/// so those attempted are a prefix of them.
+/// staging order) come up to its last one that `lives` says was attempted
+/// (S-J16): an attempt mark of any life still on disk, or a crash count in
+/// a life record (whose marks may be gone). A tenant's slices are its
+/// oldest items, so those attempted are a prefix of them. The marks of an
+/// attempt that ended (failed, for a retry) go with their segment once a
+/// later life's record is on disk: such an item is not named.
 fn tried<K: Ord + Clone, P>(lives: &Lives, items: &[(Seq, K, P)]) -> Vec<(K, u64)> {
-    if lives.attempts.is_empty() {
+    let counted = lives
+        .starts
+        .iter()
+        .flat_map(|(_, c)| c.iter().map(|&(seq, _)| seq));
+    let marked: BTreeSet<Seq> = (lives.attempts.iter().map(|&(_, seq)| seq))
+        .chain(counted)
+        .collect();
+    if marked.is_empty() {
         return Vec::new();
     }
-    let marked: BTreeSet<Seq> = lives.attempts.iter().map(|&(_, seq)| seq).collect();
     // Per tenant: items so far, and up to which of them were attempted.
     let mut per: BTreeMap<&K, (u64, u64)> = BTreeMap::new();
     for (seq, tenant, _) in items {
