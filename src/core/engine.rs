@@ -945,8 +945,8 @@ impl<K: Ord + Hash + Clone, I> Engine<K, I> {
     }
 
     /// A journal's recovery (S-J16): the oldest `n` pending items of
-    /// `tenant` were attempted in an earlier life (their attempt marks
-    /// are on disk), so the store may hold them. A dead letter or an
+    /// `tenant` were attempted in an earlier life (an attempt mark on disk,
+    /// or a crash count in a life record), so the store may hold them. A dead letter or an
     /// unwritten run that holds any of them says `attempted: true`
     /// ([`DeadLetter::attempted`], [`Unwritten::attempted`]), whenever
     /// they are given up. Call after [`stage_durable`](Self::stage_durable),

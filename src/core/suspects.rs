@@ -9,9 +9,9 @@
 //! waits counts against nobody (its attempt's end is on disk).
 //!
 //! A recovery also names, per tenant, how many of its oldest items an
-//! earlier life attempted (any attempt mark on disk, a crash or not): the
-//! store may hold them, so whenever they are given up their dead letter
-//! says `attempted` (S-J16).
+//! earlier life attempted (an attempt mark on disk, a crash or not, or a
+//! crash count in a life record): the store may hold them, so whenever
+//! they are given up their dead letter says `attempted` (S-J16).
 //!
 //! Empty outside a recovery after a crash: every check is one emptiness
 //! test then.
