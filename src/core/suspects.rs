@@ -77,14 +77,14 @@ impl<K: Ord> Suspects<K> {
     /// `n` of `tenant`'s oldest items are done (written or given up): a
     /// lone slice of it ends.
     pub(crate) fn done(&mut self, tenant: &K, n: u64) {
+        if self.alone.is_empty() && self.lone.is_none() && self.tried.is_empty() {
+            return;
+        }
         if let Some(c) = self.tried.get_mut(tenant) {
             *c = c.saturating_sub(n);
             if *c == 0 {
                 self.tried.remove(tenant);
             }
-        }
-        if self.alone.is_empty() && self.lone.is_none() {
-            return;
         }
         if self.lone.as_ref() == Some(tenant) {
             self.lone = None;
