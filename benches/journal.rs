@@ -12,9 +12,9 @@
 //!    per item, judged alike. For context (not judged), writing the
 //!    journal's bytes with `write` + `fdatasync` in as many equal batches
 //!    as the journal made group commits.
-//!    Twice: `u64` items (40-byte records: the journal's per-item cost
+//!    Twice: `u64` items (52-byte records: the journal's per-item cost
 //!    against few bytes), and usage records of about 165 bytes (a struct
-//!    with strings, encoded by the default serde codec; 203-byte
+//!    with strings, encoded by the default serde codec; 215-byte
 //!    records). Each case runs 5 times, journal, raw and unjournaled back
 //!    to back, and the medians are compared, each case judged alone;
 //! 3. recovery: building an outbox on a journal of 1,000,000 pending

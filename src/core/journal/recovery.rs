@@ -778,8 +778,12 @@ mod tests {
         let mut b = seg(2, 2, None, &[(3, 8), (2, 7)], &[]);
         a.items[0].2 = 201;
         b.items[1].2 = 202;
-        let (r, _) = Recovery::new(vec![b, a], limits(1_000), H);
+        let (r, _) = Recovery::new(vec![b.clone(), a.clone()], limits(1_000), H);
         assert_eq!(r.items, [(1, 7, 100), (2, 7, 201), (3, 8, 300)]);
+        // In id order, as a recovery lists them: the higher id's record,
+        // not the lower's.
+        let (r, _) = Recovery::new(vec![a, b], limits(1_000), H);
+        assert_eq!(r.items, [(1, 7, 100), (2, 7, 202), (3, 8, 300)]);
         let (r, _) = Recovery::new(
             vec![
                 seg(1, 1, Some(3), &[(1, 7), (2, 7)], &[]),
