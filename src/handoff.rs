@@ -1,7 +1,7 @@
 //! The request path's hand-off queue (S-W19), as small per item as the
-//! config allows: a lock-free queue with a fence, from the stages to the
-//! engine's intake. Its own module, outside the driver: a data structure
-//! that decides nothing and does no IO.
+//! config allows: a queue with a fence, from the stages to the engine's
+//! intake. Its own module, outside the driver: a data structure that
+//! decides nothing and does no IO.
 //!
 //! An item waits here between its stage and the engine's intake; a stalled
 //! writer (a starved runtime) leaves every admitted item here, so its size
@@ -13,77 +13,148 @@
 //! hand-off is the tenant and the item alone, and the engine weighs the
 //! item as it takes it in (weighers are pure, S-B5).
 //!
-//! Both lanes are tokio's unbounded channel: a lock-free list the crate
-//! already depends on, whose `close` is the shutdown fence (a send either
-//! lands before it, and is received, or fails), and whose receiver wakes
-//! the writer only when it is waiting for it.
-//!
-//! The intake receives what is queued in chunks ([`LaneRx::take_in`]),
-//! not one `try_recv` at a time: each receive updates the channel's
-//! message count, an atomic every send updates too, so one update per
-//! chunk instead of one per item keeps the stages' sends off a contended
-//! cache line while the writer takes items in (on a 2-core machine a send
-//! cost about 1.5x more with a `try_recv` per item).
+//! The queue is a buffer under a lock held for one push or one exchange
+//! of buffers, never for the writer's work: a stage pushes its item; the
+//! intake ([`LaneRx::take_in`]) exchanges the whole buffer for an empty
+//! one and takes the items in with the lock released. The fence is a
+//! flag set under the same lock, so a stage either lands before it, and
+//! is taken in, or is handed back. Why not a lock-free channel: tokio's
+//! unbounded channel cost a stage five atomic read-modify-writes, on
+//! lines the writer's intake touched too, so a stage cost up to twice as
+//! much while the writer kept up as while it lagged (docs/benchmarks.md);
+//! here a stage costs one lock and one unlock, and the buffer the intake
+//! hands back is reused, not allocated again.
 
-use std::future::Future;
 use std::hash::Hash;
+use std::mem;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 
-use tokio::sync::mpsc::error::{SendError, TryRecvError};
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
-
-use crate::core::{Admission, Engine, Handoff, Intake, Time};
+use crate::core::{Admission, Engine, Handoff, Time};
 
 /// The sending side, one per outbox, used by every stage.
 pub(crate) enum LaneTx<K, I> {
     /// The tenant and the item only.
-    Plain(UnboundedSender<(K, I)>),
+    Plain(Arc<Queue<(K, I)>>),
     /// With the weight and the stamp.
-    Full(UnboundedSender<Handoff<K, I>>),
+    Full(Arc<Queue<Handoff<K, I>>>),
 }
 
 /// The receiving side, held under the state's lock.
 pub(crate) struct LaneRx<K, I> {
     rx: Rx<K, I>,
-    /// The waker of the last [`poll_recv`](LaneRx::poll_recv): the
-    /// writer's. Receiving a chunk may leave a waker with the channel (it
-    /// registers one when it first finds nothing), and it must be this one,
-    /// or a later stage would wake nobody.
-    waker: Option<Waker>,
-    /// A hand-off the writer received while waiting: taken in first.
-    received: Option<Handoff<K, I>>,
 }
 
-/// The channel, with the buffer its chunks are received into.
+/// The queue, with the empty buffer the intake exchanges for it.
 enum Rx<K, I> {
-    Plain(UnboundedReceiver<(K, I)>, Vec<(K, I)>),
-    Full(UnboundedReceiver<Handoff<K, I>>, Vec<Handoff<K, I>>),
+    Plain(Arc<Queue<(K, I)>>, Vec<(K, I)>),
+    Full(Arc<Queue<Handoff<K, I>>>, Vec<Handoff<K, I>>),
 }
 
-/// The most hand-offs received at once: what the chunk buffer holds at
-/// most, so a burst leaves no large buffer behind.
-pub(crate) const CHUNK: usize = 256;
+/// A queue of hand-offs: the stages push under its lock, the intake
+/// exchanges its buffer for an empty one under the same lock.
+pub(crate) struct Queue<M> {
+    inner: Mutex<Inner<M>>,
+    /// The fence, readable without the lock (set under it, once).
+    closed: AtomicBool,
+}
+
+struct Inner<M> {
+    items: Vec<M>,
+    closed: bool,
+    /// The writer, while it waits for a stage: the next push wakes it.
+    waiting: Option<Waker>,
+}
+
+/// The most bytes of room a buffer keeps between intakes: a burst leaves
+/// no large buffer behind (the queue holds at most two of them then,
+/// whatever the burst), a steady stream reuses its buffers.
+pub(crate) const SPARE_BYTES: usize = 64 << 10;
 
 /// Where [`LaneRx::take_in`] puts what it receives: the engine, the
 /// admission whose reservations the items hold, and the engine's share of
 /// them (items, bytes).
 pub(crate) type To<'a, K, I> = (&'a mut Engine<K, I>, &'a Admission, &'a mut (u64, u64));
 
-/// A hand-off channel: `full` when the weight or the stamp must travel.
+/// A hand-off queue: `full` when the weight or the stamp must travel.
 pub(crate) fn lane<K, I>(full: bool) -> (LaneTx<K, I>, LaneRx<K, I>) {
-    let (tx, rx) = if full {
-        let (tx, rx) = unbounded_channel();
-        (LaneTx::Full(tx), Rx::Full(rx, Vec::new()))
+    if full {
+        let q = Arc::new(Queue::new());
+        (
+            LaneTx::Full(Arc::clone(&q)),
+            LaneRx {
+                rx: Rx::Full(q, Vec::new()),
+            },
+        )
     } else {
-        let (tx, rx) = unbounded_channel();
-        (LaneTx::Plain(tx), Rx::Plain(rx, Vec::new()))
-    };
-    let rx = LaneRx {
-        rx,
-        waker: None,
-        received: None,
-    };
-    (tx, rx)
+        let q = Arc::new(Queue::new());
+        (
+            LaneTx::Plain(Arc::clone(&q)),
+            LaneRx {
+                rx: Rx::Plain(q, Vec::new()),
+            },
+        )
+    }
+}
+
+impl<M> Queue<M> {
+    fn new() -> Self {
+        Queue {
+            inner: Mutex::new(Inner {
+                items: Vec::new(),
+                closed: false,
+                waiting: None,
+            }),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner<M>> {
+        // Nothing under this lock panics (a failed allocation aborts), so
+        // a poisoned lock is taken as is.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Queues `m`, waking the writer if it waits; hands `m` back once the
+    /// fence is up.
+    #[inline]
+    fn push(&self, m: M) -> Result<(), M> {
+        let mut q = self.lock();
+        if q.closed {
+            return Err(m);
+        }
+        q.items.push(m);
+        let waiting = q.waiting.take();
+        drop(q);
+        if let Some(w) = waiting {
+            w.wake();
+        }
+        Ok(())
+    }
+
+    /// Exchanges the queue for `spare` (empty); with `fence`, closes it first.
+    fn take(&self, spare: &mut Vec<M>, fence: bool) {
+        let mut q = self.lock();
+        if fence {
+            q.closed = true;
+            self.closed.store(true, Ordering::Release);
+        }
+        mem::swap(&mut q.items, spare);
+    }
+
+    /// Ready when something is queued; else the next push wakes `cx`'s
+    /// waker (never once the fence is up: nothing more can come).
+    fn poll_wait(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut q = self.lock();
+        if !q.items.is_empty() {
+            return Poll::Ready(());
+        }
+        if !q.closed && !q.waiting.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            q.waiting = Some(cx.waker().clone());
+        }
+        Poll::Pending
+    }
 }
 
 impl<K, I> LaneTx<K, I> {
@@ -99,177 +170,91 @@ impl<K, I> LaneTx<K, I> {
         at: Option<Time>,
     ) -> Result<(), (K, I)> {
         match self {
-            LaneTx::Plain(tx) => tx.send((tenant, item)).map_err(|SendError(h)| h),
-            LaneTx::Full(tx) => tx
-                .send(Handoff {
+            LaneTx::Plain(q) => q.push((tenant, item)),
+            LaneTx::Full(q) => q
+                .push(Handoff {
                     tenant,
                     item,
                     weight: Some(weight),
                     at,
                     refusal: None,
                 })
-                .map_err(|SendError(h)| (h.tenant, h.item)),
+                .map_err(|h| (h.tenant, h.item)),
         }
     }
 
     /// Whether the lane is closed: the fence is up (S-W9).
+    #[inline]
     pub(crate) fn is_closed(&self) -> bool {
         match self {
-            LaneTx::Plain(tx) => tx.is_closed(),
-            LaneTx::Full(tx) => tx.is_closed(),
+            LaneTx::Plain(q) => q.closed.load(Ordering::Acquire),
+            LaneTx::Full(q) => q.closed.load(Ordering::Acquire),
         }
     }
 }
 
 impl<K: Ord + Hash + Clone, I> LaneRx<K, I> {
     /// Moves the hand-offs staged so far into the engine's intake, in
-    /// their order (S-W19), the one the writer received first. With
-    /// `fence`, closes the lane first and takes in every stage that got
-    /// past it (S-W9): call it right before the engine's fence goes up, in
-    /// the same hold of the lock, so no stage is told `Accepted` and then
-    /// refused. Returns whether the writer must drain.
-    ///
-    /// It receives with the writer's waker, the one the channel would keep
-    /// anyway (before the writer's first wait, with a no-op one: the
-    /// writer registers its own when it first waits).
+    /// their order (S-W19). With `fence`, closes the lane first and takes
+    /// in every stage that got past it (S-W9): call it right before the
+    /// engine's fence goes up, in the same hold of the lock, so no stage is
+    /// told `Accepted` and then refused. Returns whether the writer must
+    /// drain.
     pub(crate) fn take_in(&mut self, to: To<'_, K, I>, fence: bool) -> bool {
-        let LaneRx {
-            rx,
-            waker,
-            received,
-        } = self;
-        let mut cx = Context::from_waker(waker.as_ref().unwrap_or(Waker::noop()));
-        match rx {
-            Rx::Plain(rx, buf) => {
-                take_from(rx, buf, Handoff::plain, &mut cx, received.take(), to, fence)
-            }
-            Rx::Full(rx, buf) => take_from(
-                rx,
-                buf,
-                std::convert::identity,
-                &mut cx,
-                received.take(),
-                to,
-                fence,
-            ),
+        match &mut self.rx {
+            Rx::Plain(q, buf) => take_from(q, buf, Handoff::plain, to, fence),
+            Rx::Full(q, buf) => take_from(q, buf, std::convert::identity, to, fence),
         }
     }
 }
 
 impl<K, I> LaneRx<K, I> {
-    /// Waits for a hand-off: ready when one came (kept for the next
-    /// [`take_in`](Self::take_in) to take in first); pending for good once
-    /// the lane is closed and empty. The writer's call: its waker is kept
-    /// for `take_in`.
+    /// Waits for a hand-off: ready when one is queued (for the next
+    /// [`take_in`](Self::take_in)); pending for good once the lane is
+    /// closed and empty. The writer's call: the next stage wakes it.
     pub(crate) fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        if self.received.is_some() {
-            return Poll::Ready(());
-        }
-        if !self.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-            self.waker = Some(cx.waker().clone());
-        }
-        let polled = match &mut self.rx {
-            Rx::Plain(rx, _) => rx.poll_recv(cx).map(|h| h.map(Handoff::plain)),
-            Rx::Full(rx, _) => rx.poll_recv(cx),
-        };
-        match polled {
-            Poll::Ready(Some(h)) => {
-                self.received = Some(h);
-                Poll::Ready(())
-            }
-            Poll::Ready(None) | Poll::Pending => Poll::Pending,
+        match &self.rx {
+            Rx::Plain(q, _) => q.poll_wait(cx),
+            Rx::Full(q, _) => q.poll_wait(cx),
         }
     }
 }
 
-/// [`LaneRx::take_in`] on one kind of channel, whose messages `into`
-/// makes hand-offs: `first`, then what is
-/// queued in chunks (each at one update of the channel's count, see the
-/// module doc), then one by one what a chunk could not receive. Checks
-/// (in debug builds) that the engine took in what was reserved.
+/// [`LaneRx::take_in`] on one kind of queue, whose messages `into` makes
+/// hand-offs, through `buf` (empty between intakes): the whole queue at
+/// once, in its order; what lands during the intake waits for the next
+/// (a stream of stages cannot keep the engine's lock held). Checks (in
+/// debug builds) that the engine took in what was reserved.
 fn take_from<K: Ord + Hash + Clone, I, M>(
-    rx: &mut UnboundedReceiver<M>,
+    q: &Queue<M>,
     buf: &mut Vec<M>,
     into: fn(M) -> Handoff<K, I>,
-    cx: &mut Context<'_>,
-    first: Option<Handoff<K, I>>,
     (engine, admission, held): To<'_, K, I>,
     fence: bool,
 ) -> bool {
-    if fence {
-        rx.close();
-    }
-    // Without a fence, only what is queued now: a stage that returned
-    // before this call is among it, and a stream of new stages cannot
-    // keep the lock held.
-    let mut left = if fence { usize::MAX } else { rx.len() };
-    if first.is_none() && left == 0 {
+    debug_assert!(buf.is_empty());
+    q.take(buf, fence);
+    if buf.is_empty() {
         return false;
     }
-    // (items, bytes) reserved, whether every item carried its weight (a
-    // plain lane's are weighed at the intake: no bytes were reserved),
-    // and (items, bytes) the intake took.
-    let (mut reserved, mut weighed, mut took) = ((0u64, 0u64), true, (0u64, 0u64));
-    let mut count = |h: &Handoff<K, I>| {
+    let (mut reserved, mut weighed) = ((0u64, 0u64), true);
+    let count = |h: &Handoff<K, I>| {
         reserved.0 += 1;
         reserved.1 = reserved.1.saturating_add(h.weight.unwrap_or(0));
         weighed &= h.weight.is_some();
     };
-    let mut sum = |i: Intake| {
-        took.0 += i.accepted + i.refused;
-        took.1 = (took.1.saturating_add(i.accepted_bytes)).saturating_add(i.refused_bytes);
-        i.wake
-    };
-    let mut wake = first.is_some_and(|h| {
-        sum(admission.intake(engine, held, std::iter::once(h).inspect(&mut count)))
-    });
-    while !fence && left > 0 {
-        buf.clear();
-        match recv_chunk(rx, buf, left.min(CHUNK), cx) {
-            // Nothing now: a send between its count and its push. The
-            // rest one by one, as below.
-            Poll::Ready(0) | Poll::Pending => break,
-            Poll::Ready(n) => left -= n,
-        }
-        let chunk = buf.drain(..).map(into).inspect(&mut count);
-        wake |= sum(admission.intake(engine, held, chunk));
-    }
-    if left > 0 {
-        let tail = std::iter::from_fn(|| loop {
-            if left == 0 {
-                return None;
-            }
-            left -= 1;
-            match rx.try_recv() {
-                Ok(h) => return Some(h),
-                // Closed: a stage is between the fence and its push,
-                // which is a few instructions away (S-W9).
-                Err(TryRecvError::Empty) if fence => std::thread::yield_now(),
-                Err(_) => return None,
-            }
-        });
-        let tail = tail.map(into).inspect(&mut count);
-        wake |= sum(admission.intake(engine, held, tail));
-    }
+    let i = admission.intake(engine, held, buf.drain(..).map(into).inspect(count));
+    let took = (
+        i.accepted + i.refused,
+        i.accepted_bytes.saturating_add(i.refused_bytes),
+    );
     debug_assert_eq!(reserved.0, took.0);
     debug_assert!(!weighed || reserved.1 == took.1);
-    wake
-}
-
-/// Receives up to `n` queued messages into `buf`, outside the task's
-/// cooperative budget: the intake takes what was queued when it began
-/// (`n` is bounded by it), so the budget bounds nothing here, and once
-/// the writer's joins had spent it, every chunk came back `Pending` and
-/// the rest went one `try_recv` at a time, one update of the channel's
-/// count each (at 100,000 tenants, 84% of a drain's items).
-fn recv_chunk<M>(
-    rx: &mut UnboundedReceiver<M>,
-    buf: &mut Vec<M>,
-    n: usize,
-    cx: &mut Context<'_>,
-) -> Poll<usize> {
-    let recv = std::future::poll_fn(|cx| rx.poll_recv_many(cx, buf, n));
-    std::pin::pin!(tokio::task::unconstrained(recv)).poll(cx)
+    let size = mem::size_of::<M>().max(1);
+    if buf.capacity().saturating_mul(size) > SPARE_BYTES {
+        buf.shrink_to(SPARE_BYTES / size);
+    }
+    i.wake
 }
 
 #[cfg(test)]
@@ -309,7 +294,7 @@ mod tests {
     }
 
     #[test]
-    fn take_in_takes_everything_queued_past_a_chunk() {
+    fn take_in_takes_everything_queued_however_much() {
         for full in [false, true] {
             let (tx, mut rx) = lane::<u64, u64>(full);
             let (mut e, a, mut held) = engine();
@@ -317,66 +302,15 @@ mod tests {
                 !rx.take_in((&mut e, &a, &mut held), false),
                 "nothing queued"
             );
-            let n = CHUNK as u64 * 2 + 10;
-            for i in 0..n {
-                tx.send(i % 3, i, 1, None).unwrap();
-            }
-            rx.take_in((&mut e, &a, &mut held), false);
-            assert_eq!((e.pending(), held.0), (n, n), "full {full}");
-        }
-    }
-
-    /// Units of this task's coop budget left: receives from a channel
-    /// longer than any budget until one is refused (spending them all).
-    fn budget_left() -> usize {
-        let (tx, mut rx) = unbounded_channel::<()>();
-        for _ in 0..1_000 {
-            tx.send(()).unwrap();
-        }
-        let mut cx = Context::from_waker(Waker::noop());
-        let mut n = 0;
-        while rx.poll_recv(&mut cx).is_ready() {
-            n += 1;
-        }
-        n
-    }
-
-    /// `f`, run in one poll of a task on a runtime, so under its coop
-    /// budget (outside a task nothing is counted).
-    fn in_a_task<R>(f: impl FnOnce() -> R) -> R {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        let mut f = Some(f);
-        rt.block_on(std::future::poll_fn(|_| Poll::Ready(f.take().unwrap()())))
-    }
-
-    #[test]
-    fn take_in_receives_a_queue_whole_outside_the_tasks_budget() {
-        // The module's point: chunks of up to CHUNK, one update of the
-        // channel's count each, whatever the writer's task has spent of
-        // its budget (a spent budget sent every item through `try_recv`,
-        // one update each); and none past what was queued. The intake
-        // spends none of the budget: a receive under it would.
-        let whole = in_a_task(budget_left);
-        assert!(whole > 8, "a task's budget: {whole}");
-        for spent in [false, true] {
-            for full in [false, true] {
-                for n in [1, CHUNK, CHUNK * 3 + 10] {
-                    let (tx, mut rx) = lane::<u64, u64>(full);
-                    let (mut e, a, mut held) = engine();
-                    for i in 0..n as u64 {
-                        tx.send(i % 7, i, 1, None).unwrap();
-                    }
-                    let (before, after) = in_a_task(|| {
-                        let before = if spent { budget_left() } else { 0 };
-                        rx.take_in((&mut e, &a, &mut held), false);
-                        (before, budget_left())
-                    });
-                    let case = format!("spent {spent}, full {full}, {n} queued");
-                    assert_eq!(e.pending(), n as u64, "{case}");
-                    assert_eq!(before + after, whole, "{case}: the intake spent budget");
+            let mut n = 0;
+            // Past the room a spare buffer keeps, then within it again.
+            for round in [SPARE_BYTES as u64 / 4, 10] {
+                for i in 0..round {
+                    tx.send(i % 3, i, 1, None).unwrap();
                 }
+                n += round;
+                rx.take_in((&mut e, &a, &mut held), false);
+                assert_eq!((e.pending(), held.0), (n, n), "full {full}");
             }
         }
     }
@@ -399,25 +333,87 @@ mod tests {
     #[test]
     fn take_in_takes_what_was_queued_at_its_call_not_what_lands_during_it() {
         // S-W19: a stream of new stages cannot keep the lock held; what
-        // lands during an intake waits for the next, whether the task's
-        // budget is whole or spent (the intake receives outside it).
-        for budget_spent in [false, true] {
-            let n = CHUNK as u64 + 44;
-            let (tx, mut rx) = lane::<u64, u64>(false);
+        // lands during an intake waits for the next. (The weigher's sends
+        // also prove the queue's lock is not held during the intake: they
+        // would deadlock.)
+        let n = 300;
+        let (tx, mut rx) = lane::<u64, u64>(false);
+        let tx = Arc::new(tx);
+        let mut e = restaging(Arc::clone(&tx), 10 * n);
+        let (a, mut held) = (Admission::new(e.config()), (0, 0));
+        for i in 0..n {
+            tx.send(i % 7, i, 1, None).unwrap();
+        }
+        rx.take_in((&mut e, &a, &mut held), false);
+        assert_eq!((e.pending(), held.0), (n, n));
+        // The next intake takes what landed during this one.
+        rx.take_in((&mut e, &a, &mut held), false);
+        assert_eq!((e.pending(), held.0), (2 * n, 2 * n));
+    }
+
+    #[test]
+    fn a_burst_leaves_no_large_buffer_behind() {
+        let (tx, mut rx) = lane::<u64, u64>(false);
+        let (mut e, a, mut held) = engine();
+        for i in 0..SPARE_BYTES as u64 {
+            tx.send(i % 5, i, 1, None).unwrap();
+        }
+        rx.take_in((&mut e, &a, &mut held), false);
+        let Rx::Plain(_, buf) = &rx.rx else {
+            unreachable!("a plain lane")
+        };
+        let kept = buf.capacity() * mem::size_of::<(u64, u64)>();
+        assert!(
+            kept <= SPARE_BYTES,
+            "the burst's buffer shrunk: {kept} bytes"
+        );
+        // A small intake's buffer is kept for the stages to reuse.
+        for i in 0..10 {
+            tx.send(1, i, 1, None).unwrap();
+        }
+        rx.take_in((&mut e, &a, &mut held), false);
+        let Rx::Plain(_, buf) = &rx.rx else {
+            unreachable!("a plain lane")
+        };
+        assert!(buf.capacity() >= 10, "kept: {}", buf.capacity());
+    }
+
+    #[test]
+    fn every_stage_racing_the_fence_is_taken_in_or_handed_back() {
+        // S-W9 across threads: a send either lands before the fence and
+        // is taken in by the fenced intake, or is handed back; none is
+        // lost and none is both.
+        for full in [false, true] {
+            let (tx, mut rx) = lane::<u64, u64>(full);
             let tx = Arc::new(tx);
-            let mut e = restaging(Arc::clone(&tx), 10 * n);
-            let (a, mut held) = (Admission::new(e.config()), (0, 0));
-            for i in 0..n {
-                tx.send(i % 7, i, 1, None).unwrap();
-            }
-            in_a_task(|| {
-                if budget_spent {
-                    budget_left();
-                }
+            let (mut e, a, mut held) = engine();
+            let senders: Vec<_> = (0..3u64)
+                .map(|t| {
+                    let tx = Arc::clone(&tx);
+                    std::thread::spawn(move || {
+                        let mut accepted = 0u64;
+                        for i in 0..20_000u64 {
+                            match tx.send(t, i, 1, None) {
+                                Ok(()) => accepted += 1,
+                                Err(back) => {
+                                    assert_eq!(back, (t, i), "the item handed back");
+                                    assert!(tx.is_closed());
+                                }
+                            }
+                        }
+                        accepted
+                    })
+                })
+                .collect();
+            // Some intakes while they send, then the fence.
+            for _ in 0..50 {
                 rx.take_in((&mut e, &a, &mut held), false);
-            });
-            assert_eq!(e.pending(), n, "budget spent {budget_spent}");
-            assert_eq!(held.0, n, "budget spent {budget_spent}");
+            }
+            rx.take_in((&mut e, &a, &mut held), true);
+            let accepted: u64 = senders.into_iter().map(|s| s.join().unwrap()).sum();
+            // Nothing lands after the fenced intake.
+            assert!(!rx.take_in((&mut e, &a, &mut held), false));
+            assert_eq!((e.pending(), held.0), (accepted, accepted), "full {full}");
         }
     }
 
@@ -451,10 +447,11 @@ mod tests {
     }
 
     #[test]
-    fn an_intake_leaves_the_writers_waker_with_the_channel() {
-        // The channel registers the polling waker when it finds nothing: a
-        // no-op one there would leave the waiting writer asleep through
-        // the next stages (a lost wake-up).
+    fn a_stage_wakes_the_writer_once_per_wait() {
+        // The writer's waker is kept only while it waits (it found nothing
+        // queued): the next stage wakes it, later ones do not; once the
+        // fence is up and the queue empty, it is never kept (nothing more
+        // can come).
         let writer = Arc::new(Counting(AtomicUsize::new(0)));
         let waker = Waker::from(Arc::clone(&writer));
         let (tx, mut rx) = lane::<u64, u64>(false);
@@ -462,13 +459,22 @@ mod tests {
         let mut cx = Context::from_waker(&waker);
         assert!(rx.poll_recv(&mut cx).is_pending(), "the writer waits");
         tx.send(1, 2, 0, None).unwrap();
-        assert!(rx.poll_recv(&mut cx).is_ready(), "kept for the intake");
+        assert!(rx.poll_recv(&mut cx).is_ready(), "queued for the intake");
         tx.send(1, 3, 0, None).unwrap();
         rx.take_in((&mut e, &a, &mut held), false);
-        assert_eq!(e.pending(), 2, "the received one and the queued one");
+        assert_eq!(e.pending(), 2, "both queued ones");
         assert!(rx.poll_recv(&mut cx).is_pending(), "the writer waits again");
         assert!(!rx.take_in((&mut e, &a, &mut held), false));
         tx.send(1, 4, 0, None).unwrap();
-        assert_eq!(writer.0.load(Ordering::SeqCst), 2, "each stage woke it");
+        tx.send(1, 5, 0, None).unwrap();
+        assert_eq!(writer.0.load(Ordering::SeqCst), 2, "once per wait");
+        rx.take_in((&mut e, &a, &mut held), true);
+        assert!(rx.poll_recv(&mut cx).is_pending(), "closed and empty");
+        assert_eq!(tx.send(1, 6, 0, None), Err((1, 6)));
+        assert_eq!(
+            writer.0.load(Ordering::SeqCst),
+            2,
+            "no wake after the fence"
+        );
     }
 }

@@ -120,11 +120,13 @@ impl Bound {
 /// a fresh one: the few slots each container keeps, B-tree roots.
 const SETTLED_SLACK: isize = 8 * 1024;
 
-/// What the driver's hand-off keeps after a burst (S-W19): tokio's
-/// unbounded channel reuses a few of its 32-slot blocks (it tries three
-/// times to relink a freed one, then frees it), so this is a constant,
-/// whatever the burst: here at most 6 blocks of 32 hand-offs of 48 bytes.
-const HANDOFF_SLACK: isize = 6 * (32 * 48 + 64);
+/// What the driver's hand-off keeps after a burst (S-W19): its queue's
+/// buffer and the intake's spare one, each of the room the largest burst
+/// needed (grown by doubling) and never more than 64 KiB after an intake
+/// (`SPARE_BYTES` in `src/handoff.rs`). Here a `capacity` of at most 500
+/// admits at most 500 hand-offs of 24 bytes at once: 512 slots each.
+const HANDOFF_SLACK: isize = 2 * (512 * 24 + 64);
+const _: () = assert!(std::mem::size_of::<(TenantId, u64)>() == 24);
 
 // ----- the engine under random inputs ---------------------------------------
 

@@ -47,12 +47,14 @@ type Appending<'a, S> = Appender<'a, <S as Sink>::Tenant, <S as Sink>::Item>;
 type NoRun<K, I> = std::iter::Empty<(K, I)>;
 
 impl<S: Sink> Outbox<S> {
-    /// Stages `item` for `tenant` (S-W1): never waits, never fails, never
-    /// panics. Costs a channel send, plus an atomic reservation when a
-    /// capacity is set, whatever the number of tenants: the engine takes
-    /// the item in later, before any write, flush, settle, shutdown or
-    /// counter read (S-W19); with a `tenant_capacity` the engine decides
-    /// under its lock instead. The item is accepted on return, or, as the
+    /// Stages `item` for `tenant` (S-W1): never waits for the writer or
+    /// the disk, never fails, never panics. Costs one push onto the
+    /// hand-off queue (under its own lock, held only for a push or the
+    /// intake's exchange of the queue for an empty buffer), plus an
+    /// atomic reservation when a capacity is set, whatever the number of
+    /// tenants: the engine takes the item in later, before any write,
+    /// flush, settle, shutdown or counter read (S-W19); with a
+    /// `tenant_capacity` the engine decides under its lock instead. The item is accepted on return, or, as the
     /// result says, refused after a shutdown began (S-W9: lost under
     /// `shutdown`), or dropped: with a journal, when the item cannot be
     /// encoded (S-J8: `encode_failed`) or the journal is full (S-J4:

@@ -293,10 +293,11 @@ impl<S: Sink> Writer<S> {
                 () = shared.wake.notified() => {}
                 // A stage handed off while the writer waited (S-W19).
                 // One turn of the scheduler before the intake: the stages
-                // landing now land first, so the intake takes them as a
-                // chunk, not one by one off the cache lines the stagers
-                // are writing (S-W19). It sets no timer: it waits for the
-                // runtime's other ready tasks and one poll of its IO.
+                // landing now land first, so one exchange of the queue
+                // takes them all, not a few at a time under the lock the
+                // stagers push under (S-W19). It sets no timer: it waits
+                // for the runtime's other ready tasks and one poll of its
+                // IO.
                 () = std::future::poll_fn(|cx| shared.poll_handoff(cx)) => {
                     tokio::task::yield_now().await;
                 }
