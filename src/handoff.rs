@@ -18,13 +18,17 @@
 //! intake ([`LaneRx::take_in`]) exchanges the whole buffer for an empty
 //! one and takes the items in with the lock released. The fence is a
 //! flag set under the same lock, so a stage either lands before it, and
-//! is taken in, or is handed back. Why not a lock-free channel: tokio's
+//! is taken in, or is handed back. The writer's round takes in at most
+//! [`WRITER_INTAKE`] (the rest waits in the intake's buffer, first in
+//! line), so a stream of stages faster than the intake cannot hold one
+//! poll of the writer's task for ever. Why not a lock-free channel: tokio's
 //! unbounded channel cost a stage five atomic read-modify-writes, on
 //! lines the writer's intake touched too, so a stage cost up to twice as
 //! much while the writer kept up as while it lagged (docs/benchmarks.md);
 //! here a stage costs one lock and one unlock, and the buffer the intake
 //! hands back is reused, not allocated again.
 
+use std::collections::VecDeque;
 use std::hash::Hash;
 use std::mem;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -46,10 +50,11 @@ pub(crate) struct LaneRx<K, I> {
     rx: Rx<K, I>,
 }
 
-/// The queue, with the empty buffer the intake exchanges for it.
+/// The queue, with the buffer the intake exchanges for it: empty between
+/// intakes, but for what a bounded intake left (the oldest hand-offs).
 enum Rx<K, I> {
-    Plain(Arc<Queue<(K, I)>>, Vec<(K, I)>),
-    Full(Arc<Queue<Handoff<K, I>>>, Vec<Handoff<K, I>>),
+    Plain(Arc<Queue<(K, I)>>, VecDeque<(K, I)>),
+    Full(Arc<Queue<Handoff<K, I>>>, VecDeque<Handoff<K, I>>),
 }
 
 /// A queue of hand-offs: the stages push under its lock, the intake
@@ -72,6 +77,13 @@ struct Inner<M> {
 /// whatever the burst), a steady stream reuses its buffers.
 pub(crate) const SPARE_BYTES: usize = 64 << 10;
 
+/// The most hand-offs the writer's drain round takes in (S-W19): a round
+/// stays short when stages come faster than the intake takes them in, so
+/// the writer yields to its runtime between rounds (and a runtime shut
+/// down under a stream of stages stops it); the rest waits, in order,
+/// for the next round. Every other holder of the engine takes all.
+pub(crate) const WRITER_INTAKE: usize = 16_384;
+
 /// Where [`LaneRx::take_in`] puts what it receives: the engine, the
 /// admission whose reservations the items hold, and the engine's share of
 /// them (items, bytes).
@@ -84,7 +96,7 @@ pub(crate) fn lane<K, I>(full: bool) -> (LaneTx<K, I>, LaneRx<K, I>) {
         (
             LaneTx::Full(Arc::clone(&q)),
             LaneRx {
-                rx: Rx::Full(q, Vec::new()),
+                rx: Rx::Full(q, VecDeque::new()),
             },
         )
     } else {
@@ -92,7 +104,7 @@ pub(crate) fn lane<K, I>(full: bool) -> (LaneTx<K, I>, LaneRx<K, I>) {
         (
             LaneTx::Plain(Arc::clone(&q)),
             LaneRx {
-                rx: Rx::Plain(q, Vec::new()),
+                rx: Rx::Plain(q, VecDeque::new()),
             },
         )
     }
@@ -198,12 +210,15 @@ impl<K: Ord + Hash + Clone, I> LaneRx<K, I> {
     /// their order (S-W19). With `fence`, closes the lane first and takes
     /// in every stage that got past it (S-W9): call it right before the
     /// engine's fence goes up, in the same hold of the lock, so no stage is
-    /// told `Accepted` and then refused. Returns whether the writer must
-    /// drain.
-    pub(crate) fn take_in(&mut self, to: To<'_, K, I>, fence: bool) -> bool {
+    /// told `Accepted` and then refused. Without it, takes at most `most`
+    /// (the oldest; [`WRITER_INTAKE`] for the writer's round, `usize::MAX`
+    /// for every other holder): the rest waits, in order, for the next
+    /// call. Returns whether the writer must drain.
+    pub(crate) fn take_in(&mut self, to: To<'_, K, I>, fence: bool, most: usize) -> bool {
+        let most = if fence { usize::MAX } else { most };
         match &mut self.rx {
-            Rx::Plain(q, buf) => take_from(q, buf, Handoff::plain, to, fence),
-            Rx::Full(q, buf) => take_from(q, buf, std::convert::identity, to, fence),
+            Rx::Plain(q, buf) => take_from(q, buf, Handoff::plain, to, fence, most),
+            Rx::Full(q, buf) => take_from(q, buf, std::convert::identity, to, fence, most),
         }
     }
 }
@@ -214,6 +229,8 @@ impl<K, I> LaneRx<K, I> {
     /// closed and empty. The writer's call: the next stage wakes it.
     pub(crate) fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         match &self.rx {
+            Rx::Plain(_, buf) if !buf.is_empty() => Poll::Ready(()),
+            Rx::Full(_, buf) if !buf.is_empty() => Poll::Ready(()),
             Rx::Plain(q, _) => q.poll_wait(cx),
             Rx::Full(q, _) => q.poll_wait(cx),
         }
@@ -221,40 +238,61 @@ impl<K, I> LaneRx<K, I> {
 }
 
 /// [`LaneRx::take_in`] on one kind of queue, whose messages `into` makes
-/// hand-offs, through `buf` (empty between intakes): the whole queue at
-/// once, in its order; what lands during the intake waits for the next
-/// (a stream of stages cannot keep the engine's lock held). Checks (in
-/// debug builds) that the engine took in what was reserved.
+/// hand-offs, through `buf`: first what the last bounded intake left,
+/// then, if `most` leaves room, the whole queue at once by one exchange,
+/// in its order; what lands during the intake waits for the next (a
+/// stream of stages cannot keep the engine's lock held). Checks (in debug
+/// builds) that the engine took in what was reserved.
 fn take_from<K: Ord + Hash + Clone, I, M>(
     q: &Queue<M>,
-    buf: &mut Vec<M>,
+    buf: &mut VecDeque<M>,
     into: fn(M) -> Handoff<K, I>,
     (engine, admission, held): To<'_, K, I>,
     fence: bool,
+    most: usize,
 ) -> bool {
-    debug_assert!(buf.is_empty());
-    q.take(buf, fence);
-    if buf.is_empty() {
-        return false;
-    }
-    let (mut reserved, mut weighed) = ((0u64, 0u64), true);
-    let count = |h: &Handoff<K, I>| {
-        reserved.0 += 1;
-        reserved.1 = reserved.1.saturating_add(h.weight.unwrap_or(0));
-        weighed &= h.weight.is_some();
+    let mut intake = |buf: &mut VecDeque<M>, n: usize| {
+        let (mut reserved, mut weighed) = ((0u64, 0u64), true);
+        let count = |h: &Handoff<K, I>| {
+            reserved.0 += 1;
+            reserved.1 = reserved.1.saturating_add(h.weight.unwrap_or(0));
+            weighed &= h.weight.is_some();
+        };
+        let i = admission.intake(engine, held, buf.drain(..n).map(into).inspect(count));
+        let took = (
+            i.accepted + i.refused,
+            i.accepted_bytes.saturating_add(i.refused_bytes),
+        );
+        debug_assert_eq!(reserved.0, took.0);
+        debug_assert!(!weighed || reserved.1 == took.1);
+        i.wake
     };
-    let i = admission.intake(engine, held, buf.drain(..).map(into).inspect(count));
-    let took = (
-        i.accepted + i.refused,
-        i.accepted_bytes.saturating_add(i.refused_bytes),
-    );
-    debug_assert_eq!(reserved.0, took.0);
-    debug_assert!(!weighed || reserved.1 == took.1);
+    let (mut wake, mut room) = (false, most);
+    if !buf.is_empty() {
+        let n = buf.len().min(room);
+        wake |= intake(buf, n);
+        room -= n;
+        if !buf.is_empty() {
+            return wake;
+        }
+    }
+    if room == 0 && !fence {
+        return wake;
+    }
+    // Empty: an exchange that keeps the buffers' room (both conversions
+    // take no copy).
+    let mut spare = Vec::from(mem::take(buf));
+    q.take(&mut spare, fence);
+    *buf = VecDeque::from(spare);
+    let n = buf.len().min(room);
+    if n > 0 {
+        wake |= intake(buf, n);
+    }
     let size = mem::size_of::<M>().max(1);
-    if buf.capacity().saturating_mul(size) > SPARE_BYTES {
+    if buf.is_empty() && buf.capacity().saturating_mul(size) > SPARE_BYTES {
         buf.shrink_to(SPARE_BYTES / size);
     }
-    i.wake
+    wake
 }
 
 #[cfg(test)]
@@ -286,7 +324,7 @@ mod tests {
             let (tx, mut rx) = lane::<u64, u64>(full);
             let (mut e, a, mut held) = engine();
             tx.send(1, 2, 0, Some(Time::ZERO)).unwrap();
-            rx.take_in((&mut e, &a, &mut held), true);
+            rx.take_in((&mut e, &a, &mut held), true, usize::MAX);
             assert_eq!((e.pending(), held.0), (1, 1), "full {full}");
             assert!(tx.is_closed());
             assert_eq!(tx.send(3, 4, 0, None), Err((3, 4)));
@@ -299,7 +337,7 @@ mod tests {
             let (tx, mut rx) = lane::<u64, u64>(full);
             let (mut e, a, mut held) = engine();
             assert!(
-                !rx.take_in((&mut e, &a, &mut held), false),
+                !rx.take_in((&mut e, &a, &mut held), false, usize::MAX),
                 "nothing queued"
             );
             let mut n = 0;
@@ -309,7 +347,7 @@ mod tests {
                     tx.send(i % 3, i, 1, None).unwrap();
                 }
                 n += round;
-                rx.take_in((&mut e, &a, &mut held), false);
+                rx.take_in((&mut e, &a, &mut held), false, usize::MAX);
                 assert_eq!((e.pending(), held.0), (n, n), "full {full}");
             }
         }
@@ -344,11 +382,54 @@ mod tests {
         for i in 0..n {
             tx.send(i % 7, i, 1, None).unwrap();
         }
-        rx.take_in((&mut e, &a, &mut held), false);
+        rx.take_in((&mut e, &a, &mut held), false, usize::MAX);
         assert_eq!((e.pending(), held.0), (n, n));
         // The next intake takes what landed during this one.
-        rx.take_in((&mut e, &a, &mut held), false);
+        rx.take_in((&mut e, &a, &mut held), false, usize::MAX);
         assert_eq!((e.pending(), held.0), (2 * n, 2 * n));
+    }
+
+    #[test]
+    fn a_bounded_intake_takes_the_oldest_and_leaves_the_rest_first_in_line() {
+        // The writer's round (S-W19): at most `most`, the oldest; what it
+        // leaves is taken in before anything queued after it, and keeps
+        // the writer's wait ready; an unbounded holder takes everything.
+        let (tx, mut rx) = lane::<u64, u64>(false);
+        let (mut e, a, mut held) = engine();
+        for i in 0..10 {
+            tx.send(1, i, 1, None).unwrap();
+        }
+        rx.take_in((&mut e, &a, &mut held), false, 4);
+        assert_eq!(e.pending(), 4);
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(rx.poll_recv(&mut cx).is_ready(), "six left: ready");
+        for i in 10..13 {
+            tx.send(1, i, 1, None).unwrap();
+        }
+        rx.take_in((&mut e, &a, &mut held), false, 4);
+        assert_eq!(e.pending(), 8, "the oldest four of what is left");
+        rx.take_in((&mut e, &a, &mut held), false, 4);
+        assert_eq!(e.pending(), 12, "the last two left, then two queued");
+        rx.take_in((&mut e, &a, &mut held), false, usize::MAX);
+        assert_eq!((e.pending(), held.0), (13, 13));
+        assert!(rx.poll_recv(&mut cx).is_pending(), "nothing left");
+        // In staging order: the tenant's items come out 0, 1, 2, ...
+        let w = e.poll_write(Time::ZERO).expect("a write");
+        assert_eq!(w.items, (0..13).collect::<Vec<u64>>());
+    }
+
+    #[test]
+    fn a_fenced_intake_takes_what_a_bounded_one_left_and_the_queue() {
+        let (tx, mut rx) = lane::<u64, u64>(true);
+        let (mut e, a, mut held) = engine();
+        for i in 0..10 {
+            tx.send(2, i, 1, None).unwrap();
+        }
+        rx.take_in((&mut e, &a, &mut held), false, 3);
+        tx.send(2, 10, 1, None).unwrap();
+        rx.take_in((&mut e, &a, &mut held), true, 3);
+        assert_eq!((e.pending(), held.0), (11, 11), "the fence takes all");
+        assert_eq!(tx.send(2, 11, 1, None), Err((2, 11)));
     }
 
     #[test]
@@ -358,7 +439,7 @@ mod tests {
         for i in 0..SPARE_BYTES as u64 {
             tx.send(i % 5, i, 1, None).unwrap();
         }
-        rx.take_in((&mut e, &a, &mut held), false);
+        rx.take_in((&mut e, &a, &mut held), false, usize::MAX);
         let Rx::Plain(_, buf) = &rx.rx else {
             unreachable!("a plain lane")
         };
@@ -371,7 +452,7 @@ mod tests {
         for i in 0..10 {
             tx.send(1, i, 1, None).unwrap();
         }
-        rx.take_in((&mut e, &a, &mut held), false);
+        rx.take_in((&mut e, &a, &mut held), false, usize::MAX);
         let Rx::Plain(_, buf) = &rx.rx else {
             unreachable!("a plain lane")
         };
@@ -407,12 +488,12 @@ mod tests {
                 .collect();
             // Some intakes while they send, then the fence.
             for _ in 0..50 {
-                rx.take_in((&mut e, &a, &mut held), false);
+                rx.take_in((&mut e, &a, &mut held), false, usize::MAX);
             }
-            rx.take_in((&mut e, &a, &mut held), true);
+            rx.take_in((&mut e, &a, &mut held), true, usize::MAX);
             let accepted: u64 = senders.into_iter().map(|s| s.join().unwrap()).sum();
             // Nothing lands after the fenced intake.
-            assert!(!rx.take_in((&mut e, &a, &mut held), false));
+            assert!(!rx.take_in((&mut e, &a, &mut held), false, usize::MAX));
             assert_eq!((e.pending(), held.0), (accepted, accepted), "full {full}");
         }
     }
@@ -426,12 +507,12 @@ mod tests {
             let (tx, mut rx) = lane::<u64, u64>(full);
             let (mut e, a, mut held) = engine();
             tx.send(1, 1, 0, None).unwrap();
-            rx.take_in((&mut e, &a, &mut held), false);
+            rx.take_in((&mut e, &a, &mut held), false, usize::MAX);
             let _ = e.shutdown(Time::ZERO, Time::ZERO);
             for i in 0..3 {
                 tx.send(2, i, 0, None).unwrap();
             }
-            rx.take_in((&mut e, &a, &mut held), false);
+            rx.take_in((&mut e, &a, &mut held), false, usize::MAX);
             let lost = e.counters().lost(crate::core::LostReason::Shutdown);
             assert_eq!((lost, held.0), (3, 1), "full {full}");
         }
@@ -461,14 +542,14 @@ mod tests {
         tx.send(1, 2, 0, None).unwrap();
         assert!(rx.poll_recv(&mut cx).is_ready(), "queued for the intake");
         tx.send(1, 3, 0, None).unwrap();
-        rx.take_in((&mut e, &a, &mut held), false);
+        rx.take_in((&mut e, &a, &mut held), false, usize::MAX);
         assert_eq!(e.pending(), 2, "both queued ones");
         assert!(rx.poll_recv(&mut cx).is_pending(), "the writer waits again");
-        assert!(!rx.take_in((&mut e, &a, &mut held), false));
+        assert!(!rx.take_in((&mut e, &a, &mut held), false, usize::MAX));
         tx.send(1, 4, 0, None).unwrap();
         tx.send(1, 5, 0, None).unwrap();
         assert_eq!(writer.0.load(Ordering::SeqCst), 2, "once per wait");
-        rx.take_in((&mut e, &a, &mut held), true);
+        rx.take_in((&mut e, &a, &mut held), true, usize::MAX);
         assert!(rx.poll_recv(&mut cx).is_pending(), "closed and empty");
         assert_eq!(tx.send(1, 6, 0, None), Err((1, 6)));
         assert_eq!(

@@ -632,3 +632,72 @@ fn journaled_try_stage_decides_as_stage() {
         let _ = b.abandon();
     });
 }
+
+#[test]
+fn a_runtime_dropped_under_a_stream_of_stages_stops_the_writer() {
+    // A review's attack on the hand-off under a lock: stages from three
+    // threads outpace the writer's intake, and the runtime is dropped
+    // while they go on. The writer's round takes in at most
+    // `WRITER_INTAKE` hand-offs, so it yields to the runtime between
+    // rounds and the runtime's shutdown stops it (S-W19); its drop puts
+    // the fence up and counts what it held (S-W9, S-W16). An intake of
+    // everything queued per round grew with each round here, and the drop
+    // never returned.
+    let rt = support::rt::multi_thread(2);
+    let sink = TestSink::new("dropped");
+    let o = {
+        let _g = rt.enter();
+        Outbox::new(sink.clone(), Config::default()).unwrap()
+    };
+    let go = Arc::new(AtomicBool::new(true));
+    let started = Arc::new(Barrier::new(4));
+    // Progress published by the stagers: the outbox itself is not called
+    // while they go (any other holder of the engine takes in everything).
+    let progress = Arc::new(AtomicU64::new(0));
+    let tid = t;
+    let stagers: Vec<_> = (0..3u32)
+        .map(|t| {
+            let (o, go, started) = (o.clone(), Arc::clone(&go), Arc::clone(&started));
+            let progress = Arc::clone(&progress);
+            std::thread::spawn(move || {
+                let (mut accepted, mut refused, mut i) = (0u64, 0u64, 0u32);
+                started.wait();
+                while go.load(Ordering::Relaxed) {
+                    if i % 1024 == 0 {
+                        progress.fetch_add(1024, Ordering::Relaxed);
+                    }
+                    match o.stage(tid(u128::from(t)), i) {
+                        Staged::Accepted => accepted += 1,
+                        Staged::ShuttingDown => refused += 1,
+                        other => panic!("{other:?}"),
+                    }
+                    i = i.wrapping_add(1);
+                }
+                (accepted, refused)
+            })
+        })
+        .collect();
+    started.wait();
+    // Let the stream build up: the writer busy, the queue growing.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while progress.load(Ordering::Relaxed) < 30_000 && Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let dropper = std::thread::spawn(move || {
+        drop(rt);
+        let _ = done_tx.send(());
+    });
+    let dropped = done_rx.recv_timeout(Duration::from_secs(60));
+    go.store(false, Ordering::Relaxed);
+    assert!(dropped.is_ok(), "the runtime's drop did not return in 60 s");
+    dropper.join().unwrap();
+    let (accepted, refused) = stagers
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    let c = o.counters();
+    assert_eq!(c.staged, accepted + refused);
+    assert!(c.balanced(), "{c:?}");
+    assert_eq!(o.stage(tid(9), 9), Staged::ShuttingDown, "the fence is up");
+}

@@ -190,11 +190,22 @@ impl<S: Sink> Shared<S> {
         out
     }
 
-    /// [`engine_input`](Self::engine_input) for the writer, which drains
-    /// the engine in the same input: also says whether the hand-offs taken
+    /// [`engine_input`](Self::engine_input) for a caller that drains the
+    /// engine in the same input: also says whether the hand-offs taken
     /// in need a drain.
     pub(crate) fn input<R>(
         &self,
+        f: impl FnOnce(&mut State<S::Tenant, S::Item>) -> R,
+    ) -> (R, bool) {
+        self.input_taking(usize::MAX, f)
+    }
+
+    /// [`input`](Self::input) taking in at most `most` hand-offs, the
+    /// oldest (the writer's round: [`WRITER_INTAKE`](crate::handoff::WRITER_INTAKE),
+    /// S-W19).
+    pub(crate) fn input_taking<R>(
+        &self,
+        most: usize,
         f: impl FnOnce(&mut State<S::Tenant, S::Item>) -> R,
     ) -> (R, bool) {
         // As `lock`: the engine is never left half-changed by a panic.
@@ -205,7 +216,7 @@ impl<S: Sink> Shared<S> {
             admitted,
             ..
         } = &mut *st;
-        let wake = handoffs.take_in((engine, &self.admission, admitted), false);
+        let wake = handoffs.take_in((engine, &self.admission, admitted), false, most);
         let out = f(&mut st);
         let State {
             engine,
@@ -238,7 +249,7 @@ impl<S: Sink> Shared<S> {
             admitted,
             ..
         } = st;
-        handoffs.take_in((engine, &self.admission, admitted), fence)
+        handoffs.take_in((engine, &self.admission, admitted), fence, usize::MAX)
     }
 
     /// The writer's wait for a hand-off: ready when one came (kept for the

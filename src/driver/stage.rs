@@ -244,7 +244,7 @@ impl<S: Sink> Outbox<S> {
                 let items = one.into_iter().chain(many);
                 match journal {
                     Some(j) => j.appending(run.as_ref(), |a| {
-                        let took = handoffs.take_in((engine, admission, held), false);
+                        let took = handoffs.take_in((engine, admission, held), false, usize::MAX);
                         took | admission.commit((engine, held), Some(a), how, items, answer)
                     }),
                     None => {

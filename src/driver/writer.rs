@@ -369,9 +369,12 @@ impl<S: Sink> Writer<S> {
             .shared
             .dead_letters_dropped
             .load(std::sync::atomic::Ordering::Relaxed);
-        // The hand-offs are taken in first; this input drains anyway.
-        let ((mut drained, timeout, closed, handles_gone, freed, quiet), _) =
-            self.shared.input(|st| {
+        // The hand-offs are taken in first, at most a round's worth (the
+        // rest in the next round, after a turn of the runtime); this input
+        // drains anyway.
+        let ((mut drained, timeout, closed, handles_gone, freed, quiet), _) = self
+            .shared
+            .input_taking(crate::handoff::WRITER_INTAKE, |st| {
                 let pending_before = st.engine.pending();
                 finish_ended(&mut st.engine, now, ended, &mut done, &mut unknown);
                 if st.handles_gone && !st.engine.is_shutting_down() {
