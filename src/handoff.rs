@@ -280,7 +280,12 @@ fn take_from<K: Ord + Hash + Clone, I, M>(
         return wake;
     }
     // Empty: an exchange that keeps the buffers' room (both conversions
-    // take no copy).
+    // take no copy), but no burst's room: bounded rounds that emptied a
+    // burst's buffer would hand it to the queue, kept while idle.
+    let size = mem::size_of::<M>().max(1);
+    if buf.capacity().saturating_mul(size) > SPARE_BYTES {
+        buf.shrink_to(SPARE_BYTES / size);
+    }
     let mut spare = Vec::from(mem::take(buf));
     q.take(&mut spare, fence);
     *buf = VecDeque::from(spare);
@@ -288,7 +293,6 @@ fn take_from<K: Ord + Hash + Clone, I, M>(
     if n > 0 {
         wake |= intake(buf, n);
     }
-    let size = mem::size_of::<M>().max(1);
     if buf.is_empty() && buf.capacity().saturating_mul(size) > SPARE_BYTES {
         buf.shrink_to(SPARE_BYTES / size);
     }
@@ -457,6 +461,31 @@ mod tests {
             unreachable!("a plain lane")
         };
         assert!(buf.capacity() >= 10, "kept: {}", buf.capacity());
+    }
+
+    #[test]
+    fn a_burst_taken_in_by_bounded_rounds_leaves_no_large_buffer_behind() {
+        // A review's find: the round that took the last of a burst's
+        // leftovers handed the burst's emptied buffer to the queue, which
+        // kept it (4 MiB here) while the outbox sat idle.
+        let (tx, mut rx) = lane::<u64, u64>(false);
+        let (mut e, a, mut held) = engine();
+        let n = 200_000u64;
+        for i in 0..n {
+            tx.send(i % 5, i, 1, None).unwrap();
+        }
+        while held.0 < n {
+            rx.take_in((&mut e, &a, &mut held), false, WRITER_INTAKE);
+        }
+        let Rx::Plain(q, buf) = &rx.rx else {
+            unreachable!("a plain lane")
+        };
+        let size = mem::size_of::<(u64, u64)>();
+        let (queued, spare) = (q.lock().items.capacity() * size, buf.capacity() * size);
+        assert!(
+            queued <= SPARE_BYTES && spare <= SPARE_BYTES,
+            "queue {queued} B, spare {spare} B"
+        );
     }
 
     #[test]
