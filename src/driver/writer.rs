@@ -369,9 +369,7 @@ impl<S: Sink> Writer<S> {
             .shared
             .dead_letters_dropped
             .load(std::sync::atomic::Ordering::Relaxed);
-        // The hand-offs are taken in first, at most a round's worth (the
-        // rest in the next round, after a turn of the runtime); this input
-        // drains anyway.
+        // A round's worth of hand-offs first (S-W19); this input drains.
         let ((mut drained, timeout, closed, handles_gone, freed, quiet), _) = self
             .shared
             .input_taking(crate::handoff::WRITER_INTAKE, |st| {
