@@ -108,7 +108,12 @@ pub async fn serve(store: SharedStore, book: SharedBook) -> turmoil::Result {
         let (conn, _) = listener.accept().await?;
         let store = Arc::clone(&store);
         let book = Arc::clone(&book);
-        tokio::spawn(async move {
+        // On the host's local set, not the runtime: a crash drops a
+        // runtime's tasks in an order of tokio's global task ids (which
+        // differ between two runs of a seed in one process), and each
+        // dropped connection sends its peer a message; a local set drops
+        // its tasks in the order they were spawned.
+        tokio::task::spawn_local(async move {
             // A connection error only ends this connection.
             let _ = connection(conn, store, book).await;
         });
