@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use outbox::table::model::SessionId;
+use outbox::table::model::{Model, SessionId};
 use outbox::testkit::Violation;
 
 /// What became of one staged row.
@@ -179,6 +179,16 @@ impl Book {
     /// Every open transaction, oldest first.
     pub fn open_all(&self) -> Vec<(u64, SessionId)> {
         self.open.iter().map(|(k, (_, s, _))| (*k, *s)).collect()
+    }
+
+    /// Rolls back `open` (keys and sessions from [`Book::open_of`] or
+    /// [`Book::open_all`]) in `model` and ends each here, oldest first:
+    /// in the simulation's order, not in the order the hosts' tasks drop.
+    pub fn roll_back(&mut self, model: &Model, open: Vec<(u64, SessionId)>) {
+        for (key, session) in open {
+            model.rollback(session);
+            self.end_tx(key, false);
+        }
     }
 
     /// The trace hash.
