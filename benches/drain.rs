@@ -15,7 +15,8 @@
 //! - with the default sink (one slice per write), the 100,000-tenant drain
 //!   within 4x the baseline; the 1,000,000-tenant row is reported with the
 //!   cost per write it contains;
-//! - the earlier one: the 100,000-tenant time within 2x the 1-tenant time.
+//! - the earlier one, now reported only: the 100,000-tenant time within
+//!   2x the 1-tenant time.
 //!
 //! `DRAIN_SLICES=n` (n > 1) runs the same drains with fan-in: a sink that
 //! takes groups (S-F1) and `max_slices_per_write` n.
@@ -296,10 +297,12 @@ fn report(samples: &Samples, writes: &BTreeMap<String, u64>) {
     }
 }
 
-/// The earlier target: the 100,000-tenant time within 2x the 1-tenant
-/// time at both concurrencies.
+/// The earlier target, reported only: the 100,000-tenant time within 2x
+/// the 1-tenant time at both concurrencies. Issue 27's baseline lines
+/// replace it: one tenant's drain makes a few large writes, 100,000
+/// tenants' 100,000 small ones, so the ratio counts writes, not the
+/// memory the tenants take.
 fn old_target(samples: &Samples) {
-    let mut met = true;
     let mut worst: f64 = 0.0;
     let mut parts = Vec::new();
     for concurrency in CONCURRENCY {
@@ -311,7 +314,6 @@ fn old_target(samples: &Samples) {
         };
         let ratio = m / one;
         worst = worst.max(ratio);
-        met &= ratio <= 2.0;
         parts.push(format!(
             "c{concurrency}: t1={} t100000={} ratio={ratio:.2}",
             fmt_secs(one),
@@ -319,7 +321,9 @@ fn old_target(samples: &Samples) {
         ));
     }
     if !parts.is_empty() {
-        summary("drain", worst, "<=2.0", Some(met), &parts.join(" | "));
+        let parts = parts.join(" | ");
+        let extra = format!("{parts} (the earlier target <=2.0, replaced by the baseline lines)");
+        summary("drain", worst, "report", None, &extra);
     }
 }
 
