@@ -234,10 +234,17 @@ async fn open(ctx: &Ctx, life: u32) -> Option<(Crash, (u32, OnOther), Vec<OtherR
         let marked = disk::marked_items().unwrap_or_default();
         let e = match build(ctx, run, &handed) {
             Ok(o) => {
+                // A mark a rotten byte hid from the recovery (its read
+                // may have drawn the rot) is one it cannot know (S-J16).
+                let rotten = disk::lock(&ctx.faults).rotten_marks.clone();
                 // The recovery read the wall clock in the build (S-R3).
                 let mut l = ledger::lock(&ctx.ledger);
                 l.recovered_at = Some(book::now());
-                l.marked_at_recovery = marked;
+                l.marked_at_recovery = marked
+                    .into_iter()
+                    .filter(|(seq, _)| !rotten.contains(seq))
+                    .map(|(_, id)| id)
+                    .collect();
                 drop(l);
                 let records =
                     std::mem::take(&mut *handed.lock().unwrap_or_else(PoisonError::into_inner));

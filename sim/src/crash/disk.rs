@@ -118,6 +118,10 @@ pub struct DiskFaults {
     /// valid item record): from that read on the journal must never hand
     /// them to the sink again, and may lose them (D1, D4).
     pub rotten_items: BTreeSet<u64>,
+    /// The sequence numbers whose attempt mark (S-J17) a rotten byte made
+    /// unreadable (the mark's pristine record valid, the rotten one not):
+    /// no recovery can know an earlier life attempted them (S-J16).
+    pub rotten_marks: BTreeSet<u64>,
     /// Per file, the bytes appended since its last sync that worked, in
     /// this process: on no disk yet, but a crash may keep them (torn
     /// writes) and a later sync of the file (a resume's seal) makes them
@@ -157,6 +161,7 @@ impl DiskFaults {
             tripped: None,
             rot_events: 0,
             rotten_items: BTreeSet::new(),
+            rotten_marks: BTreeSet::new(),
             unsynced: BTreeMap::new(),
             seq_items: BTreeMap::new(),
             failed_marks: BTreeMap::new(),
@@ -330,10 +335,9 @@ impl DiskFaults {
             if let Some(id) = item_hit(bytes, at) {
                 self.rotten_items.insert(id);
             }
-            self.rot
-                .entry(name.to_owned())
-                .or_default()
-                .push((at, mask));
+            let rot = self.rot.entry(name.to_owned()).or_default();
+            rot.push((at, mask));
+            self.rotten_marks.extend(marks_lost(bytes, rot));
             self.rot_events += 1;
             self.fault("rot");
         }
@@ -398,6 +402,29 @@ fn item_hit(bytes: &[u8], at: usize) -> Option<u64> {
         o = end;
     }
     None
+}
+
+/// The sequence numbers of the attempt marks (S-J17) in the segment
+/// `bytes` (pristine) that the rotten bytes `rot` make unreadable, as the
+/// journal's scanner reads them.
+fn marks_lost(bytes: &[u8], rot: &[(usize, u8)]) -> BTreeSet<u64> {
+    let marks = |b: &[u8]| -> BTreeSet<u64> {
+        let mut seqs = BTreeSet::new();
+        for r in format::scan(b, format::HEADER_LEN).records {
+            if let format::Record::Attempts { seqs: s, .. } = r {
+                seqs.extend(s);
+            }
+        }
+        seqs
+    };
+    let mut rotten = bytes.to_vec();
+    for &(at, mask) in rot {
+        if let Some(b) = rotten.get_mut(at) {
+            *b ^= mask;
+        }
+    }
+    let kept = marks(&rotten);
+    marks(bytes).difference(&kept).copied().collect()
 }
 
 /// The journal's storage on the app host's simulated disk (see the module
@@ -594,13 +621,14 @@ pub fn snapshot() -> io::Result<BTreeMap<String, Vec<u8>>> {
     Ok(files)
 }
 
-/// The items (by id) with an attempt mark (S-J17) in the journal's files
-/// on the disk now, inside the host: what a recovery can know an earlier
-/// life attempted (S-J16).
+/// The items with an attempt mark (S-J17) in the journal's files on the
+/// disk now, inside the host, by sequence number: what a recovery can
+/// know an earlier life attempted (S-J16), but for the marks a rotten
+/// byte hides from it ([`DiskFaults::rotten_marks`]).
 ///
 /// # Errors
 /// The directory or a file cannot be read.
-pub fn marked_items() -> io::Result<BTreeSet<u64>> {
+pub fn marked_items() -> io::Result<BTreeMap<u64, u64>> {
     let (mut ids, mut marked) = (BTreeMap::new(), BTreeSet::new());
     for bytes in snapshot()?.values() {
         for r in format::scan(bytes, format::HEADER_LEN).records {
@@ -615,7 +643,10 @@ pub fn marked_items() -> io::Result<BTreeSet<u64>> {
             }
         }
     }
-    Ok(marked.iter().filter_map(|s| ids.get(s).copied()).collect())
+    Ok(marked
+        .iter()
+        .filter_map(|s| ids.get(s).map(|id| (*s, *id)))
+        .collect())
 }
 
 /// `(journal life, sequence number)` of every attempt mark (S-J17) in the

@@ -3,7 +3,9 @@
 //! to the sink in this life, and none with an attempt mark on disk when
 //! this life's recovery read the journal (an earlier life attempted it).
 //! An attempt that started while the journal was down left no mark
-//! (S-J17 lets it go at once), so its item may say `false` after a crash.
+//! (S-J17 lets it go at once), and one whose mark a rotten byte damaged
+//! left none the recovery can read (the world leaves those out of what
+//! it counts as on disk), so their items may say `false` after a crash.
 
 use super::Broken;
 use crate::crash::ledger::Ledger;
