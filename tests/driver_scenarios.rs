@@ -198,6 +198,9 @@ fn panicking_first_write(act: Act, name: &str) {
         o.counters()
     });
     assert_eq!(counters.failed_attempts, 1);
+    // S-W5: a panic creating or polling the write, or rendering its
+    // error, fails the attempt as a panic, not as the error it carried.
+    assert_eq!(counters.failed(outbox::core::Failure::Panic), 1, "{name}");
     assert_eq!(counters.lost_total(), 0);
     let m = snapshot(&snap);
     assert_metrics_match(&m, name, &counters);
@@ -736,6 +739,7 @@ async fn scenario_26_periodic_flush_under_load() {
 #[tokio::test(start_paused = true)]
 async fn scenario_27_write_timeout() {
     let sink = TestSink::new("s27");
+    let weak = sink.weak();
     sink.script(t(1), [Act::Slow(Duration::from_secs(35))]);
     let config = Config::builder()
         .write_timeout(Duration::from_secs(30))
@@ -750,6 +754,13 @@ async fn scenario_27_write_timeout() {
     assert_near(a[1].at, Duration::from_secs(30) + 50 * MS, 2);
     assert_eq!(sink.stored(t(1)), [1, 2]);
     assert_eq!(o.counters().failed_attempts, 1);
+    // The timed-out write's future was dropped at 30 s, not leaked with
+    // the sink it holds: once the outbox and the sink are gone, nothing
+    // holds the sink.
+    let _ = o.shutdown(Duration::from_secs(1)).await;
+    drop(o);
+    drop(sink);
+    until_dead(&weak).await;
 }
 
 #[tokio::test(start_paused = true)]

@@ -36,6 +36,8 @@ pub struct CampaignOptions {
 pub struct Summary {
     /// The world.
     pub world: WorldKind,
+    /// The options every seed ran with (its replay command's flags).
+    pub run: RunOptions,
     /// Seeds run.
     pub seeds: u64,
     /// Seeds run twice for the determinism check.
@@ -109,6 +111,7 @@ pub fn run(opts: &CampaignOptions) -> Result<Summary, WorldError> {
     let started = Instant::now();
     let mut summary = Summary {
         world: opts.world,
+        run: run_opts,
         ..Summary::default()
     };
     for seed in opts.from..=last {

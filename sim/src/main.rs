@@ -38,8 +38,9 @@ enum Command {
         /// Steps of the faulty phase per seed (fast world).
         #[arg(long, default_value_t = 10_000)]
         steps: u64,
-        /// Virtual seconds of the faulty phase per seed (net world, at
-        /// least 1; the crash world takes a quarter of it, at least 1).
+        /// Virtual seconds of the faulty phase per seed (net and fleet
+        /// worlds, at least 1, the fleet's at most 3,600; the crash world
+        /// takes a quarter of it, at least 1).
         #[arg(long, default_value_t = 60)]
         secs: u64,
     },
@@ -54,8 +55,9 @@ enum Command {
         /// Steps of the faulty phase (fast world).
         #[arg(long, default_value_t = 10_000)]
         steps: u64,
-        /// Virtual seconds of the faulty phase (net world, at least 1; the
-        /// crash world takes a quarter of it, at least 1).
+        /// Virtual seconds of the faulty phase (net and fleet worlds, at
+        /// least 1, the fleet's at most 3,600; the crash world takes a
+        /// quarter of it, at least 1).
         #[arg(long, default_value_t = 60)]
         secs: u64,
         /// Print the trace, one line per op and event.

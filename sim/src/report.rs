@@ -106,7 +106,7 @@ pub fn summary(s: &Summary) -> String {
                 "  seed {seed}: {} broken at step {}: {}",
                 f.rule, f.step, f.detail
             );
-            let _ = writeln!(o, "    replay: {}", replay_command(*seed, s.world));
+            let _ = writeln!(o, "    replay: {}", replay_command(*seed, s.world, &s.run));
         }
     }
     o

@@ -225,18 +225,61 @@ pub(crate) fn step_index(steps: u64) -> usize {
     usize::try_from(steps).unwrap_or(usize::MAX)
 }
 
-/// The command that replays `seed` with a trace; under a canary (feature
-/// `canary` with `OUTBOX_CANARY` set), with both, or the seed would pass.
-pub fn replay_command(seed: u64, world: WorldKind) -> String {
+/// The command that replays `seed` with a trace, with the options of
+/// `opts` that differ from the defaults (`--steps`, `--secs`,
+/// `--fixed-versions`: another value is another run); under a canary
+/// (feature `canary` with `OUTBOX_CANARY` set), with both, or the seed
+/// would pass.
+pub fn replay_command(seed: u64, world: WorldKind, opts: &RunOptions) -> String {
     let canary = if cfg!(feature = "canary") {
         std::env::var("OUTBOX_CANARY").ok()
     } else {
         None
     };
+    let default = RunOptions::default();
+    let mut flags = String::new();
+    if opts.steps != default.steps {
+        flags.push_str(&format!(" --steps {}", opts.steps));
+    }
+    if opts.net_secs != default.net_secs {
+        flags.push_str(&format!(" --secs {}", opts.net_secs));
+    }
+    if opts.fixed_versions {
+        flags.push_str(" --fixed-versions");
+    }
     match canary {
         Some(name) => format!(
-            "OUTBOX_CANARY={name} cargo run --release -p outbox-sim --features canary -- replay {seed} --world {world} --trace"
+            "OUTBOX_CANARY={name} cargo run --release -p outbox-sim --features canary -- replay {seed} --world {world}{flags} --trace"
         ),
-        None => format!("cargo run --release -p outbox-sim -- replay {seed} --world {world} --trace"),
+        None => format!(
+            "cargo run --release -p outbox-sim -- replay {seed} --world {world}{flags} --trace"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod replay_command_tests {
+    use super::*;
+
+    #[test]
+    fn a_replay_command_carries_the_options_that_differ_from_the_defaults() {
+        // Another `--secs` is another run: a campaign's failure must
+        // print the command that replays that run.
+        if std::env::var("OUTBOX_CANARY").is_ok() {
+            return;
+        }
+        let plain = replay_command(7, WorldKind::Fleet, &RunOptions::default());
+        assert!(plain.ends_with("replay 7 --world fleet --trace"), "{plain}");
+        let opts = RunOptions {
+            steps: 500,
+            net_secs: 30,
+            fixed_versions: true,
+            ..RunOptions::default()
+        };
+        let cmd = replay_command(7, WorldKind::Crash, &opts);
+        assert!(
+            cmd.ends_with("replay 7 --world crash --steps 500 --secs 30 --fixed-versions --trace"),
+            "{cmd}"
+        );
     }
 }

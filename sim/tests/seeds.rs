@@ -19,13 +19,9 @@ fn regression_list_replays() {
         opts.fixed_versions = r.fixed_versions;
         let result = run_seed(r.world, r.seed, &opts, true).expect("every world is built");
         if let Some(f) = result.failure {
-            let replay = outbox_sim::replay_command(r.seed, r.world);
-            let mut secs = r.secs.map(|s| format!(" --secs {s}")).unwrap_or_default();
-            if r.fixed_versions {
-                secs.push_str(" --fixed-versions");
-            }
+            let replay = outbox_sim::replay_command(r.seed, r.world, &opts);
             panic!(
-                "regression seed {} ({}, line {}: {}) fails again: {f}\n  replay: {replay}{secs}",
+                "regression seed {} ({}, line {}: {}) fails again: {f}\n  replay: {replay}",
                 r.seed, r.world, r.line, r.what,
             );
         }
@@ -46,7 +42,7 @@ fn fresh_seeds_pass(
         if let Some(f) = r.failure {
             panic!(
                 "{world} seed {seed} fails: {f}\n  replay: {}",
-                outbox_sim::replay_command(seed, world)
+                outbox_sim::replay_command(seed, world, opts)
             );
         }
         assert!(r.steps > 0);
@@ -143,7 +139,7 @@ fn fresh_crash_seeds_pass() {
         if let Some(f) = r.failure {
             panic!(
                 "crash seed {seed} fails: {f}\n  replay: {}",
-                outbox_sim::replay_command(seed, WorldKind::Crash)
+                outbox_sim::replay_command(seed, WorldKind::Crash, &RunOptions::default())
             );
         }
         // The seed did crash and restart, and synced something.
@@ -192,7 +188,7 @@ fn fleet_seeds_pass_with_handovers_and_long_pauses() {
         if let Some(f) = r.failure {
             panic!(
                 "fleet seed {seed} fails: {f}\n  replay: {}",
-                outbox_sim::replay_command(seed, WorldKind::Fleet)
+                outbox_sim::replay_command(seed, WorldKind::Fleet, &opts)
             );
         }
         handovers += r.faults["handover"];
