@@ -622,9 +622,11 @@ pub fn snapshot() -> io::Result<BTreeMap<String, Vec<u8>>> {
 }
 
 /// The items with an attempt mark (S-J17) in the journal's files on the
-/// disk now, inside the host, by sequence number: what a recovery can
-/// know an earlier life attempted (S-J16), but for the marks a rotten
-/// byte hides from it ([`DiskFaults::rotten_marks`]).
+/// disk now, inside the host, by sequence number, read from the pristine
+/// bytes: what a recovery can know an earlier life attempted (S-J16)
+/// once the caller leaves out the marks a rotten byte hid from it
+/// ([`DiskFaults::rotten_marks`]; a number also marked in a record the
+/// rot spared is left out too, which only spares the check a case).
 ///
 /// # Errors
 /// The directory or a file cannot be read.
